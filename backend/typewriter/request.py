@@ -1,0 +1,133 @@
+"""What a caller hands the engine and what it gets back.
+
+A request carries prompt token ids (the engine knows nothing about chat templates) and its sampling
+parameters. The engine answers with events: zero or more `Queued`, one `Started`, token deltas, then exactly
+one `Finished`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+from .errors import InvalidRequest
+
+
+class FinishReason(str, enum.Enum):
+    EOS = "eos"
+    LENGTH = "length"
+    STOP_SEQUENCE = "stop_sequence"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    SHUTDOWN = "shutdown"
+    ERROR = "error"
+
+
+MAX_STOP_SEQUENCES = 8
+MAX_STOP_LENGTH = 128
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 512
+    temperature: float = 0.2  # 0 means greedy
+    top_p: float = 0.9
+    top_k: int = 0  # 0 means off
+    repetition_penalty: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    timeout_s: float | None = None  # deadline from the moment generation starts
+
+    def __post_init__(self) -> None:
+        _check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
+        _check_float("temperature", self.temperature, 0.0, 5.0)
+        _check_float("top_p", self.top_p, 0.0, 1.0, low_open=True)
+        _check_int("top_k", self.top_k, 0, 1 << 20)
+        _check_float("repetition_penalty", self.repetition_penalty, 0.0, 10.0, low_open=True)
+        if self.seed is not None:
+            _check_int("seed", self.seed, 0, 2**63 - 1)
+        if self.timeout_s is not None:
+            _check_float("timeout_s", self.timeout_s, 0.0, 86400.0, low_open=True)
+        if isinstance(self.stop, (str, bytes)) or not isinstance(self.stop, (tuple, list)):
+            raise InvalidRequest("stop", "must be a list of strings")
+        if len(self.stop) > MAX_STOP_SEQUENCES:
+            raise InvalidRequest("stop", f"at most {MAX_STOP_SEQUENCES} stop sequences are allowed")
+        for s in self.stop:
+            if not isinstance(s, str) or not s:
+                raise InvalidRequest("stop", "every stop sequence must be a non-empty string")
+            if len(s) > MAX_STOP_LENGTH:
+                raise InvalidRequest("stop", f"a stop sequence may be at most {MAX_STOP_LENGTH} characters")
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def _check_int(name: str, value: object, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(name, f"must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise InvalidRequest(name, f"must be between {low} and {high}, got {value}")
+
+
+def _check_float(name: str, value: object, low: float, high: float, low_open: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequest(name, f"must be a finite number, got {value!r}")
+    if value > high or value < low or (low_open and value == low):
+        bound = f"greater than {low}" if low_open else f"at least {low}"
+        raise InvalidRequest(name, f"must be {bound} and at most {high}, got {value}")
+
+
+@dataclass
+class GenerationRequest:
+    id: str
+    prompt_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+
+
+# ---- events, engine thread -> caller ----
+
+
+@dataclass(frozen=True)
+class Queued:
+    request_id: str
+    position: int  # 1 = next to start
+
+
+@dataclass(frozen=True)
+class Started:
+    request_id: str
+    prompt_tokens: int
+    queue_ms: float
+
+
+@dataclass(frozen=True)
+class Token:
+    request_id: str
+    index: int  # 0-based index of the generated token
+    token_id: int
+    text: str  # may be "" while text is held back (incomplete character or partial stop sequence)
+
+
+@dataclass(frozen=True)
+class Timings:
+    queue_ms: float
+    ttft_ms: float  # from submit to the first generated token
+    total_ms: float  # from submit to the end
+    tokens_per_s: float  # completion tokens over the decode time after the first token
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    timings: Timings
+    text: str = ""  # any held-back text released at the end (already stop-trimmed); deliver it before ending
+    error: str | None = None  # set when reason is ERROR
+
+
+Event = Queued | Started | Token | Finished
