@@ -109,6 +109,9 @@ class Token:
     index: int  # 0-based index of the generated token
     token_id: int
     text: str  # may be "" while text is held back (incomplete character or partial stop sequence)
+    # The last Token of an answer that ends by eos, length or stop_sequence carries every held-back character
+    # that belongs to the answer (the eos token itself is reported, with its text ""). Text still held back
+    # when a request is cancelled, times out or is shut down is dropped: it was never shown.
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,6 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     timings: Timings
-    text: str = ""  # any held-back text released at the end (already stop-trimmed); deliver it before ending
     error: str | None = None  # set when reason is ERROR
 
 
