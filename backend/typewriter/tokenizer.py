@@ -1,0 +1,254 @@
+"""Text <-> token ids, and the model's own chat template.
+
+A `Tokenizer` is built either from a GGUF file's `tokenizer.ggml.*` metadata (a byte-level BPE, rebuilt here as a
+`tokenizers.Tokenizer` without torch) or from a Hugging Face directory (`tokenizer.json` and friends). Chat
+messages are rendered by transformers' `apply_chat_template` with the template that ships with the model.
+
+The engine never sees text: it receives the ids from `encode_chat` and returns ids that `IncrementalDetokenizer`
+turns back into text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as RawTokenizer
+from transformers import PreTrainedTokenizerFast
+
+from .errors import ModelFormatError
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a patient, encouraging tutor for students. Explain ideas step by step in plain language, "
+    "check that the student understands before moving on, and ask what they have already tried. "
+    "Do not just hand over answers to homework: guide the student to work them out, and praise real progress."
+)
+
+# Token texts that end an assistant turn in common chat formats; those present in the vocab stop generation.
+END_OF_TURN_TOKENS = (
+    "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|return|>", "<EOT>",
+)
+
+# GGUF `tokenizer.ggml.token_type` values (gguf.TokenType).
+_CONTROL, _USER_DEFINED = 3, 4
+
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), keyed by `tokenizer.ggml.pre`. Each regex splits the text
+# in turn; a piece that no regex matches is kept as its own piece, as `Split(..., "isolated")` does.
+_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3_REGEX = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_REGEX = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+PRE_TOKENIZER_REGEXES: dict[str, tuple[str, ...]] = {
+    "gpt-2": (_GPT2_REGEX,),
+    # StarCoder-style: every digit is its own piece, then the GPT-2 regex.
+    **{name: (r"\p{N}", _GPT2_REGEX) for name in ("smollm", "starcoder", "refact", "codeshell")},
+    **{name: (_LLAMA3_REGEX,) for name in ("llama3", "llama-bpe", "smaug-bpe")},
+    "qwen2": (_QWEN2_REGEX,),
+}
+
+
+class Tokenizer:
+    """A loaded tokenizer: `encode`/`decode`, chat rendering, and the ids that end a turn."""
+
+    def __init__(
+        self,
+        raw: RawTokenizer,
+        *,
+        name: str,
+        chat_template: str | None,
+        bos_token: str | None,
+        eos_token: str | None,
+        extra_eos_ids: Sequence[int] = (),
+        unk_token: str | None = None,
+        pad_token: str | None = None,
+    ):
+        self.raw = raw
+        self.name = name
+        self.hf = PreTrainedTokenizerFast(
+            tokenizer_object=raw,
+            bos_token=bos_token,
+            eos_token=eos_token,
+            unk_token=unk_token,
+            pad_token=pad_token,
+            chat_template=chat_template,
+            clean_up_tokenization_spaces=False,
+        )
+        self.vocab_size: int = raw.get_vocab_size(with_added_tokens=True)
+        self.bos_token_id: int | None = raw.token_to_id(bos_token) if bos_token else None
+        eos_id = raw.token_to_id(eos_token) if eos_token else None
+        ends = {raw.token_to_id(t) for t in END_OF_TURN_TOKENS} | set(extra_eos_ids) | {eos_id}
+        self.eos_token_ids: frozenset[int] = frozenset(i for i in ends if i is not None)
+        self.special_ids: frozenset[int] = frozenset(
+            i for i, tok in raw.get_added_tokens_decoder().items() if tok.special
+        )
+
+    # ---- loading ----
+
+    @classmethod
+    def load(cls, path: str | Path) -> Tokenizer:
+        path = Path(path)
+        if path.is_dir():
+            return cls.from_hf_dir(path)
+        if path.suffix == ".gguf":
+            return cls.from_gguf(path)
+        raise ModelFormatError(f"{path}: expected a .gguf file or a directory with tokenizer.json")
+
+    @classmethod
+    def from_gguf(cls, path: str | Path) -> Tokenizer:
+        from gguf import GGUFReader  # parsing the file is the slow part; keep the import with it
+
+        reader = GGUFReader(str(path))
+
+        def get(key: str, default=None):
+            field = reader.fields.get(key)
+            return default if field is None else field.contents()
+
+        kind = get("tokenizer.ggml.model")
+        if kind != "gpt2":
+            raise ModelFormatError(
+                f"{path}: tokenizer.ggml.model {kind!r} is not supported; only byte-level BPE ('gpt2') is"
+            )
+        pre = get("tokenizer.ggml.pre")
+        if pre not in PRE_TOKENIZER_REGEXES:
+            raise ModelFormatError(f"{path}: tokenizer.ggml.pre {pre!r} is not a known pre-tokenizer")
+        tokens: list[str] = get("tokenizer.ggml.tokens")
+        types: list[int] = get("tokenizer.ggml.token_type", [1] * len(tokens))
+        merges = [tuple(m.split(" ", 1)) for m in get("tokenizer.ggml.merges", [])]
+        if tokens is None or len(types) != len(tokens):
+            raise ModelFormatError(f"{path}: tokenizer.ggml.tokens and token_type are missing or differ in length")
+
+        raw = RawTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
+        raw.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(rx), behavior="isolated") for rx in PRE_TOKENIZER_REGEXES[pre]]
+            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
+        )
+        raw.decoder = decoders.ByteLevel()
+        # Already in the vocab, so these keep their ids; registering them makes the text "<|im_start|>" one token.
+        raw.add_tokens(
+            [AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == _USER_DEFINED]
+        )
+        raw.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == _CONTROL]
+        )
+
+        def token(key: str) -> str | None:
+            i = get(f"tokenizer.ggml.{key}_token_id")
+            return tokens[i] if i is not None and 0 <= i < len(tokens) else None
+
+        return cls(
+            raw,
+            name=get("general.name") or Path(path).stem,
+            chat_template=get("tokenizer.chat_template"),
+            bos_token=token("bos"),
+            eos_token=token("eos"),
+            unk_token=token("unknown"),
+            pad_token=token("padding"),
+        )
+
+    @classmethod
+    def from_hf_dir(cls, path: str | Path) -> Tokenizer:
+        path = Path(path)
+        if not (path / "tokenizer.json").is_file():
+            raise ModelFormatError(f"{path}: no tokenizer.json; only fast (tokenizers) tokenizers are supported")
+        raw = RawTokenizer.from_file(str(path / "tokenizer.json"))
+        config = _read_json(path / "tokenizer_config.json")
+        template = config.get("chat_template")
+        if isinstance(template, list):  # [{"name": "default", "template": ...}, ...]
+            named = {t.get("name"): t.get("template") for t in template}
+            template = named.get("default") or next(iter(named.values()), None)
+        if (path / "chat_template.jinja").is_file():
+            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+
+        extra_eos: list[int] = []
+        for extra in ("generation_config.json", "config.json"):
+            eos = _read_json(path / extra).get("eos_token_id")
+            extra_eos += eos if isinstance(eos, list) else [] if eos is None else [eos]
+
+        return cls(
+            raw,
+            name=path.name,
+            chat_template=template,
+            bos_token=_token_text(config.get("bos_token")),
+            eos_token=_token_text(config.get("eos_token")),
+            extra_eos_ids=extra_eos,
+            unk_token=_token_text(config.get("unk_token")),
+            pad_token=_token_text(config.get("pad_token")),
+        )
+
+    # ---- text ----
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text`, with no bos/eos added. Special-token text such as "<|im_end|>" becomes its id."""
+        return self.raw.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self.raw.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def render_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> str:
+        """The prompt text for `messages`, ending with the assistant's generation prompt."""
+        if self.hf.chat_template is None:
+            raise ModelFormatError(f"{self.name}: the model ships no chat template")
+        messages = list(messages)
+        if system is not None and not any(m.get("role") == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": system})
+        return self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]:
+        return self.encode(self.render_chat(messages, system))
+
+    # ---- bytes, for incremental detokenization ----
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes token `token_id` contributes to `decode(..., skip_special_tokens=True)`; b"" for specials."""
+        return self._bytes_table[token_id]
+
+    @cached_property
+    def _bytes_table(self) -> list[bytes]:
+        if not isinstance(self.raw.decoder, decoders.ByteLevel):
+            raise ModelFormatError(f"{self.name}: incremental decoding needs a byte-level BPE tokenizer")
+        char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+        table = [b""] * self.vocab_size
+        for token, i in self.raw.get_vocab(with_added_tokens=True).items():
+            if i in self.special_ids:
+                continue
+            try:
+                table[i] = bytes(char_to_byte[c] for c in token)
+            except KeyError:  # as tokenizers' ByteLevel decoder does: a token outside the alphabet stays UTF-8
+                table[i] = token.encode("utf-8")
+        return table
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from bytes to printable characters (a space is "Ġ", a newline "Ċ")."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    mapping, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            mapping[b] = chr(b)
+        else:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelFormatError(f"{path}: cannot be read as JSON ({e})") from e
+
+
+def _token_text(value: object) -> str | None:
+    if isinstance(value, dict):  # {"content": "<|im_end|>", "lstrip": false, ...}
+        value = value.get("content")
+    return value if isinstance(value, str) else None

