@@ -1,0 +1,39 @@
+"""Token ids -> text, one token at a time, sending only text that can never be taken back.
+
+Byte-level BPE tokens are byte strings, and one character may be spread over several tokens (an emoji is often
+three or four). Each token's bytes go through an incremental UTF-8 decoder, which holds back an unfinished
+character and emits it whole once its last byte arrives. Work per token is proportional to the token's length,
+never to the answer's.
+
+Guarantees, for a byte-level BPE tokenizer:
+- every delta is a valid string of whole code points: no character is split across deltas, and no U+FFFD appears
+  unless the model really produced bytes that are not UTF-8 (then it appears exactly where `decode` puts it);
+- "".join(deltas) + flush() == tokenizer.decode(ids), leading spaces included (" Paris" stays " Paris");
+- special tokens (eos, end of turn) contribute "".
+
+Grapheme clusters may span deltas: a ZWJ family emoji, a skin-tone modifier or a combining accent can arrive one
+code point at a time. Each delta is still valid text, and the browser joins them when it appends the Text nodes.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from .tokenizer import Tokenizer
+
+
+class IncrementalDetokenizer:
+    def __init__(self, tokenizer: Tokenizer):
+        self._token_bytes = tokenizer.token_bytes
+        # errors="replace" matches decode's lossy UTF-8: invalid bytes become U+FFFD at the same places.
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def push(self, token_id: int) -> str:
+        """The text that token `token_id` completes; "" while a character is unfinished or for a special token."""
+        return self._utf8.decode(self._token_bytes(token_id))
+
+    def flush(self) -> str:
+        """Whatever is still held at the end: an unfinished character, shown as U+FFFD as `decode` would."""
+        text = self._utf8.decode(b"", final=True)
+        self._utf8.reset()
+        return text
