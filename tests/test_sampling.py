@@ -1,0 +1,115 @@
+import numpy as np
+import pytest
+
+from typewriter.request import SamplingParams
+from typewriter.sampling import Sampler
+
+VOCAB = 49152
+
+
+def params(**kw):
+    base = dict(temperature=1.0, top_p=1.0, top_k=0, seed=0)
+    return SamplingParams(**{**base, **kw})
+
+
+def draws(sampler, logits, n, history=()):
+    return np.array([sampler.sample(logits, history) for _ in range(n)])
+
+
+@pytest.fixture
+def big_logits():
+    return np.random.default_rng(42).normal(0, 3, size=(5, VOCAB)).astype(np.float32)  # [rows, vocab]
+
+
+def test_greedy_picks_the_argmax():
+    logits = np.array([0.1, 2.5, -1.0, 2.4], dtype=np.float32)
+    assert Sampler(params(temperature=0.0)).sample(logits, []) == 1
+
+
+def test_greedy_breaks_ties_towards_the_lowest_id():
+    logits = np.array([0.0, 3.0, 1.0, 3.0], dtype=np.float32)
+    assert Sampler(params(temperature=0.0)).sample(logits, []) == 1
+
+
+def test_the_same_seed_gives_the_same_tokens(big_logits):
+    a, b = Sampler(params(seed=123, top_k=50, top_p=0.95)), Sampler(params(seed=123, top_k=50, top_p=0.95))
+    assert [a.sample(row, []) for row in big_logits] * 3 == [b.sample(row, []) for row in big_logits] * 3
+    seq_a = draws(Sampler(params(seed=5)), big_logits[0], 30)
+    seq_b = draws(Sampler(params(seed=5)), big_logits[0], 30)
+    assert (seq_a == seq_b).all()
+
+
+def test_different_seeds_give_different_tokens(big_logits):
+    flat = big_logits[0] * 0.01  # a nearly flat distribution: collisions would be a fluke
+    assert (draws(Sampler(params(seed=1)), flat, 20) != draws(Sampler(params(seed=2)), flat, 20)).any()
+
+
+def test_top_k_of_one_equals_greedy(big_logits):
+    greedy, top1 = Sampler(params(temperature=0.0)), Sampler(params(top_k=1, temperature=1.5))
+    for row in big_logits:
+        assert top1.sample(row, []) == greedy.sample(row, []) == int(np.argmax(row))
+
+
+def test_a_tiny_top_p_equals_greedy(big_logits):
+    greedy, nucleus = Sampler(params(temperature=0.0)), Sampler(params(top_p=1e-6))
+    for row in big_logits:
+        assert nucleus.sample(row, []) == greedy.sample(row, [])
+
+
+def test_top_k_only_ever_draws_the_k_best():
+    logits = np.log(np.array([0.05, 0.4, 0.1, 0.3, 0.15]))
+    assert set(draws(Sampler(params(top_k=2)), logits, 2000).tolist()) == {1, 3}
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p_and_renormalises():
+    logits = np.log(np.array([0.15, 0.5, 0.05, 0.3]))
+    got = draws(Sampler(params(top_p=0.75)), logits, 4000)
+    assert set(got.tolist()) == {1, 3}  # 0.5 alone is short of 0.75; 0.5 + 0.3 reaches it
+    assert np.mean(got == 1) == pytest.approx(0.5 / 0.8, abs=0.03)
+
+
+def test_top_p_grows_its_candidates_until_they_hold_p_of_the_mass():
+    logits = np.zeros(VOCAB, dtype=np.float32)
+    logits[:1000] = 5.0  # 1000 ids hold about 75% of the mass, the other 48152 the rest
+    got = draws(Sampler(params(top_p=0.7)), logits, 2000)
+    assert got.max() < 1000
+    assert len(set(got.tolist())) > 512  # more candidates than the first guesses of 64 and 512
+
+
+def test_draws_follow_the_softmax_over_many_samples():
+    logits = np.array([1.0, 0.0, 2.0, -1.0, 0.5], dtype=np.float32)
+    expected = np.exp(logits) / np.exp(logits).sum()
+    got = np.bincount(draws(Sampler(params(seed=9)), logits, 20000), minlength=5) / 20000
+    np.testing.assert_allclose(got, expected, atol=0.015)
+
+
+def test_temperature_sharpens_the_distribution():
+    logits = np.array([1.0, 0.0, 2.0, -1.0, 0.5], dtype=np.float32)
+    expected = np.exp(logits / 0.5) / np.exp(logits / 0.5).sum()
+    got = np.bincount(draws(Sampler(params(seed=3, temperature=0.5)), logits, 20000), minlength=5) / 20000
+    np.testing.assert_allclose(got, expected, atol=0.015)
+
+
+def test_repetition_penalty_divides_a_repeated_positive_logit():
+    logits = np.array([1.0, 1.5, 0.2], dtype=np.float32)
+    assert Sampler(params(temperature=0.0)).sample(logits, [1]) == 1
+    assert Sampler(params(temperature=0.0, repetition_penalty=2.0)).sample(logits, [1, 1, 1]) == 0  # 1.5 -> 0.75
+
+
+def test_repetition_penalty_multiplies_a_repeated_negative_logit():
+    logits = np.array([-1.0, -0.6, -5.0], dtype=np.float32)
+    assert Sampler(params(temperature=0.0, repetition_penalty=2.0)).sample(logits, [1]) == 0  # -0.6 -> -1.2
+
+
+def test_repetition_penalty_lowers_how_often_a_repeated_token_is_drawn():
+    logits = np.array([1.0, 1.0, 1.0], dtype=np.float32)
+    plain = np.mean(draws(Sampler(params(seed=4)), logits, 3000, history=[2]) == 2)
+    penalised = np.mean(draws(Sampler(params(seed=4, repetition_penalty=3.0)), logits, 3000, history=[2]) == 2)
+    assert plain == pytest.approx(1 / 3, abs=0.03)
+    assert penalised == pytest.approx(np.exp(1 / 3) / (2 * np.e + np.exp(1 / 3)), abs=0.03)  # logit 1 -> 1/3
+
+
+def test_sampling_leaves_the_callers_logits_untouched(big_logits):
+    row = big_logits[0].copy()
+    Sampler(params(repetition_penalty=1.3, top_k=10)).sample(row, [int(np.argmax(row))])
+    np.testing.assert_array_equal(row, big_logits[0])
