@@ -1,0 +1,119 @@
+"""Settings: one frozen dataclass, read once from the environment, passed down explicitly.
+
+This is the only module that reads the environment. Every field `name` can be set as `TYPEWRITER_<NAME>`
+(for example `TYPEWRITER_MAX_ACTIVE=8`); command-line options arrive as keyword overrides and win.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENV_PREFIX = "TYPEWRITER_"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class ConfigError(ValueError):
+    """A setting has a value that cannot be used; the message names the variable and what it accepts."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model_path: str | None = None  # None: the embedded model
+    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
+    max_active: int = 4
+    max_queue: int = 16
+    max_context: int = 2048
+    # Per request: the default answer length when a chat does not ask, and the most it may ask for.
+    max_new_tokens: int = 512
+    max_new_tokens_cap: int = 1024
+    request_timeout_s: float | None = None  # generation deadline per request; None: no deadline
+    system_prompt: str | None = None  # None: the tokenizer's default system prompt
+    # The WebSocket: the largest frame a client may send, messages per chat, and how many events may wait for a
+    # client that is not reading before its request is cancelled.
+    max_message_bytes: int = 256 * 1024
+    max_messages: int = 128
+    send_backlog: int = 256
+    ping_interval_s: float = 20.0
+    ping_timeout_s: float = 20.0
+    shutdown_grace_s: float = 5.0  # how long a shutdown waits for streams to send their `end`
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        _at_least("port", self.port, 0)
+        if self.port > 65535:
+            raise ConfigError(f"{_env('port')}: must be at most 65535, got {self.port}")
+        _at_least("max_active", self.max_active, 1)
+        _at_least("max_queue", self.max_queue, 0)
+        _at_least("max_context", self.max_context, 16)
+        _at_least("max_new_tokens", self.max_new_tokens, 1)
+        _at_least("max_new_tokens_cap", self.max_new_tokens_cap, self.max_new_tokens)
+        if self.max_new_tokens_cap >= self.max_context:
+            raise ConfigError(
+                f"{_env('max_new_tokens_cap')}: must be smaller than max_context ({self.max_context}) so a prompt "
+                f"still fits, got {self.max_new_tokens_cap}"
+            )
+        _at_least("max_message_bytes", self.max_message_bytes, 1024)
+        _at_least("max_messages", self.max_messages, 1)
+        _at_least("send_backlog", self.send_backlog, 1)
+        for name in ("ping_interval_s", "ping_timeout_s", "shutdown_grace_s"):
+            _at_least(name, getattr(self, name), 0.0)
+        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
+            raise ConfigError(f"{_env('request_timeout_s')}: must be greater than 0, got {self.request_timeout_s}")
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(f"{_env('log_level')}: must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
+        """Settings from `TYPEWRITER_*` variables, then `overrides` (None means "not given" and is ignored)."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(k for k in overrides if k not in fields)
+        if unknown:
+            raise TypeError(f"unknown settings: {', '.join(unknown)}")
+        known_vars = {_env(name) for name in fields}
+        stray = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known_vars)
+        if stray:
+            raise ConfigError(f"{stray[0]}: not a setting; known: {', '.join(sorted(known_vars))}")
+        hints = typing.get_type_hints(cls)
+        values: dict[str, object] = {}
+        for name in fields:
+            raw = environ.get(_env(name))
+            if raw is not None:
+                values[name] = _parse(name, raw, hints[name])
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+def _env(name: str) -> str:
+    return ENV_PREFIX + name.upper()
+
+
+def _at_least(name: str, value: float, low: float) -> None:
+    if value < low:
+        raise ConfigError(f"{_env(name)}: must be at least {low}, got {value}")
+
+
+def _parse(name: str, raw: str, hint: object) -> object:
+    optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
+    kind = next(t for t in typing.get_args(hint) if t is not type(None)) if optional else hint
+    text = raw.strip()
+    if optional and text.lower() in ("", "none"):
+        return None
+    if kind is str:
+        return text.lower() if name == "log_level" else raw
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or (kind is float and not math.isfinite(value)):
+        noun = "an integer" if kind is int else "a finite number"
+        blank = " or 'none'" if optional else ""
+        raise ConfigError(f"{_env(name)}: must be {noun}{blank}, got {raw!r}")
+    return value

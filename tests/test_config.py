@@ -1,0 +1,73 @@
+"""Settings: defaults, TYPEWRITER_* variables, overrides, and errors that name the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from typewriter.config import ConfigError, Settings
+
+
+def test_defaults_serve_loopback_on_8000_with_the_embedded_model():
+    s = Settings.from_env({})
+    assert (s.host, s.port, s.model_path) == ("127.0.0.1", 8000, None)
+    assert (s.max_active, s.max_queue, s.max_context) == (4, 16, 2048)
+    assert s.max_new_tokens <= s.max_new_tokens_cap < s.max_context
+
+
+def test_variables_are_parsed_to_their_field_types():
+    s = Settings.from_env({
+        "TYPEWRITER_PORT": "9001", "TYPEWRITER_MAX_ACTIVE": " 8 ", "TYPEWRITER_PING_TIMEOUT_S": "2.5",
+        "TYPEWRITER_MODEL_PATH": "/models/x.gguf", "TYPEWRITER_SYSTEM_PROMPT": "  Be terse.  ",
+        "TYPEWRITER_REQUEST_TIMEOUT_S": "30", "TYPEWRITER_LOG_LEVEL": "DEBUG",
+    })
+    assert (s.port, s.max_active, s.ping_timeout_s) == (9001, 8, 2.5)
+    assert (s.model_path, s.system_prompt) == ("/models/x.gguf", "  Be terse.  ")
+    assert (s.request_timeout_s, s.log_level) == (30.0, "debug")
+
+
+def test_none_clears_an_optional_setting():
+    assert Settings.from_env({"TYPEWRITER_REQUEST_TIMEOUT_S": "none"}).request_timeout_s is None
+
+
+def test_overrides_win_over_variables_and_none_means_not_given():
+    s = Settings.from_env({"TYPEWRITER_PORT": "9001", "TYPEWRITER_HOST": "0.0.0.0"}, port=9002, host=None)
+    assert (s.port, s.host) == (9002, "0.0.0.0")
+
+
+def test_nothing_is_read_from_the_process_environment_when_a_mapping_is_given(monkeypatch):
+    monkeypatch.setenv("TYPEWRITER_PORT", "9999")
+    assert Settings.from_env({}).port == 8000
+    assert Settings.from_env().port == 9999
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        ({"TYPEWRITER_PORT": "eighty"}, "TYPEWRITER_PORT: must be an integer, got 'eighty'"),
+        ({"TYPEWRITER_PORT": "70000"}, "TYPEWRITER_PORT: must be at most 65535, got 70000"),
+        ({"TYPEWRITER_MAX_ACTIVE": "0"}, "TYPEWRITER_MAX_ACTIVE: must be at least 1, got 0"),
+        ({"TYPEWRITER_MAX_QUEUE": "-1"}, "TYPEWRITER_MAX_QUEUE: must be at least 0, got -1"),
+        ({"TYPEWRITER_PING_INTERVAL_S": "inf"}, "TYPEWRITER_PING_INTERVAL_S: must be a finite number"),
+        ({"TYPEWRITER_REQUEST_TIMEOUT_S": "soon"}, "TYPEWRITER_REQUEST_TIMEOUT_S: must be a finite number or 'none'"),
+        ({"TYPEWRITER_REQUEST_TIMEOUT_S": "0"}, "TYPEWRITER_REQUEST_TIMEOUT_S: must be greater than 0"),
+        ({"TYPEWRITER_MAX_NEW_TOKENS": "600", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "500"},
+         "TYPEWRITER_MAX_NEW_TOKENS_CAP: must be at least 600"),
+        ({"TYPEWRITER_MAX_NEW_TOKENS_CAP": "2048"}, "must be smaller than max_context (2048)"),
+        ({"TYPEWRITER_LOG_LEVEL": "loud"}, "TYPEWRITER_LOG_LEVEL: must be one of critical, error, warning"),
+        ({"TYPEWRITER_MAX_ACTIVES": "8"}, "TYPEWRITER_MAX_ACTIVES: not a setting"),
+    ],
+)
+def test_a_bad_value_is_an_error_naming_the_variable(environ, message):
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env(environ)
+    assert message in str(raised.value)
+
+
+def test_an_unknown_override_is_a_programming_error():
+    with pytest.raises(TypeError, match="unknown settings: colour"):
+        Settings.from_env({}, colour="blue")
+
+
+def test_settings_are_frozen():
+    with pytest.raises(AttributeError):
+        Settings().port = 1  # type: ignore[misc]
