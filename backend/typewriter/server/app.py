@@ -1,0 +1,118 @@
+"""The Starlette app: health, readiness, metrics, the chat WebSocket and the page that uses it."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
+
+from ..config import Settings
+from . import protocol as p
+from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
+from .metrics import CONTENT_TYPE
+from .session import Session
+
+# The repository root: templates/, static/ and frontend/ live beside backend/ (the package is installed editable).
+WEB_ROOT = Path(__file__).resolve().parents[3]
+
+SECURITY_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+     b"object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+def create_app(settings: Settings, engine_factory: EngineFactory = load_real_engine,
+               web_root: Path = WEB_ROOT) -> Starlette:
+    """The app; `app.state.server` is its ServerState. The engine loads on a thread once the lifespan starts."""
+    state = ServerState(settings, engine_factory)
+    templates = Jinja2Templates(directory=web_root / "templates")
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        ready, body = state.readiness()
+        return JSONResponse(body, status_code=200 if ready else 503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(state.metrics.render(), media_type=CONTENT_TYPE)
+
+    async def index(request: Request) -> Response:
+        config = {
+            "protocol": 1, "ws_path": "/ws", "max_new_tokens": settings.max_new_tokens,
+            "max_new_tokens_cap": settings.max_new_tokens_cap, "max_message_bytes": settings.max_message_bytes,
+            "max_messages": settings.max_messages,
+        }
+        return templates.TemplateResponse(request, "index.html", {"config": config})
+
+    async def chat_socket(websocket: WebSocket) -> None:
+        if not _same_origin(websocket):
+            await websocket.close(p.CLOSE_POLICY_VIOLATION)  # before accept: the handshake is refused (403)
+            return
+        await websocket.accept()
+        if not state.ready:
+            reason = ("the model is still loading; retry when /readyz is 200" if state.phase is Phase.LOADING
+                      else "the server is not serving chats; see /readyz")
+            await websocket.close(p.CLOSE_TRY_AGAIN_LATER, reason)
+            return
+        await Session(websocket, state).run()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        state.start_loading()
+        yield
+        await state.drain()
+
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics),
+            WebSocketRoute("/ws", chat_socket),
+            Mount("/static", StaticFiles(directory=web_root / "static", check_dir=False), name="static"),
+            Mount("/frontend", StaticFiles(directory=web_root / "frontend", check_dir=False), name="frontend"),
+        ],
+        lifespan=lifespan,
+    )
+    app.add_middleware(SecurityHeaders)
+    app.state.server = state
+    return app
+
+
+class SecurityHeaders:
+    """Adds a strict Content-Security-Policy (no inline script) and friends to every HTTP response."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+def _same_origin(websocket: WebSocket) -> bool:
+    """A browser always sends Origin; refuse pages from other sites (cross-site WebSocket hijacking).
+    Clients that send no Origin (command-line tools, the bench) are not browsers and are let in."""
+    origin = websocket.headers.get("origin")
+    return origin is None or urlsplit(origin).netloc == websocket.headers.get("host")

@@ -1,0 +1,191 @@
+"""The server's lifecycle: load the engine off the event loop, report readiness, drain on shutdown.
+
+Loading takes tens of seconds (weights, then warming up every compiled step), so it runs on a thread while
+/healthz already answers. The phase only changes on the event loop, through checked transitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from ..config import Settings
+from ..request import Event, GenerationRequest
+from .metrics import Metrics
+
+log = logging.getLogger("typewriter.server")
+
+
+class Engine(Protocol):
+    """What the server needs of `typewriter.engine.Engine` (kept structural so this module never imports TF)."""
+
+    max_context: int
+    max_active: int
+    max_queue: int
+    model_name: str
+
+    def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
+    def cancel(self, request_id: str) -> bool: ...
+    def stats(self): ...  # .active, .queued
+    @property
+    def alive(self) -> bool: ...
+    def shutdown(self) -> None: ...
+
+
+class Tokenizer(Protocol):
+    name: str
+
+    def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
+
+
+Progress = Callable[[str], None]
+EngineFactory = Callable[[Settings, Progress], tuple[Engine, Tokenizer]]
+
+
+def load_real_engine(settings: Settings, progress: Progress) -> tuple[Engine, Tokenizer]:
+    from ..runtime import load_engine  # imports TensorFlow: only ever on the loader thread
+
+    return load_engine(settings, progress)
+
+
+class Phase(enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPING = "stopping"
+
+
+_NEXT = {
+    Phase.LOADING: {Phase.READY, Phase.FAILED, Phase.STOPPING},
+    Phase.READY: {Phase.STOPPING},
+    Phase.FAILED: {Phase.STOPPING},
+    Phase.STOPPING: set(),
+}
+
+
+class ServerState:
+    def __init__(self, settings: Settings, engine_factory: EngineFactory):
+        self.settings = settings
+        self.phase = Phase.LOADING
+        self.engine: Engine | None = None
+        self.tokenizer: Tokenizer | None = None
+        self.system_prompt = settings.system_prompt
+        self.progress = "starting"
+        self.error: str | None = None
+        self.metrics = Metrics(self._engine_counts)
+        self._factory = engine_factory
+        self._ids = itertools.count(1)
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.phase is Phase.READY and self.engine is not None and self.engine.alive
+
+    def readiness(self) -> tuple[bool, dict]:
+        """The /readyz body: why it is not ready, or the model and the limits a client must respect."""
+        if self.ready:
+            s, engine = self.settings, self.engine
+            return True, {
+                "status": "ready",
+                "model": engine.model_name,
+                "tokenizer": self.tokenizer.name,
+                "limits": {
+                    "max_active": engine.max_active, "max_queue": engine.max_queue,
+                    "max_context": engine.max_context, "max_new_tokens": s.max_new_tokens,
+                    "max_new_tokens_cap": s.max_new_tokens_cap, "max_messages": s.max_messages,
+                    "max_message_bytes": s.max_message_bytes,
+                },
+            }
+        if self.phase is Phase.READY:
+            return False, {"status": "engine_stopped", "detail": "the engine thread has died; see the server log"}
+        body = {"status": self.phase.value}
+        if self.phase is Phase.LOADING:
+            body["progress"] = self.progress
+        if self.error:
+            body["detail"] = self.error
+        return False, body
+
+    def next_request_id(self) -> str:
+        return f"r{next(self._ids)}"
+
+    # ---- loading ----
+
+    def start_loading(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        threading.Thread(target=self._load, name="typewriter-loader", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            engine, tokenizer = self._factory(self.settings, self._report)
+            system = self.settings.system_prompt
+            if system is None:
+                from ..tokenizer import DEFAULT_SYSTEM_PROMPT
+
+                system = DEFAULT_SYSTEM_PROMPT
+        except Exception as e:  # the failure is shown on /readyz and in the log; the process decides to exit
+            log.exception("loading the model failed")
+            self._loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
+        else:
+            self._loop.call_soon_threadsafe(self._loaded, engine, tokenizer, system)
+
+    def _report(self, message: str) -> None:
+        self.progress = message
+        log.info("loading: %s", message)
+
+    def _loaded(self, engine: Engine, tokenizer: Tokenizer, system: str) -> None:
+        if self.phase is Phase.STOPPING:
+            threading.Thread(target=engine.shutdown, daemon=True).start()
+            return
+        self.engine, self.tokenizer, self.system_prompt = engine, tokenizer, system
+        self._move(Phase.READY)
+        log.info("ready: %s, %d slots, queue %d, context %d",
+                 engine.model_name, engine.max_active, engine.max_queue, engine.max_context)
+
+    def _failed(self, message: str) -> None:
+        if self.phase is Phase.LOADING:
+            self.error = message
+            self._move(Phase.FAILED)
+
+    def _move(self, phase: Phase) -> None:
+        if phase not in _NEXT[self.phase]:
+            raise RuntimeError(f"server phase cannot go from {self.phase.value} to {phase.value}")
+        self.phase = phase
+
+    # ---- streams in flight, for a graceful shutdown ----
+
+    def stream_opened(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+
+    def stream_closed(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    async def drain(self) -> None:
+        """Stop taking chats, end every running and queued one with reason `shutdown`, and wait (bounded) until
+        each has sent its `end`. Idempotent."""
+        if self.phase is Phase.STOPPING:
+            return
+        self._move(Phase.STOPPING)
+        if self.engine is not None:
+            await asyncio.to_thread(self.engine.shutdown)
+        try:
+            await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_s)
+        except TimeoutError:
+            log.warning("shutdown: %d streams did not end within %.1fs", self._in_flight,
+                        self.settings.shutdown_grace_s)
+
+    def _engine_counts(self) -> tuple[int, int]:
+        if self.engine is None:
+            return 0, 0
+        stats = self.engine.stats()
+        return stats.active, stats.queued

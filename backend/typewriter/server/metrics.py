@@ -1,0 +1,49 @@
+"""Prometheus metrics, in a registry owned by one app so tests and several apps in a process never collide."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from ..request import Finished
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_INTER_TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
+_QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class Metrics:
+    def __init__(self, engine_counts: Callable[[], tuple[int, int]]):
+        """`engine_counts` returns (active streams, queued requests), read at scrape time."""
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("typewriter_requests", "Chats that ended, by finish reason.", ["reason"], registry=r)
+        self.rejected = Counter(
+            "typewriter_rejected_requests", "Frames answered with an error, by error code.", ["code"], registry=r)
+        self.time_to_first_token = Histogram(
+            "typewriter_time_to_first_token_seconds", "From a chat's submission to its first generated token.",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.inter_token_latency = Histogram(
+            "typewriter_inter_token_latency_seconds", "Between consecutive generated tokens of one chat.",
+            buckets=_INTER_TOKEN_BUCKETS, registry=r)
+        self.queue_wait = Histogram(
+            "typewriter_queue_wait_seconds", "From a chat's submission until it got a slot.",
+            buckets=_QUEUE_BUCKETS, registry=r)
+        self.generated_tokens = Counter("typewriter_generated_tokens", "Tokens generated.", registry=r)
+        self.prompt_tokens = Counter("typewriter_prompt_tokens", "Prompt tokens of chats that ended.", registry=r)
+        self.connections = Gauge("typewriter_open_connections", "Open WebSocket connections.", registry=r)
+        active = Gauge("typewriter_active_streams", "Requests holding a slot.", registry=r)
+        active.set_function(lambda: engine_counts()[0])
+        queued = Gauge("typewriter_queued_requests", "Requests waiting for a slot.", registry=r)
+        queued.set_function(lambda: engine_counts()[1])
+
+    def finished(self, event: Finished) -> None:
+        self.requests.labels(reason=event.reason.value).inc()
+        self.prompt_tokens.inc(event.prompt_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

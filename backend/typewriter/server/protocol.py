@@ -1,0 +1,212 @@
+"""Protocol v1: client frames parsed into typed messages, server frames built as dicts (docs/protocol.md).
+
+Parsing is strict: an unknown field, type or parameter is an error with a named code, never silently dropped or
+changed. Nothing here knows about sockets or the engine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidRequest
+from ..request import Finished, FinishReason, SamplingParams
+
+MAX_ID_LENGTH = 64
+ROLES = ("system", "user", "assistant")
+PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
+ERROR_CODES = ("invalid_json", "invalid_request", "prompt_too_long", "busy", "overloaded", "not_found", "internal")
+
+# WebSocket close codes (RFC 6455 section 7.4.1) the server uses.
+CLOSE_UNSUPPORTED_DATA = 1003  # a binary frame
+CLOSE_POLICY_VIOLATION = 1008  # a cross-origin handshake
+CLOSE_MESSAGE_TOO_BIG = 1009  # a frame over max_message_bytes
+CLOSE_TRY_AGAIN_LATER = 1013  # the model is still loading, or failed to load
+
+
+class ProtocolError(Exception):
+    """A frame the server answers with `{"type":"error"}`; the connection stays usable."""
+
+    def __init__(self, code: str, message: str, request_id: str | None = None):
+        assert code in ERROR_CODES, code
+        super().__init__(message)
+        self.code, self.message, self.request_id = code, message, request_id
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Chat:
+    id: str
+    messages: tuple[ChatMessage, ...]
+    params: dict[str, Any]  # validated names; values are checked when sampling params are built
+
+
+@dataclass(frozen=True)
+class Stop:
+    id: str
+
+
+@dataclass(frozen=True)
+class Ping:
+    pass
+
+
+ClientMessage = Chat | Stop | Ping
+
+
+def parse_frame(text: str, max_messages: int) -> ClientMessage:
+    try:
+        frame = json.loads(text, parse_constant=_reject_constant)
+    except ValueError as e:
+        raise ProtocolError("invalid_json", f"the frame is not valid JSON: {e}") from None
+    if not isinstance(frame, dict):
+        raise ProtocolError("invalid_request", "a frame must be a JSON object with a \"type\" field")
+    request_id = _readable_id(frame.get("id"))
+    kind = frame.get("type")
+    if kind == "chat":
+        return _parse_chat(frame, request_id, max_messages)
+    if kind == "stop":
+        _only_fields(frame, ("type", "id"), request_id)
+        return Stop(_check_id(frame, request_id))
+    if kind == "ping":
+        _only_fields(frame, ("type",), request_id)
+        return Ping()
+    raise ProtocolError("invalid_request", f"type: must be \"chat\", \"stop\" or \"ping\", got {kind!r}", request_id)
+
+
+def sampling_params(chat: Chat, default_max_new_tokens: int, max_new_tokens_cap: int,
+                    timeout_s: float | None) -> SamplingParams:
+    """The chat's params over the server's defaults; an out-of-range value is `invalid_request`, never clamped."""
+    values = {"max_new_tokens": default_max_new_tokens, **chat.params}
+    max_new = values["max_new_tokens"]
+    if isinstance(max_new, int) and not isinstance(max_new, bool) and max_new > max_new_tokens_cap:
+        raise ProtocolError(
+            "invalid_request", f"params.max_new_tokens: this server allows at most {max_new_tokens_cap}, got {max_new}",
+            chat.id)
+    try:
+        return SamplingParams(**values, timeout_s=timeout_s)
+    except InvalidRequest as e:
+        raise ProtocolError("invalid_request", f"params.{e}", chat.id) from None
+
+
+# ---- server -> client ----
+
+
+def queued(request_id: str, position: int) -> dict[str, Any]:
+    return {"type": "queued", "id": request_id, "position": position}
+
+
+def start(request_id: str, prompt_tokens: int) -> dict[str, Any]:
+    return {"type": "start", "id": request_id, "prompt_tokens": prompt_tokens}
+
+
+def token(request_id: str, index: int, text: str) -> dict[str, Any]:
+    return {"type": "token", "id": request_id, "index": index, "text": text}
+
+
+def end(request_id: str, finished: Finished) -> dict[str, Any]:
+    assert finished.reason is not FinishReason.ERROR
+    t = finished.timings
+    return {
+        "type": "end",
+        "id": request_id,
+        "reason": finished.reason.value,
+        "usage": {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens},
+        "timings": {"queue_ms": round(t.queue_ms, 3), "ttft_ms": round(t.ttft_ms, 3),
+                    "total_ms": round(t.total_ms, 3), "tokens_per_s": round(t.tokens_per_s, 3)},
+    }
+
+
+def error(code: str, message: str, request_id: str | None = None) -> dict[str, Any]:
+    assert code in ERROR_CODES, code
+    return {"type": "error", "id": request_id, "code": code, "message": message}
+
+
+def pong() -> dict[str, Any]:
+    return {"type": "pong"}
+
+
+def encode(frame: dict[str, Any]) -> str:
+    return json.dumps(frame, ensure_ascii=False, separators=(",", ":"))
+
+
+# ---- helpers ----
+
+
+def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int) -> Chat:
+    _only_fields(frame, ("type", "id", "messages", "params"), request_id)
+    chat_id = _check_id(frame, request_id)
+    raw_messages = frame.get("messages")
+    if not isinstance(raw_messages, list) or not raw_messages:
+        raise ProtocolError("invalid_request", "messages: must be a non-empty list of {role, content} objects", chat_id)
+    if len(raw_messages) > max_messages:
+        raise ProtocolError(
+            "invalid_request", f"messages: at most {max_messages} messages per chat, got {len(raw_messages)}", chat_id)
+    messages = tuple(_parse_message(i, m, chat_id) for i, m in enumerate(raw_messages))
+    for i, m in enumerate(messages[1:], start=1):
+        if m.role == "system":
+            raise ProtocolError("invalid_request", f"messages[{i}].role: only the first message may be \"system\"",
+                                chat_id)
+    if messages[-1].role != "user":
+        raise ProtocolError("invalid_request", "messages: the last message must be the user's", chat_id)
+    params = frame.get("params", {})
+    if not isinstance(params, dict):
+        raise ProtocolError("invalid_request", "params: must be an object", chat_id)
+    unknown = sorted(k for k in params if k not in PARAMS)
+    if unknown:
+        raise ProtocolError(
+            "invalid_request", f"params.{unknown[0]}: unknown parameter; known: {', '.join(PARAMS)}", chat_id)
+    return Chat(chat_id, messages, dict(params))
+
+
+def _parse_message(i: int, message: object, chat_id: str) -> ChatMessage:
+    if not isinstance(message, dict):
+        raise ProtocolError("invalid_request", f"messages[{i}]: must be an object with role and content", chat_id)
+    extra = sorted(k for k in message if k not in ("role", "content"))
+    if extra:
+        raise ProtocolError("invalid_request", f"messages[{i}].{extra[0]}: unknown field; known: role, content",
+                            chat_id)
+    role, content = message.get("role"), message.get("content")
+    if role not in ROLES:
+        raise ProtocolError("invalid_request", f"messages[{i}].role: must be one of {', '.join(ROLES)}, got {role!r}",
+                            chat_id)
+    if not isinstance(content, str):
+        raise ProtocolError("invalid_request", f"messages[{i}].content: must be a string", chat_id)
+    return ChatMessage(role, content)
+
+
+def _only_fields(frame: dict[str, Any], allowed: tuple[str, ...], request_id: str | None) -> None:
+    extra = sorted(k for k in frame if k not in allowed)
+    if extra:
+        raise ProtocolError(
+            "invalid_request", f"{extra[0]}: unknown field for type {frame['type']!r}; known: {', '.join(allowed)}",
+            request_id)
+
+
+def _check_id(frame: dict[str, Any], request_id: str | None) -> str:
+    if request_id is None:
+        raise ProtocolError("invalid_request", f"id: must be a string of 1 to {MAX_ID_LENGTH} characters, "
+                                               f"got {_short(frame.get('id'))}")
+    return request_id
+
+
+def _readable_id(value: object) -> str | None:
+    """The id to echo in an error: only a well-formed one, so a client never sees an id it did not send."""
+    if isinstance(value, str) and 1 <= len(value) <= MAX_ID_LENGTH:
+        return value
+    return None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
