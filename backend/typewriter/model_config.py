@@ -1,0 +1,32 @@
+"""The shape of a Llama-family decoder, read from GGUF metadata or a Hugging Face config.json."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    hidden_dim: int
+    norm_eps: float
+    rope_theta: float
+    max_position: int  # the context the model was trained for
+    tie_embeddings: bool
+    qkv_bias: bool = False
+    head_dim: int = 0  # 0: dim // n_heads
+
+    def __post_init__(self) -> None:
+        if not self.head_dim:
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+
+    @property
+    def groups(self) -> int:
+        return self.n_heads // self.n_kv_heads

