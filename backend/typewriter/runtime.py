@@ -1,0 +1,75 @@
+"""Put the parts together: weights -> model -> compiled runner -> engine, with progress for every long wait."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .engine import Engine
+from .model_config import ModelConfig
+from .runner import ModelRunner, power_of_two_buckets
+from .tokenizer import Tokenizer
+from .weights import load_weights, resolve_model_path
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LoadTimes:
+    load_s: float
+    compile_s: float
+
+
+def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int) -> ModelRunner:
+    from .model import Transformer  # imports TensorFlow
+
+    max_context = min(max_context, cfg.max_position)
+    model = Transformer(cfg, weights, slots=slots, max_len=max_context)
+    return ModelRunner(
+        model,
+        prefill_buckets=power_of_two_buckets(min(64, max_context), max_context),
+        batch_buckets=power_of_two_buckets(1, slots),
+        kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
+    )
+
+
+def load_engine(settings, progress: Progress = lambda _: None, warmup: bool = True) -> tuple[Engine, Tokenizer]:
+    """Load the model named by `settings.model_path` (None: the embedded one) and start its engine thread."""
+    engine, tokenizer, _ = load(
+        settings.model_path, settings.max_active, settings.max_context, settings.max_queue, progress, warmup
+    )
+    return engine, tokenizer
+
+
+def load(
+    model_path: str | Path | None,
+    slots: int = 1,
+    max_context: int = 2048,
+    max_queue: int = 16,
+    progress: Progress = lambda _: None,
+    warmup: bool = True,
+) -> tuple[Engine, Tokenizer, LoadTimes]:
+    t0 = time.perf_counter()
+    path = resolve_model_path(model_path)
+    progress(f"loading {path}")
+
+    def weight_progress(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            progress(f"weights {done}/{total}")
+
+    cfg, weights = load_weights(path, weight_progress)
+    tokenizer = Tokenizer.load(path)
+    runner = build_runner(cfg, weights, slots, max_context)
+    del weights
+    load_s = time.perf_counter() - t0
+    progress(f"loaded {cfg.name} in {load_s:.1f}s")
+    t1 = time.perf_counter()
+    if warmup:
+        runner.warmup(lambda i, n, label: progress(f"compiling {i + 1}/{n}: {label}" if i < n else "compiled"))
+    compile_s = time.perf_counter() - t1
+    if warmup:
+        progress(f"compiled every step in {compile_s:.1f}s")
+    engine = Engine(runner, tokenizer, max_queue=max_queue, model_name=cfg.name).start()
+    return engine, tokenizer, LoadTimes(load_s, compile_s)
