@@ -196,7 +196,7 @@ class Engine:
             seq.first_token = time.perf_counter()
         index = len(seq.output_ids) - 1
         reason = None
-        if token_id in self.eos_ids:
+        if token_id in self.eos_ids and not seq.params.ignore_eos:
             reason = FinishReason.EOS
             text, _ = seq.stops.push(seq.detokenizer.flush())
             text += seq.stops.flush()

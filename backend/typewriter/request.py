@@ -38,6 +38,7 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     timeout_s: float | None = None  # deadline from the moment generation starts
+    ignore_eos: bool = False  # benchmarks only: run to max_new_tokens
 
     def __post_init__(self) -> None:
         _check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
