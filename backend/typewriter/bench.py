@@ -1,0 +1,86 @@
+"""`typewriter bench`: load, compile, time to first token and decode speed of the engine in this process.
+
+Speeds are reported with their peer in the same run (batched against single-stream), since this machine is
+noisy and absolute numbers travel badly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from .progress import StderrProgress
+from .request import Finished, GenerationRequest, SamplingParams, Token
+
+TUTOR_QUESTION = "Can you explain why dividing by a fraction is the same as multiplying by its reciprocal?"
+
+
+def run(args: argparse.Namespace) -> int:
+    from .runtime import load
+    from .tokenizer import DEFAULT_SYSTEM_PROMPT
+
+    streams = max(1, args.streams)
+    progress = StderrProgress("bench")
+    engine, tokenizer, times = load(args.model, streams, args.max_context, progress=progress)
+    try:
+        prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}], system=DEFAULT_SYSTEM_PROMPT)
+        progress("time to first token (median of 5)")
+        ttft = statistics.median(_run(engine, [prompt], 1)[0]["ttft_ms"] for _ in range(5))
+        progress(f"single stream, {args.tokens} tokens")
+        single = _run(engine, [prompt], args.tokens)[0]
+        result = {
+            "model": engine.model_name,
+            "load_s": round(times.load_s, 2),
+            "compile_s": round(times.compile_s, 2),
+            "prompt_tokens": len(prompt),
+            "ttft_ms": round(ttft, 1),
+            "decode_tokens": args.tokens,
+            "single_tokens_per_s": round(single["tokens_per_s"], 2),
+        }
+        if streams > 1:
+            progress(f"{streams} concurrent streams, {args.tokens} tokens each")
+            runs = _run(engine, [prompt] * streams, args.tokens)
+            wall = max(r["end"] for r in runs) - min(r["first"] for r in runs)
+            aggregate = sum(r["tokens"] - 1 for r in runs) / wall
+            result |= {
+                "streams": streams,
+                "aggregate_tokens_per_s": round(aggregate, 2),
+                "batched_vs_single": round(aggregate / single["tokens_per_s"], 2),
+            }
+    finally:
+        engine.shutdown()
+    if args.json:
+        print(json.dumps(result))
+    else:
+        width = max(map(len, result))
+        for key, value in result.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def _run(engine, prompts: list[list[int]], tokens: int) -> list[dict]:
+    """Run prompts concurrently to exactly `tokens` tokens each; per-stream timings."""
+    import queue
+
+    params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True)
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    stats = {}
+    for i, prompt in enumerate(prompts):
+        rid = f"bench-{time.perf_counter_ns()}-{i}"
+        stats[rid] = {"tokens": 0, "first": 0.0}
+        engine.submit(GenerationRequest(rid, prompt, params), events.put)
+    done = 0
+    while done < len(prompts):
+        event = events.get()
+        s = stats[event.request_id]
+        if isinstance(event, Token):
+            s["tokens"] += 1
+            if s["tokens"] == 1:
+                s["first"] = time.perf_counter()
+        elif isinstance(event, Finished):
+            s |= {"end": time.perf_counter(), "ttft_ms": event.timings.ttft_ms,
+                  "tokens_per_s": event.timings.tokens_per_s}
+            done += 1
+    return list(stats.values())

@@ -1,0 +1,1 @@
+"""One module per interactive CLI command."""
