@@ -1,0 +1,304 @@
+// @ts-check
+/**
+ * The page: wires the state, the transport, the pacer and the turn views to the DOM.
+ *
+ * One answer is live at a time. Its messages come from `connection.chat`; tokens go into a Pacer, and a
+ * requestAnimationFrame loop moves what the pacer releases into the turn's Writer. Stop halts the display
+ * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows.
+ */
+
+import { Pacer } from "./pacing.js";
+import { endText, errorText, newId, queueText, statsText } from "./protocol.js";
+import { fitToLimits, isLive, load, messagesFor, moveTo, save } from "./state.js";
+import { Connection } from "./transport.js";
+import { TurnView } from "./view.js";
+
+/** @typedef {import("./state.js").Turn} Turn */
+
+/** @param {string} id */
+const byId = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
+
+/** Server settings, rendered into the page as JSON. Every key is optional. */
+const settings = (() => {
+  try {
+    const parsed = JSON.parse(byId("settings")?.textContent || "{}");
+    return parsed && typeof parsed === "object" ? parsed : {};
+  } catch {
+    return {};
+  }
+})();
+const systemPrompt = typeof settings.system_prompt === "string" ? settings.system_prompt : "";
+const wsPath = typeof settings.ws_path === "string" ? settings.ws_path : "/ws";
+/** @param {unknown} n */
+const limit = (n) => (typeof n === "number" && n > 0 ? n : Infinity);
+const encoder = new TextEncoder();
+
+const thread = byId("thread");
+const form = /** @type {HTMLFormElement} */ (byId("composer"));
+const input = /** @type {HTMLTextAreaElement} */ (byId("question"));
+const sendButton = /** @type {HTMLButtonElement} */ (byId("send"));
+const stopButton = /** @type {HTMLButtonElement} */ (byId("stop"));
+const statusLine = byId("status");
+const jumpButton = /** @type {HTMLButtonElement} */ (byId("jump"));
+
+const state = load(localStorage);
+/** @type {Map<Turn, TurnView>} */
+const views = new Map();
+/** The answer being written, if any. */
+let live = /** @type {{turn: Turn, controller: AbortController, pacer: Pacer} | null} */ (null);
+/** Auto-scroll follows the answer until the student scrolls up, and again once they are back at the bottom. */
+let follow = true;
+
+const connection = new Connection(new URL(wsPath, location.href.replace(/^http/, "ws")).href, {
+  onStatus: ({ state: s, retryInMs }) => {
+    state.connection = s;
+    state.retryInMs = retryInMs;
+    showStatus();
+  },
+});
+
+function showStatus() {
+  const queued = live?.turn.status === "queued" ? live.turn.note : "";
+  const text =
+    state.connection === "connecting" ? "Connecting…"
+    : state.connection === "reconnecting" ?
+      state.retryInMs > 0 ? `Connection lost. Reconnecting in ${Math.ceil(state.retryInMs / 1000)} s…` : "Reconnecting…"
+    : queued || (live ? "The tutor is writing…" : "Connected");
+  statusLine.textContent = text;
+  statusLine.dataset.state = state.connection === "open" ? (queued ? "queued" : "ok") : "offline";
+}
+
+function persist() {
+  save(localStorage, state);
+}
+
+/** @param {Turn} turn */
+function addView(turn) {
+  const view = new TurnView(turn, { copy, regenerate });
+  views.forEach((v) => (v.isLast = false));
+  view.isLast = true;
+  views.set(turn, view);
+  thread.append(view.root);
+  return view;
+}
+
+function scrollToEnd() {
+  thread.scrollTop = thread.scrollHeight;
+}
+
+function updateComposer() {
+  const writing = live !== null && isLive(live.turn.status);
+  stopButton.hidden = !writing;
+  sendButton.hidden = writing;
+  jumpButton.hidden = follow || !writing;
+}
+
+/** @param {Turn} turn */
+async function answer(turn) {
+  const view = addView(turn);
+  const pacer = new Pacer();
+  const controller = new AbortController();
+  live = { turn, controller, pacer };
+  follow = true;
+  scrollToEnd();
+  updateComposer();
+  showStatus();
+
+  const tick = (/** @type {number} */ now) => {
+    const text = pacer.take(now);
+    if (text) {
+      view.writer.feed(text);
+      if (isLive(turn.status)) turn.answer = view.writer.source;
+      if (follow) scrollToEnd();
+    }
+    if (pacer.done) {
+      view.writer.flush();
+      view.update();
+      if (follow) scrollToEnd();
+    } else requestAnimationFrame(tick);
+  };
+  requestAnimationFrame(tick);
+
+  let received = "";
+  /** @param {import("./protocol.js").ChatMessage[]} messages */
+  const frameWith = (messages) => ({
+    type: /** @type {const} */ ("chat"),
+    id: turn.id,
+    messages,
+    ...(settings.params ? { params: settings.params } : {}),
+  });
+  const messages = fitToLimits(messagesFor(state.turns, systemPrompt), {
+    maxMessages: limit(settings.max_messages),
+    maxBytes: limit(settings.max_message_bytes) - 64, // room for the id and framing
+    size: (m) => encoder.encode(JSON.stringify(frameWith(m))).length,
+  });
+  const chat = messages
+    ? connection.chat(frameWith(messages), controller.signal)
+    : tooLong(turn.id);
+  for await (const msg of chat) {
+    const ended = !isLive(turn.status); // stopped by the student; only the final stats still matter
+    if (msg.type === "queued" && !ended) {
+      moveTo(turn, "queued");
+      turn.note = queueText(msg.position);
+    } else if (msg.type === "start" && !ended) {
+      moveTo(turn, "streaming");
+      turn.note = "";
+    } else if (msg.type === "token" && !ended) {
+      if (turn.status !== "streaming") moveTo(turn, "streaming");
+      received += msg.text;
+      pacer.push(msg.text, performance.now());
+    } else if (msg.type === "end") {
+      pacer.end(performance.now());
+      turn.stats = statsText(msg.timings, msg.usage);
+      if (!ended) {
+        moveTo(turn, msg.reason === "cancelled" ? "stopped" : "done");
+        turn.answer = received;
+        turn.note = endText(msg.reason);
+      }
+    } else if (msg.type === "error") {
+      pacer.end(performance.now());
+      if (!ended) {
+        moveTo(turn, msg.code === "disconnected" ? "interrupted" : "failed");
+        turn.answer = received;
+        turn.note = errorText(msg.code);
+      }
+    }
+    view.update();
+    showStatus();
+  }
+  if (live?.turn === turn) live = null;
+  persist();
+  updateComposer();
+  showStatus();
+}
+
+/**
+ * The question alone is over the server's frame limit: sending it would close the socket, so say so here.
+ * @param {string} id
+ */
+async function* tooLong(id) {
+  yield /** @type {import("./protocol.js").ServerMessage} */ ({ type: "error", id, code: "question_too_long", message: "" });
+}
+
+/** Stop the live answer: the display halts now and what it shows is kept. */
+function stop() {
+  if (!live || !isLive(live.turn.status)) return;
+  const { turn, controller, pacer } = live;
+  pacer.discard();
+  controller.abort();
+  const view = views.get(turn);
+  turn.answer = view?.writer.source ?? turn.answer;
+  moveTo(turn, "stopped");
+  turn.note = endText("cancelled");
+  view?.update();
+  persist();
+  updateComposer();
+  showStatus();
+  input.focus();
+}
+
+/** @param {string} question */
+function ask(question) {
+  stop();
+  const turn = /** @type {Turn} */ ({ id: newId(), question, answer: "", status: "waiting", note: "", stats: "" });
+  state.turns.push(turn);
+  persist();
+  answer(turn);
+}
+
+/** @param {Turn} turn */
+function regenerate(turn) {
+  if (state.turns[state.turns.length - 1] !== turn || (live && isLive(live.turn.status))) return;
+  state.turns.pop();
+  views.get(turn)?.root.remove();
+  views.delete(turn);
+  ask(turn.question);
+}
+
+/**
+ * @param {Turn} turn
+ * @param {HTMLButtonElement} button
+ */
+async function copy(turn, button) {
+  try {
+    await navigator.clipboard.writeText(turn.answer);
+  } catch {
+    // No async clipboard outside a secure context: fall back to a selection and the copy command.
+    const area = document.createElement("textarea");
+    area.value = turn.answer;
+    area.setAttribute("readonly", "");
+    area.className = "visually-hidden";
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  button.textContent = "Copied";
+  setTimeout(() => (button.textContent = "Copy"), 1500);
+}
+
+function newChat() {
+  stop();
+  state.turns = [];
+  views.clear();
+  thread.replaceChildren();
+  persist();
+  updateComposer();
+  input.focus();
+}
+
+// ---- events ----
+
+form.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const question = input.value.trim();
+  if (!question) return;
+  input.value = "";
+  resizeInput();
+  ask(question);
+});
+
+input.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    form.requestSubmit();
+  }
+});
+
+function resizeInput() {
+  input.style.height = "auto";
+  input.style.height = `${Math.min(input.scrollHeight, 200)}px`;
+}
+input.addEventListener("input", resizeInput);
+
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && live && isLive(live.turn.status)) {
+    event.preventDefault();
+    stop();
+  }
+});
+
+stopButton.addEventListener("click", stop);
+byId("new-chat").addEventListener("click", newChat);
+
+thread.addEventListener("scroll", () => {
+  follow = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 32;
+  updateComposer();
+});
+jumpButton.addEventListener("click", () => {
+  follow = true;
+  scrollToEnd();
+  updateComposer();
+});
+
+window.addEventListener("online", () => connection.connect());
+window.addEventListener("pagehide", persist);
+
+// ---- start ----
+
+for (const turn of state.turns) addView(turn).showFinished();
+scrollToEnd();
+updateComposer();
+showStatus();
+connection.connect();
+input.focus();

@@ -1,0 +1,129 @@
+// @ts-check
+/**
+ * Protocol v1 as the page sees it: the frames, and what each outcome means in words a student understands.
+ * Pure and DOM-free. The wire format itself is specified in the server's protocol documentation.
+ */
+
+/**
+ * @typedef {{role: "system" | "user" | "assistant", content: string}} ChatMessage
+ * @typedef {{type: "chat", id: string, messages: ChatMessage[], params?: Record<string, unknown>}} ChatFrame
+ * @typedef {{prompt_tokens: number, completion_tokens: number}} Usage
+ * @typedef {{queue_ms: number, ttft_ms: number, total_ms: number, tokens_per_s: number}} Timings
+ * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "shutdown"} EndReason
+ * @typedef {{type: "queued", id: string, position: number}
+ *   | {type: "start", id: string, prompt_tokens: number}
+ *   | {type: "token", id: string, index: number, text: string}
+ *   | {type: "end", id: string, reason: EndReason, usage: Usage | null, timings: Timings | null}
+ *   | {type: "error", id: string | null, code: string, message: string}
+ *   | {type: "pong"}} ServerMessage
+ */
+
+/**
+ * A fresh request id: 24 hex characters. crypto.randomUUID needs a secure context; this does not.
+ * @returns {string}
+ */
+export function newId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(12));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * Parse one text frame from the server; null if it is not a message this page understands.
+ * @param {unknown} data
+ * @returns {ServerMessage | null}
+ */
+export function parseServerMessage(data) {
+  if (typeof data !== "string") return null;
+  let msg;
+  try {
+    msg = JSON.parse(data);
+  } catch {
+    return null;
+  }
+  if (!msg || typeof msg !== "object" || typeof msg.type !== "string") return null;
+  switch (msg.type) {
+    case "token":
+      return typeof msg.id === "string" && typeof msg.text === "string" ? msg : null;
+    case "queued":
+      return typeof msg.id === "string" && Number.isFinite(msg.position) ? msg : null;
+    case "start":
+    case "end":
+      return typeof msg.id === "string" ? { usage: null, timings: null, ...msg } : null;
+    case "error":
+      return typeof msg.code === "string" ? { id: null, message: "", ...msg } : null;
+    case "pong":
+      return msg;
+    default:
+      return null;
+  }
+}
+
+/** @param {ServerMessage} msg */
+export const isTerminal = (msg) => msg.type === "end" || msg.type === "error";
+
+/**
+ * What a queue position means to the person waiting. The server counts from 1, "next to start".
+ * @param {number} position
+ */
+export function queueText(position) {
+  const ahead = Math.max(0, Math.round(position) - 1);
+  if (ahead === 0) return "You're next — the tutor will start in a moment.";
+  return ahead === 1 ? "1 person ahead of you" : `${ahead} people ahead of you`;
+}
+
+/**
+ * Error codes in plain words. Two are the page's own: `disconnected` (the connection dropped mid-answer) and
+ * `question_too_long` (over the server's frame limit, so never sent).
+ */
+const ERROR_TEXT = /** @type {Record<string, string>} */ ({
+  prompt_too_long:
+    "This conversation is now too long for the tutor to read. Start a new chat, or ask a shorter question.",
+  question_too_long: "That question is too long to send. Please shorten it, or split it into parts.",
+  overloaded: "The tutor is helping a lot of students right now. Please try again in a minute.",
+  busy: "The tutor is still answering your last question. Wait for it to finish, or press Stop.",
+  invalid_request: "The tutor couldn't read that message. Please try again; if it keeps happening, start a new chat.",
+  invalid_json: "Your message got garbled on the way. Please reload the page and try again.",
+  not_found: "That answer had already finished.",
+  internal: "Something went wrong on the tutor's side. Please try again.",
+  disconnected: "The connection dropped before the answer finished. It will reconnect by itself; then try again.",
+});
+
+/**
+ * @param {string} code
+ * @returns {string}
+ */
+export function errorText(code) {
+  return ERROR_TEXT[code] ?? ERROR_TEXT.internal;
+}
+
+/** How an answer ended, when that is worth telling; a natural ending says nothing. */
+const END_TEXT = /** @type {Record<string, string>} */ ({
+  cancelled: "Stopped",
+  length: "The answer reached its length limit.",
+  timeout: "The answer took too long and was cut short.",
+  shutdown: "The tutor restarted before finishing. Please ask again.",
+});
+
+/**
+ * @param {string} reason
+ * @returns {string}
+ */
+export function endText(reason) {
+  return END_TEXT[reason] ?? "";
+}
+
+/**
+ * Small numbers for the curious: time to first token and speed.
+ * @param {Timings | null} timings
+ * @param {Usage | null} usage
+ */
+export function statsText(timings, usage) {
+  if (!timings) return "";
+  const parts = [];
+  if (Number.isFinite(timings.ttft_ms)) parts.push(`first token ${(timings.ttft_ms / 1000).toFixed(2)} s`);
+  if (Number.isFinite(timings.tokens_per_s) && timings.tokens_per_s > 0) {
+    parts.push(`${timings.tokens_per_s.toFixed(1)} tokens/s`);
+  }
+  if (usage && Number.isFinite(usage.completion_tokens)) parts.push(`${usage.completion_tokens} tokens`);
+  return parts.join(" · ");
+}

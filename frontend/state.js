@@ -1,0 +1,130 @@
+// @ts-check
+/**
+ * The page's one state object: the conversation as a list of turns, each a question and its answer, and
+ * how the connection is doing. Pure and DOM-free; storage is passed in (localStorage in the page).
+ *
+ * A turn's answer moves through a lifecycle whose transitions are checked:
+ *   waiting → queued → streaming → done | stopped | failed | interrupted
+ * (waiting and queued may also end directly). A reload turns an unfinished answer into `interrupted`.
+ */
+
+/** @typedef {import("./protocol.js").ChatMessage} ChatMessage */
+/** @typedef {"waiting" | "queued" | "streaming" | "done" | "stopped" | "failed" | "interrupted"} TurnStatus */
+/**
+ * @typedef {object} Turn
+ * @property {string} id        the request id of the latest attempt
+ * @property {string} question
+ * @property {string} answer    the answer text as shown
+ * @property {TurnStatus} status
+ * @property {string} note      why it ended, in words ("Stopped", an error sentence), or ""
+ * @property {string} stats     time to first token and speed, or ""
+ */
+
+/** @type {TurnStatus[]} */
+const ENDED = ["done", "stopped", "failed", "interrupted"];
+/** @type {Record<TurnStatus, TurnStatus[]>} */
+const NEXT = {
+  waiting: ["queued", "streaming", ...ENDED],
+  queued: ["queued", "streaming", ...ENDED],
+  streaming: ENDED,
+  done: [],
+  stopped: [],
+  failed: [],
+  interrupted: [],
+};
+
+/** @param {TurnStatus} status */
+export const isLive = (status) => !ENDED.includes(status);
+
+/**
+ * @param {Turn} turn
+ * @param {TurnStatus} status
+ */
+export function moveTo(turn, status) {
+  if (!NEXT[turn.status].includes(status)) {
+    throw new Error(`turn ${turn.id}: cannot go from ${turn.status} to ${status}`);
+  }
+  turn.status = status;
+}
+
+const STORAGE_KEY = "typewriter.conversation.v1";
+
+/**
+ * @typedef {object} State
+ * @property {Turn[]} turns
+ * @property {"connecting" | "open" | "reconnecting"} connection
+ * @property {number} retryInMs
+ */
+
+/** @returns {State} */
+export function emptyState() {
+  return { turns: [], connection: "connecting", retryInMs: 0 };
+}
+
+/**
+ * @param {Pick<Storage, "getItem">} storage
+ * @returns {State}
+ */
+export function load(storage) {
+  const state = emptyState();
+  let saved;
+  try {
+    saved = JSON.parse(storage.getItem(STORAGE_KEY) ?? "null");
+  } catch {
+    return state;
+  }
+  if (!saved || !Array.isArray(saved.turns)) return state;
+  for (const t of saved.turns) {
+    if (!t || typeof t.question !== "string" || typeof t.answer !== "string" || !(t.status in NEXT)) continue;
+    const status = isLive(t.status) ? "interrupted" : t.status;
+    const note = status === "interrupted" && isLive(t.status) ? "The page was reloaded before this answer finished." : String(t.note ?? "");
+    state.turns.push({ id: String(t.id ?? ""), question: t.question, answer: t.answer, status, note, stats: String(t.stats ?? "") });
+  }
+  return state;
+}
+
+/**
+ * @param {Pick<Storage, "setItem">} storage
+ * @param {State} state
+ */
+export function save(storage, state) {
+  try {
+    storage.setItem(STORAGE_KEY, JSON.stringify({ turns: state.turns }));
+  } catch {
+    // Storage full or disabled (private mode): the chat still works, it just will not survive a reload.
+  }
+}
+
+/**
+ * The messages to send for the last turn: every earlier exchange that has an answer, then the question.
+ * A question whose answer failed with no text is left out, so roles keep alternating.
+ * @param {Turn[]} turns   the last one is the turn being asked
+ * @param {string} [systemPrompt]
+ * @returns {ChatMessage[]}
+ */
+export function messagesFor(turns, systemPrompt = "") {
+  /** @type {ChatMessage[]} */
+  const messages = systemPrompt ? [{ role: "system", content: systemPrompt }] : [];
+  for (const turn of turns.slice(0, -1)) {
+    if (!turn.answer.trim()) continue;
+    messages.push({ role: "user", content: turn.question }, { role: "assistant", content: turn.answer });
+  }
+  const last = turns[turns.length - 1];
+  if (last) messages.push({ role: "user", content: last.question });
+  return messages;
+}
+
+/**
+ * Trim a conversation to the server's limits by dropping the oldest exchanges; the question always stays.
+ * Returns null when even the question alone is too big to send (a frame over the limit closes the socket).
+ * @param {ChatMessage[]} messages  ends with the question; may start with a system message
+ * @param {{maxMessages?: number, maxBytes?: number, size: (messages: ChatMessage[]) => number}} limits
+ * @returns {ChatMessage[] | null}
+ */
+export function fitToLimits(messages, { maxMessages = Infinity, maxBytes = Infinity, size }) {
+  const system = messages[0]?.role === "system" ? [messages[0]] : [];
+  let rest = messages.slice(system.length);
+  const fits = () => system.length + rest.length <= maxMessages && size([...system, ...rest]) <= maxBytes;
+  while (!fits() && rest.length > 1) rest = rest.slice(2);
+  return fits() ? [...system, ...rest] : null;
+}

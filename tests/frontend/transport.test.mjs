@@ -1,0 +1,203 @@
+import assert from "node:assert/strict";
+import { afterEach, test } from "node:test";
+
+import { errorText, parseServerMessage, queueText, statsText } from "../../frontend/protocol.js";
+import { Connection } from "../../frontend/transport.js";
+
+/** A WebSocket stand-in: records what the page sends and lets the test play the server. */
+class FakeSocket {
+  static all = [];
+  readyState = 0;
+  sent = [];
+  constructor(url) {
+    this.url = url;
+    FakeSocket.all.push(this);
+  }
+  send(data) {
+    this.sent.push(JSON.parse(data));
+  }
+  close() {
+    this.drop();
+  }
+  open() {
+    this.readyState = 1;
+    this.onopen?.();
+  }
+  receive(msg) {
+    this.onmessage?.({ data: typeof msg === "string" ? msg : JSON.stringify(msg) });
+  }
+  drop() {
+    this.readyState = 3;
+    this.onclose?.({ code: 1006 });
+  }
+  static get last() {
+    return FakeSocket.all.at(-1);
+  }
+}
+
+const connections = [];
+function connect(options = {}) {
+  const statuses = [];
+  const conn = new Connection("ws://test/ws", {
+    WebSocket: /** @type {any} */ (FakeSocket),
+    onStatus: (s) => statuses.push(s),
+    random: () => 1,
+    ...options,
+  });
+  connections.push(conn);
+  conn.connect(); // as the page does on load
+  return { conn, statuses };
+}
+afterEach(() => {
+  connections.splice(0).forEach((c) => c.close());
+  FakeSocket.all = [];
+});
+
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+const frame = (id, text = "hi") => ({ type: "chat", id, messages: [{ role: "user", content: text }] });
+const end = (id, reason = "eos") => ({
+  type: "end", id, reason,
+  usage: { prompt_tokens: 5, completion_tokens: 2 },
+  timings: { queue_ms: 0, ttft_ms: 120, total_ms: 300, tokens_per_s: 24.5 },
+});
+
+async function collect(gen) {
+  const out = [];
+  for await (const msg of gen) out.push(msg);
+  return out;
+}
+
+test("a chat yields its queued, start and token messages, then exactly one end", async () => {
+  const { conn } = connect();
+  const done = collect(conn.chat(frame("a")));
+  FakeSocket.last.open();
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent, [frame("a")]);
+  const s = FakeSocket.last;
+  s.receive({ type: "queued", id: "a", position: 2 });
+  s.receive({ type: "start", id: "a", prompt_tokens: 5 });
+  s.receive({ type: "token", id: "a", index: 0, text: "Hel" });
+  s.receive({ type: "token", id: "other", index: 0, text: "not mine" });
+  s.receive("not json at all");
+  s.receive({ type: "token", id: "a", index: 1, text: "lo" });
+  s.receive(end("a"));
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => m.type), ["queued", "start", "token", "token", "end"]);
+  assert.equal(msgs.filter((m) => m.type === "token").map((m) => m.text).join(""), "Hello");
+});
+
+test("aborting sends stop and still yields until the server's end", async () => {
+  const { conn } = connect();
+  const controller = new AbortController();
+  const done = collect(conn.chat(frame("a"), controller.signal));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "token", id: "a", index: 0, text: "par" });
+  controller.abort();
+  assert.deepEqual(FakeSocket.last.sent.at(-1), { type: "stop", id: "a" });
+  FakeSocket.last.receive({ type: "token", id: "a", index: 1, text: "tial" }); // one more decode step may land
+  FakeSocket.last.receive(end("a", "cancelled"));
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => m.type), ["token", "token", "end"]);
+  assert.equal(msgs.at(-1).reason, "cancelled");
+});
+
+test("aborting before the request was sent ends it as cancelled without sending", async () => {
+  const { conn } = connect();
+  const controller = new AbortController();
+  const done = collect(conn.chat(frame("a"), controller.signal));
+  controller.abort();
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => [m.type, m.reason]), [["end", "cancelled"]]);
+  assert.deepEqual(FakeSocket.last.sent, []);
+});
+
+test("a new chat waits for the previous one's end, so the server never answers busy", async () => {
+  const { conn } = connect();
+  const controller = new AbortController();
+  const first = collect(conn.chat(frame("a"), controller.signal));
+  FakeSocket.last.open();
+  await tick();
+  controller.abort();
+  const second = collect(conn.chat(frame("b")));
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent.map((f) => f.type), ["chat", "stop"]);
+  FakeSocket.last.receive(end("a", "cancelled"));
+  await first;
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent.map((f) => f.id), ["a", "a", "b"]);
+  FakeSocket.last.receive(end("b"));
+  assert.equal((await second).at(-1).reason, "eos");
+});
+
+test("errors are terminal; an error without an id belongs to the chat in flight", async () => {
+  const { conn } = connect();
+  const done = collect(conn.chat(frame("a")));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "error", id: null, code: "invalid_json", message: "bad frame" });
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => [m.type, m.code]), [["error", "invalid_json"]]);
+});
+
+test("a dropped socket ends the running chat as disconnected and reconnects with growing delays", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { conn, statuses } = connect({ baseDelayMs: 500, maxDelayMs: 4000 });
+  const done = collect(conn.chat(frame("a")));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "token", id: "a", index: 0, text: "half an ans" });
+  FakeSocket.last.drop();
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => m.code ?? m.type), ["token", "disconnected"]);
+
+  const delays = [];
+  for (let i = 0; i < 5; i++) {
+    delays.push(statuses.at(-1).retryInMs);
+    assert.equal(statuses.at(-1).state, "reconnecting");
+    const before = FakeSocket.all.length;
+    t.mock.timers.tick(delays.at(-1));
+    assert.equal(FakeSocket.all.length, before + 1, "a new socket was opened after the delay");
+    FakeSocket.last.drop();
+  }
+  assert.deepEqual(delays, [500, 1000, 2000, 4000, 4000]);
+
+  t.mock.timers.tick(4000);
+  FakeSocket.last.open();
+  assert.equal(statuses.at(-1).state, "open");
+  FakeSocket.last.drop();
+  assert.equal(statuses.at(-1).retryInMs, 500, "the backoff starts over after a good connection");
+});
+
+test("sending while the socket waits to retry reconnects at once", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { conn } = connect({ baseDelayMs: 10000 });
+  FakeSocket.last.drop();
+  const count = FakeSocket.all.length;
+  const done = collect(conn.chat(frame("a")));
+  await tick();
+  assert.equal(FakeSocket.all.length, count + 1);
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive(end("a"));
+  assert.equal((await done).length, 1);
+});
+
+test("frames the page does not understand are ignored", () => {
+  assert.equal(parseServerMessage("{"), null);
+  assert.equal(parseServerMessage(JSON.stringify({ type: "token", id: 3, text: "x" })), null);
+  assert.equal(parseServerMessage(JSON.stringify({ type: "mystery" })), null);
+  assert.equal(parseServerMessage(new ArrayBuffer(2)), null);
+});
+
+test("every error code has a plain sentence, and queue positions read naturally", () => {
+  for (const code of ["invalid_json", "invalid_request", "prompt_too_long", "busy", "overloaded", "not_found", "internal", "disconnected", "question_too_long"]) {
+    assert.match(errorText(code), /^[A-Z].{20,}\.$/, code);
+    assert.doesNotMatch(errorText(code), /_|json|token/i, code);
+  }
+  assert.equal(errorText("something_new"), errorText("internal"));
+  assert.equal(queueText(3), "2 people ahead of you");
+  assert.equal(queueText(2), "1 person ahead of you");
+  assert.match(queueText(1), /next/);
+  assert.equal(statsText(end("a").timings, end("a").usage), "first token 0.12 s · 24.5 tokens/s · 2 tokens");
+});
