@@ -112,8 +112,7 @@ async function answer(turn) {
       if (follow) scrollToEnd();
     }
     if (pacer.done) {
-      view.writer.flush();
-      view.update();
+      view.finishTyping();
       if (follow) scrollToEnd();
     } else requestAnimationFrame(tick);
   };

@@ -49,6 +49,8 @@ export class TurnView {
 
     this.root.append(question, this.article);
     this.writer = new Writer(this.answer);
+    /** The display is still catching up; it may outlast the answer's arrival by a few frames. */
+    this.typing = true;
     this.update();
   }
 
@@ -57,7 +59,7 @@ export class TurnView {
     const { status, note, stats, answer } = this.turn;
     const live = status === "waiting" || status === "queued" || status === "streaming";
     this.article.dataset.status = status;
-    this.article.setAttribute("aria-busy", String(live));
+    this.article.setAttribute("aria-busy", String(live || this.typing));
     this.note.textContent = note;
     this.note.hidden = !note;
     this.note.setAttribute("role", status === "failed" ? "alert" : "none");
@@ -74,7 +76,13 @@ export class TurnView {
   /** Show a finished answer at once (after a reload). */
   showFinished() {
     this.writer.feed(this.turn.answer);
+    this.finishTyping();
+  }
+
+  /** The last character is on screen: drop the caret and let assistive technology read the answer. */
+  finishTyping() {
     this.writer.flush();
+    this.typing = false;
     this.update();
   }
 

@@ -1,0 +1,186 @@
+"""The tutoring page in a real browser against a real server and the real model.
+
+Debian's Chromium (`apt-get install -y chromium`) is driven headless by Playwright for Python; no browser is
+downloaded. The server is `python -m typewriter serve` on a free port, with short answers so the test does
+not wait on a CPU model writing 512 tokens. The tests share one server, one browser context and one page,
+and run in order: ask, stop, reload. A screenshot of a finished answer is saved under artifacts/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync"]
+READY_TIMEOUT_S = 600  # loading and compiling the model on a small CPU takes a while
+ANSWER_TIMEOUT_MS = 180_000
+LIVE = ".tutor[data-status=waiting], .tutor[data-status=queued], .tutor[data-status=streaming]"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, e.read().decode()
+
+
+def _cancelled_total(base: str) -> float:
+    _, text = _get(f"{base}/metrics")
+    match = re.search(r'^typewriter_requests_total\{reason="cancelled"\} (\S+)$', text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if url := os.environ.get("TYPEWRITER_TEST_SERVER_URL"):  # an already running server, e.g. while developing
+        yield url.rstrip("/")
+        return
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    env = {**os.environ, "TYPEWRITER_MAX_NEW_TOKENS": "96"}
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "typewriter", "serve", "--port", str(port)],
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"the server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                if _get(f"{base}/readyz")[0] == 200:
+                    break
+            except OSError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                pytest.fail(f"/readyz not 200 after {READY_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
+            time.sleep(1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1100, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(server)
+        page.wait_for_selector("#status[data-state=ok]", timeout=30_000)
+        yield page
+        assert not errors, f"the page logged errors: {errors}"
+        context.close()
+        browser.close()
+
+
+def _ask(page, question: str) -> None:
+    page.fill("#question", question)
+    page.keyboard.press("Enter")
+
+
+def _last_answer(page):
+    return page.locator(".turn").last.locator(".answer")
+
+
+def test_an_answer_types_itself_out_and_then_ends(page):
+    turns_before = page.locator(".turn").count()
+    _ask(page, "In two or three sentences, what is photosynthesis?")
+    page.wait_for_selector(".tutor[data-status=streaming]", timeout=ANSWER_TIMEOUT_MS)
+
+    snapshots: list[str] = []
+    while page.locator(LIVE).count():
+        text = _last_answer(page).inner_text()
+        if text and (not snapshots or text != snapshots[-1]):
+            snapshots.append(text)
+        page.wait_for_timeout(100)
+    page.wait_for_selector(".turn:last-child .tutor[aria-busy=false]", timeout=10_000)
+
+    final = _last_answer(page).inner_text()
+    assert page.locator(".turn").count() == turns_before + 1
+    assert page.locator(".turn:last-child .tutor").get_attribute("data-status") == "done"
+    assert len(snapshots) >= 3, f"the answer did not grow visibly: {snapshots}"
+    assert len(final.strip()) > len(snapshots[0].strip())
+    assert page.locator(".turn:last-child .stats").inner_text(), "no time-to-first-token stats"
+    assert page.locator(".turn:last-child .caret").count() == 0
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-finished-answer.png"))
+
+
+def test_stop_keeps_the_partial_answer_and_the_server_ends_it_as_cancelled(page, server):
+    cancelled_before = _cancelled_total(server)
+    _ask(page, "Write a long, detailed essay about the history of mathematics, from Babylon to today.")
+    # The page's CSP forbids eval, so waits use locators rather than wait_for_function.
+    expect(_last_answer(page)).to_have_text(re.compile(r"\S.{19,}", re.S), timeout=ANSWER_TIMEOUT_MS)
+    page.click("#stop")
+
+    article = page.locator(".turn:last-child .tutor")
+    assert article.get_attribute("data-status") == "stopped"
+    assert page.locator(".turn:last-child .note").inner_text().strip() == "Stopped"
+    partial = _last_answer(page).inner_text()
+    assert partial.strip()
+
+    # The server's end (reason cancelled) brings the stats, and its counter rises.
+    expect(page.locator(".turn:last-child .stats")).not_to_have_text("", timeout=10_000)
+    deadline = time.monotonic() + 10
+    while _cancelled_total(server) <= cancelled_before:
+        assert time.monotonic() < deadline, "typewriter_requests_total{reason=\"cancelled\"} did not rise"
+        time.sleep(0.2)
+    page.wait_for_timeout(500)
+    assert _last_answer(page).inner_text() == partial, "text changed after Stop"
+    assert page.locator("#send").is_visible() and not page.locator("#stop").is_visible()
+
+    # The next question is taken at once, and Esc stops it too.
+    _ask(page, "Thanks! And what is a prime number?")
+    page.wait_for_selector(".turn:last-child .tutor[data-status=streaming]", timeout=ANSWER_TIMEOUT_MS)
+    page.keyboard.press("Escape")
+    assert page.locator(".turn:last-child .tutor").get_attribute("data-status") == "stopped"
+
+
+def test_a_reload_shows_the_conversation_again(page):
+    def conversation():
+        return [(t.locator(".bubble").inner_text(), t.locator(".answer").inner_text(),
+                 t.locator(".tutor").get_attribute("data-status")) for t in page.locator(".turn").all()]
+
+    page.wait_for_timeout(1000)  # the stopped answer's end has arrived and been saved
+    before = conversation()
+    assert len(before) >= 3
+    page.reload()
+    page.wait_for_selector("#status[data-state=ok]", timeout=30_000)
+    assert conversation() == before
