@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import re
 import threading
 import time
 from contextlib import contextmanager
@@ -11,12 +13,14 @@ from contextlib import contextmanager
 import anyio
 import pytest
 from starlette.testclient import TestClient
-from starlette.websockets import WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from fakes import FakeEngine, FakeTokenizer, factory
 from typewriter.config import Settings
 from typewriter.request import FinishReason, Token
 from typewriter.server.app import create_app
+from typewriter.server.lifecycle import ServerState
+from typewriter.server.session import Session
 
 
 def settings(**overrides) -> Settings:
@@ -423,3 +427,47 @@ def test_finished_events_only_end_their_own_connection():
             frames_one, frames_two = until_terminal(one), until_terminal(two)
     assert text_of(frames_one) == text_of(frames_two) == "y" * 6
     assert frames_one[-1]["reason"] == frames_two[-1]["reason"] == "eos"
+
+
+# ---- a client that stops reading ----
+
+
+def test_a_client_that_stops_reading_has_its_chat_cancelled_after_the_backlog():
+    """Drives the app over raw ASGI so the socket's send can block, as it does when a real client stops reading."""
+
+    engine = FakeEngine(tokens=["x"] * 1000, step_s=0.001, max_context=4096)
+
+    async def scenario():
+        state = ServerState(settings(send_backlog=8, max_new_tokens_cap=1000), factory(engine))
+        state.start_loading()
+        while not state.ready:
+            await asyncio.sleep(0.01)
+        inbox: asyncio.Queue = asyncio.Queue()
+        stalled = asyncio.Event()  # never set while the client "does not read"
+
+        async def send(message):
+            if message["type"] == "websocket.send":
+                await stalled.wait()
+
+        scope = {"type": "websocket", "path": "/ws", "headers": [], "query_string": b""}
+        ws = WebSocket(scope, inbox.get, send)
+        await inbox.put({"type": "websocket.connect"})
+        await ws.accept()
+        session = Session(ws, state)
+        running = asyncio.create_task(session.run())
+        await inbox.put({"type": "websocket.receive", "text": json.dumps(chat("slow", max_new_tokens=1000))})
+        deadline = time.monotonic() + 5
+        while engine.submitted == [] or engine.stats().active:
+            assert time.monotonic() < deadline, "the stalled chat was never cancelled"
+            await asyncio.sleep(0.01)
+        waiting = session.stream.events.qsize()
+        await inbox.put({"type": "websocket.disconnect", "code": 1006})
+        stalled.set()
+        await asyncio.wait_for(running, 5)
+        return waiting, state.metrics.render().decode()
+
+    waiting, metrics = asyncio.run(scenario())
+    assert waiting <= 8 + 2  # the backlog, the token that crossed it, and the Finished
+    assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
+    generated = float(re.search(r"^typewriter_generated_tokens_total (\S+)$", metrics, re.M).group(1))
+    assert generated < 100  # cancelled within a step or two of the backlog filling, not run to 1,000

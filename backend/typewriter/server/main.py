@@ -1,0 +1,85 @@
+"""`typewriter serve`: the chat server under uvicorn, with readiness, dead-socket pings and a graceful shutdown."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import uvicorn
+
+from ..config import Settings
+from .app import create_app
+from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options for the settings people change most; every setting is also a TYPEWRITER_* variable."""
+    parser.add_argument("--host", help="address to listen on (default 127.0.0.1; TYPEWRITER_HOST)")
+    parser.add_argument("--port", type=int, help="port to listen on (default 8000; 0 picks a free one)")
+    parser.add_argument("--model", dest="model_path", metavar="PATH",
+                        help="a GGUF file or a Hugging Face model directory (default: the embedded model)")
+    parser.add_argument("--max-active", type=int, metavar="N", help="streams decoded together (default 4)")
+    parser.add_argument("--max-queue", type=int, metavar="N", help="chats that may wait for a slot (default 16)")
+    parser.add_argument("--max-context", type=int, metavar="N", help="tokens of KV cache per stream (default 2048)")
+    parser.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"))
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    names = ("host", "port", "model_path", "max_active", "max_queue", "max_context", "log_level")
+    return Settings.from_env(**{name: getattr(args, name, None) for name in names})
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    return serve(settings_from_args(args))
+
+
+def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
+    """Run until SIGINT/SIGTERM; 0 after a clean shutdown, 1 if the model failed to load."""
+    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(settings, engine_factory)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        ws="websockets-sansio",  # the websockets library's protocol, without its deprecated legacy layer
+        ws_max_size=settings.max_message_bytes,
+        ws_ping_interval=settings.ping_interval_s or None,
+        ws_ping_timeout=settings.ping_timeout_s or None,
+        log_level=settings.log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+    )
+    server = Server(config, app.state.server)
+    server.run()
+    return 1 if server.load_failed else 0
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, plus: print the URL once bound, exit if the model fails to load, and end every chat
+    with reason `shutdown` before uvicorn closes the sockets (it would otherwise drop them with 1012)."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState):
+        super().__init__(config)
+        self.state = state
+        self.load_failed = False
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            host, port = self.servers[0].sockets[0].getsockname()[:2]
+            shown = f"[{host}]" if ":" in host else host
+            print(f"Typewriter on http://{shown}:{port}/ (loading the model; /readyz says when it is ready)",
+                  flush=True)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.state.phase is Phase.FAILED:
+            print(f"typewriter: error: the model failed to load: {self.state.error}", file=sys.stderr, flush=True)
+            self.load_failed = True
+            return True
+        return await super().on_tick(counter)
+
+    async def shutdown(self, sockets=None) -> None:
+        await self.state.drain()
+        await super().shutdown(sockets)

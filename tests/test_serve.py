@@ -1,0 +1,127 @@
+"""The server under real uvicorn on a loopback socket, with the fake engine: what only a real socket shows
+(close codes from the WebSocket layer, the graceful shutdown, the URL bench)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import uvicorn
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from fakes import FakeEngine, factory
+from typewriter.config import Settings
+from typewriter.loadbench import add_url_bench_arguments, percentile, run_url_bench
+from typewriter.server.app import create_app
+from typewriter.server.main import Server
+
+
+@contextmanager
+def running(engine: FakeEngine, **overrides):
+    values = dict(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
+                  max_message_bytes=4096, ping_interval_s=5.0, ping_timeout_s=5.0, shutdown_grace_s=2.0)
+    settings = Settings(**{**values, **overrides})
+    app = create_app(settings, factory(engine))
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, ws="websockets-sansio", lifespan="on",
+                            ws_max_size=settings.max_message_bytes, log_level="warning", timeout_graceful_shutdown=2)
+    server = Server(config, app.state.server)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not (server.started and app.state.server.ready):
+        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield server, f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def chat(request_id: str, **params) -> str:
+    return json.dumps({"type": "chat", "id": request_id, "messages": [{"role": "user", "content": "hi"}],
+                       "params": params})
+
+
+async def until_terminal(ws) -> list[dict]:
+    frames = []
+    while not frames or frames[-1]["type"] not in ("end", "error"):
+        frames.append(json.loads(await asyncio.wait_for(ws.recv(), 5)))
+    return frames
+
+
+def test_a_chat_and_a_stop_over_a_real_socket():
+    async def talk(address):
+        async with connect(f"ws://{address}/ws") as ws:
+            await ws.send(chat("full"))
+            full = await until_terminal(ws)
+            await ws.send(chat("cut", max_new_tokens=64))
+            assert json.loads(await ws.recv())["type"] == "start"
+            assert json.loads(await ws.recv())["type"] == "token"
+            await ws.send(json.dumps({"type": "stop", "id": "cut"}))
+            return full, await until_terminal(ws)
+
+    with running(FakeEngine(tokens=["ab"] * 60, step_s=0.05)) as (_, address):
+        full, cut = asyncio.run(talk(address))
+        metrics = httpx.get(f"http://{address}/metrics").text
+    assert (full[-1]["reason"], "".join(f.get("text", "") for f in full)) == ("length", "ab" * 16)
+    assert cut[-1]["reason"] == "cancelled"
+    assert len([f for f in cut if f["type"] == "token"]) <= 1
+    assert "typewriter_active_streams 0.0" in metrics
+
+
+@pytest.mark.parametrize(("payload", "code"), [(b"\x00binary", 1003), ("x" * 5000, 1009)])
+def test_protocol_violations_close_the_real_socket_with_their_code(payload, code):
+    async def offend(address):
+        async with connect(f"ws://{address}/ws") as ws:
+            await ws.send(payload)
+            with pytest.raises(ConnectionClosed) as closed:
+                await asyncio.wait_for(ws.recv(), 5)
+            return closed.value.rcvd.code
+
+    with running(FakeEngine()) as (_, address):
+        assert asyncio.run(offend(address)) == code
+
+
+def test_stopping_the_server_ends_a_running_chat_with_reason_shutdown():
+    async def chat_through_shutdown(server, address):
+        async with connect(f"ws://{address}/ws") as ws:
+            await ws.send(chat("late", max_new_tokens=64))
+            assert json.loads(await ws.recv())["type"] == "start"
+            server.should_exit = True
+            return await until_terminal(ws)
+
+    with running(FakeEngine(tokens=["x"] * 500, step_s=0.05)) as (server, address):
+        frames = asyncio.run(chat_through_shutdown(server, address))
+    assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
+
+
+def test_the_url_bench_reports_latency_percentiles_and_throughput(capsys):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url")
+    parser.add_argument("--json", action="store_true")
+    add_url_bench_arguments(parser)
+    with running(FakeEngine(tokens=["t"] * 10, step_s=0.01, max_active=2, max_queue=8)) as (_, address):
+        args = parser.parse_args(["--url", f"ws://{address}/ws", "--concurrency", "3", "--requests", "7",
+                                  "--max-new-tokens", "16", "--json"])
+        assert run_url_bench(args) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out[out.index("{"):])  # after the server's own "Typewriter on http://..." line
+    assert (report["ok"], report["errors"], report["reasons"]) == (7, {}, {"eos": 7})
+    assert report["completion_tokens"] == 70
+    assert report["ttft_ms"]["p50"] <= report["ttft_ms"]["p95"]
+    assert 0 < report["inter_token_ms"]["p50"] <= report["inter_token_ms"]["p95"]
+    assert report["tokens_per_s"] > 0
+
+
+def test_percentile_is_nearest_rank():
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 0.0)) == (3.0, 5.0, 1.0)
