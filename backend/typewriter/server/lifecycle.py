@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..config import Settings
+from ..errors import TypewriterError
 from ..request import Event, GenerationRequest
 from .metrics import Metrics
 
@@ -131,7 +132,10 @@ class ServerState:
 
                 system = DEFAULT_SYSTEM_PROMPT
         except Exception as e:  # the failure is shown on /readyz and in the log; the process decides to exit
-            log.exception("loading the model failed")
+            if isinstance(e, TypewriterError):  # a named, actionable error: no traceback
+                log.error("loading the model failed: %s", e)
+            else:
+                log.exception("loading the model failed")
             self._loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
         else:
             self._loop.call_soon_threadsafe(self._loaded, engine, tokenizer, system)

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..errors import EngineStopped, Overloaded, PromptTooLong
+from ..errors import TypewriterError
 from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from . import protocol as p
 from .lifecycle import ServerState
@@ -135,10 +135,11 @@ class Session:
         try:
             prompt_ids = await asyncio.to_thread(server.tokenizer.encode_chat, messages, server.system_prompt)
             server.engine.submit(GenerationRequest(stream.engine_id, prompt_ids, params), self._on_event(stream))
-        except (PromptTooLong, Overloaded, EngineStopped) as e:
+        except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
             self.stream = None
+            code = e.code if e.code in p.ERROR_CODES else "internal"
             message = str(e) or "the server is shutting down; reconnect later"
-            raise p.ProtocolError(e.code, message, chat.id) from None
+            raise p.ProtocolError(code, message, chat.id) from None
         except Exception:
             self.stream = None
             log.exception("chat %s could not be submitted", stream.engine_id)
