@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 ENV_PREFIX = "TYPEWRITER_"
+XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by quiet_native_logs, before TensorFlow loads
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -77,7 +78,7 @@ class Settings:
         unknown = sorted(k for k in overrides if k not in fields)
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(unknown)}")
-        known_vars = {_env(name) for name in fields}
+        known_vars = {_env(name) for name in fields} | {XLA_CACHE_VAR}
         stray = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known_vars)
         if stray:
             raise ConfigError(f"{stray[0]}: not a setting; known: {', '.join(sorted(known_vars))}")
@@ -117,3 +118,14 @@ def _parse(name: str, raw: str, hint: object) -> object:
         blank = " or 'none'" if optional else ""
         raise ConfigError(f"{_env(name)}: must be {noun}{blank}, got {raw!r}")
     return value
+
+
+def quiet_native_logs(environ: typing.MutableMapping[str, str] = os.environ) -> None:
+    """Before TensorFlow is imported: keep its C++ start-up chatter off the terminal, and keep compiled XLA
+    programs on disk so a second start skips most of the compile (`TYPEWRITER_XLA_CACHE=none` turns it off)."""
+    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    cache = environ.get(XLA_CACHE_VAR, os.path.join(os.path.expanduser("~"), ".cache", "typewriter", "xla"))
+    if cache.lower() != "none" and "tf_xla_persistent_cache_directory" not in environ.get("TF_XLA_FLAGS", ""):
+        os.makedirs(cache, exist_ok=True)
+        flags = environ.get("TF_XLA_FLAGS", "")
+        environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={cache}".strip()

@@ -8,6 +8,7 @@ a short conversation never pays for the whole cache. Everything here runs on the
 from __future__ import annotations
 
 import bisect
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -108,21 +109,27 @@ class ModelRunner:
         tok[:n], pos[:n] = tokens, positions
         return self.decode_fn(b, kv_len)(tok, pos).numpy()[:n]
 
-    def warmup(self, progress: Callable[[int, int, str], None] | None = None) -> None:
-        """Compile every bucket now, so no request ever waits for XLA."""
+    def warmup(self, progress: Callable[[int, int, str], None] | None = None, threads: int = 2) -> None:
+        """Compile every bucket now, so no request ever waits for XLA. XLA compiles outside the GIL, so
+        `threads` programs build at once."""
         work = [("prefill", t) for t in self.prefill_buckets]
         work += [("decode", (b, s)) for b in self.batch_buckets for s in self.kv_buckets]
-        for i, (kind, key) in enumerate(work):
-            label = f"prefill {key}" if kind == "prefill" else f"decode batch {key[0]} x cache {key[1]}"
-            if progress:
-                progress(i, len(work), label)
+
+        def build(item):
+            kind, key = item
             if kind == "prefill":
                 self.prefill_fn(key)(np.zeros([1, key], np.int32), np.int32(1), np.int32(0)).numpy()
-            else:
-                b, s = key
-                self.decode_fn(b, s)(np.zeros([b], np.int32), np.zeros([b], np.int32)).numpy()
-        if progress:
-            progress(len(work), len(work), "done")
+                return f"prefill {key}"
+            b, s = key
+            self.decode_fn(b, s)(np.zeros([b], np.int32), np.zeros([b], np.int32)).numpy()
+            return f"decode batch {b} x cache {s}"
+
+        for item in work:  # create the tf.function objects on this thread
+            self.prefill_fn(item[1]) if item[0] == "prefill" else self.decode_fn(*item[1])
+        with ThreadPoolExecutor(max(1, threads), thread_name_prefix="typewriter-compile") as pool:
+            for done, label in enumerate(pool.map(build, work), start=1):
+                if progress:
+                    progress(done, len(work), label)
 
 
 def bucket(buckets: Sequence[int], n: int) -> int:

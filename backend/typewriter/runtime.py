@@ -23,14 +23,18 @@ class LoadTimes:
 
 
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int) -> ModelRunner:
+    """Buckets trade compile time (each is one XLA program, ~4 s here) against padding waste: prompts pad
+    to 64/256/1024/..., attention reads 256/512/1024/... cached positions, and a decode step runs 1, 4 or all
+    slots (weights dominate a step's cost, so a few extra rows cost little)."""
     from .model import Transformer  # imports TensorFlow
 
     max_context = min(max_context, cfg.max_position)
     model = Transformer(cfg, weights, slots=slots, max_len=max_context)
+    prefill = sorted({n for n in power_of_two_buckets(64, 1 << 30)[::2] if n < max_context} | {max_context})
     return ModelRunner(
         model,
-        prefill_buckets=power_of_two_buckets(min(64, max_context), max_context),
-        batch_buckets=power_of_two_buckets(1, slots),
+        prefill_buckets=prefill,
+        batch_buckets=sorted({1, min(4, slots), slots}),
         kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
     )
 
@@ -67,7 +71,7 @@ def load(
     progress(f"loaded {cfg.name} in {load_s:.1f}s")
     t1 = time.perf_counter()
     if warmup:
-        runner.warmup(lambda i, n, label: progress(f"compiling {i + 1}/{n}: {label}" if i < n else "compiled"))
+        runner.warmup(lambda i, n, label: progress(f"compiled {i}/{n}: {label}"))
     compile_s = time.perf_counter() - t1
     if warmup:
         progress(f"compiled every step in {compile_s:.1f}s")
