@@ -16,7 +16,7 @@ class Scheduler:
         self.free_slots = list(range(slots))  # kept sorted: the lowest free slot keeps the decode batch small
 
     def add(self, seq: Sequence) -> None:
-        if len(self.waiting) >= self.max_queue and not self.free_slots:
+        if len(self.waiting) >= self.max_queue + len(self.free_slots):  # those next in line take the free slots
             raise Overloaded(self.max_queue)
         self.waiting.append(seq)
 
