@@ -1,0 +1,48 @@
+"""Shared fixtures: the tiny random model on disk, and the real embedded model loaded once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tiny_model import random_weights, tiny_config, write_gguf
+
+from typewriter.weights.load import embedded_model_path as find_embedded_model
+
+
+@pytest.fixture(scope="session")
+def embedded_model_path() -> Path:
+    return find_embedded_model()
+
+
+@pytest.fixture(scope="session")
+def tiny_gguf(tmp_path_factory) -> Path:
+    """The tiny model (llama, F32) as a GGUF file with its tokenizer. Untied: with random tied embeddings the
+    argmax is nearly always the last token again, which would hide cache bugs from greedy comparisons."""
+    cfg = tiny_config(tie_embeddings=False)
+    return write_gguf(tmp_path_factory.mktemp("tiny") / "tiny.gguf", cfg, random_weights(cfg))
+
+
+@pytest.fixture(scope="session")
+def real_weights(embedded_model_path):
+    """(ModelConfig, canonical float32 weights) of the embedded SmolLM2 model."""
+    from typewriter.weights import load_weights
+
+    return load_weights(embedded_model_path)
+
+
+@pytest.fixture(scope="session")
+def real_tokenizer(embedded_model_path):
+    from typewriter.tokenizer import Tokenizer
+
+    return Tokenizer.load(embedded_model_path)
+
+
+@pytest.fixture(scope="session")
+def real_runner(real_weights):
+    """The embedded model's compiled runner: one slot, a 256-token context, buckets compiled on first use.
+    Whoever starts an Engine on it shuts that engine down before the module ends: one thread owns a runner."""
+    from typewriter.runtime import build_runner
+
+    cfg, weights = real_weights
+    return build_runner(cfg, weights, slots=1, max_context=256)

@@ -1,0 +1,152 @@
+"""The TensorFlow Transformer against a plain numpy forward pass, and its KV cache against full prefills.
+
+The reference is written from the Llama/Qwen2 definitions (Hugging Face's modeling code), in float64, with
+nothing shared with model.py: RMSNorm, rotate-half RoPE, grouped-query attention with a causal mask, SwiGLU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tiny_model import random_weights, tiny_config
+
+from typewriter.model import Transformer
+
+CONFIGS = {
+    "tied": tiny_config(),
+    "untied": tiny_config(tie_embeddings=False),
+    "qkv-bias": tiny_config(qkv_bias=True, tie_embeddings=False),
+    "one-kv-head": tiny_config(n_kv_heads=1, rope_theta=500.0),
+}
+TOLERANCE = 2e-4  # float32 against float64 (measured 1e-5), logits of magnitude up to ~50
+
+
+def reference_logits(cfg, w, tokens) -> np.ndarray:
+    """Logits [t, v] at every position of `tokens`, computed from scratch."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, e = len(tokens), cfg.head_dim
+
+    def rms_norm(x, g):
+        return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + cfg.norm_eps) * g
+
+    def rope(x):  # x [t, heads, e]; element i rotates with element i + e/2
+        inv_freq = cfg.rope_theta ** (-np.arange(e // 2) * 2 / e)
+        angle = np.arange(t)[:, None, None] * inv_freq  # [t, 1, e/2]
+        x1, x2 = x[..., : e // 2], x[..., e // 2 :]
+        return np.concatenate([x1 * np.cos(angle) - x2 * np.sin(angle), x2 * np.cos(angle) + x1 * np.sin(angle)], -1)
+
+    x = w["tok_embeddings"][tokens]  # [t, d]
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg.n_layers):
+        p = lambda name: w[f"layers.{i}.{name}"]  # noqa: E731
+        h = rms_norm(x, p("attention_norm"))
+        q, k, v = h @ p("wq").T, h @ p("wk").T, h @ p("wv").T
+        if cfg.qkv_bias:
+            q, k, v = q + p("bq"), k + p("bk"), v + p("bv")
+        q = rope(q.reshape(t, cfg.n_heads, e))
+        k = np.repeat(rope(k.reshape(t, cfg.n_kv_heads, e)), cfg.groups, axis=1)  # query head j reads kv head j // g
+        v = np.repeat(v.reshape(t, cfg.n_kv_heads, e), cfg.groups, axis=1)
+        scores = np.einsum("qhe,khe->hqk", q, k) / np.sqrt(e)
+        scores = np.where(causal, scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        x = x + np.einsum("hqk,khe->qhe", probs, v).reshape(t, -1) @ p("wo").T
+        h = rms_norm(x, p("ffn_norm"))
+        gate = h @ p("w_gate").T
+        x = x + (gate / (1 + np.exp(-gate)) * (h @ p("w_up").T)) @ p("w_down").T
+    out = w["tok_embeddings"] if cfg.tie_embeddings else w["output"]
+    return rms_norm(x, w["norm"]) @ out.T
+
+
+def prefill_all(model: Transformer, tokens, slot=0) -> np.ndarray:
+    ids = tf.constant([tokens], tf.int32)
+    return model.prefill(ids, tf.constant(len(tokens)), tf.constant(slot), all_logits=True).numpy()[0]
+
+
+def prefill_last(model: Transformer, tokens, slot, pad_to=None) -> np.ndarray:
+    padded = list(tokens) + [7] * ((pad_to or len(tokens)) - len(tokens))  # junk, not zeros, past the end
+    return model.prefill(tf.constant([padded], tf.int32), tf.constant(len(tokens)), tf.constant(slot)).numpy()[0]
+
+
+def decode(model: Transformer, tokens, positions, kv_len) -> np.ndarray:
+    return model.decode(tf.constant(tokens, tf.int32), tf.constant(positions, tf.int32), kv_len).numpy()
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    cfg = CONFIGS["untied"]
+    weights = random_weights(cfg, seed=5)
+    return cfg, weights, Transformer(cfg, weights, slots=3, max_len=32)
+
+
+def _tokens(seed, n, vocab):
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+@pytest.mark.parametrize("variant", CONFIGS)
+def test_prefill_logits_match_an_independent_numpy_forward_pass(variant):
+    cfg = CONFIGS[variant]
+    weights = random_weights(cfg, seed=3)
+    model = Transformer(cfg, weights, slots=1, max_len=16)
+    tokens = _tokens(4, 13, cfg.vocab_size)
+    expected = reference_logits(cfg, weights, tokens)
+    got = prefill_all(model, tokens)
+    assert np.abs(expected).max() > 3  # logits of a size where a wrong layout would show
+    np.testing.assert_allclose(got, expected, atol=TOLERANCE, rtol=0)
+    np.testing.assert_array_equal(got.argmax(-1), expected.argmax(-1))
+
+
+def test_prefill_returns_the_last_real_positions_logits_whatever_the_padding(tiny):
+    cfg, weights, model = tiny
+    tokens = _tokens(6, 9, cfg.vocab_size)
+    expected = reference_logits(cfg, weights, tokens)[-1]
+    np.testing.assert_allclose(prefill_last(model, tokens, slot=1, pad_to=16), expected, atol=TOLERANCE)
+    np.testing.assert_allclose(prefill_last(model, tokens, slot=1), expected, atol=TOLERANCE)
+
+
+def test_decode_after_prefill_gives_the_logits_of_a_full_prefill_of_the_longer_sequence(tiny):
+    cfg, _, model = tiny
+    prompt, answer = _tokens(7, 6, cfg.vocab_size), _tokens(8, 10, cfg.vocab_size)
+    full = prefill_all(model, prompt + answer, slot=2)  # slot 2: scratch for full reference prefills
+    prefill_last(model, prompt, slot=0, pad_to=16)
+    for i, token in enumerate(answer):
+        pos = len(prompt) + i
+        got = decode(model, [token], [pos], kv_len=32)[0]
+        np.testing.assert_allclose(got, full[pos], atol=TOLERANCE, err_msg=f"decode step {i}")
+
+
+def test_two_slots_with_different_sequences_decode_in_one_batch_as_each_would_alone(tiny):
+    cfg, _, model = tiny
+    a, b = _tokens(9, 4, cfg.vocab_size), _tokens(10, 11, cfg.vocab_size)
+    a_next, b_next = _tokens(11, 6, cfg.vocab_size), _tokens(12, 6, cfg.vocab_size)
+    full_a, full_b = prefill_all(model, a + a_next, slot=2), prefill_all(model, b + b_next, slot=2)
+    prefill_last(model, b, slot=1, pad_to=16)
+    prefill_last(model, a, slot=0, pad_to=8)
+    for i in range(6):
+        got = decode(model, [a_next[i], b_next[i]], [len(a) + i, len(b) + i], kv_len=32)
+        np.testing.assert_allclose(got[0], full_a[len(a) + i], atol=TOLERANCE, err_msg=f"slot 0, step {i}")
+        np.testing.assert_allclose(got[1], full_b[len(b) + i], atol=TOLERANCE, err_msg=f"slot 1, step {i}")
+
+
+def test_a_reused_slot_never_attends_to_the_previous_sequences_longer_cache(tiny):
+    cfg, _, model = tiny
+    long, short, more = _tokens(13, 20, cfg.vocab_size), _tokens(14, 3, cfg.vocab_size), _tokens(15, 4, cfg.vocab_size)
+    full = prefill_all(model, short + more, slot=2)
+    prefill_last(model, long, slot=0)
+    prefill_last(model, short, slot=0)
+    for i, token in enumerate(more):
+        got = decode(model, [token], [len(short) + i], kv_len=32)[0]
+        np.testing.assert_allclose(got, full[len(short) + i], atol=TOLERANCE, err_msg=f"step {i}")
+
+
+def test_idle_rows_in_a_decode_batch_leave_the_real_rows_unchanged(tiny):
+    cfg, _, model = tiny
+    a, b = _tokens(16, 5, cfg.vocab_size), _tokens(17, 7, cfg.vocab_size)
+    prefill_last(model, a, slot=0)
+    prefill_last(model, b, slot=1)
+    alone = decode(model, [3, 4], [5, 7], kv_len=32)
+    prefill_last(model, a, slot=0)  # rewind both slots: decode wrote positions 5 and 7
+    prefill_last(model, b, slot=1)
+    with_idle = decode(model, [3, 4, 200], [5, 7, 0], kv_len=32)  # slot 2 idle: any token at position 0
+    np.testing.assert_allclose(with_idle[:2], alone, atol=1e-5)
