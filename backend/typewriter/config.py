@@ -124,6 +124,7 @@ def quiet_native_logs(environ: typing.MutableMapping[str, str] = os.environ) -> 
     """Before TensorFlow is imported: keep its C++ start-up chatter off the terminal, and keep compiled XLA
     programs on disk so a second start skips most of the compile (`TYPEWRITER_XLA_CACHE=none` turns it off)."""
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # not "PyTorch was not found": we never use it
     cache = environ.get(XLA_CACHE_VAR, os.path.join(os.path.expanduser("~"), ".cache", "typewriter", "xla"))
     if cache.lower() != "none" and "tf_xla_persistent_cache_directory" not in environ.get("TF_XLA_FLAGS", ""):
         os.makedirs(cache, exist_ok=True)

@@ -16,14 +16,17 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import EngineStopped, PromptTooLong
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Timings, Token
-from .runner import ModelRunner
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
+
+if TYPE_CHECKING:
+    from .runner import ModelRunner
 
 log = logging.getLogger("typewriter.engine")
 

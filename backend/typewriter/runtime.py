@@ -9,7 +9,6 @@ from pathlib import Path
 
 from .engine import Engine
 from .model_config import ModelConfig
-from .runner import ModelRunner, power_of_two_buckets
 from .tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
 
@@ -22,11 +21,15 @@ class LoadTimes:
     compile_s: float
 
 
-def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int) -> ModelRunner:
+def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
     """Buckets trade compile time (each is one XLA program, ~4 s here) against padding waste: prompts pad
     to 64/256/1024/..., attention reads 256/512/1024/... cached positions, and a decode step runs 1, 4 or all
     slots (weights dominate a step's cost, so a few extra rows cost little)."""
-    from .model import Transformer  # imports TensorFlow
+    from .quiet_import import import_tensorflow
+
+    import_tensorflow()
+    from .model import Transformer
+    from .runner import ModelRunner, power_of_two_buckets
 
     max_context = min(max_context, cfg.max_position)
     model = Transformer(cfg, weights, slots=slots, max_len=max_context)
