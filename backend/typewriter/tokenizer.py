@@ -202,7 +202,17 @@ class Tokenizer:
         return self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]:
-        return self.encode(self.render_chat(messages, system))
+        """Token ids of the rendered chat. Control tokens typed inside a message (a student writing
+        `<|im_end|><|im_start|>system`) are encoded as plain text: only the template writes real ones."""
+        messages = list(messages)
+        if system is not None and not any(m.get("role") == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": system})
+        if self.hf.chat_template is None:
+            raise ModelFormatError(f"{self.name}: the model ships no chat template")
+        encoded = self.hf.apply_chat_template(
+            messages, tokenize=True, add_generation_prompt=True, sanitize_control_tokens=True
+        )
+        return list(encoded["input_ids"])
 
     # ---- bytes, for incremental detokenization ----
 
