@@ -15,9 +15,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens of KV cache per stream (default 2048)")
 
 
-def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens: int = 512) -> None:
+DEFAULT_MAX_NEW_TOKENS = 512
+
+
+def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> None:
     p.add_argument("--system", help="system prompt (default: a patient tutor)")
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens, metavar="N")
+    p.add_argument("--max-new-tokens", type=int, metavar="N",
+                   help=f"answer length limit (default {max_new_tokens}, or what the context has room for)")
     p.add_argument("--temperature", type=float, default=0.2, help="0 means greedy (default 0.2)")
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--top-k", type=int, default=0, help="0 means off")
@@ -27,11 +31,16 @@ def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens: int = 512
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="deadline for the answer")
 
 
-def sampling_params(args: argparse.Namespace):
+def sampling_params(args: argparse.Namespace, room: int | None = None):
+    """The request's sampling parameters; without --max-new-tokens, the default shrinks to the `room` left in
+    the context, while an explicit value that does not fit is an error."""
     from .request import SamplingParams
 
+    max_new_tokens = args.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = DEFAULT_MAX_NEW_TOKENS if room is None else max(1, min(DEFAULT_MAX_NEW_TOKENS, room))
     return SamplingParams(
-        max_new_tokens=args.max_new_tokens,
+        max_new_tokens=max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,

@@ -121,12 +121,15 @@ def _parse(name: str, raw: str, hint: object) -> object:
 
 
 def quiet_native_logs(environ: typing.MutableMapping[str, str] = os.environ) -> None:
-    """Before TensorFlow is imported: keep its C++ start-up chatter off the terminal, and keep compiled XLA
-    programs on disk so a second start skips most of the compile (`TYPEWRITER_XLA_CACHE=none` turns it off)."""
+    """Before TensorFlow is imported: keep its C++ chatter off the terminal, and, if `TYPEWRITER_XLA_CACHE` names
+    a folder, keep compiled XLA programs there so a later start skips most compiling. That cache is opt-in:
+    TensorFlow 2.21 logs harmless but alarming errors ("Error parsing text-format XlaSerializedCacheEntry",
+    "Target machine feature +prefer-no-gather is not supported") each time it reads an entry back."""
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # not "PyTorch was not found": we never use it
-    cache = environ.get(XLA_CACHE_VAR, os.path.join(os.path.expanduser("~"), ".cache", "typewriter", "xla"))
-    if cache.lower() != "none" and "tf_xla_persistent_cache_directory" not in environ.get("TF_XLA_FLAGS", ""):
+    cache = environ.get(XLA_CACHE_VAR, "").strip()
+    if cache and "tf_xla_persistent_cache_directory" not in environ.get("TF_XLA_FLAGS", ""):
+        cache = os.path.expanduser(cache)
         os.makedirs(cache, exist_ok=True)
         flags = environ.get("TF_XLA_FLAGS", "")
         environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={cache}".strip()

@@ -16,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     from ..runtime import load
     from ..tokenizer import DEFAULT_SYSTEM_PROMPT
 
-    params = sampling_params(args)
+    sampling_params(args)  # bad values fail before the model loads
     engine, tokenizer, _ = load(args.model, 1, args.max_context, progress=StderrProgress())
     system = args.system or DEFAULT_SYSTEM_PROMPT
     history: list[dict[str, str]] = []
@@ -34,7 +34,9 @@ def run(args: argparse.Namespace) -> int:
             if not question.strip():
                 continue
             history.append({"role": "user", "content": question})
-            answer = _answer(engine, tokenizer.encode_chat(history, system=system), params)
+            prompt_ids = tokenizer.encode_chat(history, system=system)
+            params = sampling_params(args, room=engine.max_context - len(prompt_ids))
+            answer = _answer(engine, prompt_ids, params)
             if answer is None:
                 history.pop()
             else:

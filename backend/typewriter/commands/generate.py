@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     from ..runtime import load
     from ..tokenizer import DEFAULT_SYSTEM_PROMPT
 
-    params = sampling_params(args)
+    sampling_params(args)  # bad values fail before the model loads
     t0 = time.perf_counter()
     engine, tokenizer, times = load(args.model, 1, args.max_context, progress=StderrProgress())
     try:
@@ -27,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
             messages = [{"role": "user", "content": args.prompt}]
             prompt_ids = tokenizer.encode_chat(messages, system=args.system or DEFAULT_SYSTEM_PROMPT)
         load_ms = (time.perf_counter() - t0) * 1000
+        params = sampling_params(args, room=engine.max_context - len(prompt_ids))
         request = GenerationRequest(uuid.uuid4().hex, prompt_ids, params)
         for event in engine.stream(request):
             if isinstance(event, Token):

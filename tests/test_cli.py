@@ -1,0 +1,69 @@
+"""The `typewriter` command end to end on the real embedded model, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--max-context", "256"]  # fewer buckets to compile
+
+
+def typewriter(*args: str, stdin: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "typewriter", *args], cwd=ROOT, input=stdin, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer():
+    run = typewriter("generate", "--json", "--temperature", "0", "--raw", "--max-new-tokens", "12", *SMALL,
+                     "The capital of France is")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    tokens, end = lines[:-1], lines[-1]
+    assert [t["type"] for t in tokens] == ["token"] * len(tokens)
+    assert [t["index"] for t in tokens] == list(range(len(tokens)))
+    answer = "".join(t["text"] for t in tokens)
+    assert answer.startswith(" Paris.")
+    assert end["type"] == "end" and end["reason"] == "length"
+    assert end["usage"] == {"prompt_tokens": 5, "completion_tokens": 12}
+    assert end["timings"]["ttft_ms"] > 0 and end["timings"]["tokens_per_s"] > 0 and end["timings"]["load_ms"] > 0
+    assert "compiled" in run.stderr  # progress was shown while loading
+
+
+def test_generate_stops_at_a_stop_sequence_without_printing_it():
+    run = typewriter("generate", "--json", "--temperature", "0", "--raw", "--stop", "answer", *SMALL,
+                     "The capital of France is")
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines()]
+    answer = "".join(t["text"] for t in lines[:-1])
+    assert lines[-1]["reason"] == "stop_sequence"
+    assert answer == " Paris.\n\nThe "  # the golden continuation, cut before "answer"
+
+
+def test_generate_rejects_a_bad_sampling_value_with_a_named_error():
+    run = typewriter("generate", "--top-p", "1.5", "hi")
+    assert run.returncode == 2
+    assert "top_p" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_chat_answers_each_turn_and_leaves_on_end_of_input():
+    run = typewriter("chat", "--temperature", "0", "--max-new-tokens", "16", *SMALL,
+                     stdin="What is 2 + 2?\nAnd 3 + 3?\n")
+    assert run.returncode == 0, run.stderr[-2000:]
+    answers = [line for line in run.stdout.splitlines() if line.startswith("you> tutor> ") or "tutor> " in line]
+    assert len(answers) == 2 and all(len(a.split("tutor> ", 1)[1].strip()) > 0 for a in answers)
+
+
+def test_bench_reports_every_measure_as_json():
+    run = typewriter("bench", "--json", "--tokens", "16", "--streams", "2", *SMALL)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    for key in ("load_s", "compile_s", "ttft_ms", "single_tokens_per_s", "aggregate_tokens_per_s",
+                "batched_vs_single"):
+        assert result[key] > 0, key
