@@ -8,7 +8,7 @@ import sys
 
 import uvicorn
 
-from ..config import Settings
+from ..config import ConfigError, Settings
 from .app import create_app
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 
@@ -31,7 +31,12 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    return serve(settings_from_args(args))
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as e:  # a bad TYPEWRITER_* value or option: say which, without a traceback
+        print(f"typewriter: error: {e}", file=sys.stderr)
+        return 2
+    return serve(settings)
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
