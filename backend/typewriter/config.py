@@ -128,7 +128,7 @@ def quiet_native_logs(environ: typing.MutableMapping[str, str] = os.environ) -> 
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # not "PyTorch was not found": we never use it
     cache = environ.get(XLA_CACHE_VAR, "").strip()
-    if cache and "tf_xla_persistent_cache_directory" not in environ.get("TF_XLA_FLAGS", ""):
+    if cache and cache.lower() not in ("none", "off") and "tf_xla_persistent_cache_directory" not in environ.get("TF_XLA_FLAGS", ""):
         cache = os.path.expanduser(cache)
         os.makedirs(cache, exist_ok=True)
         flags = environ.get("TF_XLA_FLAGS", "")
