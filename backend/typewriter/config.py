@@ -29,8 +29,8 @@ class Settings:
     port: int = 8000
     model_path: str | None = None  # None: the embedded model
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
-    max_active: int = 4
-    max_queue: int = 16
+    max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s
+    max_queue: int = 32
     max_context: int = 2048
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
     max_new_tokens: int = 512

@@ -19,8 +19,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help="port to listen on (default 8000; 0 picks a free one)")
     parser.add_argument("--model", dest="model_path", metavar="PATH",
                         help="a GGUF file or a Hugging Face model directory (default: the embedded model)")
-    parser.add_argument("--max-active", type=int, metavar="N", help="streams decoded together (default 4)")
-    parser.add_argument("--max-queue", type=int, metavar="N", help="chats that may wait for a slot (default 16)")
+    parser.add_argument("--max-active", type=int, metavar="N", help="streams decoded together (default 8)")
+    parser.add_argument("--max-queue", type=int, metavar="N", help="chats that may wait for a slot (default 32)")
     parser.add_argument("--max-context", type=int, metavar="N", help="tokens of KV cache per stream (default 2048)")
     parser.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"))
 
