@@ -10,46 +10,25 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
+from real_server import ROOT, http_get, real_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
-READY_TIMEOUT_S = 600  # loading and compiling the model on a small CPU takes a while
 ANSWER_TIMEOUT_MS = 180_000
 LIVE = ".tutor[data-status=waiting], .tutor[data-status=queued], .tutor[data-status=streaming]"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, e.read().decode()
-
-
 def _cancelled_total(base: str) -> float:
-    _, text = _get(f"{base}/metrics")
+    _, text = http_get(f"{base}/metrics")
     match = re.search(r'^typewriter_requests_total\{reason="cancelled"\} (\S+)$', text, re.M)
     return float(match.group(1)) if match else 0.0
 
@@ -59,34 +38,10 @@ def server(tmp_path_factory):
     if url := os.environ.get("TYPEWRITER_TEST_SERVER_URL"):  # an already running server, e.g. while developing
         yield url.rstrip("/")
         return
-    port = _free_port()
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    env = {**os.environ, "TYPEWRITER_MAX_NEW_TOKENS": "96"}
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "typewriter", "serve", "--port", str(port)],
-                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"the server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                if _get(f"{base}/readyz")[0] == 200:
-                    break
-            except OSError:
-                pass  # not listening yet
-            if time.monotonic() > deadline:
-                pytest.fail(f"/readyz not 200 after {READY_TIMEOUT_S} s:\n{log_path.read_text()[-4000:]}")
-            time.sleep(1)
+    settings = {"TYPEWRITER_MAX_NEW_TOKENS": "96", "TYPEWRITER_MAX_ACTIVE": "2", "TYPEWRITER_MAX_CONTEXT": "1024"}
+    with real_server(settings, log_path) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -71,3 +71,10 @@ def test_an_unknown_override_is_a_programming_error():
 def test_settings_are_frozen():
     with pytest.raises(AttributeError):
         Settings().port = 1  # type: ignore[misc]
+
+
+def test_answer_length_limits_follow_a_smaller_context_unless_set():
+    small = Settings(max_context=512)
+    assert (small.max_new_tokens_cap, small.max_new_tokens) == (256, 256)
+    assert (Settings().max_new_tokens_cap, Settings().max_new_tokens) == (1024, 512)
+    assert Settings(max_context=512, max_new_tokens=100).max_new_tokens == 100

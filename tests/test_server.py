@@ -306,6 +306,18 @@ def test_a_prompt_that_does_not_fit_with_max_new_tokens_is_prompt_too_long():
     assert len(engine.submitted) == 1  # only the chat that fits reached the engine
 
 
+def test_a_chat_without_a_length_gets_what_the_context_has_room_for():
+    with serving(FakeEngine(max_context=256), max_new_tokens=200, max_new_tokens_cap=200) as (client, engine):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat("long", "word " * 150))
+            assert until_terminal(ws)[-1]["type"] == "end"
+            ws.send_json(chat("short", "word " * 10))
+            assert until_terminal(ws)[-1]["type"] == "end"
+    fitted, default = engine.submitted
+    assert fitted.params.max_new_tokens == 256 - len(fitted.prompt_ids) < 200
+    assert default.params.max_new_tokens == 200
+
+
 # ---- errors keep the connection usable; protocol violations close it ----
 
 

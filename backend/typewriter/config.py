@@ -33,8 +33,9 @@ class Settings:
     max_queue: int = 32
     max_context: int = 2048
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
-    max_new_tokens: int = 512
-    max_new_tokens_cap: int = 1024
+    # None: derived from max_context (the cap is at most half of it, the default at most the cap).
+    max_new_tokens: int | None = None
+    max_new_tokens_cap: int | None = None
     request_timeout_s: float | None = None  # generation deadline per request; None: no deadline
     system_prompt: str | None = None  # None: the tokenizer's default system prompt
     # The WebSocket: the largest frame a client may send, messages per chat, and how many events may wait for a
@@ -54,6 +55,10 @@ class Settings:
         _at_least("max_active", self.max_active, 1)
         _at_least("max_queue", self.max_queue, 0)
         _at_least("max_context", self.max_context, 16)
+        if self.max_new_tokens_cap is None:
+            object.__setattr__(self, "max_new_tokens_cap", max(1, min(1024, self.max_context // 2)))
+        if self.max_new_tokens is None:
+            object.__setattr__(self, "max_new_tokens", min(512, self.max_new_tokens_cap))
         _at_least("max_new_tokens", self.max_new_tokens, 1)
         _at_least("max_new_tokens_cap", self.max_new_tokens_cap, self.max_new_tokens)
         if self.max_new_tokens_cap >= self.max_context:

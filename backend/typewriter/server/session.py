@@ -10,6 +10,7 @@ engine never waits for a socket.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import json
 import logging
@@ -19,7 +20,7 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import TypewriterError
-from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
+from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
 from . import protocol as p
 from .lifecycle import ServerState
 
@@ -134,6 +135,7 @@ class Session:
         self.stream = stream  # busy from here, also while the prompt is encoded
         try:
             prompt_ids = await asyncio.to_thread(server.tokenizer.encode_chat, messages, server.system_prompt)
+            params = _fit_default_length(params, chat, len(prompt_ids), server.engine.max_context)
             server.engine.submit(GenerationRequest(stream.engine_id, prompt_ids, params), self._on_event(stream))
         except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
             self.stream = None
@@ -269,6 +271,18 @@ class Session:
                 await self.ws.close(code, reason)
             except (RuntimeError, OSError):
                 pass
+
+
+MIN_FITTED_ANSWER = 64  # a chat that leaves less room than this gets prompt_too_long rather than a stub answer
+
+
+def _fit_default_length(params: SamplingParams, chat: p.Chat, prompt_tokens: int, context: int) -> SamplingParams:
+    """A chat that did not ask for a length gets the default or what the context still has room for, so a long
+    conversation keeps working; an explicit max_new_tokens that does not fit is prompt_too_long."""
+    room = context - prompt_tokens
+    if "max_new_tokens" in chat.params or room >= params.max_new_tokens or room < MIN_FITTED_ANSWER:
+        return params
+    return dataclasses.replace(params, max_new_tokens=room)
 
 
 def _log_request(stream: Stream, event: Finished) -> None:
