@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
+import os
+import socket
 import threading
 import time
 from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -20,7 +22,7 @@ from fakes import FakeEngine, factory
 from typewriter.config import Settings
 from typewriter.loadbench import add_url_bench_arguments, percentile, run_url_bench
 from typewriter.server.app import create_app
-from typewriter.server.main import Server
+from typewriter.server.main import Server, uvicorn_config
 
 
 @contextmanager
@@ -29,8 +31,7 @@ def running(engine: FakeEngine, **overrides):
                   max_message_bytes=4096, ping_interval_s=5.0, ping_timeout_s=5.0, shutdown_grace_s=2.0)
     settings = Settings(**{**values, **overrides})
     app = create_app(settings, factory(engine))
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, ws="websockets-sansio", lifespan="on",
-                            ws_max_size=settings.max_message_bytes, log_level="warning", timeout_graceful_shutdown=2)
+    config = uvicorn_config(app, settings, host="127.0.0.1", log_level="warning")
     server = Server(config, app.state.server)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -75,6 +76,40 @@ def test_a_chat_and_a_stop_over_a_real_socket():
     assert (full[-1]["reason"], "".join(f.get("text", "") for f in full)) == ("length", "ab" * 16)
     assert cut[-1]["reason"] == "cancelled"
     assert len([f for f in cut if f["type"] == "token"]) <= 1
+    assert "typewriter_active_streams 0.0" in metrics
+
+
+def _silent_client(address: str) -> socket.socket:
+    """A peer that opens the socket, starts a chat, then neither reads nor answers pings: a dead laptop."""
+    host, port = address.split(":")
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {address}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+    assert b" 101 " in sock.recv(4096).split(b"\r\n", 1)[0]
+    payload, mask = chat("silent", max_new_tokens=200).encode(), os.urandom(4)
+    masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+    header = bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big")  # one masked text frame
+    sock.sendall(header + mask + masked)
+    return sock
+
+
+def test_a_dead_peer_that_never_answers_pings_loses_its_chat_and_slot():
+    engine = FakeEngine(tokens=["ab"] * 1000, step_s=0.05)
+    with running(engine, ping_interval_s=0.5, ping_timeout_s=0.5, max_new_tokens_cap=200) as (_, address):
+        sock = _silent_client(address)
+        try:
+            deadline = time.monotonic() + 20
+            while not engine.submitted:
+                assert time.monotonic() < deadline, "the chat never reached the engine"
+                time.sleep(0.02)
+            while engine.stats().active:
+                assert time.monotonic() < deadline, "the dead peer's chat still holds its slot"
+                time.sleep(0.05)
+            metrics = httpx.get(f"http://{address}/metrics").text
+        finally:
+            sock.close()
+    assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
     assert "typewriter_active_streams 0.0" in metrics
 
 

@@ -44,8 +44,14 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory)
-    config = uvicorn.Config(
-        app,
+    config = uvicorn_config(app, settings)
+    server = Server(config, app.state.server)
+    server.run()
+    return 1 if server.load_failed else 0
+
+
+def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
+    values = dict(
         host=settings.host,
         port=settings.port,
         ws="websockets-sansio",  # the websockets library's protocol, without its deprecated legacy layer
@@ -56,9 +62,7 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
     )
-    server = Server(config, app.state.server)
-    server.run()
-    return 1 if server.load_failed else 0
+    return uvicorn.Config(app, **(values | overrides))
 
 
 class Server(uvicorn.Server):
