@@ -37,7 +37,8 @@ def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer():
 
 
 def test_generate_stops_at_a_stop_sequence_without_printing_it():
-    run = typewriter("generate", "--json", "--temperature", "0", "--raw", "--stop", "answer", *SMALL,
+    run = typewriter("generate", "--json", "--temperature", "0", "--repetition-penalty", "1", "--raw", "--stop",
+                     "answer", *SMALL,
                      "The capital of France is")
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [json.loads(line) for line in run.stdout.splitlines()]

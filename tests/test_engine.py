@@ -114,7 +114,7 @@ class Recorder:
 
 
 def request(tokenizer, rid, text, **params) -> GenerationRequest:
-    return GenerationRequest(rid, tokenizer.encode(text), SamplingParams(**({"temperature": 0.0} | params)))
+    return GenerationRequest(rid, tokenizer.encode(text), SamplingParams(**({"temperature": 0.0, "repetition_penalty": 1.0} | params)))
 
 
 def run(engine, req) -> Recorder:
@@ -371,7 +371,7 @@ def test_tiny_model_answers_concurrently_exactly_as_a_cacheless_greedy_loop(tiny
     prompts = {"chat": tokenizer.encode_chat([{"role": "user", "content": "hello"}]), "raw": tokenizer.encode("or")}
     recs = {name: Recorder() for name in prompts}
     for name, ids in prompts.items():
-        engine.submit(GenerationRequest(name, ids, SamplingParams(max_new_tokens=12, temperature=0.0)), recs[name])
+        engine.submit(GenerationRequest(name, ids, SamplingParams(max_new_tokens=12, temperature=0.0, repetition_penalty=1.0)), recs[name])
     for name, ids in prompts.items():
         finished = recs[name].wait()
         assert finished.reason in (FinishReason.LENGTH, FinishReason.EOS)

@@ -98,7 +98,7 @@ def test_the_engine_continues_the_capital_of_france_exactly_as_the_reference(rea
     p = PROMPTS["capital_raw"]
     engine = Engine(real_runner, _EndlessTokenizer(real_tokenizer)).start()
     try:
-        params = SamplingParams(max_new_tokens=36, temperature=0.0)
+        params = SamplingParams(max_new_tokens=36, temperature=0.0, repetition_penalty=1.0)
         events = list(engine.stream(GenerationRequest("golden", real_tokenizer.encode(p["text"]), params)))
     finally:
         engine.shutdown()

@@ -8,7 +8,7 @@ VOCAB = 49152
 
 
 def params(**kw):
-    base = dict(temperature=1.0, top_p=1.0, top_k=0, seed=0)
+    base = dict(temperature=1.0, top_p=1.0, top_k=0, repetition_penalty=1.0, seed=0)
     return SamplingParams(**{**base, **kw})
 
 

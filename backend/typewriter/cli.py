@@ -25,7 +25,7 @@ def add_sampling_arguments(p: argparse.ArgumentParser, max_new_tokens: int = DEF
     p.add_argument("--temperature", type=float, default=0.2, help="0 means greedy (default 0.2)")
     p.add_argument("--top-p", type=float, default=0.9)
     p.add_argument("--top-k", type=int, default=0, help="0 means off")
-    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.1, help="1 means off (default 1.1)")
     p.add_argument("--seed", type=int, help="makes a sampled answer reproducible")
     p.add_argument("--stop", action="append", default=[], metavar="TEXT", help="stop sequence (repeatable)")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="deadline for the answer")

@@ -34,7 +34,7 @@ class SamplingParams:
     temperature: float = 0.2  # 0 means greedy
     top_p: float = 0.9
     top_k: int = 0  # 0 means off
-    repetition_penalty: float = 1.0
+    repetition_penalty: float = 1.1  # a small model repeats itself without it
     seed: int | None = None
     stop: tuple[str, ...] = ()
     timeout_s: float | None = None  # deadline from the moment generation starts
