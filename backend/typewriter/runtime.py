@@ -23,7 +23,7 @@ class LoadTimes:
 
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
     """Buckets trade compile time (each is one XLA program, ~4 s here) against padding waste: prompts pad
-    to 64/256/1024/..., attention reads 256/512/1024/... cached positions, and a decode step runs 1, 4 or all
+    to 64/128/256/1024/max (a tutoring chat's first prompt is about 90 tokens), attention reads 256/512/1024/... cached positions, and a decode step runs 1, 4 or all
     slots (weights dominate a step's cost, so a few extra rows cost little)."""
     from .quiet_import import import_tensorflow
 
@@ -33,7 +33,8 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
 
     max_context = min(max_context, cfg.max_position)
     model = Transformer(cfg, weights, slots=slots, max_len=max_context)
-    prefill = sorted({n for n in power_of_two_buckets(64, 1 << 30)[::2] if n < max_context} | {max_context})
+    prefill = sorted({n for n in (64, 128, *power_of_two_buckets(256, max_context)[::2]) if n < max_context}
+                     | {max_context})
     return ModelRunner(
         model,
         prefill_buckets=prefill,

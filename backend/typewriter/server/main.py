@@ -40,7 +40,8 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
-    """Run until SIGINT/SIGTERM; 0 after a clean shutdown, 1 if the model failed to load."""
+    """Run until SIGINT/SIGTERM, then end every chat with reason `shutdown`. Returns 1 if the model failed to
+    load; after a signal uvicorn re-raises it, so the process exits as that signal (130 for Ctrl-C)."""
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory)
