@@ -61,6 +61,7 @@ function showStatus() {
   const queued = live?.turn.status === "queued" ? live.turn.note : "";
   const text =
     state.connection === "connecting" ? "Connecting…"
+    : state.connection === "warming" ? "The tutor is getting ready (loading the model)…"
     : state.connection === "reconnecting" ?
       state.retryInMs > 0 ? `Connection lost. Reconnecting in ${Math.ceil(state.retryInMs / 1000)} s…` : "Reconnecting…"
     : queued || (live ? "The tutor is writing…" : "Connected");

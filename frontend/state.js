@@ -52,7 +52,7 @@ const STORAGE_KEY = "typewriter.conversation.v1";
 /**
  * @typedef {object} State
  * @property {Turn[]} turns
- * @property {"connecting" | "open" | "reconnecting"} connection
+ * @property {"connecting" | "open" | "reconnecting" | "warming"} connection
  * @property {number} retryInMs
  */
 

@@ -15,7 +15,7 @@ import { isTerminal, parseServerMessage } from "./protocol.js";
 
 /** @typedef {import("./protocol.js").ServerMessage} ServerMessage */
 /** @typedef {import("./protocol.js").ChatFrame} ChatFrame */
-/** @typedef {{state: "connecting" | "open" | "reconnecting", retryInMs: number}} ConnectionStatus */
+/** @typedef {{state: "connecting" | "open" | "reconnecting" | "warming", retryInMs: number}} ConnectionStatus */
 /**
  * @typedef {object} ConnectionOptions
  * @property {typeof WebSocket} [WebSocket]
@@ -26,6 +26,7 @@ import { isTerminal, parseServerMessage } from "./protocol.js";
  */
 
 const OPEN = 1;
+const CLOSE_TRY_AGAIN_LATER = 1013;
 
 export class Connection {
   /**
@@ -51,6 +52,7 @@ export class Connection {
     /** @type {Promise<void>} settles when the previous chat has its terminal message */
     this.previous = Promise.resolve();
     this.closed = false;
+    this.warming = false;
   }
 
   get isOpen() {
@@ -62,11 +64,12 @@ export class Connection {
     if (this.closed || (this.socket && this.socket.readyState <= OPEN)) return;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
-    this.onStatus({ state: this.attempt === 0 ? "connecting" : "reconnecting", retryInMs: 0 });
+    this.onStatus({ state: this.attempt === 0 ? "connecting" : this.warming ? "warming" : "reconnecting", retryInMs: 0 });
     const socket = new this.WebSocket(this.url);
     this.socket = socket;
     socket.onopen = () => {
       this.attempt = 0;
+      this.warming = false;
       this.onStatus({ state: "open", retryInMs: 0 });
       for (const wake of this.openWaiters) wake();
     };
@@ -77,13 +80,15 @@ export class Connection {
       const id = "id" in msg && msg.id !== null ? msg.id : [...this.routes.keys()][0];
       this.routes.get(id ?? "")?.(msg);
     };
-    socket.onclose = () => {
+    socket.onclose = (/** @type {{code?: number}} */ event) => {
       if (this.socket !== socket) return;
       this.socket = null;
       for (const [id, deliver] of this.routes) {
         deliver({ type: "error", id, code: "disconnected", message: "the connection closed" });
       }
-      if (!this.closed) this.scheduleRetry();
+      // 1013 (try again later): the server is up but its model is still loading.
+      this.warming = event?.code === CLOSE_TRY_AGAIN_LATER;
+      if (!this.closed) this.scheduleRetry(this.warming ? "warming" : "reconnecting");
     };
   }
 
@@ -94,12 +99,15 @@ export class Connection {
     this.socket?.close();
   }
 
-  /** @private */
-  scheduleRetry() {
+  /**
+   * @private
+   * @param {"reconnecting" | "warming"} state
+   */
+  scheduleRetry(state) {
     const ceiling = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** this.attempt);
     const delay = Math.round(ceiling * (0.5 + this.random() / 2));
     this.attempt++;
-    this.onStatus({ state: "reconnecting", retryInMs: delay });
+    this.onStatus({ state, retryInMs: delay });
     this.retryTimer = setTimeout(() => this.connect(), delay);
   }
 

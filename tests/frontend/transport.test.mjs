@@ -26,9 +26,9 @@ class FakeSocket {
   receive(msg) {
     this.onmessage?.({ data: typeof msg === "string" ? msg : JSON.stringify(msg) });
   }
-  drop() {
+  drop(code = 1006) {
     this.readyState = 3;
-    this.onclose?.({ code: 1006 });
+    this.onclose?.({ code });
   }
   static get last() {
     return FakeSocket.all.at(-1);
@@ -167,6 +167,18 @@ test("a dropped socket ends the running chat as disconnected and reconnects with
   assert.equal(statuses.at(-1).state, "open");
   FakeSocket.last.drop();
   assert.equal(statuses.at(-1).retryInMs, 500, "the backoff starts over after a good connection");
+});
+
+test("a server still loading its model (close 1013) reads as warming up, not as a lost connection", (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { statuses } = connect({ baseDelayMs: 500 });
+  FakeSocket.last.drop(1013);
+  assert.equal(statuses.at(-1).state, "warming");
+  t.mock.timers.tick(statuses.at(-1).retryInMs);
+  assert.equal(statuses.at(-1).state, "warming", "the retry while loading still says warming");
+  FakeSocket.last.open();
+  FakeSocket.last.drop();
+  assert.equal(statuses.at(-1).state, "reconnecting");
 });
 
 test("sending while the socket waits to retry reconnects at once", async (t) => {
