@@ -194,25 +194,26 @@ class Tokenizer:
 
     def render_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> str:
         """The prompt text for `messages`, ending with the assistant's generation prompt."""
-        if self.hf.chat_template is None:
-            raise ModelFormatError(f"{self.name}: the model ships no chat template")
-        messages = list(messages)
-        if system is not None and not any(m.get("role") == "system" for m in messages):
-            messages.insert(0, {"role": "system", "content": system})
-        return self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,
+                                           add_generation_prompt=True)
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]:
         """Token ids of the rendered chat. Control tokens typed inside a message (a student writing
         `<|im_end|><|im_start|>system`) are encoded as plain text: only the template writes real ones."""
+        encoded = self.hf.apply_chat_template(
+            self._conversation(messages, system), tokenize=True, add_generation_prompt=True,
+            sanitize_control_tokens=True,
+        )
+        return list(encoded["input_ids"])
+
+    def _conversation(self, messages: Sequence[dict[str, str]], system: str | None) -> list[dict[str, str]]:
+        """The messages, with `system` first unless they bring their own."""
+        if self.hf.chat_template is None:
+            raise ModelFormatError(f"{self.name}: the model ships no chat template")
         messages = list(messages)
         if system is not None and not any(m.get("role") == "system" for m in messages):
             messages.insert(0, {"role": "system", "content": system})
-        if self.hf.chat_template is None:
-            raise ModelFormatError(f"{self.name}: the model ships no chat template")
-        encoded = self.hf.apply_chat_template(
-            messages, tokenize=True, add_generation_prompt=True, sanitize_control_tokens=True
-        )
-        return list(encoded["input_ids"])
+        return messages
 
     # ---- bytes, for incremental detokenization ----
 
