@@ -11,6 +11,8 @@ from .engine import Engine
 from .model_config import ModelConfig
 from .tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
+from .weights.gguf_file import GGUFFile
+from .weights.load import open_source
 
 Progress = Callable[[str], None]
 
@@ -67,8 +69,9 @@ def load(
         if done == total or done % max(1, total // 10) == 0:
             progress(f"weights {done}/{total}")
 
-    cfg, weights = load_weights(path, weight_progress)
-    tokenizer = Tokenizer.load(path)
+    source, _ = open_source(path)  # a GGUF file is parsed once, for the weights and the tokenizer
+    cfg, weights = load_weights(source, weight_progress)
+    tokenizer = Tokenizer.from_gguf(path, source.reader) if isinstance(source, GGUFFile) else Tokenizer.load(path)
     runner = build_runner(cfg, weights, slots, max_context)
     del weights
     load_s = time.perf_counter() - t0

@@ -102,10 +102,12 @@ class Tokenizer:
         raise ModelFormatError(f"{path}: expected a .gguf file or a directory with tokenizer.json")
 
     @classmethod
-    def from_gguf(cls, path: str | Path) -> Tokenizer:
-        from gguf import GGUFReader  # parsing the file is the slow part; keep the import with it
+    def from_gguf(cls, path: str | Path, reader=None) -> Tokenizer:
+        """`reader`: the file's `gguf.GGUFReader` if the caller has one open (parsing the file is the slow part)."""
+        if reader is None:
+            from gguf import GGUFReader
 
-        reader = GGUFReader(str(path))
+            reader = GGUFReader(str(path))
 
         def get(key: str, default=None):
             field = reader.fields.get(key)

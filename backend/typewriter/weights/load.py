@@ -48,9 +48,13 @@ def open_source(path: Path) -> tuple[GGUFFile | HFDirectory, int]:
 
 
 def load_weights(
-    path: str | Path | None = None, progress: Callable[[int, int], None] | None = None
+    path: str | Path | GGUFFile | HFDirectory | None = None, progress: Callable[[int, int], None] | None = None
 ) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    src, kind = open_source(resolve_model_path(path))
+    """From a path (None: the embedded model) or a source already opened with `open_source`."""
+    if isinstance(path, (GGUFFile, HFDirectory)):
+        src, kind = path, GGUF if isinstance(path, GGUFFile) else HF
+    else:
+        src, kind = open_source(resolve_model_path(path))
     cfg = src.config()
     shapes = expected_shapes(cfg)
     weights: dict[str, np.ndarray] = {}
