@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import EngineStopped, PromptTooLong
+from .errors import EngineStopped, InvalidRequest, PromptTooLong
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Timings, Token
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
@@ -67,8 +67,6 @@ class Engine:
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None:
         n, budget = len(request.prompt_ids), request.params.max_new_tokens
         if n == 0:
-            from .errors import InvalidRequest
-
             raise InvalidRequest("prompt", "the prompt has no tokens")
         if n > self.runner.max_prompt or n + budget > self.max_context:
             raise PromptTooLong(n, budget, self.max_context)
@@ -77,8 +75,6 @@ class Engine:
             if not self.alive:
                 raise EngineStopped("the engine is not running")
             if self.scheduler.find(request.id):
-                from .errors import InvalidRequest
-
                 raise InvalidRequest("id", f"a request with id {request.id!r} is already running")
             self.scheduler.add(seq)  # raises Overloaded
             self._lock.notify()
@@ -208,10 +204,9 @@ class Engine:
             if stopped:
                 reason = FinishReason.STOP_SEQUENCE
             elif len(seq.output_ids) >= seq.params.max_new_tokens:
-                reason = FinishReason.LENGTH
-                more, stopped = seq.stops.push(seq.detokenizer.flush())
+                more, stopped = seq.stops.push(seq.detokenizer.flush())  # an unfinished character may end a stop
                 text += more if stopped else more + seq.stops.flush()
-                reason = FinishReason.STOP_SEQUENCE if stopped else reason
+                reason = FinishReason.STOP_SEQUENCE if stopped else FinishReason.LENGTH
         self._emit(seq, Token(seq.id, index, token_id, text))
         if reason is not None:
             with self._lock:
