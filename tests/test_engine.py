@@ -20,7 +20,7 @@ from tiny_model import IM_END, VOCAB_SIZE, byte_token
 
 from typewriter import runtime
 from typewriter.engine import Engine
-from typewriter.errors import EngineStopped, Overloaded, PromptTooLong
+from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.model import Transformer
 from typewriter.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
 from typewriter.tokenizer import Tokenizer
@@ -35,6 +35,7 @@ class LetterRunner:
 
     def __init__(self, slots=2, max_len=64, max_prompt=32, step_s=0.0, eos_after_z=False):
         self.slots, self.max_len, self.max_prompt = slots, max_len, max_prompt
+        self.vocab_size = VOCAB_SIZE
         self.step_s, self.eos_after_z = step_s, eos_after_z
         self.gate = threading.Event()
         self.gate.set()
@@ -290,6 +291,14 @@ def test_a_prompt_that_does_not_fit_is_refused_with_prompt_too_long(make_engine,
         engine.submit(request(tokenizer, "r", "a" * 10, max_new_tokens=55), Recorder())
     assert (no_room.value.max_new_tokens, no_room.value.context) == (55, 64)
     assert run(engine, request(tokenizer, "r", "a" * 10, max_new_tokens=54)).events[-1].reason is FinishReason.LENGTH
+
+
+def test_token_ids_outside_the_vocab_are_refused_before_they_reach_the_model(make_engine, tokenizer):
+    engine = make_engine()
+    for bad in ([VOCAB_SIZE], [-1]):
+        with pytest.raises(InvalidRequest, match="prompt_ids"):
+            engine.submit(GenerationRequest("r", [5, *bad], SamplingParams(max_new_tokens=1)), Recorder())
+    assert run(engine, request(tokenizer, "r", "ab", max_new_tokens=2)).events[-1].reason is FinishReason.LENGTH
 
 
 def test_a_callback_that_raises_loses_its_own_request_but_not_the_engine(make_engine, tokenizer, caplog):

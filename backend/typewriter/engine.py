@@ -46,6 +46,7 @@ class Engine:
         self.max_context = runner.max_len
         self.max_active = runner.slots
         self.max_queue = max_queue
+        self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue)
         self._lock = threading.Condition()
         self._cancelled: set[str] = set()
@@ -70,6 +71,8 @@ class Engine:
             raise InvalidRequest("prompt", "the prompt has no tokens")
         if n > self.runner.max_prompt or n + budget > self.max_context:
             raise PromptTooLong(n, budget, self.max_context)
+        if not all(0 <= t < self.vocab_size for t in request.prompt_ids):  # out of range would fail inside XLA
+            raise InvalidRequest("prompt_ids", f"every token id must be between 0 and {self.vocab_size - 1}")
         seq = Sequence(request, on_event, self.tokenizer)
         with self._lock:
             if not self.alive:

@@ -53,6 +53,10 @@ class ModelRunner:
         return self.model.cache.max_len
 
     @property
+    def vocab_size(self) -> int:
+        return self.model.cfg.vocab_size
+
+    @property
     def max_prompt(self) -> int:
         return self.prefill_buckets[-1]
 
