@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 from test_model import prefill_all
-from tiny_model import IM_END, VOCAB_SIZE, byte_token
+from tiny_model import IM_END, VOCAB_SIZE, byte_token, random_weights, tiny_config, write_gguf, write_hf_dir
 
 from typewriter import runtime
 from typewriter.engine import Engine
@@ -400,3 +400,19 @@ def test_collecting_a_stream_from_another_thread_sees_one_finished(tiny_engine):
     events = out.get_nowait()
     assert sum(isinstance(e, Finished) for e in events) == 1 and isinstance(events[-1], Finished)
     assert events[-1].completion_tokens == len([e for e in events if isinstance(e, Token)])
+
+
+@pytest.mark.parametrize("qkv_bias", [False, True], ids=["llama", "qwen2"])
+def test_a_hugging_face_directory_answers_exactly_as_the_gguf_of_the_same_weights(tmp_path, qkv_bias):
+    cfg = tiny_config(tie_embeddings=False, qkv_bias=qkv_bias)
+    weights = random_weights(cfg)
+    answers = []
+    for path in (write_gguf(tmp_path / "tiny.gguf", cfg, weights), write_hf_dir(tmp_path / "hf", cfg, weights)):
+        engine, tokenizer, _ = runtime.load(path, slots=1, max_context=64, warmup=False)
+        try:
+            ids = tokenizer.encode_chat([{"role": "user", "content": "hello"}])
+            params = SamplingParams(max_new_tokens=10, temperature=0.0, repetition_penalty=1.0)
+            answers.append((ids, [e.token_id for e in run(engine, GenerationRequest("r", ids, params)).tokens]))
+        finally:
+            engine.shutdown()
+    assert answers[0] == answers[1] and len(answers[0][1]) > 0
