@@ -1,7 +1,7 @@
 """The engine: one thread owns the model and runs the step loop; callers submit requests from any thread.
 
-Each loop iteration: apply cancellations and deadlines, admit waiting requests into free slots (prefill, which
-yields their first token), then one decode step over every running slot. Tokens are sampled, detokenized and
+Each loop iteration: apply cancellations and deadlines, admit at most one waiting request into a free slot
+(prefill, which yields its first token), then one decode step over every running slot. Tokens are sampled, detokenized and
 checked for stops here, and each request's events go to its `on_event` callback, on this thread; the callback
 must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows nothing
 about chat templates or sockets.
@@ -158,16 +158,15 @@ class Engine:
                     self._finish(seq, FinishReason.CANCELLED)
                 elif seq.deadline_passed(now):
                     self._finish(seq, FinishReason.TIMEOUT)
-            admitted = []
-            while (seq := self.scheduler.admit()) is not None:
-                admitted.append(seq)
+            # One prefill per iteration: a burst of newcomers costs running answers one prefill between decode
+            # steps, not one per newcomer.
+            admitted = self.scheduler.admit()
             self._report_positions()
-        for seq in admitted:
-            self._prefill(seq)
+        if admitted is not None:
+            self._prefill(admitted)
         with self._lock:
             running = dict(self.scheduler.running)
-        decoding = [s for s in running.values() if s not in admitted and s.status is Status.RUNNING]
-        if decoding:
+        if any(s is not admitted and s.status is Status.RUNNING for s in running.values()):
             self._decode_step(running)
 
     def _prefill(self, seq: Sequence) -> None:
@@ -234,9 +233,12 @@ class Engine:
         self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), n, timings, error))
 
     def _report_positions(self) -> None:
-        """Caller holds the lock. A waiting request hears its position whenever it changes."""
-        for position, seq in enumerate(self.scheduler.waiting, start=1):
-            if seq.last_position != position:
+        """Caller holds the lock. A request that waits for a slot hears its position whenever it changes; one that
+        only waits for its prefill turn (a slot is free for it) is not queued."""
+        free = len(self.scheduler.free_slots)
+        for n, seq in enumerate(self.scheduler.waiting, start=1):
+            position = n - free
+            if position > 0 and seq.last_position != position:
                 seq.last_position = position
                 self._emit(seq, Queued(seq.id, position))
 
