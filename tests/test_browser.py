@@ -139,3 +139,27 @@ def test_a_reload_shows_the_conversation_again(page):
     page.reload()
     page.wait_for_selector("#status[data-state=ok]", timeout=30_000)
     assert conversation() == before
+
+
+def test_a_student_beyond_the_free_slots_sees_their_place_in_line_then_gets_an_answer(page, server):
+    """The module's server has 2 slots: two students fill them, a third is told they are next in line."""
+    browser = page.context.browser
+    contexts = [browser.new_context(viewport={"width": 900, "height": 700}) for _ in range(3)]
+    try:
+        students = [c.new_page() for c in contexts]
+        for student in students:
+            student.goto(server)
+            student.wait_for_selector("#status[data-state=ok]", timeout=30_000)
+        for student in students[:2]:
+            _ask(student, "Write a long, detailed essay about the history of mathematics, from Babylon to today.")
+            student.wait_for_selector(".tutor[data-status=streaming]", timeout=ANSWER_TIMEOUT_MS)
+        third = students[2]
+        _ask(third, "What is a prime number?")
+        third.wait_for_selector(".tutor[data-status=queued]", timeout=10_000)
+        expect(third.locator("#status")).to_have_text(re.compile("You're next|ahead of you"))
+        students[0].keyboard.press("Escape")  # a slot frees up: the third student's answer starts
+        third.wait_for_selector(".tutor[data-status=streaming], .tutor[data-status=done]", timeout=ANSWER_TIMEOUT_MS)
+        students[1].keyboard.press("Escape")
+    finally:
+        for context in contexts:
+            context.close()
