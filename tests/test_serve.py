@@ -79,7 +79,7 @@ def test_a_chat_and_a_stop_over_a_real_socket():
     assert "typewriter_active_streams 0.0" in metrics
 
 
-def _silent_client(address: str) -> socket.socket:
+def _silent_client(address: str, max_new_tokens: int = 200) -> socket.socket:
     """A peer that opens the socket, starts a chat, then neither reads nor answers pings: a dead laptop."""
     host, port = address.split(":")
     sock = socket.create_connection((host, int(port)), timeout=5)
@@ -87,7 +87,7 @@ def _silent_client(address: str) -> socket.socket:
     sock.sendall((f"GET /ws HTTP/1.1\r\nHost: {address}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
     assert b" 101 " in sock.recv(4096).split(b"\r\n", 1)[0]
-    payload, mask = chat("silent", max_new_tokens=200).encode(), os.urandom(4)
+    payload, mask = chat("silent", max_new_tokens=max_new_tokens).encode(), os.urandom(4)
     masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
     header = bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big")  # one masked text frame
     sock.sendall(header + mask + masked)
@@ -111,6 +111,23 @@ def test_a_dead_peer_that_never_answers_pings_loses_its_chat_and_slot():
             sock.close()
     assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
     assert "typewriter_active_streams 0.0" in metrics
+
+
+def test_a_peer_that_stops_reading_a_flood_loses_its_chat_once_the_backlog_is_full():
+    """Big tokens fill the kernel and transport buffers; sends then wait, events pile up, the chat is cancelled."""
+    engine = FakeEngine(tokens=["x" * 4000] * 3000, step_s=0.0005, max_context=4096)
+    with running(engine, send_backlog=32, max_context=4096, max_new_tokens_cap=3000) as (_, address):
+        sock = _silent_client(address, max_new_tokens=3000)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            deadline = time.monotonic() + 20
+            while not engine.submitted or engine.stats().active:
+                assert time.monotonic() < deadline, "the flooded chat still holds its slot"
+                time.sleep(0.05)
+            metrics = httpx.get(f"http://{address}/metrics").text
+        finally:
+            sock.close()
+    assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
 
 
 @pytest.mark.parametrize(("payload", "code"), [(b"\x00binary", 1003), ("x" * 5000, 1009)])
