@@ -94,21 +94,22 @@ def _silent_client(address: str, max_new_tokens: int = 200) -> socket.socket:
     return sock
 
 
+def _metrics_once_the_slot_is_free(engine: FakeEngine, address: str, sock: socket.socket) -> str:
+    """Wait (bounded) until the silent peer's chat has reached the engine and left its slot; then /metrics."""
+    try:
+        deadline = time.monotonic() + 20
+        while not engine.submitted or engine.stats().active:
+            assert time.monotonic() < deadline, "the silent peer's chat still holds its slot"
+            time.sleep(0.05)
+        return httpx.get(f"http://{address}/metrics").text
+    finally:
+        sock.close()
+
+
 def test_a_dead_peer_that_never_answers_pings_loses_its_chat_and_slot():
     engine = FakeEngine(tokens=["ab"] * 1000, step_s=0.05)
     with running(engine, ping_interval_s=0.5, ping_timeout_s=0.5, max_new_tokens_cap=200) as (_, address):
-        sock = _silent_client(address)
-        try:
-            deadline = time.monotonic() + 20
-            while not engine.submitted:
-                assert time.monotonic() < deadline, "the chat never reached the engine"
-                time.sleep(0.02)
-            while engine.stats().active:
-                assert time.monotonic() < deadline, "the dead peer's chat still holds its slot"
-                time.sleep(0.05)
-            metrics = httpx.get(f"http://{address}/metrics").text
-        finally:
-            sock.close()
+        metrics = _metrics_once_the_slot_is_free(engine, address, _silent_client(address))
     assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
     assert "typewriter_active_streams 0.0" in metrics
 
@@ -119,14 +120,7 @@ def test_a_peer_that_stops_reading_a_flood_loses_its_chat_once_the_backlog_is_fu
     with running(engine, send_backlog=32, max_context=4096, max_new_tokens_cap=3000) as (_, address):
         sock = _silent_client(address, max_new_tokens=3000)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        try:
-            deadline = time.monotonic() + 20
-            while not engine.submitted or engine.stats().active:
-                assert time.monotonic() < deadline, "the flooded chat still holds its slot"
-                time.sleep(0.05)
-            metrics = httpx.get(f"http://{address}/metrics").text
-        finally:
-            sock.close()
+        metrics = _metrics_once_the_slot_is_free(engine, address, sock)
     assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
 
 
