@@ -115,21 +115,18 @@ class ModelRunner:
 
     def warmup(self, progress: Callable[[int, int, str], None] | None = None, threads: int = 2) -> None:
         """Compile every bucket now, so no request ever waits for XLA. XLA compiles outside the GIL, so
-        `threads` programs build at once."""
-        work = [("prefill", t) for t in self.prefill_buckets]
-        work += [("decode", (b, s)) for b in self.batch_buckets for s in self.kv_buckets]
+        `threads` programs build at once; the tf.function objects are made here, on the calling thread."""
+        work = [(f"prefill {t}", self.prefill_fn(t), (np.zeros([1, t], np.int32), np.int32(1), np.int32(0)))
+                for t in self.prefill_buckets]
+        work += [(f"decode batch {b} x cache {s}", self.decode_fn(b, s),
+                  (np.zeros([b], np.int32), np.zeros([b], np.int32)))
+                 for b in self.batch_buckets for s in self.kv_buckets]
 
-        def build(item):
-            kind, key = item
-            if kind == "prefill":
-                self.prefill_fn(key)(np.zeros([1, key], np.int32), np.int32(1), np.int32(0)).numpy()
-                return f"prefill {key}"
-            b, s = key
-            self.decode_fn(b, s)(np.zeros([b], np.int32), np.zeros([b], np.int32)).numpy()
-            return f"decode batch {b} x cache {s}"
+        def build(item) -> str:
+            label, fn, args = item
+            fn(*args).numpy()
+            return label
 
-        for item in work:  # create the tf.function objects on this thread
-            self.prefill_fn(item[1]) if item[0] == "prefill" else self.decode_fn(*item[1])
         with ThreadPoolExecutor(max(1, threads), thread_name_prefix="typewriter-compile") as pool:
             for done, label in enumerate(pool.map(build, work), start=1):
                 if progress:

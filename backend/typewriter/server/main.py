@@ -8,7 +8,7 @@ import sys
 
 import uvicorn
 
-from ..config import ConfigError, Settings
+from ..config import LOG_LEVELS, ConfigError, Settings
 from .app import create_app
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 
@@ -22,7 +22,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-active", type=int, metavar="N", help="streams decoded together (default 8)")
     parser.add_argument("--max-queue", type=int, metavar="N", help="chats that may wait for a slot (default 32)")
     parser.add_argument("--max-context", type=int, metavar="N", help="tokens of KV cache per stream (default 2048)")
-    parser.add_argument("--log-level", choices=("critical", "error", "warning", "info", "debug"))
+    parser.add_argument("--log-level", choices=LOG_LEVELS)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
