@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from tiny_model import random_weights, tiny_config
+from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 
 from typewriter.model import Transformer
 
@@ -19,7 +19,6 @@ CONFIGS = {
     "qkv-bias": tiny_config(qkv_bias=True, tie_embeddings=False),
     "one-kv-head": tiny_config(n_kv_heads=1, rope_theta=500.0),
 }
-TOLERANCE = 2e-4  # float32 against float64 (measured 1e-5), logits of magnitude up to ~50
 
 
 def reference_logits(cfg, w, tokens) -> np.ndarray:
@@ -57,11 +56,6 @@ def reference_logits(cfg, w, tokens) -> np.ndarray:
         x = x + (gate / (1 + np.exp(-gate)) * (h @ p("w_up").T)) @ p("w_down").T
     out = w["tok_embeddings"] if cfg.tie_embeddings else w["output"]
     return rms_norm(x, w["norm"]) @ out.T
-
-
-def prefill_all(model: Transformer, tokens, slot=0) -> np.ndarray:
-    ids = tf.constant([tokens], tf.int32)
-    return model.prefill(ids, tf.constant(len(tokens)), tf.constant(slot), all_logits=True).numpy()[0]
 
 
 def prefill_last(model: Transformer, tokens, slot, pad_to=None) -> np.ndarray:

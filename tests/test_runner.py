@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_model import TOLERANCE, prefill_all
-from tiny_model import random_weights, tiny_config
+from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 
 from typewriter.model import Transformer
 from typewriter.runner import ModelRunner, bucket, power_of_two_buckets

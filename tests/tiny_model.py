@@ -59,6 +59,18 @@ LAYER_NAMES = {
 }
 
 
+TOLERANCE = 2e-4  # float32 against float64 (measured 1e-5), logits of magnitude up to ~50
+
+
+def prefill_all(model, tokens, slot=0) -> np.ndarray:
+    """Logits [t, v] at every position of `tokens`, from a full prefill of a `typewriter.model.Transformer`: the
+    cacheless answer that cached decoding is compared with."""
+    import tensorflow as tf
+
+    ids = tf.constant([tokens], tf.int32)
+    return model.prefill(ids, tf.constant(len(tokens)), tf.constant(slot), all_logits=True).numpy()[0]
+
+
 def tiny_config(**changes) -> ModelConfig:
     fields = dict(
         name="tiny", vocab_size=VOCAB_SIZE, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128,

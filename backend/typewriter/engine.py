@@ -1,27 +1,28 @@
-"""The engine: one thread owns the model and runs the step loop; callers submit requests from any thread.
+"""The engine: one thread owns the model and calls `step()`; callers submit requests from any thread.
 
-Each loop iteration: apply cancellations and deadlines, admit at most one waiting request into a free slot
-(prefill, which yields its first token), then one decode step over every running slot. Tokens are sampled, detokenized and
-checked for stops here, and each request's events go to its `on_event` callback, on this thread; the callback
-must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows nothing
-about chat templates or sockets.
+`step()` is the whole engine: the scheduler decides (cancellations, deadlines, admission, queue positions),
+the runner computes (a prefill for a newcomer, one batched decode step), each sequence takes its token and says
+what text is now certain and whether it is done, and the events go out. The thread only waits for work and calls
+`step()`; tests call it directly. Events reach each request's `on_event` callback on the engine thread; the
+callback must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows
+nothing about chat templates or sockets.
 """
 
 from __future__ import annotations
 
-import asyncio
+import enum
 import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import EngineStopped, InvalidRequest, PromptTooLong
-from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Timings, Token
+from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .scheduler import Scheduler
 from .sequence import Sequence, Status
 
@@ -31,6 +32,23 @@ if TYPE_CHECKING:
 log = logging.getLogger("typewriter.engine")
 
 
+class EngineState(enum.Enum):
+    IDLE = "idle"  # built, no thread yet: `step()` may be driven by hand
+    RUNNING = "running"  # the thread runs steps
+    STOPPING = "stopping"  # shutdown asked: every request ends with `shutdown`
+    STOPPED = "stopped"
+    FAILED = "failed"  # a step raised: every request ended with `error`, nothing more is accepted
+
+
+_NEXT = {
+    EngineState.IDLE: {EngineState.RUNNING, EngineState.STOPPING},
+    EngineState.RUNNING: {EngineState.STOPPING, EngineState.FAILED},
+    EngineState.STOPPING: {EngineState.STOPPED, EngineState.FAILED},
+    EngineState.STOPPED: set(),
+    EngineState.FAILED: set(),
+}
+
+
 @dataclass(frozen=True)
 class EngineStats:
     active: int
@@ -38,7 +56,8 @@ class EngineStats:
 
 
 class Engine:
-    def __init__(self, runner: ModelRunner, tokenizer, max_queue: int = 16, model_name: str = "model"):
+    def __init__(self, runner: ModelRunner, tokenizer, max_queue: int, model_name: str = "model",
+                 clock: Callable[[], float] = time.perf_counter):
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
@@ -48,22 +67,24 @@ class Engine:
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue)
-        self._lock = threading.Condition()
-        self._cancelled: set[str] = set()
-        self._closing = False
-        self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
-        self._error: BaseException | None = None
+        self.clock = clock
+        self.state = EngineState.IDLE
         self.steps = 0  # decode steps run, for tests and metrics
+        self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
+        self._cancelled: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
 
     # ---- caller side (any thread) ----
 
     def start(self) -> Engine:
+        with self._lock:
+            self._move(EngineState.RUNNING)
         self._thread.start()
         return self
 
     @property
     def alive(self) -> bool:
-        return self._thread.is_alive() and not self._closing
+        return self.state is EngineState.RUNNING and self._thread.is_alive()
 
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None:
         n, budget = len(request.prompt_ids), request.params.max_new_tokens
@@ -73,16 +94,17 @@ class Engine:
             raise PromptTooLong(n, budget, self.max_context)
         if not all(0 <= t < self.vocab_size for t in request.prompt_ids):  # out of range would fail inside XLA
             raise InvalidRequest("prompt_ids", f"every token id must be between 0 and {self.vocab_size - 1}")
-        seq = Sequence(request, on_event, self.tokenizer)
+        seq = Sequence(request, on_event, self.tokenizer, self.eos_ids, self.clock())
         with self._lock:
-            if not self.alive:
-                raise EngineStopped("the engine is not running")
+            if self.state not in (EngineState.IDLE, EngineState.RUNNING):
+                raise EngineStopped(f"the engine is not running ({self.state.value})")
             if self.scheduler.find(request.id):
                 raise InvalidRequest("id", f"a request with id {request.id!r} is already running")
             self.scheduler.add(seq)  # raises Overloaded
             self._lock.notify()
 
     def cancel(self, request_id: str) -> bool:
+        """Ask for a request to end with `cancelled`; it does at the start of the next step."""
         with self._lock:
             if self.scheduler.find(request_id) is None:
                 return False
@@ -97,7 +119,13 @@ class Engine:
     def shutdown(self, timeout: float | None = 30.0) -> None:
         """End every running and waiting request with reason `shutdown`, then stop the thread."""
         with self._lock:
-            self._closing = True
+            if self.state is EngineState.IDLE:  # no thread: end them here
+                self._move(EngineState.STOPPING)
+                self._end_all(FinishReason.SHUTDOWN)
+                self._move(EngineState.STOPPED)
+                return
+            if self.state is EngineState.RUNNING:
+                self._move(EngineState.STOPPING)
             self._lock.notify()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
@@ -115,141 +143,94 @@ class Engine:
         finally:
             self.cancel(request.id)
 
-    async def astream(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        """Events of one request for asyncio code: the loop only awaits a queue, never TensorFlow."""
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[Event] = asyncio.Queue()
-        self.submit(request, lambda e: loop.call_soon_threadsafe(events.put_nowait, e))
-        try:
-            while True:
-                event = await events.get()
-                yield event
-                if isinstance(event, Finished):
-                    return
-        finally:
-            self.cancel(request.id)
+    # ---- one step ----
 
-    # ---- engine thread ----
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self._lock:
-                    while not (self._closing or self.scheduler.waiting or self.scheduler.running):
-                        self._lock.wait()
-                    if self._closing:
-                        break
-                self._iteration()
-        except BaseException as e:  # the engine must never die silently: end every request with the error
-            log.exception("engine thread failed")
-            self._error = e
-            self._end_all(FinishReason.ERROR, f"{type(e).__name__}: {e}")
-            with self._lock:
-                self._closing = True
-            return
-        self._end_all(FinishReason.SHUTDOWN)
-
-    def _iteration(self) -> None:
-        now = time.perf_counter()
+    def step(self) -> None:
+        """Decide, compute, take each token, emit. Runs on the engine thread (or a test's)."""
         with self._lock:
             cancelled, self._cancelled = self._cancelled, set()
-            for seq in list(self.scheduler.running.values()) + list(self.scheduler.waiting):
-                if seq.id in cancelled:
-                    self._finish(seq, FinishReason.CANCELLED)
-                elif seq.deadline_passed(now):
-                    self._finish(seq, FinishReason.TIMEOUT)
-            # One prefill per iteration: a burst of newcomers costs running answers one prefill between decode
-            # steps, not one per newcomer.
-            admitted = self.scheduler.admit()
-            self._report_positions()
-        if admitted is not None:
-            self._prefill(admitted)
-        with self._lock:
-            running = dict(self.scheduler.running)
-        if any(s is not admitted and s.status is Status.RUNNING for s in running.values()):
-            self._decode_step(running)
+            plan = self.scheduler.schedule(cancelled, self.clock())
+        for seq, reason in plan.ended:
+            self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
+                                     seq.timings(self.clock())))
+        for seq, position in plan.queued:
+            self._emit(seq, Queued(seq.id, position))
+        if plan.prefill is not None:
+            self._prefill(plan.prefill)
+        if plan.decode:  # a newcomer joins the running ones; alone, it decodes from the next step on
+            batch = [s for s in (*plan.decode, plan.prefill) if s is not None and s.status is Status.RUNNING]
+            self._decode(sorted(batch, key=lambda s: s.slot))
 
     def _prefill(self, seq: Sequence) -> None:
-        seq.started = time.perf_counter()
-        queue_ms = (seq.started - seq.submitted) * 1000
-        self._emit(seq, Started(seq.id, len(seq.prompt_ids), queue_ms))
-        logits = self.runner.prefill(seq.slot, seq.prompt_ids)
-        self._accept(seq, logits)
+        seq.started = self.clock()
+        self._emit(seq, Started(seq.id, len(seq.prompt_ids), (seq.started - seq.submitted) * 1000))
+        logits = self.runner.prefill(seq.slot, seq.prompt_ids)  # [vocab]
+        self._take(seq, logits)
 
-    def _decode_step(self, running: dict[int, Sequence]) -> None:
-        n = max(running) + 1
+    def _decode(self, batch: list[Sequence]) -> None:
+        n = batch[-1].slot + 1  # rows 0..n-1; idle rows decode a dummy token at position 0
         tokens = np.zeros([n], np.int32)
         positions = np.zeros([n], np.int32)
-        for slot, seq in running.items():
-            tokens[slot] = seq.output_ids[-1]
-            positions[slot] = seq.num_tokens - 1
-        logits = self.runner.decode(tokens, positions)
+        for seq in batch:
+            tokens[seq.slot] = seq.output_ids[-1]
+            positions[seq.slot] = seq.num_tokens - 1
+        logits = self.runner.decode(tokens, positions)  # [n, vocab]
         self.steps += 1
-        for slot, seq in running.items():
-            if seq.status is Status.RUNNING:
-                self._accept(seq, logits[slot])
+        for seq in batch:
+            self._take(seq, logits[seq.slot])
 
-    def _accept(self, seq: Sequence, logits: np.ndarray) -> None:
-        """Sample the next token and send what text is now certain; finish the request if it is done."""
-        token_id = seq.sampler.sample(logits, seq.history)
-        seq.output_ids.append(token_id)
-        if len(seq.output_ids) == 1:
-            seq.first_token = time.perf_counter()
-        index = len(seq.output_ids) - 1
-        reason = None
-        if token_id in self.eos_ids and not seq.params.ignore_eos:
-            reason = FinishReason.EOS
-            text, _ = seq.stops.push(seq.detokenizer.flush())
-            text += seq.stops.flush()
-        else:
-            text, stopped = seq.stops.push(seq.detokenizer.push(token_id))
-            if stopped:
-                reason = FinishReason.STOP_SEQUENCE
-            elif len(seq.output_ids) >= seq.params.max_new_tokens:
-                more, stopped = seq.stops.push(seq.detokenizer.flush())  # an unfinished character may end a stop
-                text += more if stopped else more + seq.stops.flush()
-                reason = FinishReason.STOP_SEQUENCE if stopped else FinishReason.LENGTH
-        self._emit(seq, Token(seq.id, index, token_id, text))
+    def _take(self, seq: Sequence, logits: np.ndarray) -> None:
+        token_id = seq.sample(logits)
+        text, reason = seq.take(token_id, self.clock())
+        self._emit(seq, Token(seq.id, len(seq.output_ids) - 1, token_id, text))
         if reason is not None:
-            with self._lock:
-                self._finish(seq, reason)
+            self._finish(seq, reason)
 
     def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
-        """Caller holds the lock."""
-        if seq.status is Status.FINISHED:
-            return
-        self.scheduler.remove(seq)
-        seq.move_to(Status.FINISHED)
-        seq.finish_reason = reason
-        now = time.perf_counter()
-        n = len(seq.output_ids)
-        decode_s = now - seq.first_token if n > 1 else 0.0
-        timings = Timings(
-            queue_ms=((seq.started or now) - seq.submitted) * 1000,
-            ttft_ms=(seq.first_token - seq.submitted) * 1000 if n else 0.0,
-            total_ms=(now - seq.submitted) * 1000,
-            tokens_per_s=(n - 1) / decode_s if decode_s > 0 else 0.0,
-        )
-        self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), n, timings, error))
-
-    def _report_positions(self) -> None:
-        """Caller holds the lock. A request that waits for a slot hears its position whenever it changes; one that
-        only waits for its prefill turn (a slot is free for it) is not queued."""
-        free = len(self.scheduler.free_slots)
-        for n, seq in enumerate(self.scheduler.waiting, start=1):
-            position = n - free
-            if position > 0 and seq.last_position != position:
-                seq.last_position = position
-                self._emit(seq, Queued(seq.id, position))
-
-    def _end_all(self, reason: FinishReason, error: str | None = None) -> None:
         with self._lock:
-            for seq in list(self.scheduler.running.values()) + list(self.scheduler.waiting):
-                self._finish(seq, reason, error)
+            if seq.status is Status.FINISHED:
+                return
+            self.scheduler.finish(seq)
+        self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
+                                 seq.timings(self.clock()), error))
 
     def _emit(self, seq: Sequence, event: Event) -> None:
         try:
             seq.on_event(event)
         except Exception:  # a broken consumer loses its own request, never the engine
             log.exception("event callback of request %s failed; cancelling it", seq.id)
-            self._cancelled.add(seq.id)
+            with self._lock:
+                self._cancelled.add(seq.id)
+
+    # ---- the thread ----
+
+    def _run(self) -> None:
+        try:
+            while self._wait_for_work():
+                self.step()
+        except BaseException as e:  # never die silently: every request, and every later submit, hears of it
+            log.exception("engine thread failed")
+            with self._lock:
+                self._move(EngineState.FAILED)  # from here submit refuses, so nothing can wait forever
+                self._end_all(FinishReason.ERROR, f"{type(e).__name__}: {e}")
+            return
+        with self._lock:
+            self._end_all(FinishReason.SHUTDOWN)
+            self._move(EngineState.STOPPED)
+
+    def _wait_for_work(self) -> bool:
+        """Block until there is something to do; False once shutdown was asked."""
+        with self._lock:
+            while self.state is EngineState.RUNNING and not (self.scheduler.sequences() or self._cancelled):
+                self._lock.wait()
+            return self.state is EngineState.RUNNING
+
+    def _end_all(self, reason: FinishReason, error: str | None = None) -> None:
+        for seq in self.scheduler.sequences():
+            self._finish(seq, reason, error)
+
+    def _move(self, state: EngineState) -> None:
+        """Caller holds the lock."""
+        if state not in _NEXT[self.state]:
+            raise RuntimeError(f"engine: {self.state.value} -> {state.value} is not allowed")
+        self.state = state

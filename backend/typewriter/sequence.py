@@ -1,13 +1,19 @@
-"""One request's life inside the engine: its status, slot, tokens, and the text pipeline of its answer."""
+"""One request's life inside the engine: its status, slot, tokens, and the text pipeline of its answer.
+
+`take(token_id)` is the per-token part of an engine step, testable without a thread or a model: append the
+token, detokenize it, hold back a possible partial stop sequence, and say whether the answer has ended (eos,
+stop sequence, length) and with what final text.
+"""
 
 from __future__ import annotations
 
 import enum
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+
+import numpy as np
 
 from .detokenizer import IncrementalDetokenizer
-from .request import Event, FinishReason, GenerationRequest
+from .request import Event, FinishReason, GenerationRequest, Timings
 from .sampling import Sampler
 from .stops import StopMatcher
 
@@ -26,8 +32,8 @@ _ALLOWED = {
 
 
 class Sequence:
-    def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer):
-        self.request = request
+    def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer,
+                 eos_ids: Collection[int], now: float):
         self.id = request.id
         self.params = request.params
         self.on_event = on_event
@@ -35,12 +41,12 @@ class Sequence:
         self.slot = -1
         self.prompt_ids = list(request.prompt_ids)
         self.output_ids: list[int] = []
+        self.eos_ids = eos_ids
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
-        self.finish_reason: FinishReason | None = None
         self.last_position = 0  # the queue position last reported
-        self.submitted = time.perf_counter()
+        self.submitted = now
         self.started = 0.0
         self.first_token = 0.0
 
@@ -53,10 +59,42 @@ class Sequence:
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
 
-    @property
-    def history(self) -> list[int]:
-        return self.prompt_ids + self.output_ids
-
     def deadline_passed(self, now: float) -> bool:
         timeout = self.params.timeout_s
         return timeout is not None and self.started > 0 and now - self.started > timeout
+
+    # ---- one token ----
+
+    def sample(self, logits: np.ndarray) -> int:
+        """The next token id from this sequence's row of logits [vocab]."""
+        return self.sampler.sample(logits, self.prompt_ids + self.output_ids)
+
+    def take(self, token_id: int, now: float) -> tuple[str, FinishReason | None]:
+        """Append a generated token. Returns the answer text it makes certain (possibly "") and why the answer
+        ends here, or None if it goes on. The text of the final token carries everything still held back that
+        belongs to the answer; a completed stop sequence and what follows it are never returned."""
+        self.output_ids.append(token_id)
+        if len(self.output_ids) == 1:
+            self.first_token = now
+        if token_id in self.eos_ids and not self.params.ignore_eos:
+            text, _ = self.stops.push(self.detokenizer.flush())
+            return text + self.stops.flush(), FinishReason.EOS
+        text, stopped = self.stops.push(self.detokenizer.push(token_id))
+        if stopped:
+            return text, FinishReason.STOP_SEQUENCE
+        if len(self.output_ids) >= self.params.max_new_tokens:
+            more, stopped = self.stops.push(self.detokenizer.flush())  # an unfinished character may end a stop
+            if stopped:
+                return text + more, FinishReason.STOP_SEQUENCE
+            return text + more + self.stops.flush(), FinishReason.LENGTH
+        return text, None
+
+    def timings(self, now: float) -> Timings:
+        n = len(self.output_ids)
+        decode_s = now - self.first_token if n > 1 else 0.0
+        return Timings(
+            queue_ms=((self.started or now) - self.submitted) * 1000,
+            ttft_ms=(self.first_token - self.submitted) * 1000 if n else 0.0,
+            total_ms=(now - self.submitted) * 1000,
+            tokens_per_s=(n - 1) / decode_s if decode_s > 0 else 0.0,
+        )

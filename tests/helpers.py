@@ -1,0 +1,108 @@
+"""What several test files need: protocol v1 frames, reading them until a chat ends, waiting for a condition,
+and recording an engine request's events."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+
+from typewriter.request import Finished, Token
+
+WAIT_S = 10.0  # generous: only reached when something is broken
+
+
+def wait_until(condition: Callable[[], object], what: str = "the condition", timeout: float = WAIT_S,
+               interval: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} was not met within {timeout:.0f} s")
+        time.sleep(interval)
+
+
+# ---- protocol v1 frames ----
+
+
+def chat(request_id: str = "c1", text: str = "hi there", **params) -> dict:
+    frame = {"type": "chat", "id": request_id, "messages": [{"role": "user", "content": text}]}
+    if params:
+        frame["params"] = params
+    return frame
+
+
+def chat_json(request_id: str = "c1", text: str = "hi there", **params) -> str:
+    return json.dumps(chat(request_id, text, **params))
+
+
+def stop_json(request_id: str) -> str:
+    return json.dumps({"type": "stop", "id": request_id})
+
+
+def is_terminal(frame: dict) -> bool:
+    return frame["type"] in ("end", "error")
+
+
+def until_terminal(next_frame: Callable[[], dict]) -> list[dict]:
+    """Frames from `next_frame()` up to and including the next `end` or `error`."""
+    frames = [next_frame()]
+    while not is_terminal(frames[-1]):
+        frames.append(next_frame())
+    return frames
+
+
+async def recv_json(ws, timeout: float = WAIT_S) -> dict:
+    """The next frame from a `websockets` client connection, failing instead of hanging."""
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+
+
+async def until_terminal_async(ws, timeout: float = WAIT_S) -> list[dict]:
+    frames = [await recv_json(ws, timeout)]
+    while not is_terminal(frames[-1]):
+        frames.append(await recv_json(ws, timeout))
+    return frames
+
+
+def token_frames(frames: list[dict]) -> list[dict]:
+    return [f for f in frames if f["type"] == "token"]
+
+
+def text_of(frames: list[dict]) -> str:
+    return "".join(f["text"] for f in token_frames(frames))
+
+
+# ---- engine events ----
+
+
+class Recorder:
+    """An on_event callback that keeps every event and signals the end."""
+
+    def __init__(self):
+        self.events = []
+        self.finished = threading.Event()
+
+    def __call__(self, event) -> None:
+        self.events.append(event)
+        if isinstance(event, Finished):
+            self.finished.set()
+
+    def wait(self) -> Finished:
+        assert self.finished.wait(WAIT_S), f"no Finished after {WAIT_S}s: {self.events}"
+        return self.events[-1]
+
+    @property
+    def done(self) -> bool:
+        return self.finished.is_set()
+
+    @property
+    def text(self) -> str:
+        return "".join(e.text for e in self.tokens)
+
+    @property
+    def tokens(self) -> list[Token]:
+        return [e for e in self.events if isinstance(e, Token)]
+
+    def of(self, kind) -> list:
+        return [e for e in self.events if isinstance(e, kind)]

@@ -1,0 +1,136 @@
+"""A scripted model runner for the real Engine: no TensorFlow, every answer known in advance.
+
+`ChainRunner` has the ModelRunner interface; the next token is `follow(last token)`, so an answer is a chain.
+Two scripts:
+- `letters`: over the tiny byte-level tokenizer, a lowercase letter is followed by the next one ("a" -> "bcd...");
+- `ScriptTokenizer` + `script_runner`: the answer to any prompt is a fixed list of text pieces, then eos.
+
+Faults are injected on purpose (`fail_next`), so the engine's real failure path is what tests see.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from tiny_model import IM_END, VOCAB_SIZE, byte_token
+
+from typewriter.engine import Engine
+
+
+class ChainRunner:
+    def __init__(self, follow: Callable[[int], int], vocab_size: int, slots: int = 2, max_len: int = 64,
+                 max_prompt: int | None = None, step_s: float = 0.0):
+        self.follow, self.vocab_size = follow, vocab_size
+        self.slots, self.max_len = slots, max_len
+        self.max_prompt = max_len if max_prompt is None else max_prompt
+        self.step_s = step_s  # a decode step's duration, for tests of a threaded engine
+        self.fail_next: BaseException | None = None  # raised by the next decode step
+        self.calls: list[tuple[str, int]] = []  # ("prefill", slot) / ("decode", rows), in order
+
+    def logits_after(self, token: int) -> np.ndarray:
+        row = np.zeros(self.vocab_size, np.float32)
+        row[self.follow(token)] = 1.0
+        return row
+
+    def prefill(self, slot: int, prompt_ids: Sequence[int]) -> np.ndarray:
+        self.calls.append(("prefill", slot))
+        return self.logits_after(prompt_ids[-1])
+
+    def decode(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        if self.step_s:
+            time.sleep(self.step_s)
+        self.calls.append(("decode", len(tokens)))
+        return np.stack([self.logits_after(int(t)) for t in tokens])
+
+    @property
+    def decode_rows(self) -> list[int]:
+        return [rows for kind, rows in self.calls if kind == "decode"]
+
+
+# ---- letters, over the tiny byte-level tokenizer ----
+
+
+def letters(eos_after_z: bool = False) -> Callable[[int], int]:
+    """a -> b -> ... -> z -> a (or eos); anything else -> a."""
+
+    def follow(token: int) -> int:
+        letter = token - byte_token(ord("a"))
+        if letter == 25 and eos_after_z:
+            return IM_END
+        return byte_token(ord("a") + (letter + 1) % 26 if 0 <= letter < 26 else ord("a"))
+
+    return follow
+
+
+def letter_runner(eos_after_z: bool = False, **options) -> ChainRunner:
+    return ChainRunner(letters(eos_after_z), VOCAB_SIZE, **options)
+
+
+# ---- a fixed answer, for server tests ----
+
+
+class ScriptTokenizer:
+    """The tokenizer interface for a scripted answer. Ids 0..n-1 are the answer's pieces in order, n is eos, and
+    from n + 1 on one id per prompt word (plus one per message). Records every encode_chat call."""
+
+    name = "scripted"
+    max_prompt_words = 4096
+
+    def __init__(self, pieces: Sequence[str]):
+        self.pieces = list(pieces)
+        self.eos = len(self.pieces)
+        self.eos_token_ids = (self.eos,)
+        self.vocab_size = self.eos + 1 + self.max_prompt_words
+        self.calls: list[tuple[list[dict[str, str]], str | None]] = []
+
+    def encode_chat(self, messages, system=None) -> list[int]:
+        self.calls.append((list(messages), system))
+        words = sum(len(m["content"].split()) + 1 for m in messages)
+        return [self.eos + 1 + i % self.max_prompt_words for i in range(words)]
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return self.pieces[token_id].encode() if token_id < self.eos else b""
+
+    def follow(self, token: int) -> int:
+        """A prompt token starts the answer; each piece is followed by the next; the last by eos."""
+        return 0 if token > self.eos else min(token + 1, self.eos)
+
+
+class RecordingEngine(Engine):
+    """The real engine, keeping every request it accepted so a test can read the parameters that reached it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.submitted = []
+
+    def submit(self, request, on_event) -> None:
+        super().submit(request, on_event)
+        self.submitted.append(request)
+
+
+def script_engine(pieces: Sequence[str] = ("Hello", ",", " world", "!"), step_s: float = 0.005, slots: int = 2,
+                  max_queue: int = 2, max_context: int = 256, start: bool = True) -> RecordingEngine:
+    """A real Engine whose every answer is `pieces` then eos; `engine.tokenizer` encodes chats as words."""
+    tokenizer = ScriptTokenizer(pieces)
+    runner = ChainRunner(tokenizer.follow, tokenizer.vocab_size, slots=slots, max_len=max_context, step_s=step_s)
+    engine = RecordingEngine(runner, tokenizer, max_queue=max_queue, model_name="scripted-model")
+    return engine.start() if start else engine
+
+
+def factory(engine: Engine, gate=None):
+    """An engine factory for create_app, handing over `engine` and its tokenizer; with `gate` (an Event),
+    loading blocks until it is set."""
+
+    def load(settings, progress):
+        progress("loading scripted weights")
+        if gate is not None:
+            gate.wait(timeout=10)
+        progress("warmed up")
+        return engine, engine.tokenizer
+
+    return load

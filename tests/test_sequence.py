@@ -1,0 +1,73 @@
+"""A sequence takes one token at a time and says what text is now certain and whether the answer is over:
+the per-token half of an engine step, tested without an engine, a thread or a model."""
+
+from __future__ import annotations
+
+import pytest
+from tiny_model import IM_END, byte_token
+
+from typewriter.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.sequence import Sequence, Status
+from typewriter.tokenizer import Tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_gguf):
+    return Tokenizer.load(tiny_gguf)
+
+
+def sequence(tokenizer, **params) -> Sequence:
+    request = GenerationRequest("s", [byte_token(ord("q"))], SamplingParams(**({"max_new_tokens": 100} | params)))
+    return Sequence(request, lambda event: None, tokenizer, tokenizer.eos_token_ids, now=0.0)
+
+
+def take_text(seq: Sequence, text: str) -> list[tuple[str, FinishReason | None]]:
+    return [seq.take(byte_token(b), now=1.0) for b in text.encode()]
+
+
+def test_each_token_gives_its_text_and_the_answer_goes_on(tokenizer):
+    assert take_text(sequence(tokenizer), "hi!") == [("h", None), ("i", None), ("!", None)]
+
+
+def test_a_character_split_over_tokens_arrives_whole_with_its_last_byte(tokenizer):
+    assert take_text(sequence(tokenizer), "é") == [("", None), ("é", None)]
+
+
+def test_eos_ends_the_answer_with_no_text_of_its_own_and_releases_held_text(tokenizer):
+    seq = sequence(tokenizer, stop=("xyz",))
+    assert take_text(seq, "ax") == [("a", None), ("", None)]  # "x" might begin the stop sequence
+    assert seq.take(IM_END, now=2.0) == ("x", FinishReason.EOS)
+
+
+def test_ignore_eos_treats_eos_as_an_ordinary_token(tokenizer):
+    seq = sequence(tokenizer, ignore_eos=True)
+    assert seq.take(IM_END, now=1.0) == ("", None)
+
+
+def test_a_stop_sequence_across_tokens_ends_the_answer_and_is_never_returned(tokenizer):
+    seq = sequence(tokenizer, stop=("cd",))
+    assert take_text(seq, "abcd") == [("a", None), ("b", None), ("", None), ("", FinishReason.STOP_SEQUENCE)]
+
+
+def test_the_length_limit_ends_the_answer_with_every_held_character(tokenizer):
+    seq = sequence(tokenizer, max_new_tokens=3, stop=("cz",))
+    assert take_text(seq, "abc") == [("a", None), ("b", None), ("c", FinishReason.LENGTH)]
+    assert seq.output_ids == [byte_token(b) for b in b"abc"]
+
+
+def test_timings_count_from_submission_and_the_decode_rate_after_the_first_token(tokenizer):
+    seq = sequence(tokenizer)
+    seq.started = 0.5
+    seq.take(byte_token(ord("a")), now=1.0)
+    for i in range(4):
+        seq.take(byte_token(ord("a")), now=1.5 + i * 0.5)
+    t = seq.timings(now=3.0)
+    assert (t.queue_ms, t.ttft_ms, t.total_ms, t.tokens_per_s) == (500.0, 1000.0, 3000.0, 2.0)
+
+
+def test_status_moves_only_forward(tokenizer):
+    seq = sequence(tokenizer)
+    seq.move_to(Status.RUNNING)
+    seq.move_to(Status.FINISHED)
+    with pytest.raises(RuntimeError, match="finished -> running"):
+        seq.move_to(Status.RUNNING)
