@@ -4,7 +4,9 @@
  *
  * `feed` appends typed text; `flush` ends the answer and removes the caret. Blocks that can no longer change
  * (see `settledCount`) are appended once and never touched again, so earlier paragraphs stay selectable
- * and cheap; only the block still being typed is rebuilt, from its source, on each frame that adds text.
+ * and cheap. Only the source from the first open block on is parsed again on each frame that adds text:
+ * the parser starts every top-level block afresh, so parsing that tail alone gives the same blocks as
+ * parsing the whole answer, and the work per frame stays the size of the open block, not of the answer.
  */
 
 import { parseBlocks, settledCount } from "./markdown.js";
@@ -16,13 +18,15 @@ export class Writer {
   /**
    * @param {Element} root   the answer's container; the writer owns its children
    * @param {Doc} [doc]
+   * @param {typeof parseBlocks} [parse]  the block parser; tests pass a counting one
    */
-  constructor(root, doc = document) {
+  constructor(root, doc = document, parse = parseBlocks) {
     this.root = root;
     this.doc = doc;
+    this.parse = parse;
     this.source = "";
-    /** How many leading blocks are rendered for good. */
-    this.settled = 0;
+    /** Where the first block that may still change starts in `source`: always the start of a line. */
+    this.openFrom = 0;
     /** @type {Node[]} nodes of the blocks that may still change */
     this.open = [];
     this.caret = doc.createElement("span");
@@ -49,16 +53,29 @@ export class Writer {
    * @param {boolean} final
    */
   render(final) {
-    const blocks = parseBlocks(this.source);
-    const settled = final ? blocks.length : settledCount(blocks, this.source);
+    const tail = this.source.slice(this.openFrom);
+    const blocks = this.parse(tail);
+    const settled = final ? blocks.length : settledCount(blocks, tail);
     this.caret.remove();
     for (const node of this.open) node.parentNode?.removeChild(node);
-    for (let i = this.settled; i < settled; i++) this.root.append(renderBlock(blocks[i], this.doc));
+    for (const block of blocks.slice(0, settled)) this.root.append(renderBlock(block, this.doc));
     this.open = blocks.slice(settled).map((b) => renderBlock(b, this.doc));
     this.root.append(...this.open);
-    this.settled = settled;
+    if (final) this.openFrom = this.source.length;
+    else if (settled > 0) this.openFrom += lineStart(tail, blocks[settled].line);
     if (!final) caretHost(this.root).append(this.caret);
   }
+}
+
+/**
+ * The offset in `text` where line `line` starts, counting line breaks as the parser does (\n, \r\n, \r).
+ * @param {string} text
+ * @param {number} line
+ */
+function lineStart(text, line) {
+  const breaks = /\r\n?|\n/g;
+  for (let n = 0; n < line; n++) breaks.exec(text);
+  return breaks.lastIndex;
 }
 
 /**
