@@ -18,7 +18,7 @@ import { TurnView } from "./view.js";
 /** @param {string} id */
 const byId = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
 
-/** Server settings, rendered into the page as JSON. Every key is optional. */
+/** Server settings, rendered into the page as JSON (templates/index.html). Every key is optional. */
 const settings = (() => {
   try {
     const parsed = JSON.parse(byId("settings")?.textContent || "{}");
@@ -27,7 +27,6 @@ const settings = (() => {
     return {};
   }
 })();
-const systemPrompt = typeof settings.system_prompt === "string" ? settings.system_prompt : "";
 const wsPath = typeof settings.ws_path === "string" ? settings.ws_path : "/ws";
 /** @param {unknown} n */
 const limit = (n) => (typeof n === "number" && n > 0 ? n : Infinity);
@@ -121,13 +120,8 @@ async function answer(turn) {
 
   let received = "";
   /** @param {import("./protocol.js").ChatMessage[]} messages */
-  const frameWith = (messages) => ({
-    type: /** @type {const} */ ("chat"),
-    id: turn.id,
-    messages,
-    ...(settings.params ? { params: settings.params } : {}),
-  });
-  const messages = fitToLimits(messagesFor(state.turns, systemPrompt), {
+  const frameWith = (messages) => ({ type: /** @type {const} */ ("chat"), id: turn.id, messages });
+  const messages = fitToLimits(messagesFor(state.turns), {
     maxMessages: limit(settings.max_messages),
     maxBytes: limit(settings.max_message_bytes) - 64, // room for the id and framing
     size: (m) => encoder.encode(JSON.stringify(frameWith(m))).length,

@@ -99,12 +99,11 @@ export function save(storage, state) {
  * The messages to send for the last turn: every earlier exchange that has an answer, then the question.
  * A question whose answer failed with no text is left out, so roles keep alternating.
  * @param {Turn[]} turns   the last one is the turn being asked
- * @param {string} [systemPrompt]
  * @returns {ChatMessage[]}
  */
-export function messagesFor(turns, systemPrompt = "") {
+export function messagesFor(turns) {
   /** @type {ChatMessage[]} */
-  const messages = systemPrompt ? [{ role: "system", content: systemPrompt }] : [];
+  const messages = [];
   for (const turn of turns.slice(0, -1)) {
     if (!turn.answer.trim()) continue;
     messages.push({ role: "user", content: turn.question }, { role: "assistant", content: turn.answer });
@@ -117,14 +116,13 @@ export function messagesFor(turns, systemPrompt = "") {
 /**
  * Trim a conversation to the server's limits by dropping the oldest exchanges; the question always stays.
  * Returns null when even the question alone is too big to send (a frame over the limit closes the socket).
- * @param {ChatMessage[]} messages  ends with the question; may start with a system message
+ * @param {ChatMessage[]} messages  user/assistant pairs, then the question
  * @param {{maxMessages?: number, maxBytes?: number, size: (messages: ChatMessage[]) => number}} limits
  * @returns {ChatMessage[] | null}
  */
 export function fitToLimits(messages, { maxMessages = Infinity, maxBytes = Infinity, size }) {
-  const system = messages[0]?.role === "system" ? [messages[0]] : [];
-  let rest = messages.slice(system.length);
-  const fits = () => system.length + rest.length <= maxMessages && size([...system, ...rest]) <= maxBytes;
-  while (!fits() && rest.length > 1) rest = rest.slice(2);
-  return fits() ? [...system, ...rest] : null;
+  let kept = messages;
+  const fits = () => kept.length <= maxMessages && size(kept) <= maxBytes;
+  while (!fits() && kept.length > 1) kept = kept.slice(2);
+  return fits() ? kept : null;
 }

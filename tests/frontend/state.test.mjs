@@ -26,8 +26,7 @@ test("a turn moves forward only", () => {
 
 test("the whole conversation is sent, without answers that failed empty", () => {
   const turns = [turn("2+2?", "4"), turn("why?", "", "failed"), turn("and 3+3?", "6", "stopped"), turn("thanks", "", "waiting")];
-  assert.deepEqual(messagesFor(turns, "You are a patient tutor."), [
-    { role: "system", content: "You are a patient tutor." },
+  assert.deepEqual(messagesFor(turns), [
     { role: "user", content: "2+2?" },
     { role: "assistant", content: "4" },
     { role: "user", content: "and 3+3?" },
@@ -55,8 +54,8 @@ test("damaged storage gives an empty conversation, not a broken page", () => {
 test("a conversation over the server's limits loses its oldest exchanges, never the question", () => {
   const turns = [turn("q1", "a1"), turn("q2", "a2"), turn("q3", "a3"), turn("q4", "")];
   const size = (m) => JSON.stringify(m).length;
-  const byCount = fitToLimits(messagesFor(turns, "sys"), { maxMessages: 4, size });
-  assert.deepEqual(byCount.map((m) => m.content), ["sys", "q3", "a3", "q4"]);
+  const byCount = fitToLimits(messagesFor(turns), { maxMessages: 3, size });
+  assert.deepEqual(byCount.map((m) => m.content), ["q3", "a3", "q4"]);
   const bySize = fitToLimits(messagesFor(turns), { maxBytes: size(messagesFor(turns).slice(-3)), size });
   assert.deepEqual(bySize.map((m) => m.content), ["q3", "a3", "q4"]);
   assert.equal(fitToLimits(messagesFor([turn("x".repeat(100), "")]), { maxBytes: 50, size }), null);
