@@ -2,14 +2,15 @@
 /**
  * The page: wires the state, the transport, the pacer and the turn views to the DOM.
  *
- * One answer is live at a time. Its messages come from `connection.chat`; tokens go into a Pacer, and a
+ * One answer is live at a time. Its messages come from `connection.chat` and go through `applyMessage`
+ * (state.js), which keeps the received text; the text a frame adds goes into a Pacer, and a
  * requestAnimationFrame loop moves what the pacer releases into the turn's Writer. Stop halts the display
  * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows.
  */
 
 import { Pacer } from "./pacing.js";
-import { endText, errorText, newId, queueText, statsText } from "./protocol.js";
-import { fitToLimits, isLive, load, messagesFor, moveTo, save } from "./state.js";
+import { isTerminal, newId } from "./protocol.js";
+import { applyMessage, fitToLimits, isLive, load, messagesFor, save, stopTurn } from "./state.js";
 import { Connection } from "./transport.js";
 import { TurnView } from "./view.js";
 
@@ -72,6 +73,17 @@ function persist() {
   save(localStorage, state);
 }
 
+/**
+ * A turn object is shared by `state.turns`, its view and `live`, so the new turn that state.js returns is
+ * copied into it rather than swapped for it.
+ * @param {Turn} turn
+ * @param {Turn} next
+ */
+function commit(turn, next) {
+  Object.assign(turn, next);
+  views.get(turn)?.update();
+}
+
 /** @param {Turn} turn */
 function addView(turn) {
   const view = new TurnView(turn, { copy, regenerate });
@@ -108,7 +120,6 @@ async function answer(turn) {
     const text = pacer.take(now);
     if (text) {
       view.writer.feed(text);
-      if (isLive(turn.status)) turn.answer = view.writer.source;
       if (follow) scrollToEnd();
     }
     if (pacer.done) {
@@ -118,7 +129,6 @@ async function answer(turn) {
   };
   requestAnimationFrame(tick);
 
-  let received = "";
   /** @param {import("./protocol.js").ChatMessage[]} messages */
   const frameWith = (messages) => ({ type: /** @type {const} */ ("chat"), id: turn.id, messages });
   const messages = fitToLimits(messagesFor(state.turns), {
@@ -130,34 +140,12 @@ async function answer(turn) {
     ? connection.chat(frameWith(messages), controller.signal)
     : tooLong(turn.id);
   for await (const msg of chat) {
-    const ended = !isLive(turn.status); // stopped by the student; only the final stats still matter
-    if (msg.type === "queued" && !ended) {
-      moveTo(turn, "queued");
-      turn.note = queueText(msg.position);
-    } else if (msg.type === "start" && !ended) {
-      moveTo(turn, "streaming");
-      turn.note = "";
-    } else if (msg.type === "token" && !ended) {
-      if (turn.status !== "streaming") moveTo(turn, "streaming");
-      received += msg.text;
-      pacer.push(msg.text, performance.now());
-    } else if (msg.type === "end") {
-      pacer.end(performance.now());
-      turn.stats = statsText(msg.timings, msg.usage);
-      if (!ended) {
-        moveTo(turn, msg.reason === "cancelled" ? "stopped" : "done");
-        turn.answer = received;
-        turn.note = endText(msg.reason);
-      }
-    } else if (msg.type === "error") {
-      pacer.end(performance.now());
-      if (!ended) {
-        moveTo(turn, msg.code === "disconnected" ? "interrupted" : "failed");
-        turn.answer = received;
-        turn.note = errorText(msg.code);
-      }
-    }
-    view.update();
+    const next = applyMessage(turn, msg);
+    // applyMessage only ever appends to a live answer, and leaves an ended one (after Stop) as it is.
+    const arrived = next.answer.slice(turn.answer.length);
+    commit(turn, next);
+    if (arrived) pacer.push(arrived, performance.now());
+    if (isTerminal(msg)) pacer.end(performance.now());
     showStatus();
   }
   if (live?.turn === turn) live = null;
@@ -180,11 +168,7 @@ function stop() {
   const { turn, controller, pacer } = live;
   pacer.discard();
   controller.abort();
-  const view = views.get(turn);
-  turn.answer = view?.writer.source ?? turn.answer;
-  moveTo(turn, "stopped");
-  turn.note = endText("cancelled");
-  view?.update();
+  commit(turn, stopTurn(turn, views.get(turn)?.writer.source ?? ""));
   persist();
   updateComposer();
   showStatus();

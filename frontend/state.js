@@ -1,20 +1,29 @@
 // @ts-check
 /**
  * The page's one state object: the conversation as a list of turns, each a question and its answer, and
- * how the connection is doing. Pure and DOM-free; storage is passed in (localStorage in the page).
+ * how the connection is doing. Pure and DOM-free; storage is passed in (localStorage in the page). The
+ * functions here return new turns rather than change the ones they are given.
  *
  * A turn's answer moves through a lifecycle whose transitions are checked:
  *   waiting → queued → streaming → done | stopped | failed | interrupted
  * (waiting and queued may also end directly). A reload turns an unfinished answer into `interrupted`.
+ *
+ * The answer text has one owner. While the answer is live, `applyMessage` appends every token the server
+ * sends, so `answer` is what was received; the screen types it out a few hundred milliseconds behind. When
+ * the student presses Stop, `stopTurn` cuts `answer` back to what the screen shows, and an ended turn's
+ * answer never changes again: a token that was already on its way is neither kept nor shown.
  */
 
+import { endText, errorText, queueText, statsText } from "./protocol.js";
+
 /** @typedef {import("./protocol.js").ChatMessage} ChatMessage */
+/** @typedef {import("./protocol.js").ServerMessage} ServerMessage */
 /** @typedef {"waiting" | "queued" | "streaming" | "done" | "stopped" | "failed" | "interrupted"} TurnStatus */
 /**
  * @typedef {object} Turn
  * @property {string} id        the request id of the latest attempt
  * @property {string} question
- * @property {string} answer    the answer text as shown
+ * @property {string} answer    the text received so far; once stopped, the text that was shown
  * @property {TurnStatus} status
  * @property {string} note      why it ended, in words ("Stopped", an error sentence), or ""
  * @property {string} stats     time to first token and speed, or ""
@@ -37,14 +46,63 @@ const NEXT = {
 export const isLive = (status) => !ENDED.includes(status);
 
 /**
+ * The turn with a new status, if its lifecycle allows the move.
  * @param {Turn} turn
  * @param {TurnStatus} status
+ * @returns {Turn}
  */
 export function moveTo(turn, status) {
   if (!NEXT[turn.status].includes(status)) {
     throw new Error(`turn ${turn.id}: cannot go from ${turn.status} to ${status}`);
   }
-  turn.status = status;
+  return { ...turn, status };
+}
+
+/**
+ * The answer has begun (a `start`, or a token without one): a note about the queue no longer applies.
+ * @param {Turn} turn
+ */
+const streaming = (turn) => (turn.status === "streaming" ? turn : { ...moveTo(turn, "streaming"), note: "" });
+
+/**
+ * The turn after one server frame of its chat (protocol v1: queued* start token* then end or error).
+ * A frame for a turn that has already ended, as after a Stop, can only bring the final stats.
+ * @param {Turn} turn
+ * @param {ServerMessage} frame
+ * @returns {Turn}
+ */
+export function applyMessage(turn, frame) {
+  if (!isLive(turn.status)) {
+    return frame.type === "end" ? { ...turn, stats: statsText(frame.timings, frame.usage) } : turn;
+  }
+  switch (frame.type) {
+    case "queued":
+      return { ...moveTo(turn, "queued"), note: queueText(frame.position) };
+    case "start":
+      return streaming(turn);
+    case "token":
+      return { ...streaming(turn), answer: turn.answer + frame.text };
+    case "end":
+      return {
+        ...moveTo(turn, frame.reason === "cancelled" ? "stopped" : "done"),
+        note: endText(frame.reason),
+        stats: statsText(frame.timings, frame.usage),
+      };
+    case "error":
+      return { ...moveTo(turn, frame.code === "disconnected" ? "interrupted" : "failed"), note: errorText(frame.code) };
+    default:
+      return turn;
+  }
+}
+
+/**
+ * The student pressed Stop: the answer is what the screen shows at this moment, for good.
+ * @param {Turn} turn
+ * @param {string} shown  the text on screen, a prefix of what was received
+ * @returns {Turn}
+ */
+export function stopTurn(turn, shown) {
+  return { ...moveTo(turn, "stopped"), answer: shown, note: endText("cancelled") };
 }
 
 const STORAGE_KEY = "typewriter.conversation.v1";
