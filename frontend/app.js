@@ -11,6 +11,7 @@
 import { Pacer } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
 import { applyMessage, fitToLimits, isLive, load, messagesFor, save, stopTurn } from "./state.js";
+import { statusLine } from "./status.js";
 import { Connection } from "./transport.js";
 import { TurnView } from "./view.js";
 
@@ -38,7 +39,7 @@ const form = /** @type {HTMLFormElement} */ (byId("composer"));
 const input = /** @type {HTMLTextAreaElement} */ (byId("question"));
 const sendButton = /** @type {HTMLButtonElement} */ (byId("send"));
 const stopButton = /** @type {HTMLButtonElement} */ (byId("stop"));
-const statusLine = byId("status");
+const statusBar = byId("status");
 const jumpButton = /** @type {HTMLButtonElement} */ (byId("jump"));
 
 const state = load(localStorage);
@@ -58,15 +59,9 @@ const connection = new Connection(new URL(wsPath, location.href.replace(/^http/,
 });
 
 function showStatus() {
-  const queued = live?.turn.status === "queued" ? live.turn.note : "";
-  const text =
-    state.connection === "connecting" ? "Connecting…"
-    : state.connection === "warming" ? "The tutor is getting ready (loading the model)…"
-    : state.connection === "reconnecting" ?
-      state.retryInMs > 0 ? `Connection lost. Reconnecting in ${Math.ceil(state.retryInMs / 1000)} s…` : "Reconnecting…"
-    : queued || (live ? "The tutor is writing…" : "Connected");
-  statusLine.textContent = text;
-  statusLine.dataset.state = state.connection === "open" ? (queued ? "queued" : "ok") : "offline";
+  const { text, state: s } = statusLine(state, live && isLive(live.turn.status) ? live.turn : null);
+  statusBar.textContent = text;
+  statusBar.dataset.state = s;
 }
 
 function persist() {

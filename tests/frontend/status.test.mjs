@@ -1,0 +1,27 @@
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { statusLine } from "../../frontend/status.js";
+
+const open = { connection: "open", retryInMs: 0 };
+const turn = (status, note = "") => ({ id: "x", question: "q", answer: "", status, note, stats: "" });
+
+test("an open connection with nothing live says Connected", () => {
+  assert.deepEqual(statusLine(open, null), { text: "Connected", state: "ok" });
+});
+
+test("while an answer is live the line says so, and a queued one says its place in line", () => {
+  assert.deepEqual(statusLine(open, turn("streaming")), { text: "The tutor is writing…", state: "ok" });
+  assert.deepEqual(statusLine(open, turn("queued", "1 person ahead of you")), { text: "1 person ahead of you", state: "queued" });
+  assert.deepEqual(statusLine(open, turn("waiting")), { text: "The tutor is writing…", state: "ok" });
+});
+
+test("connecting, warming and reconnecting are offline, with the wait rounded up to whole seconds", () => {
+  assert.deepEqual(statusLine({ connection: "connecting", retryInMs: 0 }, null), { text: "Connecting…", state: "offline" });
+  assert.match(statusLine({ connection: "warming", retryInMs: 2000 }, null).text, /getting ready/);
+  assert.deepEqual(statusLine({ connection: "reconnecting", retryInMs: 1200 }, turn("queued", "next")), {
+    text: "Connection lost. Reconnecting in 2 s…",
+    state: "offline",
+  });
+  assert.equal(statusLine({ connection: "reconnecting", retryInMs: 0 }, null).text, "Reconnecting…");
+});
