@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 
 from typewriter.request import Finished, Token
 
@@ -106,3 +107,45 @@ class Recorder:
 
     def of(self, kind) -> list:
         return [e for e in self.events if isinstance(e, kind)]
+
+
+# ---- the app over Starlette's TestClient ----
+
+
+def small_settings(**overrides):
+    """Small limits, so tests reach them quickly."""
+    from typewriter.config import Settings
+
+    values = dict(system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64, max_messages=8,
+                  max_message_bytes=4096, shutdown_grace_s=2.0)
+    return Settings(**(values | overrides))
+
+
+@contextmanager
+def serving(engine=None, **overrides):
+    """A TestClient on the app, once ready, over `engine` (default: a real Engine on the scripted runner)."""
+    from scripted import factory, script_engine
+    from starlette.testclient import TestClient
+
+    from typewriter.server.app import create_app
+
+    engine = engine or script_engine()
+    app = create_app(small_settings(**overrides), factory(engine))
+    with TestClient(app) as client:
+        wait_until(lambda: client.get("/readyz").status_code == 200, "the app is ready")
+        yield client, engine
+
+
+def receive(ws, timeout: float = WAIT_S) -> dict:
+    """The next frame on a TestClient socket as a dict ({"type":"websocket.close",...} for a close), failing
+    instead of hanging."""
+    import anyio
+
+    async def get():
+        with anyio.fail_after(timeout):
+            return await ws._send_rx.receive()
+
+    message = ws.portal.call(get)
+    if message["type"] == "websocket.send":
+        return json.loads(message["text"])
+    return message

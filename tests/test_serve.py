@@ -1,4 +1,4 @@
-"""The server under real uvicorn on a loopback socket, with the fake engine: what only a real socket shows
+"""The server under real uvicorn on a loopback socket, with the real engine on a scripted runner: what only a real socket shows
 (close codes from the WebSocket layer, the graceful shutdown, the URL bench)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from fakes import FakeEngine, factory
+from scripted import factory, script_engine
 from typewriter.config import Settings
 from typewriter.loadbench import add_url_bench_arguments, percentile, run_url_bench
 from typewriter.server.app import create_app
@@ -26,7 +26,7 @@ from typewriter.server.main import Server, uvicorn_config
 
 
 @contextmanager
-def running(engine: FakeEngine, **overrides):
+def running(engine, **overrides):
     values = dict(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
                   max_message_bytes=4096, ping_interval_s=5.0, ping_timeout_s=5.0, shutdown_grace_s=2.0)
     settings = Settings(**{**values, **overrides})
@@ -70,7 +70,7 @@ def test_a_chat_and_a_stop_over_a_real_socket():
             await ws.send(json.dumps({"type": "stop", "id": "cut"}))
             return full, await until_terminal(ws)
 
-    with running(FakeEngine(tokens=["ab"] * 60, step_s=0.05)) as (_, address):
+    with running(script_engine(["ab"] * 60, step_s=0.05)) as (_, address):
         full, cut = asyncio.run(talk(address))
         metrics = httpx.get(f"http://{address}/metrics").text
     assert (full[-1]["reason"], "".join(f.get("text", "") for f in full)) == ("length", "ab" * 16)
@@ -94,7 +94,7 @@ def _silent_client(address: str, max_new_tokens: int = 200) -> socket.socket:
     return sock
 
 
-def _metrics_once_the_slot_is_free(engine: FakeEngine, address: str, sock: socket.socket) -> str:
+def _metrics_once_the_slot_is_free(engine, address: str, sock: socket.socket) -> str:
     """Wait (bounded) until the silent peer's chat has reached the engine and left its slot; then /metrics."""
     try:
         deadline = time.monotonic() + 20
@@ -107,7 +107,7 @@ def _metrics_once_the_slot_is_free(engine: FakeEngine, address: str, sock: socke
 
 
 def test_a_dead_peer_that_never_answers_pings_loses_its_chat_and_slot():
-    engine = FakeEngine(tokens=["ab"] * 1000, step_s=0.05)
+    engine = script_engine(["ab"] * 1000, step_s=0.05)
     with running(engine, ping_interval_s=0.5, ping_timeout_s=0.5, max_new_tokens_cap=200) as (_, address):
         metrics = _metrics_once_the_slot_is_free(engine, address, _silent_client(address))
     assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
@@ -116,7 +116,7 @@ def test_a_dead_peer_that_never_answers_pings_loses_its_chat_and_slot():
 
 def test_a_peer_that_stops_reading_a_flood_loses_its_chat_once_the_backlog_is_full():
     """Big tokens fill the kernel and transport buffers; sends then wait, events pile up, the chat is cancelled."""
-    engine = FakeEngine(tokens=["x" * 4000] * 3000, step_s=0.0005, max_context=4096)
+    engine = script_engine(["x" * 4000] * 3000, step_s=0.0005, max_context=4096)
     with running(engine, send_backlog=32, max_context=4096, max_new_tokens_cap=3000) as (_, address):
         sock = _silent_client(address, max_new_tokens=3000)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -133,7 +133,7 @@ def test_protocol_violations_close_the_real_socket_with_their_code(payload, code
                 await asyncio.wait_for(ws.recv(), 5)
             return closed.value.rcvd.code
 
-    with running(FakeEngine()) as (_, address):
+    with running(script_engine()) as (_, address):
         assert asyncio.run(offend(address)) == code
 
 
@@ -145,7 +145,7 @@ def test_stopping_the_server_ends_a_running_chat_with_reason_shutdown():
             server.should_exit = True
             return await until_terminal(ws)
 
-    with running(FakeEngine(tokens=["x"] * 500, step_s=0.05)) as (server, address):
+    with running(script_engine(["x"] * 500, step_s=0.05)) as (server, address):
         frames = asyncio.run(chat_through_shutdown(server, address))
     assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
 
@@ -155,14 +155,14 @@ def test_the_url_bench_reports_latency_percentiles_and_throughput(capsys):
     parser.add_argument("--url")
     parser.add_argument("--json", action="store_true")
     add_url_bench_arguments(parser)
-    with running(FakeEngine(tokens=["t"] * 10, step_s=0.01, max_active=2, max_queue=8)) as (_, address):
+    with running(script_engine(["t"] * 10, step_s=0.01, slots=2, max_queue=8)) as (_, address):
         args = parser.parse_args(["--url", f"ws://{address}/ws", "--concurrency", "3", "--requests", "7",
                                   "--max-new-tokens", "16", "--json"])
         assert run_url_bench(args) == 0
     out = capsys.readouterr().out
     report = json.loads(out[out.index("{"):])  # after the server's own "Typewriter on http://..." line
     assert (report["ok"], report["errors"], report["reasons"]) == (7, {}, {"eos": 7})
-    assert report["completion_tokens"] == 70
+    assert report["completion_tokens"] == 77  # 10 pieces and the eos, 7 times
     assert report["ttft_ms"]["p50"] <= report["ttft_ms"]["p95"]
     assert 0 < report["inter_token_ms"]["p50"] <= report["inter_token_ms"]["p95"]
     assert report["tokens_per_s"] > 0

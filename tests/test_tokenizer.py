@@ -174,8 +174,13 @@ def test_render_chat_keeps_an_existing_system_message_instead_of_adding_another(
     assert "Own rules." in text and DEFAULT_SYSTEM_PROMPT not in text
 
 
-def test_render_chat_without_a_system_falls_back_to_the_templates_own(tok):
+def test_render_chat_without_a_system_prompt_uses_the_tutors_default(tok):
     text = tok.render_chat([{"role": "user", "content": "Hi"}])
+    assert text.startswith(f"<|im_start|>system\n{DEFAULT_SYSTEM_PROMPT}<|im_end|>")
+
+
+def test_render_chat_with_an_empty_system_prompt_falls_back_to_the_templates_own(tok):
+    text = tok.render_chat([{"role": "user", "content": "Hi"}], system="")
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
 
 

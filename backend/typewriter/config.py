@@ -14,6 +14,8 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .request import DEFAULT_MAX_NEW_TOKENS
+
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by quiet_native_logs, before TensorFlow loads
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -37,7 +39,7 @@ class Settings:
     max_new_tokens: int | None = None
     max_new_tokens_cap: int | None = None
     request_timeout_s: float | None = None  # generation deadline per request; None: no deadline
-    system_prompt: str | None = None  # None: the tokenizer's default system prompt
+    system_prompt: str | None = None  # None: the tutor's default (tokenizer.DEFAULT_SYSTEM_PROMPT); "": none
     # The WebSocket: the largest frame a client may send, messages per chat, and how many events may wait for a
     # client that is not reading before its request is cancelled.
     max_message_bytes: int = 256 * 1024
@@ -58,7 +60,7 @@ class Settings:
         if self.max_new_tokens_cap is None:
             object.__setattr__(self, "max_new_tokens_cap", max(1, min(1024, self.max_context // 2)))
         if self.max_new_tokens is None:
-            object.__setattr__(self, "max_new_tokens", min(512, self.max_new_tokens_cap))
+            object.__setattr__(self, "max_new_tokens", min(DEFAULT_MAX_NEW_TOKENS, self.max_new_tokens_cap))
         _at_least("max_new_tokens", self.max_new_tokens, 1)
         _at_least("max_new_tokens_cap", self.max_new_tokens_cap, self.max_new_tokens)
         if self.max_new_tokens_cap >= self.max_context:

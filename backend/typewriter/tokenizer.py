@@ -209,11 +209,14 @@ class Tokenizer:
         return list(encoded["input_ids"])
 
     def _conversation(self, messages: Sequence[dict[str, str]], system: str | None) -> list[dict[str, str]]:
-        """The messages, with `system` first unless they bring their own."""
+        """The messages, with a system prompt first unless they bring their own: `system`, or the tutor's
+        DEFAULT_SYSTEM_PROMPT when it is None (this is the one place that default is chosen); "" means none."""
         if self.hf.chat_template is None:
             raise ModelFormatError(f"{self.name}: the model ships no chat template")
         messages = list(messages)
-        if system is not None and not any(m.get("role") == "system" for m in messages):
+        if system is None:
+            system = DEFAULT_SYSTEM_PROMPT
+        if system and not any(m.get("role") == "system" for m in messages):
             messages.insert(0, {"role": "system", "content": system})
         return messages
 

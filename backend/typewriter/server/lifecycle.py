@@ -22,7 +22,7 @@ from .metrics import Metrics
 log = logging.getLogger("typewriter.server")
 
 
-class Engine(Protocol):
+class EngineHandle(Protocol):
     """What the server needs of `typewriter.engine.Engine` (kept structural so this module never imports TF)."""
 
     max_context: int
@@ -38,17 +38,19 @@ class Engine(Protocol):
     def shutdown(self) -> None: ...
 
 
-class Tokenizer(Protocol):
+class ChatEncoder(Protocol):
+    """What the server needs of `typewriter.tokenizer.Tokenizer`: chat messages to prompt ids."""
+
     name: str
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
 
 
 Progress = Callable[[str], None]
-EngineFactory = Callable[[Settings, Progress], tuple[Engine, Tokenizer]]
+EngineFactory = Callable[[Settings, Progress], tuple[EngineHandle, ChatEncoder]]
 
 
-def load_real_engine(settings: Settings, progress: Progress) -> tuple[Engine, Tokenizer]:
+def load_real_engine(settings: Settings, progress: Progress) -> tuple[EngineHandle, ChatEncoder]:
     from ..runtime import load_engine  # imports TensorFlow: only ever on the loader thread
 
     return load_engine(settings, progress)
@@ -73,9 +75,8 @@ class ServerState:
     def __init__(self, settings: Settings, engine_factory: EngineFactory):
         self.settings = settings
         self.phase = Phase.LOADING
-        self.engine: Engine | None = None
-        self.tokenizer: Tokenizer | None = None
-        self.system_prompt = settings.system_prompt
+        self.engine: EngineHandle | None = None
+        self.tokenizer: ChatEncoder | None = None
         self.progress = "starting"
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
@@ -126,11 +127,6 @@ class ServerState:
     def _load(self) -> None:
         try:
             engine, tokenizer = self._factory(self.settings, self._report)
-            system = self.settings.system_prompt
-            if system is None:
-                from ..tokenizer import DEFAULT_SYSTEM_PROMPT
-
-                system = DEFAULT_SYSTEM_PROMPT
         except Exception as e:  # the failure is shown on /readyz and in the log; the process decides to exit
             if isinstance(e, TypewriterError):  # a named, actionable error: no traceback
                 log.error("loading the model failed: %s", e)
@@ -138,17 +134,17 @@ class ServerState:
                 log.exception("loading the model failed")
             self._loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
         else:
-            self._loop.call_soon_threadsafe(self._loaded, engine, tokenizer, system)
+            self._loop.call_soon_threadsafe(self._loaded, engine, tokenizer)
 
     def _report(self, message: str) -> None:
         self.progress = message
         log.info("loading: %s", message)
 
-    def _loaded(self, engine: Engine, tokenizer: Tokenizer, system: str) -> None:
+    def _loaded(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:
         if self.phase is Phase.STOPPING:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
-        self.engine, self.tokenizer, self.system_prompt = engine, tokenizer, system
+        self.engine, self.tokenizer = engine, tokenizer
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",
                  engine.model_name, engine.max_active, engine.max_queue, engine.max_context)

@@ -20,15 +20,12 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import TypewriterError
-from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
+from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token, fit_max_new_tokens
 from . import protocol as p
 from .lifecycle import ServerState
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
-
-_ENGINE_CHECK_S = 1.0  # how often a pump waiting for events checks that the engine thread is alive
-
 
 class StreamState(enum.Enum):
     WAITING = "waiting"  # submitted, no slot yet
@@ -134,8 +131,11 @@ class Session:
         stream = Stream(chat.id, server.next_request_id())
         self.stream = stream  # busy from here, also while the prompt is encoded
         try:
-            prompt_ids = await asyncio.to_thread(server.tokenizer.encode_chat, messages, server.system_prompt)
-            params = _fit_default_length(params, chat, len(prompt_ids), server.engine.max_context)
+            prompt_ids = await asyncio.to_thread(server.tokenizer.encode_chat, messages,
+                                                 self.settings.system_prompt)
+            length = fit_max_new_tokens(len(prompt_ids), server.engine.max_context, params.max_new_tokens,
+                                        chat.params.get("max_new_tokens"))
+            params = dataclasses.replace(params, max_new_tokens=length)
             server.engine.submit(GenerationRequest(stream.engine_id, prompt_ids, params), self._on_event(stream))
         except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
             self.stream = None
@@ -197,13 +197,8 @@ class Session:
 
     async def _send_events(self, stream: Stream) -> None:
         try:
-            while True:
-                event = await self._next_event(stream)
-                if event is None:
-                    self._ended(stream)
-                    await self._send(p.error("internal", "the engine stopped while generating; see the server log",
-                                             stream.client_id))
-                    return
+            while True:  # the engine ends every request it accepted, also when it fails, so this always returns
+                event = await stream.events.get()
                 frame = self._frame(stream, event)
                 if isinstance(event, Finished):
                     self._ended(stream)  # before the send: a client that reads `end` may start its next chat
@@ -214,17 +209,6 @@ class Session:
         finally:
             if stream.state is not StreamState.ENDED:  # the task was cancelled
                 self._ended(stream)
-
-    async def _next_event(self, stream: Stream) -> Event | None:
-        """The next event, or None if the engine thread died and no Finished will ever come."""
-        while True:
-            if not stream.events.empty():
-                return stream.events.get_nowait()
-            try:
-                return await asyncio.wait_for(stream.events.get(), _ENGINE_CHECK_S)
-            except TimeoutError:
-                if not self.server.engine.alive:
-                    return None
 
     def _frame(self, stream: Stream, event: Event) -> dict[str, Any] | None:
         if isinstance(event, Queued):
@@ -271,18 +255,6 @@ class Session:
                 await self.ws.close(code, reason)
             except (RuntimeError, OSError):
                 pass
-
-
-MIN_FITTED_ANSWER = 64  # a chat that leaves less room than this gets prompt_too_long rather than a stub answer
-
-
-def _fit_default_length(params: SamplingParams, chat: p.Chat, prompt_tokens: int, context: int) -> SamplingParams:
-    """A chat that did not ask for a length gets the default or what the context still has room for, so a long
-    conversation keeps working; an explicit max_new_tokens that does not fit is prompt_too_long."""
-    room = context - prompt_tokens
-    if "max_new_tokens" in chat.params or room >= params.max_new_tokens or room < MIN_FITTED_ANSWER:
-        return params
-    return dataclasses.replace(params, max_new_tokens=room)
 
 
 def _log_request(stream: Stream, event: Finished) -> None:

@@ -1,0 +1,53 @@
+"""The app's HTTP side over Starlette's TestClient: metrics, the page and its headers, the origin check."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from helpers import chat, receive, serving, until_terminal
+from starlette.websockets import WebSocketDisconnect
+
+
+def test_metrics_expose_the_documented_names():
+    with serving() as (client, _):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat())
+            until_terminal(lambda: receive(ws))
+        text = client.get("/metrics").text
+    for name in ("typewriter_requests_total", "typewriter_time_to_first_token_seconds_bucket",
+                 "typewriter_inter_token_latency_seconds_bucket", "typewriter_queue_wait_seconds_bucket",
+                 "typewriter_generated_tokens_total 5.0", "typewriter_prompt_tokens_total 3.0",
+                 "typewriter_active_streams 0.0", "typewriter_queued_requests 0.0"):
+        assert name in text
+
+
+def test_the_real_page_gets_the_settings_as_json_and_every_response_a_strict_csp():
+    with serving() as (client, _):
+        page = client.get("/")
+        health = client.get("/healthz")
+        script = client.get("/frontend/app.js")
+    assert page.status_code == 200 and "<textarea id=\"question\"" in page.text
+    match = re.search(r'<script type="application/json" id="settings">(.*?)</script>', page.text, re.S)
+    config = json.loads(match.group(1))
+    assert config == {"protocol": 1, "ws_path": "/ws", "max_new_tokens": 16, "max_new_tokens_cap": 64,
+                      "max_message_bytes": 4096, "max_messages": 8}
+    assert not re.search(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", page.text)  # no inline code
+    assert script.status_code == 200
+    for response in (page, health, script):
+        csp = response.headers["content-security-policy"]
+        assert "script-src 'self';" in csp
+        assert "unsafe-inline" not in csp
+        assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_handshake_from_another_origin_is_refused_and_the_same_origin_is_accepted():
+    with serving() as (client, _):
+        with pytest.raises(WebSocketDisconnect) as refused:
+            with client.websocket_connect("/ws", headers={"origin": "https://evil.example"}):
+                pass
+        with client.websocket_connect("/ws", headers={"origin": "http://testserver"}) as ws:
+            ws.send_json({"type": "ping"})
+            assert receive(ws) == {"type": "pong"}
+    assert refused.value.code == 1008

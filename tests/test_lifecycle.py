@@ -1,0 +1,75 @@
+"""The server's lifecycle over Starlette's TestClient and the real engine on a scripted runner: health while the
+model loads, readiness, a failed load, an engine that fails while serving, and the drain on shutdown."""
+
+from __future__ import annotations
+
+import threading
+
+from helpers import chat, receive, serving, small_settings, until_terminal, wait_until
+from scripted import factory, script_engine
+from starlette.testclient import TestClient
+
+from typewriter.server.app import create_app
+
+
+def test_healthz_answers_while_the_model_loads_and_readyz_turns_ready_when_loaded():
+    gate = threading.Event()
+    engine = script_engine()
+    app = create_app(small_settings(), factory(engine, gate=gate))
+    with TestClient(app) as client:
+        assert client.get("/healthz").json() == {"status": "ok"}
+        loading = client.get("/readyz")
+        assert loading.status_code == 503
+        assert loading.json() == {"status": "loading", "progress": "loading scripted weights"}
+        with client.websocket_connect("/ws") as ws:
+            assert receive(ws) == {"type": "websocket.close", "code": 1013,
+                                   "reason": "the model is still loading; retry when /readyz is 200"}
+        gate.set()
+        wait_until(lambda: client.get("/readyz").status_code == 200, "ready")
+        body = client.get("/readyz").json()
+    assert body["status"] == "ready" and body["model"] == "scripted-model" and body["tokenizer"] == "scripted"
+    assert body["limits"] | {} == {"max_active": 2, "max_queue": 2, "max_context": 256, "max_new_tokens": 16,
+                                   "max_new_tokens_cap": 64, "max_messages": 8, "max_message_bytes": 4096}
+
+
+def test_readyz_reports_a_failed_load():
+    def broken(settings, progress):
+        raise FileNotFoundError("no weights at /nowhere")
+
+    with TestClient(create_app(small_settings(), broken)) as client:
+        wait_until(lambda: client.get("/readyz").json()["status"] == "failed", "failed")
+        response = client.get("/readyz")
+    assert response.status_code == 503
+    assert "no weights at /nowhere" in response.json()["detail"]
+
+
+def test_an_engine_that_fails_ends_the_running_chat_with_internal_and_readyz_turns_503():
+    with serving(script_engine(["x"] * 500, step_s=0.01)) as (client, engine):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat(max_new_tokens=64))
+            assert receive(ws)["type"] == "start"
+            engine.runner.fail_next = RuntimeError("XLA said no")  # the real failure path, no fake death
+            frames = until_terminal(lambda: receive(ws))
+            ws.send_json(chat("later"))
+            refused = receive(ws)
+        response = client.get("/readyz")
+        metrics = client.get("/metrics").text
+    assert (frames[-1]["type"], frames[-1]["code"], frames[-1]["id"]) == ("error", "internal", "c1")
+    assert "RuntimeError: XLA said no" in frames[-1]["message"]
+    assert (refused["code"], refused["id"]) == ("internal", "later")
+    assert response.status_code == 503 and response.json()["status"] == "engine_stopped"
+    assert 'typewriter_requests_total{reason="error"} 1.0' in metrics
+
+
+def test_drain_ends_running_chats_with_reason_shutdown_and_refuses_new_ones():
+    with serving(script_engine(["x"] * 500, step_s=0.02)) as (client, _):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat("run", max_new_tokens=64))
+            assert receive(ws)["type"] == "start"
+            client.portal.call(client.app.state.server.drain)
+            frames = until_terminal(lambda: receive(ws))
+            ws.send_json(chat("late"))
+            refused = receive(ws)
+        assert client.get("/readyz").json() == {"status": "stopping"}
+    assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
+    assert (refused["code"], refused["id"]) == ("internal", "late")
