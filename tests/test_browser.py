@@ -8,6 +8,7 @@ and run in order: ask, stop, reload. A screenshot of a finished answer is saved 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -24,13 +25,28 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
 ANSWER_TIMEOUT_MS = 180_000
-LIVE = ".tutor[data-status=waiting], .tutor[data-status=queued], .tutor[data-status=streaming]"
+GROWTH_TIMEOUT_MS = 30_000  # a streaming answer shows new text far more often than this
+STORAGE_KEY = "typewriter.conversation.v1"
 
 
 def _cancelled_total(base: str) -> float:
     _, text = http_get(f"{base}/metrics")
     match = re.search(r'^typewriter_requests_total\{reason="cancelled"\} (\S+)$', text, re.M)
     return float(match.group(1)) if match else 0.0
+
+
+def _eventually(check, what: str, timeout_s: float = 10.0) -> None:
+    """Poll `check` until it is true. The page's CSP forbids eval, so page.wait_for_function cannot do this."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s:.0f} s: {what}"
+        time.sleep(0.05)
+
+
+def _saved_turns(page) -> list[dict]:
+    """The conversation as the page last saved it to localStorage."""
+    saved = page.evaluate("key => localStorage.getItem(key)", STORAGE_KEY)
+    return json.loads(saved)["turns"] if saved else []
 
 
 @pytest.fixture(scope="module")
@@ -76,20 +92,19 @@ def _last_answer(page):
 def test_an_answer_types_itself_out_and_then_ends(page):
     turns_before = page.locator(".turn").count()
     _ask(page, "In two or three sentences, what is photosynthesis?")
-    page.wait_for_selector(".tutor[data-status=streaming]", timeout=ANSWER_TIMEOUT_MS)
+    answer = _last_answer(page)
+    expect(answer).to_have_text(re.compile(r"\S"), timeout=ANSWER_TIMEOUT_MS)
 
-    snapshots: list[str] = []
-    while page.locator(LIVE).count():
-        text = _last_answer(page).inner_text()
-        if text and (not snapshots or text != snapshots[-1]):
-            snapshots.append(text)
-        page.wait_for_timeout(100)
-    page.wait_for_selector(".turn:last-child .tutor[aria-busy=false]", timeout=10_000)
+    # The answer grows visibly: each snapshot waits for the text on screen to differ from the one before.
+    snapshots = [answer.inner_text()]
+    for _ in range(2):
+        expect(answer).not_to_have_text(snapshots[-1], use_inner_text=True, timeout=GROWTH_TIMEOUT_MS)
+        snapshots.append(answer.inner_text())
+    page.wait_for_selector(".turn:last-child .tutor[aria-busy=false]", timeout=ANSWER_TIMEOUT_MS)
 
-    final = _last_answer(page).inner_text()
+    final = answer.inner_text()
     assert page.locator(".turn").count() == turns_before + 1
     assert page.locator(".turn:last-child .tutor").get_attribute("data-status") == "done"
-    assert len(snapshots) >= 3, f"the answer did not grow visibly: {snapshots}"
     assert len(final.strip()) > len(snapshots[0].strip())
     assert page.locator(".turn:last-child .stats").inner_text(), "no time-to-first-token stats"
     assert page.locator(".turn:last-child .caret").count() == 0
@@ -113,12 +128,15 @@ def test_stop_keeps_the_partial_answer_and_the_server_ends_it_as_cancelled(page,
 
     # The server's end (reason cancelled) brings the stats, and its counter rises.
     expect(page.locator(".turn:last-child .stats")).not_to_have_text("", timeout=10_000)
-    deadline = time.monotonic() + 10
-    while _cancelled_total(server) <= cancelled_before:
-        assert time.monotonic() < deadline, "typewriter_requests_total{reason=\"cancelled\"} did not rise"
-        time.sleep(0.2)
-    page.wait_for_timeout(500)
+    _eventually(lambda: _cancelled_total(server) > cancelled_before,
+                'typewriter_requests_total{reason="cancelled"} rises')
+    # The end is the chat's last frame, and once it is handled the page saves the turn with its stats: every
+    # token that was on its way at Stop has been handled by then, and none of it may show or be saved.
+    _eventually(lambda: _saved_turns(page)[-1]["stats"], "the stopped turn is saved with its stats")
+    expect(article).to_have_attribute("aria-busy", "false")
     assert _last_answer(page).inner_text() == partial, "text changed after Stop"
+    saved = _saved_turns(page)[-1]
+    assert (saved["status"], saved["note"]) == ("stopped", "Stopped")  # its text: see the reload test
     assert page.locator("#send").is_visible() and not page.locator("#stop").is_visible()
 
     # The next question is taken at once, and Esc stops it too.
@@ -133,7 +151,8 @@ def test_a_reload_shows_the_conversation_again(page):
         return [(t.locator(".bubble").inner_text(), t.locator(".answer").inner_text(),
                  t.locator(".tutor").get_attribute("data-status")) for t in page.locator(".turn").all()]
 
-    page.wait_for_timeout(1000)  # the stopped answer's end has arrived and been saved
+    # The answer stopped with Esc at the end of the last test: its end has arrived and been saved.
+    _eventually(lambda: _saved_turns(page)[-1]["stats"], "the last stopped turn is saved with its stats")
     before = conversation()
     assert len(before) >= 3
     page.reload()
