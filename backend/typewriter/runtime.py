@@ -24,9 +24,10 @@ class LoadTimes:
 
 
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
-    """Buckets trade compile time (each is one XLA program, ~4 s here) against padding waste: prompts pad
-    to 64/128/256/1024/max (a tutoring chat's first prompt is about 90 tokens), attention reads 256/512/1024/... cached positions, and a decode step runs 1, 4 or all
-    slots (weights dominate a step's cost, so a few extra rows cost little)."""
+    """Buckets trade compile time (each is one XLA program, ~4 s here) against padding waste: prompts pad to
+    64/128/256/1024/max (a tutoring chat's first prompt is about 90 tokens), attention reads 256/512/1024/...
+    cached positions, and a decode step runs 1, 4 or all slots (weights dominate a step's cost, so a few extra
+    rows cost little)."""
     from .quiet_import import import_tensorflow
 
     import_tensorflow()
@@ -47,20 +48,23 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
 
 def load_engine(settings, progress: Progress = lambda _: None, warmup: bool = True) -> tuple[Engine, Tokenizer]:
     """Load the model named by `settings.model_path` (None: the embedded one) and start its engine thread."""
-    engine, tokenizer, _ = load(
-        settings.model_path, settings.max_active, settings.max_context, settings.max_queue, progress, warmup
-    )
+    engine, tokenizer, _ = load(settings.model_path, slots=settings.max_active, max_context=settings.max_context,
+                                max_queue=settings.max_queue, progress=progress, warmup=warmup)
     return engine, tokenizer
 
 
 def load(
     model_path: str | Path | None,
-    slots: int = 1,
-    max_context: int = 2048,
-    max_queue: int = 16,
+    *,
+    slots: int,
+    max_context: int,
+    max_queue: int,
     progress: Progress = lambda _: None,
     warmup: bool = True,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
+    """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
+    `max_queue` requests that may wait for a slot. No defaults: the server's come from Settings, and each command
+    says why its own fit."""
     t0 = time.perf_counter()
     path = resolve_model_path(model_path)
     progress(f"loading {path}")

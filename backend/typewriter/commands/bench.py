@@ -11,21 +11,32 @@ import json
 import statistics
 import time
 
-from .progress import StderrProgress
-from .request import Finished, GenerationRequest, SamplingParams, Token
+from ..progress import StderrProgress
+from ..request import Finished, GenerationRequest, SamplingParams, Token
+from .args import add_model_arguments, positive_int
 
 TUTOR_QUESTION = "Can you explain why dividing by a fraction is the same as multiplying by its reciprocal?"
 
 
-def run(args: argparse.Namespace) -> int:
-    from .runtime import load
-    from .tokenizer import DEFAULT_SYSTEM_PROMPT
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of a table")
+    parser.add_argument("--tokens", type=positive_int, default=256, metavar="N",
+                        help="decode tokens to time (default %(default)s)")
+    parser.add_argument("--streams", type=positive_int, default=4, metavar="N",
+                        help="concurrent streams for the batched run (default %(default)s)")
 
-    streams = max(1, args.streams)
+
+def run(args: argparse.Namespace) -> int:
+    from ..runtime import load
+
+    streams = args.streams
     progress = StderrProgress("bench")
-    engine, tokenizer, times = load(args.model, streams, args.max_context, progress=progress)
+    # The batched run submits its N streams to N slots, so every one finds a slot free and none waits.
+    engine, tokenizer, times = load(args.model, slots=streams, max_context=args.max_context, max_queue=0,
+                                    progress=progress)
     try:
-        prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}], system=DEFAULT_SYSTEM_PROMPT)
+        prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])  # the tutor's system prompt
         progress("time to first token (median of 5)")
         ttft = statistics.median(_run(engine, [prompt], 1)[0]["ttft_ms"] for _ in range(5))
         progress(f"single stream, {args.tokens} tokens")

@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import queue
 import sys
 import uuid
 
-from ..cli import sampling_params
 from ..errors import TypewriterError
 from ..progress import StderrProgress
-from ..request import Finished, GenerationRequest, Token
+from ..request import Event, Finished, GenerationRequest, SamplingParams, Token
+from .args import add_model_arguments, add_sampling_arguments, sampling_params
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_model_arguments(parser)
+    add_sampling_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..runtime import load
-    from ..tokenizer import DEFAULT_SYSTEM_PROMPT
 
     sampling_params(args)  # bad values fail before the model loads
-    engine, tokenizer, _ = load(args.model, 1, args.max_context, progress=StderrProgress())
-    system = args.system or DEFAULT_SYSTEM_PROMPT
+    # One question at a time, and a stopped answer has ended before the next question is sent, so the one
+    # slot is always free and nothing ever waits in a queue.
+    engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
+                                progress=StderrProgress())
     history: list[dict[str, str]] = []
     print("Type a question. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
     try:
@@ -34,37 +41,37 @@ def run(args: argparse.Namespace) -> int:
             if not question.strip():
                 continue
             history.append({"role": "user", "content": question})
-            prompt_ids = tokenizer.encode_chat(history, system=system)
-            params = sampling_params(args, room=engine.max_context - len(prompt_ids))
-            answer = _answer(engine, prompt_ids, params)
-            if answer is None:
+            prompt_ids = tokenizer.encode_chat(history, system=args.system)
+            try:
+                params = sampling_params(args, len(prompt_ids), engine.max_context)
+                history.append({"role": "assistant", "content": _answer(engine, prompt_ids, params)})
+            except TypewriterError as e:  # prompt_too_long: this question is dropped, the chat goes on
+                print(f"[{e.code}: {e}]", file=sys.stderr)
                 history.pop()
-            else:
-                history.append({"role": "assistant", "content": answer})
     finally:
         engine.shutdown()
 
 
-def _answer(engine, prompt_ids: list[int], params) -> str | None:
-    """Stream one answer; returns its text (partial if stopped), or None if it could not start."""
-    parts: list[str] = []
+def _answer(engine, prompt_ids: list[int], params: SamplingParams) -> str:
+    """Stream one answer; returns its text, partial if Ctrl-C stopped it."""
     request = GenerationRequest(uuid.uuid4().hex, prompt_ids, params)
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+    engine.submit(request, events.put)
+    parts: list[str] = []
     sys.stdout.write("tutor> ")
     sys.stdout.flush()
     try:
-        events = engine.stream(request)
-        for event in events:
+        while not isinstance(event := events.get(), Finished):
             if isinstance(event, Token):
                 parts.append(event.text)
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
-            elif isinstance(event, Finished) and event.error:
-                print(f"\n[error: {event.error}]", file=sys.stderr)
+        if event.error:
+            print(f"\n[error: {event.error}]", file=sys.stderr)
     except KeyboardInterrupt:
-        events.close()  # cancels the request on the engine thread
+        engine.cancel(request.id)
+        while not isinstance(events.get(), Finished):  # its slot is free once it has ended
+            pass
         sys.stdout.write("\n[stopped]")
-    except TypewriterError as e:
-        print(f"\n[{e.code}: {e}]", file=sys.stderr)
-        return None
     sys.stdout.write("\n")
     return "".join(parts)

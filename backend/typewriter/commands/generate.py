@@ -8,26 +8,34 @@ import sys
 import time
 import uuid
 
-from ..cli import sampling_params
 from ..progress import StderrProgress
 from ..request import Finished, GenerationRequest, Token
+from .args import add_model_arguments, add_sampling_arguments, sampling_params
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prompt")
+    parser.add_argument("--raw", action="store_true", help="no chat template: continue PROMPT as plain text")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line: tokens, then the end")
+    add_model_arguments(parser)
+    add_sampling_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..runtime import load
-    from ..tokenizer import DEFAULT_SYSTEM_PROMPT
 
     sampling_params(args)  # bad values fail before the model loads
     t0 = time.perf_counter()
-    engine, tokenizer, times = load(args.model, 1, args.max_context, progress=StderrProgress())
+    # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
+    engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
+                                progress=StderrProgress())
     try:
         if args.raw:
             prompt_ids = tokenizer.encode(args.prompt)
         else:
-            messages = [{"role": "user", "content": args.prompt}]
-            prompt_ids = tokenizer.encode_chat(messages, system=args.system or DEFAULT_SYSTEM_PROMPT)
+            prompt_ids = tokenizer.encode_chat([{"role": "user", "content": args.prompt}], system=args.system)
         load_ms = (time.perf_counter() - t0) * 1000
-        params = sampling_params(args, room=engine.max_context - len(prompt_ids))
+        params = sampling_params(args, len(prompt_ids), engine.max_context)  # PromptTooLong: exit 2
         request = GenerationRequest(uuid.uuid4().hex, prompt_ids, params)
         for event in engine.stream(request):
             if isinstance(event, Token):

@@ -1,4 +1,4 @@
-"""`typewriter bench --url ws://HOST:PORT/ws`: drive a running server's chat endpoint and measure it.
+"""`typewriter loadtest --url ws://HOST:PORT/ws`: drive a running server's chat endpoint and measure it.
 
 N connections each send chats one after another until M chats have been sent. Time to first token is from
 sending the chat to its first `token` frame; inter-token latency is between consecutive `token` frames (text the
@@ -12,22 +12,34 @@ import asyncio
 import itertools
 import json
 import math
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .args import positive_int
+
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 
 
-def add_url_bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of a URL bench; `--url` and `--json` are the caller's (the `bench` command has both)."""
-    parser.add_argument("--concurrency", type=int, default=4, metavar="N",
-                        help="connections chatting at once, with --url (default 4)")
-    parser.add_argument("--requests", type=int, default=16, metavar="M", help="chats in all, with --url (default 16)")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message every chat sends, with --url")
-    parser.add_argument("--max-new-tokens", type=int, default=128, metavar="N",
-                        help="answer length each chat asks for, with --url (default 128)")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", required=True, type=websocket_url,
+                        help="the server's chat endpoint, ws://HOST:PORT/ws")
+    parser.add_argument("--concurrency", type=positive_int, default=4, metavar="N",
+                        help="connections chatting at once (default %(default)s)")
+    parser.add_argument("--requests", type=positive_int, default=16, metavar="M",
+                        help="chats in all (default %(default)s)")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="the user message every chat sends")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128, metavar="N",
+                        help="answer length each chat asks for (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="the report as one JSON object instead of a table")
+
+
+def websocket_url(text: str) -> str:
+    """An argparse type: a ws:// or wss:// URL."""
+    if not text.startswith(("ws://", "wss://")):
+        raise argparse.ArgumentTypeError(f"must be a ws:// or wss:// URL such as ws://127.0.0.1:8000/ws, "
+                                         f"got {text!r}")
+    return text
 
 
 @dataclass
@@ -41,16 +53,13 @@ class Results:
     first_error: dict[str, str] = field(default_factory=dict)  # code -> the server's message, to act on
 
 
-def run_url_bench(args: argparse.Namespace) -> int:
-    if args.concurrency < 1 or args.requests < 1:
-        print("typewriter: error: --concurrency and --requests must be at least 1", file=sys.stderr)
-        return 2
-    report = asyncio.run(bench(args.url, args.concurrency, args.requests, args.prompt, args.max_new_tokens))
+def run(args: argparse.Namespace) -> int:
+    report = asyncio.run(measure(args.url, args.concurrency, args.requests, args.prompt, args.max_new_tokens))
     print(json.dumps(report, indent=2) if args.json else format_table(report))
     return 0 if not report["errors"] else 1
 
 
-async def bench(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict:
+async def measure(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict:
     results = Results()
     numbers = itertools.count()
     started = time.perf_counter()
@@ -80,7 +89,7 @@ async def _client(url, numbers, requests, prompt, max_new_tokens, results: Resul
     try:
         async with connect(url, max_size=None) as ws:
             while (n := next(numbers)) < requests:
-                await _one_chat(ws, f"bench-{n}", prompt, max_new_tokens, results)
+                await _one_chat(ws, f"loadtest-{n}", prompt, max_new_tokens, results)
     except (OSError, WebSocketException) as e:
         code = f"connection: {type(e).__name__}"
         results.errors[code] += 1

@@ -1,42 +1,16 @@
-"""`typewriter serve`: the chat server under uvicorn, with readiness, dead-socket pings and a graceful shutdown."""
+"""The chat server under uvicorn, with readiness, dead-socket pings and a graceful shutdown (`typewriter serve`
+parses its options in commands/serve.py)."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
 import uvicorn
 
-from ..config import LOG_LEVELS, ConfigError, Settings
+from ..config import Settings
 from .app import create_app
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
-
-
-def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options for the settings people change most; every setting is also a TYPEWRITER_* variable."""
-    parser.add_argument("--host", help="address to listen on (default 127.0.0.1; TYPEWRITER_HOST)")
-    parser.add_argument("--port", type=int, help="port to listen on (default 8000; 0 picks a free one)")
-    parser.add_argument("--model", dest="model_path", metavar="PATH",
-                        help="a GGUF file or a Hugging Face model directory (default: the embedded model)")
-    parser.add_argument("--max-active", type=int, metavar="N", help="streams decoded together (default 8)")
-    parser.add_argument("--max-queue", type=int, metavar="N", help="chats that may wait for a slot (default 32)")
-    parser.add_argument("--max-context", type=int, metavar="N", help="tokens of KV cache per stream (default 2048)")
-    parser.add_argument("--log-level", choices=LOG_LEVELS)
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    names = ("host", "port", "model_path", "max_active", "max_queue", "max_context", "log_level")
-    return Settings.from_env(**{name: getattr(args, name, None) for name in names})
-
-
-def run_serve(args: argparse.Namespace) -> int:
-    try:
-        settings = settings_from_args(args)
-    except ConfigError as e:  # a bad TYPEWRITER_* value or option: say which, without a traceback
-        print(f"typewriter: error: {e}", file=sys.stderr)
-        return 2
-    return serve(settings)
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:

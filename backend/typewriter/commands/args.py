@@ -1,0 +1,72 @@
+"""The options several commands share: the model, sampling, and argparse types for counts.
+
+Defaults are never copied here: sampling defaults come from `SamplingParams`, the answer length from
+`request.DEFAULT_MAX_NEW_TOKENS` and engine sizes from the `Settings` dataclass, so help text and behaviour
+change with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import ENV_PREFIX, Settings
+from ..request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
+
+# The SamplingParams fields that are options; each option's dest is the field's name.
+SAMPLING_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop",
+                    "timeout_s")
+
+
+def setting_default(name: str) -> object:
+    """The default of a `Settings` field, as config.py declares it."""
+    return Settings.__dataclass_fields__[name].default
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False) -> None:
+    """--model and --max-context. With `from_settings` both stay None when not given, so Settings fills them
+    from TYPEWRITER_* variables or its own defaults."""
+    context = setting_default("max_context")
+    model_var, context_var = (f"; {ENV_PREFIX}MODEL_PATH", f"; {ENV_PREFIX}MAX_CONTEXT") if from_settings else ("", "")
+    p.add_argument("--model", metavar="PATH", help="a GGUF file or a Hugging Face model directory "
+                   f"(default: the embedded SmolLM2-135M-Instruct{model_var})")
+    p.add_argument("--max-context", type=int, default=None if from_settings else context, metavar="N",
+                   help=f"tokens of KV cache per stream (default {context}{context_var})")
+
+
+def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
+    """Every option defaults to None: only the values given reach SamplingParams, which has the defaults."""
+    d = SamplingParams()
+    p.add_argument("--system", metavar="TEXT", help='system prompt (default: a patient tutor; "" for none)')
+    p.add_argument("--max-new-tokens", type=int, metavar="N",
+                   help=f"answer length limit (default {DEFAULT_MAX_NEW_TOKENS}, or what the context has room for)")
+    p.add_argument("--temperature", type=float, help=f"0 means greedy (default {d.temperature})")
+    p.add_argument("--top-p", type=float, help=f"sample from the likeliest tokens that make up this much probability "
+                   f"(default {d.top_p})")
+    p.add_argument("--top-k", type=int, help=f"sample from the K likeliest tokens; 0 means off (default {d.top_k})")
+    p.add_argument("--repetition-penalty", type=float, help=f"1 means off (default {d.repetition_penalty})")
+    p.add_argument("--seed", type=int, help="makes a sampled answer reproducible")
+    p.add_argument("--stop", action="append", metavar="TEXT", help="stop sequence (repeatable)")
+    p.add_argument("--timeout", dest="timeout_s", type=float, metavar="SECONDS", help="deadline for the answer")
+
+
+def sampling_params(args: argparse.Namespace, prompt_tokens: int | None = None,
+                    context: int | None = None) -> SamplingParams:
+    """The request's sampling parameters from the options given. Without the prompt's length (to check the
+    values before the model loads) the answer length is as asked or the default; with it, the server's rule
+    `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left."""
+    given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
+    if prompt_tokens is not None and context is not None:
+        given["max_new_tokens"] = fit_max_new_tokens(prompt_tokens, context, DEFAULT_MAX_NEW_TOKENS,
+                                                     args.max_new_tokens)
+    return SamplingParams(**given)
