@@ -1,9 +1,8 @@
 """The server under real uvicorn on a loopback socket, with the real engine on a scripted runner: what only a real socket shows
-(close codes from the WebSocket layer, the graceful shutdown, the URL bench)."""
+(close codes from the WebSocket layer, the graceful shutdown, the load test)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
 import json
@@ -19,8 +18,9 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from scripted import factory, script_engine
+from typewriter import cli
+from typewriter.commands.loadtest import percentile
 from typewriter.config import Settings
-from typewriter.loadbench import add_url_bench_arguments, percentile, run_url_bench
 from typewriter.server.app import create_app
 from typewriter.server.main import Server, uvicorn_config
 
@@ -150,15 +150,10 @@ def test_stopping_the_server_ends_a_running_chat_with_reason_shutdown():
     assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
 
 
-def test_the_url_bench_reports_latency_percentiles_and_throughput(capsys):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--url")
-    parser.add_argument("--json", action="store_true")
-    add_url_bench_arguments(parser)
+def test_loadtest_reports_latency_percentiles_and_throughput(capsys):
     with running(script_engine(["t"] * 10, step_s=0.01, slots=2, max_queue=8)) as (_, address):
-        args = parser.parse_args(["--url", f"ws://{address}/ws", "--concurrency", "3", "--requests", "7",
-                                  "--max-new-tokens", "16", "--json"])
-        assert run_url_bench(args) == 0
+        assert cli.main(["loadtest", "--url", f"ws://{address}/ws", "--concurrency", "3", "--requests", "7",
+                         "--max-new-tokens", "16", "--json"]) == 0
     out = capsys.readouterr().out
     report = json.loads(out[out.index("{"):])  # after the server's own "Typewriter on http://..." line
     assert (report["ok"], report["errors"], report["reasons"]) == (7, {}, {"eos": 7})
