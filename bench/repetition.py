@@ -29,7 +29,7 @@ def main(penalties: list[float]) -> None:
     from typewriter.runtime import load
 
     # The 9 answers are submitted at once to 9 slots, so every one finds a slot free and none waits.
-    engine, tokenizer, _ = load(None, slots=9, max_context=1024, max_queue=0)
+    engine, tokenizer, _ = load(None, slots=9, max_context=1024, max_queue=0, prefill_budget=256)
     try:
         for penalty in penalties:
             events: queue.SimpleQueue = queue.SimpleQueue()

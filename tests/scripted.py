@@ -11,6 +11,7 @@ Faults are injected on purpose (`fail_next`), so the engine's real failure path 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -21,35 +22,53 @@ from typewriter.engine import Engine
 
 class ChainRunner:
     def __init__(self, follow: Callable[[int], int], vocab_size: int, slots: int = 2, max_len: int = 64,
-                 max_prompt: int | None = None, step_s: float = 0.0):
+                 max_chunk: int = 16, step_s: float = 0.0):
         self.follow, self.vocab_size = follow, vocab_size
-        self.slots, self.max_len = slots, max_len
-        self.max_prompt = max_len if max_prompt is None else max_prompt
+        self.slots, self.max_len, self.max_chunk = slots, max_len, max_chunk
         self.step_s = step_s  # a decode step's duration, for tests of a threaded engine
         self.fail_next: BaseException | None = None  # raised by the next decode step
-        self.calls: list[tuple[str, int]] = []  # ("prefill", slot) / ("decode", rows), in order
+        self.calls: list[tuple] = []  # ("prefill", slot, start, n) / ("copy", source, target) / ("decode", slots)
+        # What each slot's cache holds, position by position: every call is checked against it, so a
+        # scheduling bug (a gap, a stale prefix, a wrong position) fails loudly instead of passing silently.
+        self.cache: list[list[int]] = [[] for _ in range(slots)]
 
     def logits_after(self, token: int) -> np.ndarray:
         row = np.zeros(self.vocab_size, np.float32)
         row[self.follow(token)] = 100.0  # certain under any sampling settings a test uses
         return row
 
-    def prefill(self, slot: int, prompt_ids: Sequence[int]) -> np.ndarray:
-        self.calls.append(("prefill", slot))
-        return self.logits_after(prompt_ids[-1])
+    def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
+        assert 0 < len(token_ids) <= self.max_chunk, f"a chunk of {len(token_ids)} tokens"
+        assert start <= len(self.cache[slot]), f"slot {slot}: chunk at {start}, but {len(self.cache[slot])} cached"
+        assert start + len(token_ids) <= self.max_len
+        self.calls.append(("prefill", slot, start, len(token_ids)))
+        self.cache[slot] = self.cache[slot][:start] + list(token_ids)
+        return self.logits_after(token_ids[-1])
 
-    def decode(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    def copy_slot(self, source: int, target: int) -> None:
+        self.calls.append(("copy", source, target))
+        self.cache[target] = list(self.cache[source])
+
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         if self.fail_next is not None:
             error, self.fail_next = self.fail_next, None
             raise error
         if self.step_s:
             time.sleep(self.step_s)
-        self.calls.append(("decode", len(tokens)))
+        assert len(set(slots)) == len(slots), f"a slot twice in one batch: {slots}"
+        for slot, token, position in zip(slots, tokens, positions):
+            assert position <= len(self.cache[slot]), f"slot {slot}: decode at {position}, {len(self.cache[slot])} cached"
+            self.cache[slot] = self.cache[slot][:position] + [int(token)]
+        self.calls.append(("decode", tuple(slots)))
         return np.stack([self.logits_after(int(t)) for t in tokens])
 
     @property
     def decode_rows(self) -> list[int]:
-        return [rows for kind, rows in self.calls if kind == "decode"]
+        return [len(call[1]) for call in self.calls if call[0] == "decode"]
+
+    def prefills(self) -> list[tuple[int, int, int]]:
+        """(slot, start, length) of every prefill chunk, in order."""
+        return [call[1:] for call in self.calls if call[0] == "prefill"]
 
 
 # ---- letters, over the tiny byte-level tokenizer ----
@@ -76,7 +95,8 @@ def letter_runner(eos_after_z: bool = False, **options) -> ChainRunner:
 
 class ScriptTokenizer:
     """The tokenizer interface for a scripted answer. Ids 0..n-1 are the answer's pieces in order, n is eos, and
-    from n + 1 on one id per prompt word (plus one per message). Records every encode_chat call."""
+    from n + 1 on prompt ids: one per message start, one per word (by its checksum), so equal texts encode
+    equally and a conversation's next turn starts with its earlier turns. Records every encode_chat call."""
 
     name = "scripted"
     max_prompt_words = 4096
@@ -90,8 +110,12 @@ class ScriptTokenizer:
 
     def encode_chat(self, messages, system=None) -> list[int]:
         self.calls.append((list(messages), system))
-        words = sum(len(m["content"].split()) + 1 for m in messages)
-        return [self.eos + 1 + i % self.max_prompt_words for i in range(words)]
+        ids = []
+        for m in messages:
+            ids.append(self.eos + 1)
+            ids += [self.eos + 2 + zlib.crc32(word.encode()) % (self.max_prompt_words - 1)
+                    for word in m["content"].split()]
+        return ids
 
     def token_bytes(self, token_id: int) -> bytes:
         return self.pieces[token_id].encode() if token_id < self.eos else b""
@@ -114,11 +138,14 @@ class RecordingEngine(Engine):
 
 
 def script_engine(pieces: Sequence[str] = ("Hello", ",", " world", "!"), step_s: float = 0.005, slots: int = 2,
-                  max_queue: int = 2, max_context: int = 256, start: bool = True) -> RecordingEngine:
+                  max_queue: int = 2, max_context: int = 256, prefill_budget: int = 16,
+                  start: bool = True) -> RecordingEngine:
     """A real Engine whose every answer is `pieces` then eos; `engine.tokenizer` encodes chats as words."""
     tokenizer = ScriptTokenizer(pieces)
-    runner = ChainRunner(tokenizer.follow, tokenizer.vocab_size, slots=slots, max_len=max_context, step_s=step_s)
-    engine = RecordingEngine(runner, tokenizer, max_queue=max_queue, model_name="scripted-model")
+    runner = ChainRunner(tokenizer.follow, tokenizer.vocab_size, slots=slots, max_len=max_context, max_chunk=64,
+                         step_s=step_s)
+    engine = RecordingEngine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget,
+                             model_name="scripted-model")
     return engine.start() if start else engine
 
 

@@ -45,8 +45,9 @@ def tokenizer(tiny_gguf):
 def make_engine(tokenizer):
     """An engine that is not started: the test calls `step()`."""
 
-    def make(max_queue=4, eos_after_z=False, **runner_options) -> Engine:
-        return Engine(letter_runner(eos_after_z, **runner_options), tokenizer, max_queue=max_queue, clock=Clock())
+    def make(max_queue=4, eos_after_z=False, prefill_budget=8, **runner_options) -> Engine:
+        return Engine(letter_runner(eos_after_z, **runner_options), tokenizer, max_queue=max_queue,
+                      prefill_budget=prefill_budget, clock=Clock())
 
     return make
 
@@ -92,7 +93,7 @@ def test_the_first_step_prefills_and_the_answer_then_takes_one_token_per_decode_
     engine = make_engine()
     rec = submit(engine, tokenizer, "r", "a", max_new_tokens=4)
     engine.step()
-    assert rec.text == "b" and engine.runner.calls == [("prefill", 0)]  # alone, it decodes from the next step
+    assert rec.text == "b" and engine.runner.calls == [("prefill", 0, 0, 1)]  # it decodes from the next step
     engine.step()
     engine.step()
     assert rec.text == "bcd" and engine.steps == 2
@@ -204,20 +205,115 @@ def test_concurrent_requests_all_finish_and_share_decode_steps(make_engine, toke
     assert max(engine.runner.decode_rows) == 4
 
 
-def test_a_burst_of_newcomers_is_prefilled_one_per_step_while_the_running_answer_moves(make_engine, tokenizer):
-    engine = make_engine(slots=4)
+def test_short_newcomers_that_fit_the_budget_are_prefilled_in_one_step_while_the_running_answer_moves(
+        make_engine, tokenizer):
+    engine = make_engine(slots=4, prefill_budget=8)
     running = submit(engine, tokenizer, "running", "a", max_new_tokens=50)
     engine.step()
-    burst = [submit(engine, tokenizer, name, "b", max_new_tokens=3) for name in "xyz"]
+    burst = [submit(engine, tokenizer, name, "bcd", max_new_tokens=3) for name in "xyz"]  # 3 tokens each
     before = len(running.tokens)
-    for i in range(1, 4):
-        engine.step()
-        assert sum(bool(r.of(Started)) for r in burst) == i  # one newcomer per step
-        assert len(running.tokens) == before + i  # and the running answer still took its token
-    calls = engine.runner.calls
-    newcomers = [i for i, call in enumerate(calls) if call[0] == "prefill" and call[1] != 0]
-    assert [calls[i + 1][0] for i in newcomers] == ["decode"] * 3
+    engine.step()
+    assert all(r.of(Started) for r in burst)  # 3 + 3 + the third's first 2 tokens fill the budget of 8
+    assert [len(r.tokens) for r in burst] == [1, 1, 0]
+    assert len(running.tokens) == before + 1  # and the running answer still took its token
+    engine.step()
+    assert [len(r.tokens) for r in burst] == [2, 2, 1]
     assert not any(r.of(Queued) for r in burst)  # a slot was free for each: none is told it is queued
+
+
+def test_a_long_prompt_is_prefilled_within_the_budget_over_several_steps_as_the_others_decode(make_engine,
+                                                                                              tokenizer):
+    engine = make_engine(slots=2, prefill_budget=8, max_len=256, max_chunk=16)
+    running = submit(engine, tokenizer, "running", "a", max_new_tokens=100)
+    engine.step()
+    long = submit(engine, tokenizer, "long", "q" * 40, max_new_tokens=5)
+    for step in range(5):
+        engine.step()
+        assert len(running.tokens) == 2 + step  # every step also decodes the running answer
+    assert engine.runner.prefills()[1:] == [(1, 0, 8), (1, 8, 8), (1, 16, 8), (1, 24, 8), (1, 32, 8)]
+    assert [e.text for e in long.tokens] == ["r"]  # the last chunk gave the first token
+    steps_until(engine, long)
+    assert long.text == "rstuv"
+
+
+def test_alone_a_prompt_is_prefilled_in_the_largest_chunks(make_engine, tokenizer):
+    engine = make_engine(prefill_budget=8, max_len=256, max_chunk=16)
+    rec = submit(engine, tokenizer, "r", "q" * 40, max_new_tokens=2)
+    steps_until(engine, rec)
+    assert engine.runner.prefills() == [(0, 0, 16), (0, 16, 16), (0, 32, 8)]
+
+
+def test_prefills_go_first_come_first_served(make_engine, tokenizer):
+    engine = make_engine(slots=3, prefill_budget=8, max_len=256, max_chunk=16)
+    running = submit(engine, tokenizer, "running", "a", max_new_tokens=100)
+    engine.step()
+    first = submit(engine, tokenizer, "first", "q" * 20, max_new_tokens=2)
+    second = submit(engine, tokenizer, "second", "r" * 20, max_new_tokens=2)
+    for _ in range(2):
+        engine.step()
+    assert engine.runner.prefills()[1:] == [(1, 0, 8), (1, 8, 8)]  # all the budget to the first in line
+    assert not second.of(Started)
+    engine.step()  # the first needs 4 more tokens; the other 4 of the budget start the second
+    assert engine.runner.prefills()[3:] == [(1, 16, 4), (2, 0, 4)]
+    assert first.tokens and second.of(Started) and not second.tokens
+    assert len(running.tokens) == 4
+
+
+def test_a_stop_during_a_long_prefill_frees_the_slot_at_the_next_step(make_engine, tokenizer):
+    engine = make_engine(slots=1, prefill_budget=8, max_len=256, max_chunk=8)
+    running = submit(engine, tokenizer, "r", "a", max_new_tokens=100)
+    engine.step()
+    engine.cancel("r")
+    long = submit(engine, tokenizer, "long", "q" * 60, max_new_tokens=2)
+    engine.step()  # r ends; long starts its prefill
+    assert running.events[-1].reason is FinishReason.CANCELLED and long.of(Started)
+    waiting = submit(engine, tokenizer, "next", "b", max_new_tokens=2)
+    engine.step()
+    engine.cancel("long")
+    engine.step()
+    assert long.events[-1].reason is FinishReason.CANCELLED and not long.tokens
+    assert waiting.of(Started)  # the slot went to the next in line in the same step
+
+
+# ---- reusing the cache ----
+
+
+def test_the_next_turn_of_a_conversation_starts_after_its_cached_history(make_engine, tokenizer):
+    engine = make_engine(slots=2, max_len=256, max_chunk=16)
+    first = submit(engine, tokenizer, "t1", "hello", max_new_tokens=4)
+    steps_until(engine, first)
+    history = tokenizer.encode("hello") + [t.token_id for t in first.tokens]
+    turn = history + tokenizer.encode(" and q")
+    second = Recorder()
+    engine.submit(GenerationRequest("t2", turn, SamplingParams(max_new_tokens=3, temperature=0.0)), second)
+    steps_until(engine, second)
+    started = second.of(Started)[0]
+    assert started.cached_tokens == len(history) - 1  # the last answer token was sampled, never fed
+    assert engine.runner.prefills()[-1] == (0, len(history) - 1, len(turn) - len(history) + 1)
+    assert second.text == "rst"
+
+
+def test_a_prefix_cached_in_a_busy_slot_is_copied_rather_than_computed_again(make_engine, tokenizer):
+    engine = make_engine(slots=2, max_len=256, max_chunk=64, prefill_budget=64)
+    system = "s" * 40
+    first = submit(engine, tokenizer, "a", system + "a", max_new_tokens=50)
+    engine.step()
+    second = submit(engine, tokenizer, "b", system + "k", max_new_tokens=3)
+    steps_until(engine, second)
+    assert ("copy", 0, 1) in engine.runner.calls
+    assert second.of(Started)[0].cached_tokens == 40
+    assert engine.runner.prefills()[-1] == (1, 40, 1)
+    assert second.text == "lmn" and not first.done
+
+
+def test_a_newcomer_takes_the_least_recently_used_free_slot_keeping_recent_conversations(make_engine, tokenizer):
+    engine = make_engine(slots=3, max_len=256)
+    for rid, text in (("old", "x"), ("mid", "y"), ("new", "z")):
+        steps_until(engine, submit(engine, tokenizer, rid, text, max_new_tokens=2))  # each in slot 0..2 in turn?
+    slots = [call[1] for call in engine.runner.calls if call[0] == "prefill"]
+    rec = submit(engine, tokenizer, "other", "w", max_new_tokens=2)
+    steps_until(engine, rec)
+    assert engine.runner.prefills()[-1][0] == slots[0]  # the oldest conversation's slot went first
 
 
 def test_waiting_requests_hear_their_queue_position_as_it_changes(make_engine, tokenizer):
@@ -258,10 +354,10 @@ def test_a_burst_while_a_slot_is_free_is_bounded_by_that_slot_plus_the_queue(mak
 
 
 def test_a_prompt_that_does_not_fit_is_refused_with_prompt_too_long(make_engine, tokenizer):
-    engine = make_engine(max_len=64, max_prompt=32)
+    engine = make_engine(max_len=64)
     with pytest.raises(PromptTooLong) as too_many:
-        engine.submit(request(tokenizer, "r", "a" * 33, max_new_tokens=1), Recorder())
-    assert too_many.value.prompt_tokens == 33
+        engine.submit(request(tokenizer, "r", "a" * 64, max_new_tokens=1), Recorder())
+    assert too_many.value.prompt_tokens == 64
     with pytest.raises(PromptTooLong, match="context holds 64 tokens") as no_room:
         engine.submit(request(tokenizer, "r", "a" * 10, max_new_tokens=55), Recorder())
     assert (no_room.value.max_new_tokens, no_room.value.context) == (55, 64)
@@ -281,7 +377,7 @@ def test_bad_requests_are_refused_before_they_reach_the_model(make_engine, token
     with pytest.raises(InvalidRequest, match="already running"):
         engine.submit(request(tokenizer, "r", "c", max_new_tokens=2), Recorder())
     steps_until(engine, rec)
-    assert rec.events[-1].reason is FinishReason.LENGTH and engine.runner.calls[0] == ("prefill", 0)
+    assert rec.events[-1].reason is FinishReason.LENGTH and engine.runner.prefills() == [(0, 0, 2)]
 
 
 def test_a_callback_that_raises_loses_its_own_request_but_not_the_engine(make_engine, tokenizer, caplog):
@@ -309,7 +405,7 @@ def started(tokenizer):
     engines = []
 
     def start(max_queue=4, **runner_options) -> Engine:
-        engine = Engine(letter_runner(**runner_options), tokenizer, max_queue=max_queue).start()
+        engine = Engine(letter_runner(**runner_options), tokenizer, max_queue=max_queue, prefill_budget=8).start()
         engines.append(engine)
         return engine
 
@@ -379,7 +475,8 @@ def test_a_failing_step_ends_every_request_with_the_error_and_the_engine_refuses
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_gguf):
-    engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, warmup=False)
+    engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
+                                      warmup=False)
     yield engine, tokenizer
     engine.shutdown()
 
@@ -418,7 +515,8 @@ def test_a_hugging_face_directory_answers_exactly_as_the_gguf_of_the_same_weight
     weights = random_weights(cfg)
     answers = []
     for path in (write_gguf(tmp_path / "tiny.gguf", cfg, weights), write_hf_dir(tmp_path / "hf", cfg, weights)):
-        engine, tokenizer, _ = runtime.load(path, slots=1, max_context=64, max_queue=0, warmup=False)
+        engine, tokenizer, _ = runtime.load(path, slots=1, max_context=64, max_queue=0, prefill_budget=8,
+                                              warmup=False)
         try:
             ids = tokenizer.encode_chat([{"role": "user", "content": "hello"}], system="")
             params = SamplingParams(max_new_tokens=10, temperature=0.0, repetition_penalty=1.0)

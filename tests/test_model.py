@@ -63,8 +63,10 @@ def prefill_last(model: Transformer, tokens, slot, pad_to=None) -> np.ndarray:
     return model.prefill(tf.constant([padded], tf.int32), tf.constant(len(tokens)), tf.constant(slot)).numpy()[0]
 
 
-def decode(model: Transformer, tokens, positions, kv_len) -> np.ndarray:
-    return model.decode(tf.constant(tokens, tf.int32), tf.constant(positions, tf.int32), kv_len).numpy()
+def decode(model: Transformer, tokens, positions, kv_len, slots=None) -> np.ndarray:
+    slots = list(range(len(tokens))) if slots is None else slots
+    return model.decode(tf.constant(tokens, tf.int32), tf.constant(positions, tf.int32),
+                        tf.constant(slots, tf.int32), kv_len).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +136,26 @@ def test_a_reused_slot_never_attends_to_the_previous_sequences_longer_cache(tiny
         np.testing.assert_allclose(got, full[len(short) + i], atol=TOLERANCE, err_msg=f"step {i}")
 
 
-def test_idle_rows_in_a_decode_batch_leave_the_real_rows_unchanged(tiny):
+def test_padding_rows_in_a_decode_batch_change_neither_the_real_rows_nor_any_cached_position(tiny):
     cfg, _, model = tiny
     a, b = _tokens(16, 5, cfg.vocab_size), _tokens(17, 7, cfg.vocab_size)
+    full_a = prefill_all(model, a + [3, 9], slot=2)
     prefill_last(model, a, slot=0)
     prefill_last(model, b, slot=1)
     alone = decode(model, [3, 4], [5, 7], kv_len=32)
     prefill_last(model, a, slot=0)  # rewind both slots: decode wrote positions 5 and 7
     prefill_last(model, b, slot=1)
-    with_idle = decode(model, [3, 4, 200], [5, 7, 0], kv_len=32)  # slot 2 idle: any token at position 0
-    np.testing.assert_allclose(with_idle[:2], alone, atol=1e-5)
+    with_padding = decode(model, [3, 4, 200], [5, 7, 32], kv_len=32, slots=[0, 1, 0])  # 32: the scratch tail
+    np.testing.assert_allclose(with_padding[:2], alone, atol=1e-5)
+    np.testing.assert_allclose(decode(model, [9], [6], kv_len=32, slots=[0])[0], full_a[6], atol=TOLERANCE)
+
+
+def test_a_decode_batch_may_hold_any_slots_in_any_order(tiny):
+    cfg, _, model = tiny
+    a, b = _tokens(18, 6, cfg.vocab_size), _tokens(19, 9, cfg.vocab_size)
+    full_a, full_b = prefill_all(model, a + [5], slot=2), prefill_all(model, b + [6], slot=2)
+    prefill_last(model, a, slot=0)
+    prefill_last(model, b, slot=1)
+    got = decode(model, [6, 5], [9, 6], kv_len=16, slots=[1, 0])
+    np.testing.assert_allclose(got[0], full_b[9], atol=TOLERANCE)
+    np.testing.assert_allclose(got[1], full_a[6], atol=TOLERANCE)

@@ -10,7 +10,7 @@ from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 from typewriter.model import Transformer
 from typewriter.runner import ModelRunner, bucket, power_of_two_buckets
 
-PREFILL, BATCH, KV = (8, 16), (1, 2), (16, 32)
+CHUNK, BATCH, KV = (8, 16), (1, 2), (16, 32)
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +20,7 @@ def weights():
 
 
 def make_runner(cfg, w) -> ModelRunner:
-    return ModelRunner(Transformer(cfg, w, slots=2, max_len=32), PREFILL, BATCH, KV)
+    return ModelRunner(Transformer(cfg, w, slots=2, max_len=32, max_chunk=16), CHUNK, BATCH, KV)
 
 
 @pytest.fixture(scope="module")
@@ -31,34 +31,58 @@ def runner(weights):
 def test_every_function_is_traced_once_per_bucket_however_lengths_and_positions_vary(runner):
     rng = np.random.default_rng(0)
     for n in range(1, 17):
-        runner.prefill(n % 2, rng.integers(0, 265, n).tolist())
+        runner.extend(n % 2, (3 * n) % 16, rng.integers(0, 265, n).tolist())
     for step in range(40):
         rows = 1 + step % 2
         positions = rng.integers(0, 32, rows) if step % 3 else rng.integers(0, 16, rows)
-        runner.decode(rng.integers(0, 265, rows).astype(np.int32), positions.astype(np.int32))
+        runner.decode(list(range(rows)), rng.integers(0, 265, rows).tolist(), positions.tolist())
     assert runner.tracing_counts() == {
-        "prefill/8": 1, "prefill/16": 1,
+        "prefill/8x16": 1, "prefill/8x32": 1, "prefill/16x16": 1, "prefill/16x32": 1,
         "decode/1x16": 1, "decode/1x32": 1, "decode/2x16": 1, "decode/2x32": 1,
     }
 
 
 def test_calls_use_the_smallest_bucket_that_fits(weights):
     runner = make_runner(*weights)
-    runner.prefill(0, [5, 6, 7, 8, 9, 10, 11, 12, 13])  # 9 tokens: the 16 bucket
-    runner.decode(np.array([4], np.int32), np.array([9], np.int32))  # one row at position 9: 1 x 16
-    assert set(runner.tracing_counts()) == {"prefill/16", "decode/1x16"}
-    runner.decode(np.array([4, 5], np.int32), np.array([16, 0], np.int32))  # position 16 needs 17 cached: 2 x 32
-    assert set(runner.tracing_counts()) == {"prefill/16", "decode/1x16", "decode/2x32"}
+    runner.extend(0, 0, [5, 6, 7, 8, 9, 10, 11, 12, 13])  # 9 tokens from position 0: chunk 16, cache 16
+    runner.decode([0], [4], [9])  # one row at position 9: 1 x 16
+    assert set(runner.tracing_counts()) == {"prefill/16x16", "decode/1x16"}
+    runner.extend(0, 10, [1, 2, 3])  # 3 tokens after 10 cached: chunk 8, and 13 positions fit in 16
+    runner.decode([0, 1], [4, 5], [16, 0])  # position 16 needs 17 cached: 2 x 32
+    assert set(runner.tracing_counts()) == {"prefill/16x16", "prefill/8x16", "decode/1x16", "decode/2x32"}
 
 
-def test_compiled_prefill_and_decode_match_the_eager_model_across_a_cache_bucket_boundary(runner, weights):
+def test_a_prompt_prefilled_in_chunks_then_decoded_matches_the_eager_model_across_a_cache_boundary(runner, weights):
     cfg, w = weights
-    tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, 20).tolist()
-    expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)  # [20, v]
-    np.testing.assert_allclose(runner.prefill(1, tokens[:12]), expected[11], atol=TOLERANCE)
-    for pos in range(12, 20):  # kv bucket 16 up to position 15, then 32
-        got = runner.decode(np.array([0, tokens[pos]], np.int32), np.array([0, pos], np.int32))[1]
+    tokens = np.random.default_rng(1).integers(0, cfg.vocab_size, 24).tolist()
+    expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)  # [24, v]
+    for start, end in ((0, 5), (5, 14), (14, 18)):  # chunks of 5, 9 and 4: buckets 8, 16, 8; cache 16, 16, 32
+        got = runner.extend(1, start, tokens[start:end])
+        np.testing.assert_allclose(got, expected[end - 1], atol=TOLERANCE, err_msg=f"chunk {start}..{end}")
+    for pos in range(18, 24):
+        got = runner.decode([1], [tokens[pos]], [pos])[0]  # alone in a batch bucket of 1
         np.testing.assert_allclose(got, expected[pos], atol=TOLERANCE, err_msg=f"position {pos}")
+
+
+def test_a_chunk_at_the_end_of_the_context_pads_into_the_scratch_tail(runner, weights):
+    cfg, w = weights
+    tokens = np.random.default_rng(2).integers(0, cfg.vocab_size, 32).tolist()
+    expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)
+    runner.extend(0, 0, tokens[:16])
+    runner.extend(0, 16, tokens[16:30])
+    got = runner.extend(0, 30, tokens[30:])  # positions 30, 31, then padding at 32..37 in the tail
+    np.testing.assert_allclose(got, expected[31], atol=TOLERANCE)
+
+
+def test_a_copied_slot_continues_exactly_as_the_original(runner, weights):
+    cfg, w = weights
+    tokens = np.random.default_rng(3).integers(0, cfg.vocab_size, 12).tolist()
+    expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)
+    runner.extend(0, 0, tokens[:10])
+    runner.extend(1, 0, [7] * 16)  # slot 1 holds something else first
+    runner.copy_slot(0, 1)
+    got = runner.extend(1, 10, tokens[10:])  # only the two new tokens are computed
+    np.testing.assert_allclose(got, expected[11], atol=TOLERANCE)
 
 
 def test_warmup_compiles_every_bucket_and_later_calls_trace_nothing(weights):
@@ -66,17 +90,19 @@ def test_warmup_compiles_every_bucket_and_later_calls_trace_nothing(weights):
     seen = []
     runner.warmup(lambda i, n, label: seen.append((i, n, label)))
     counts = runner.tracing_counts()
-    assert len(counts) == len(PREFILL) + len(BATCH) * len(KV) and set(counts.values()) == {1}
-    assert seen[-1][:2] == (6, 6)  # progress reaches all six
-    runner.prefill(0, [1, 2, 3])
-    runner.decode(np.array([1, 2], np.int32), np.array([3, 30], np.int32))
+    n = len(CHUNK) * len(KV) + len(BATCH) * len(KV) + 1  # and the cache copy
+    assert len(counts) == n and set(counts.values()) == {1}
+    assert seen[-1][:2] == (n, n)
+    runner.extend(0, 4, [1, 2, 3])
+    runner.copy_slot(0, 1)
+    runner.decode([0, 1], [1, 2], [3, 30])
     assert runner.tracing_counts() == counts
 
 
 def test_bucket_picks_the_first_that_holds_n_and_refuses_beyond_the_last():
-    assert [bucket(PREFILL, n) for n in (1, 8, 9, 16)] == [8, 8, 16, 16]
+    assert [bucket(CHUNK, n) for n in (1, 8, 9, 16)] == [8, 8, 16, 16]
     with pytest.raises(ValueError, match="17 exceeds the largest bucket 16"):
-        bucket(PREFILL, 17)
+        bucket(CHUNK, 17)
 
 
 def test_power_of_two_buckets_double_and_always_end_at_the_limit():
@@ -86,8 +112,10 @@ def test_power_of_two_buckets_double_and_always_end_at_the_limit():
 
 
 def test_runner_refuses_buckets_that_do_not_end_at_the_cache_size(weights):
-    model = Transformer(*weights, slots=2, max_len=32)
+    model = Transformer(*weights, slots=2, max_len=32, max_chunk=16)
     with pytest.raises(ValueError, match="buckets must end"):
-        ModelRunner(model, PREFILL, BATCH, (16,))
+        ModelRunner(model, CHUNK, BATCH, (16,))
     with pytest.raises(ValueError, match="buckets must end"):
-        ModelRunner(model, PREFILL, (1,), KV)
+        ModelRunner(model, CHUNK, (1,), KV)
+    with pytest.raises(ValueError, match="chunks within its tail"):
+        ModelRunner(model, (8, 32), BATCH, KV)

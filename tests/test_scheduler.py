@@ -1,5 +1,5 @@
-"""The scheduler on its own: admission order, free slots, the overload rule, queue positions, and what ends a
-request before the model sees it. Pure Python, like the scheduler."""
+"""The scheduler on its own: admission order, free slots, the overload rule, queue positions, the prefill
+budget, prefix placement, and what ends a request before the model sees it. Pure Python, like the scheduler."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 from scripted import ScriptTokenizer
 
 from typewriter.errors import Overloaded
+from typewriter.prefix_cache import MIN_COPY, PrefixCache, common_prefix
 from typewriter.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.scheduler import Scheduler
 from typewriter.sequence import Sequence, Status
@@ -14,45 +15,71 @@ from typewriter.sequence import Sequence, Status
 TOKENIZER = ScriptTokenizer(["x"])
 
 
-def seq(rid: str, timeout_s: float | None = None) -> Sequence:
-    request = GenerationRequest(rid, [2], SamplingParams(max_new_tokens=4, timeout_s=timeout_s))
+def seq(rid: str, prompt=(2,), timeout_s: float | None = None) -> Sequence:
+    request = GenerationRequest(rid, list(prompt), SamplingParams(max_new_tokens=4, timeout_s=timeout_s))
     return Sequence(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
 
 
-def scheduler_with(slots: int, max_queue: int, *ids: str) -> tuple[Scheduler, dict[str, Sequence]]:
-    scheduler, seqs = Scheduler(slots, max_queue), {}
+def scheduler_with(slots: int, max_queue: int, *ids: str, budget: int = 1, max_chunk: int = 8):
+    scheduler, seqs = Scheduler(slots, max_queue, max_chunk=max_chunk, budget=budget, idle_budget=budget), {}
     for rid in ids:
         seqs[rid] = seq(rid)
         scheduler.add(seqs[rid])
     return scheduler, seqs
 
 
-def test_requests_are_admitted_first_come_first_served_one_per_step_into_the_lowest_free_slot():
-    scheduler, s = scheduler_with(3, 4, "a", "b", "c")
-    admitted = [scheduler.schedule(set(), 0.0).prefill for _ in range(4)]
-    assert admitted == [s["a"], s["b"], s["c"], None]
-    assert [(x.slot, x.status) for x in admitted[:3]] == [(0, Status.RUNNING), (1, Status.RUNNING),
-                                                          (2, Status.RUNNING)]
-    scheduler.finish(s["a"])
-    scheduler.finish(s["c"])
-    d = seq("d")
-    scheduler.add(d)
-    assert scheduler.schedule(set(), 0.0).prefill is d and d.slot == 0
+def run(scheduler: Scheduler, plan) -> None:
+    """What the engine does with a plan, minus the model: prefill the chunks, and one token per decoded row."""
+    for chunk in plan.chunks:
+        scheduler.prefilled(chunk)
+        if chunk.last:
+            chunk.seq.take(0, now=0.0)
+    for s in plan.decode:
+        s.take(0, now=0.0)
 
 
-def test_the_decode_step_covers_the_running_sequences_in_slot_order_but_not_the_newcomer():
+def test_requests_are_admitted_first_come_first_served_as_the_budget_allows():
+    scheduler, s = scheduler_with(3, 4, "a", "b", "c")  # one-token prompts, a budget of one token
+    admitted = []
+    for _ in range(4):
+        plan = scheduler.schedule(set(), 0.0)
+        admitted.append(plan.admitted)
+        run(scheduler, plan)
+    assert admitted == [[s["a"]], [s["b"]], [s["c"]], []]
+    assert [(x.slot, x.status) for x in s.values()] == [(0, Status.RUNNING), (1, Status.RUNNING), (2, Status.RUNNING)]
+
+
+def test_the_decode_step_covers_the_running_sequences_in_slot_order_but_not_the_prefilling_ones():
     scheduler, s = scheduler_with(3, 4, "a", "b")
-    assert scheduler.schedule(set(), 0.0).decode == []
     plan = scheduler.schedule(set(), 0.0)
-    assert (plan.prefill, plan.decode) == (s["b"], [s["a"]])
+    assert plan.decode == [] and [c.seq for c in plan.chunks] == [s["a"]]
+    run(scheduler, plan)
+    plan = scheduler.schedule(set(), 0.0)
+    assert (plan.admitted, plan.decode) == ([s["b"]], [s["a"]])
+    run(scheduler, plan)
     assert scheduler.schedule(set(), 0.0).decode == [s["a"], s["b"]]
+
+
+def test_with_answers_decoding_a_step_prefills_at_most_the_budget_and_alone_up_to_the_idle_budget():
+    scheduler = Scheduler(3, 4, max_chunk=8, budget=4, idle_budget=12)
+    long, other = seq("long", prompt=range(10, 40)), seq("other", prompt=range(50, 60))  # 30 and 10 tokens
+    scheduler.add(long)
+    scheduler.add(other)
+    plan = scheduler.schedule(set(), 0.0)  # idle: 12 tokens, one chunk of at most 8 per sequence
+    assert [(c.seq.id, c.start, c.length) for c in plan.chunks] == [("long", 0, 8), ("other", 0, 4)]
+    run(scheduler, plan)
+    run(scheduler, scheduler.schedule(set(), 0.0))
+    run(scheduler, scheduler.schedule(set(), 0.0))
+    assert other.status is Status.RUNNING and long.prefilled == 24  # 8 + 8 + 8 while nothing decoded
+    plan = scheduler.schedule(set(), 0.0)  # now `other` decodes: the budget is 4
+    assert plan.decode == [other] and [(c.start, c.length) for c in plan.chunks] == [(24, 4)]
 
 
 def test_overloaded_once_the_queue_is_full_counting_those_who_will_take_a_free_slot():
     scheduler, _ = scheduler_with(2, 1, "a", "b", "c")  # two will take the free slots, one waits
     with pytest.raises(Overloaded, match=r"full \(1 waiting\)"):
         scheduler.add(seq("d"))
-    scheduler.schedule(set(), 0.0)  # a takes slot 0: one free slot, b and c wait
+    scheduler.schedule(set(), 0.0)  # a takes a slot: one free slot, b and c wait
     with pytest.raises(Overloaded):
         scheduler.add(seq("d"))
 
@@ -65,31 +92,85 @@ def test_a_queue_of_zero_takes_only_as_many_as_there_are_free_slots():
 
 def test_positions_count_only_those_who_wait_for_a_slot_and_are_reported_when_they_change():
     scheduler, s = scheduler_with(2, 4, "a", "b", "c", "d")
-    plan = scheduler.schedule(set(), 0.0)  # a runs; one slot free for b: b is not queued
+    plan = scheduler.schedule(set(), 0.0)  # a takes a slot; one slot free for b: b is not queued
     assert plan.queued == [(s["c"], 1), (s["d"], 2)]
-    plan = scheduler.schedule(set(), 0.0)  # b runs; no slot free
+    run(scheduler, plan)
+    plan = scheduler.schedule(set(), 0.0)  # b takes the other slot
     assert plan.queued == []  # c is still 1st, d still 2nd
+    run(scheduler, plan)
     scheduler.finish(s["a"])
     plan = scheduler.schedule(set(), 0.0)  # c takes a's slot
-    assert (plan.prefill, plan.queued) == (s["c"], [(s["d"], 1)])
+    assert (plan.admitted, plan.queued) == ([s["c"]], [(s["d"], 1)])
 
 
 def test_cancelled_requests_end_whether_running_or_waiting_and_free_their_slot():
     scheduler, s = scheduler_with(1, 4, "a", "b", "c")
-    scheduler.schedule(set(), 0.0)
+    run(scheduler, scheduler.schedule(set(), 0.0))
     plan = scheduler.schedule({"a", "c", "unknown"}, 0.0)
     assert plan.ended == [(s["a"], FinishReason.CANCELLED), (s["c"], FinishReason.CANCELLED)]
     assert s["a"].status is s["c"].status is Status.FINISHED
-    assert plan.prefill is s["b"] and s["b"].slot == 0  # a's slot went to the next in line at once
+    assert plan.admitted == [s["b"]] and s["b"].slot == 0  # a's slot went to the next in line at once
     assert scheduler.sequences() == [s["b"]] and scheduler.find("a") is None
 
 
 def test_a_running_request_past_its_deadline_ends_with_timeout():
-    scheduler = Scheduler(1, 1)
+    scheduler = Scheduler(1, 1, max_chunk=8, budget=8)
     late = seq("late", timeout_s=1.0)
     scheduler.add(late)
-    scheduler.schedule(set(), 0.0)
+    run(scheduler, scheduler.schedule(set(), 0.0))
     late.started = 10.0
     assert scheduler.schedule(set(), 11.0).ended == []
     assert scheduler.schedule(set(), 11.5).ended == [(late, FinishReason.TIMEOUT)]
     assert scheduler.free_slots == [0]
+
+
+# ---- prefix placement ----
+
+
+def test_common_prefix_counts_the_equal_leading_ids():
+    assert [common_prefix(a, b) for a, b in (([1, 2, 3], [1, 2, 4]), ([1, 2], [1, 2, 3]), ([], [1]), ([5], [6]))] \
+        == [2, 2, 0, 0]
+
+
+def test_a_prompt_goes_to_the_free_slot_holding_its_longest_prefix_leaving_one_token_to_compute():
+    cache = PrefixCache(3)
+    cache.release(0, [1, 2, 3, 4])
+    cache.release(1, [1, 2, 9])
+    cache.release(2, [7])
+    assert cache.place([1, 2, 3, 4, 5], free=[0, 1, 2], busy=lambda s: [], busy_slots=[]).slot == 0
+    cache.release(0, [1, 2, 3, 4])
+    place = cache.place([1, 2, 3, 4], free=[0, 1, 2], busy=lambda s: [], busy_slots=[])
+    assert (place.slot, place.reused, place.copy_from) == (0, 3, None)  # the last token gives the logits
+
+
+def test_with_no_prefix_anywhere_the_least_recently_used_free_slot_is_taken():
+    cache = PrefixCache(3)
+    for slot in (2, 0, 1):
+        cache.release(slot, [slot + 10])
+    assert cache.place([99], free=[0, 1, 2], busy=lambda s: [], busy_slots=[]).slot == 2
+
+
+def test_a_long_prefix_in_a_busy_slot_is_copied_into_the_least_recently_used_free_slot():
+    cache = PrefixCache(3)
+    cache.release(1, [50])
+    cache.release(2, [60])
+    shared = list(range(100, 100 + MIN_COPY))
+    place = cache.place(shared + [1], free=[1, 2], busy=lambda s: shared + [7], busy_slots=[0])
+    assert (place.slot, place.reused, place.copy_from) == (1, MIN_COPY, 0)
+    short = shared[: MIN_COPY - 1]
+    place = cache.place(short + [1], free=[2], busy=lambda s: short + [7], busy_slots=[0])
+    assert (place.reused, place.copy_from) == (0, None)  # too short to be worth a copy
+
+
+def test_a_finished_sequence_leaves_its_prompt_and_answer_reusable_in_its_slot():
+    scheduler = Scheduler(2, 4, max_chunk=8, budget=8)
+    first = seq("first", prompt=[5, 6, 7])
+    scheduler.add(first)
+    run(scheduler, scheduler.schedule(set(), 0.0))  # prompt prefilled; answer token 0 sampled
+    run(scheduler, scheduler.schedule(set(), 0.0))  # token 0 fed; answer token 0 sampled again
+    scheduler.finish(first)
+    turn = seq("turn", prompt=[5, 6, 7, 0, 0, 8])
+    scheduler.add(turn)
+    plan = scheduler.schedule(set(), 0.0)
+    assert (turn.slot, turn.reused) == (first.slot, 4)  # the prompt and the fed answer token
+    assert [(c.start, c.length) for c in plan.chunks] == [(4, 2)]

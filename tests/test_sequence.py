@@ -65,8 +65,23 @@ def test_timings_count_from_submission_and_the_decode_rate_after_the_first_token
     assert (t.queue_ms, t.ttft_ms, t.total_ms, t.tokens_per_s) == (500.0, 1000.0, 3000.0, 2.0)
 
 
+def test_the_cached_positions_are_the_prompt_so_far_then_everything_but_the_last_token(tokenizer):
+    seq = sequence(tokenizer)
+    seq.prompt_ids = [5, 6, 7]
+    seq.prefilled = 2
+    assert seq.cached_ids() == [5, 6]
+    seq.prefilled = 3
+    seq.take(byte_token(ord("a")), now=1.0)  # sampled from the prompt's logits, not yet fed to the model
+    assert seq.cached_ids() == [5, 6, 7]
+    seq.take(byte_token(ord("b")), now=1.0)
+    assert seq.cached_ids() == [5, 6, 7, byte_token(ord("a"))]
+
+
 def test_status_moves_only_forward(tokenizer):
     seq = sequence(tokenizer)
+    with pytest.raises(RuntimeError, match="waiting -> running"):
+        seq.move_to(Status.RUNNING)  # a prompt is prefilled before it decodes
+    seq.move_to(Status.PREFILLING)
     seq.move_to(Status.RUNNING)
     seq.move_to(Status.FINISHED)
     with pytest.raises(RuntimeError, match="finished -> running"):

@@ -1,8 +1,8 @@
 """The engine: one thread owns the model and calls `step()`; callers submit requests from any thread.
 
-`step()` is the whole engine: the scheduler decides (cancellations, deadlines, admission, queue positions),
-the runner computes (a prefill for a newcomer, one batched decode step), each sequence takes its token and says
-what text is now certain and whether it is done, and the events go out. The thread only waits for work and calls
+`step()` is the whole engine: the scheduler decides (cancellations, deadlines, admission, queue positions, which
+prompt chunks fit the step's budget), the runner computes (prefill chunks, one batched decode step), each
+sequence takes its token and says what text is now certain and whether it is done, and the events go out. The thread only waits for work and calls
 `step()`; tests call it directly. Events reach each request's `on_event` callback on the engine thread; the
 callback must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows
 nothing about chat templates or sockets.
@@ -56,8 +56,10 @@ class EngineStats:
 
 
 class Engine:
-    def __init__(self, runner: ModelRunner, tokenizer, max_queue: int, model_name: str = "model",
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, runner: ModelRunner, tokenizer, max_queue: int, prefill_budget: int,
+                 model_name: str = "model", clock: Callable[[], float] = time.perf_counter):
+        """`prefill_budget`: prompt tokens prefilled per step while answers are decoded (with none decoding, a
+        step prefills up to the runner's largest chunk)."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
@@ -66,7 +68,7 @@ class Engine:
         self.max_active = runner.slots
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
-        self.scheduler = Scheduler(runner.slots, max_queue)
+        self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget)
         self.clock = clock
         self.state = EngineState.IDLE
         self.steps = 0  # decode steps run, for tests and metrics
@@ -90,7 +92,7 @@ class Engine:
         n, budget = len(request.prompt_ids), request.params.max_new_tokens
         if n == 0:
             raise InvalidRequest("prompt", "the prompt has no tokens")
-        if n > self.runner.max_prompt or n + budget > self.max_context:
+        if n + budget > self.max_context:
             raise PromptTooLong(n, budget, self.max_context)
         if not all(0 <= t < self.vocab_size for t in request.prompt_ids):  # out of range would fail inside XLA
             raise InvalidRequest("prompt_ids", f"every token id must be between 0 and {self.vocab_size - 1}")
@@ -155,29 +157,29 @@ class Engine:
                                      seq.timings(self.clock())))
         for seq, position in plan.queued:
             self._emit(seq, Queued(seq.id, position))
-        if plan.prefill is not None:
-            self._prefill(plan.prefill)
-        if plan.decode:  # a newcomer joins the running ones; alone, it decodes from the next step on
-            batch = [s for s in (*plan.decode, plan.prefill) if s is not None and s.status is Status.RUNNING]
-            self._decode(sorted(batch, key=lambda s: s.slot))
-
-    def _prefill(self, seq: Sequence) -> None:
-        seq.started = self.clock()
-        self._emit(seq, Started(seq.id, len(seq.prompt_ids), (seq.started - seq.submitted) * 1000))
-        logits = self.runner.prefill(seq.slot, seq.prompt_ids)  # [vocab]
-        self._take(seq, logits)
+        for seq in plan.admitted:
+            seq.started = self.clock()
+            queue_ms = (seq.started - seq.submitted) * 1000
+            self._emit(seq, Started(seq.id, len(seq.prompt_ids), queue_ms, cached_tokens=seq.reused))
+        for source, target in plan.copies:
+            self.runner.copy_slot(source, target)
+        for chunk in plan.chunks:
+            logits = self.runner.extend(chunk.seq.slot, chunk.start, chunk.token_ids)  # [vocab]
+            with self._lock:
+                self.scheduler.prefilled(chunk)
+            if chunk.last:
+                self._take(chunk.seq, logits)
+        if plan.decode:
+            self._decode(plan.decode)
 
     def _decode(self, batch: list[Sequence]) -> None:
-        n = batch[-1].slot + 1  # rows 0..n-1; idle rows decode a dummy token at position 0
-        tokens = np.zeros([n], np.int32)
-        positions = np.zeros([n], np.int32)
-        for seq in batch:
-            tokens[seq.slot] = seq.output_ids[-1]
-            positions[seq.slot] = seq.num_tokens - 1
-        logits = self.runner.decode(tokens, positions)  # [n, vocab]
+        slots = [seq.slot for seq in batch]
+        tokens = [seq.output_ids[-1] for seq in batch]
+        positions = [seq.num_tokens - 1 for seq in batch]
+        logits = self.runner.decode(slots, tokens, positions)  # [len(batch), vocab]
         self.steps += 1
-        for seq in batch:
-            self._take(seq, logits[seq.slot])
+        for seq, row in zip(batch, logits):
+            self._take(seq, row)
 
     def _take(self, seq: Sequence, logits: np.ndarray) -> None:
         token_id = seq.sample(logits)

@@ -17,12 +17,18 @@ from .model_config import ModelConfig
 
 
 class KVCache(tf.Module):
-    """Static K/V buffers for `slots` independent sequences of up to `max_len` positions, updated in place."""
+    """Static K/V buffers for `slots` independent sequences of up to `max_len` positions, updated in place.
 
-    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, dtype=tf.float32):
+    Each slot has `tail` scratch positions past `max_len` (at least one): a padded prefill chunk near the end of
+    the context writes its padding there instead of out of bounds, and so do a decode batch's padding rows.
+    Nothing ever reads them.
+    """
+
+    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, tail: int = 1, dtype=tf.float32):
         super().__init__(name="kv_cache")
-        self.slots, self.max_len = slots, max_len
-        shape = [slots, max_len, cfg.n_kv_heads, cfg.head_dim]  # [slots, s, k, e]
+        tail = max(1, tail)
+        self.slots, self.max_len, self.tail = slots, max_len, tail
+        shape = [slots, max_len + tail, cfg.n_kv_heads, cfg.head_dim]  # [slots, s + tail, k, e]
         self.k = [tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"k{i}") for i in range(cfg.n_layers)]
         self.v = [tf.Variable(tf.zeros(shape, dtype), trainable=False, name=f"v{i}") for i in range(cfg.n_layers)]
 
@@ -31,12 +37,20 @@ class KVCache(tf.Module):
         self.k[layer].scatter_nd_update(index, k)
         self.v[layer].scatter_nd_update(index, v)
 
+    def copy_slot(self, source: tf.Tensor, target: tf.Tensor) -> None:
+        """Every cached position of slot `source` into slot `target` (a shared prefix, computed once)."""
+        for buffers in (self.k, self.v):
+            for var in buffers:
+                var.scatter_nd_update([[target]], var[source][None])
+
 
 class Transformer(tf.Module):
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
+                 max_chunk: int = 0):
+        """`max_chunk`: the longest padded prefill chunk that `extend` will be given (its scratch room)."""
         super().__init__(name="transformer")
         self.cfg = cfg
-        self.cache = KVCache(cfg, slots, max_len)
+        self.cache = KVCache(cfg, slots, max_len, tail=max_chunk)
 
         def var(x, name):
             return tf.Variable(np.ascontiguousarray(x, dtype=np.float32), trainable=False, name=name)
@@ -63,7 +77,7 @@ class Transformer(tf.Module):
             self.layers.append(layer)
         half = cfg.head_dim // 2
         inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
-        angles = np.arange(max_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # [max_len, e/2]
+        angles = np.arange(max_len + self.cache.tail, dtype=np.float64)[:, None] * inv_freq[None, :]  # [s+tail, e/2]
         self.rope_cos = tf.constant(np.cos(angles), tf.float32)
         self.rope_sin = tf.constant(np.sin(angles), tf.float32)
 
@@ -113,39 +127,50 @@ class Transformer(tf.Module):
     # ---- entry points (compiled by runner.py) ----
 
     def prefill(self, tokens: tf.Tensor, length: tf.Tensor, slot: tf.Tensor, all_logits: bool = False) -> tf.Tensor:
-        """A fresh sequence: tokens [1, t] (padded past `length`) written to `slot` at positions 0..t-1.
+        """A fresh sequence: tokens [1, t] (padded past `length`) written to `slot` at positions 0..t-1."""
+        return self.extend(tokens, tf.constant(0), length, slot, tokens.shape[1], all_logits)
 
-        Returns the logits at position length - 1 [1, v], or at every position [1, t, v] with all_logits.
-        Positions at or past `length` hold padding; no real position attends to them, and decode overwrites them.
+    def extend(self, tokens: tf.Tensor, start: tf.Tensor, length: tf.Tensor, slot: tf.Tensor, kv_len: int,
+               all_logits: bool = False) -> tf.Tensor:
+        """A prefill chunk: tokens [1, t] (padded past `length`) written to `slot` at positions start..start+t-1,
+        each attending to every cached position of the slot before it, the chunk's own included. kv_len is a
+        static bucket at least start + length; start + t may run into the cache's scratch tail.
+
+        Returns the logits at position start + length - 1 [1, v], or at every chunk position [1, t, v] with
+        all_logits. Positions at or past start + length hold padding; no real position attends to them, and
+        later chunks or decode steps overwrite them.
         """
         t = tokens.shape[1]
-        positions = tf.range(t)[None, :]  # [1, t]
-        mask = tf.linalg.band_part(tf.ones([t, t], tf.bool), -1, 0)[None]  # causal [1, t, t]
-        index = tf.stack([tf.fill([t], slot), tf.range(t)], axis=1)  # [t, 2]
+        positions = start + tf.range(t)  # [t]
+        index = tf.stack([tf.fill([t], slot), positions], axis=1)  # [t, 2]
+        mask = (tf.range(kv_len)[None, :] <= positions[:, None])[None]  # causal over the cache [1, t, s]
         x = tf.gather(self.tok_embeddings, tokens)  # [1, t, d]
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, positions)
+            q, k, v = self._qkv(layer, x, positions[None])
             self.cache.write(i, index, k[0], v[0])
-            x += tf.matmul(self._attend(q, k, v, mask), layer["wo"])
+            keys = self.cache.k[i][slot, :kv_len][None]  # [1, s, k, e], this chunk included
+            values = self.cache.v[i][slot, :kv_len][None]
+            x += tf.matmul(self._attend(q, keys, values, mask), layer["wo"])
             x += self._mlp(layer, x)
         if all_logits:
             return self._logits(x)
         return self._logits(tf.gather(x, [length - 1], axis=1)[:, 0])
 
-    def decode(self, tokens: tf.Tensor, positions: tf.Tensor, kv_len: int) -> tf.Tensor:
-        """One step for the sequences in slots 0..b-1: tokens [b] at positions [b] -> logits [b, v].
+    def decode(self, tokens: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor, kv_len: int) -> tf.Tensor:
+        """One step for b sequences: tokens [b] at positions [b] in slots [b] -> logits [b, v].
 
-        Attention reads only the first kv_len cached positions (a static bucket above every position).
+        Attention reads only the first kv_len cached positions of each row's slot (a static bucket above every
+        real position). A padding row has position max_len: it writes into the scratch tail, which nobody reads.
         """
         b = tokens.shape[0]
-        index = tf.stack([tf.range(b), positions], axis=1)  # [b, 2]
+        index = tf.stack([slots, positions], axis=1)  # [b, 2]
         mask = (tf.range(kv_len)[None, :] <= positions[:, None])[:, None, :]  # [b, 1, s]
         x = tf.gather(self.tok_embeddings, tokens)[:, None, :]  # [b, 1, d]
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, positions[:, None])
             self.cache.write(i, index, k[:, 0], v[:, 0])
-            keys = self.cache.k[i][:b, :kv_len]  # [b, s, k, e]
-            values = self.cache.v[i][:b, :kv_len]
+            keys = tf.gather(self.cache.k[i][:, :kv_len], slots)  # [b, s, k, e]
+            values = tf.gather(self.cache.v[i][:, :kv_len], slots)
             x += tf.matmul(self._attend(q, keys, values, mask), layer["wo"])
             x += self._mlp(layer, x)
         return self._logits(x[:, 0])

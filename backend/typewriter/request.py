@@ -118,6 +118,7 @@ class Started:
     request_id: str
     prompt_tokens: int
     queue_ms: float
+    cached_tokens: int = 0  # prompt tokens whose K/V were already cached (not computed again)
 
 
 @dataclass(frozen=True)

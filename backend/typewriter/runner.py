@@ -1,8 +1,10 @@
 """Compiled entry points of the model, one XLA program per shape bucket, built once and memoised.
 
-Prefill runs one sequence at a time, its prompt padded to a length bucket. A decode step runs the slots
-0..b-1 at once (b a batch bucket) and attends over the first kv_len cached positions (a length bucket), so
-a short conversation never pays for the whole cache. Everything here runs on the engine thread.
+A prefill chunk extends one slot's sequence by up to `max_chunk` prompt tokens, padded to a chunk bucket, and
+attends over the slot's first kv_len cached positions (a length bucket): a long prompt is prefilled over several
+calls, and a prompt whose prefix is already cached starts after it. A decode step runs any b sequences at once
+(padded to a batch bucket), each over its own slot's first kv_len cached positions, so a short conversation
+never pays for the whole cache. Everything here runs on the engine thread.
 """
 
 from __future__ import annotations
@@ -30,19 +32,21 @@ class ModelRunner:
     def __init__(
         self,
         model: Transformer,
-        prefill_buckets: Sequence[int],
+        chunk_buckets: Sequence[int],
         batch_buckets: Sequence[int],
         kv_buckets: Sequence[int],
     ):
-        max_len, slots = model.cache.max_len, model.cache.slots
-        if max(prefill_buckets) > max_len or max(kv_buckets) != max_len or max(batch_buckets) != slots:
-            raise ValueError("buckets must end at the cache's length and slot count")
+        cache = model.cache
+        if max(chunk_buckets) > cache.tail or max(kv_buckets) != cache.max_len or max(batch_buckets) != cache.slots:
+            raise ValueError("buckets must end at the cache's length and slot count, chunks within its tail")
         self.model = model
-        self.prefill_buckets = tuple(sorted(prefill_buckets))
+        self.chunk_buckets = tuple(sorted(chunk_buckets))
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.kv_buckets = tuple(sorted(kv_buckets))
-        self._prefill: dict[int, tf.types.experimental.GenericFunction] = {}
+        self._extend: dict[tuple[int, int], tf.types.experimental.GenericFunction] = {}
         self._decode: dict[tuple[int, int], tf.types.experimental.GenericFunction] = {}
+        self._copy = tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False,
+                                 input_signature=[tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)])
 
     @property
     def slots(self) -> int:
@@ -57,74 +61,94 @@ class ModelRunner:
         return self.model.cfg.vocab_size
 
     @property
-    def max_prompt(self) -> int:
-        return self.prefill_buckets[-1]
+    def max_chunk(self) -> int:
+        return self.chunk_buckets[-1]
 
     # ---- compiled functions ----
 
-    def prefill_fn(self, t: int):
-        if t not in self._prefill:
-            self._prefill[t] = tf.function(
-                self.model.prefill,
+    def extend_fn(self, t: int, kv_len: int):
+        key = (t, kv_len)
+        if key not in self._extend:
+            model = self.model
+
+            def prefill_chunk(tokens, start, length, slot):
+                return model.extend(tokens, start, length, slot, kv_len)
+
+            self._extend[key] = tf.function(
+                prefill_chunk,
                 input_signature=[tf.TensorSpec([1, t], tf.int32), tf.TensorSpec([], tf.int32),
-                                 tf.TensorSpec([], tf.int32)],
+                                 tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)],
                 jit_compile=True,
                 reduce_retracing=False,
             )
-        return self._prefill[t]
+        return self._extend[key]
 
     def decode_fn(self, b: int, kv_len: int):
         key = (b, kv_len)
         if key not in self._decode:
             model = self.model
 
-            def decode_step(tokens, positions):
-                return model.decode(tokens, positions, kv_len)
+            def decode_step(tokens, positions, slots):
+                return model.decode(tokens, positions, slots, kv_len)
 
             self._decode[key] = tf.function(
                 decode_step,
-                input_signature=[tf.TensorSpec([b], tf.int32), tf.TensorSpec([b], tf.int32)],
+                input_signature=[tf.TensorSpec([b], tf.int32)] * 3,
                 jit_compile=True,
             )
         return self._decode[key]
 
     def tracing_counts(self) -> dict[str, int]:
-        counts = {f"prefill/{t}": f.experimental_get_tracing_count() for t, f in self._prefill.items()}
+        counts = {f"prefill/{t}x{s}": f.experimental_get_tracing_count() for (t, s), f in self._extend.items()}
         counts |= {f"decode/{b}x{s}": f.experimental_get_tracing_count() for (b, s), f in self._decode.items()}
+        if self._copy.experimental_get_tracing_count():
+            counts["copy"] = self._copy.experimental_get_tracing_count()
         return counts
 
     # ---- calls ----
 
-    def prefill(self, slot: int, prompt_ids: Sequence[int]) -> np.ndarray:
-        """Write a fresh sequence into `slot`; returns the logits [v] of its next token."""
-        n = len(prompt_ids)
-        t = bucket(self.prefill_buckets, n)
+    def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
+        """Write `token_ids` (at most max_chunk) into `slot` at positions start.., after the cached positions
+        0..start-1; returns the logits [v] after the last of them."""
+        n = len(token_ids)
+        t = bucket(self.chunk_buckets, n)
+        kv_len = bucket(self.kv_buckets, start + n)
         tokens = np.zeros([1, t], np.int32)
-        tokens[0, :n] = prompt_ids
-        return self.prefill_fn(t)(tokens, np.int32(n), np.int32(slot)).numpy()[0]
+        tokens[0, :n] = token_ids
+        return self.extend_fn(t, kv_len)(tokens, np.int32(start), np.int32(n), np.int32(slot)).numpy()[0]
 
-    def decode(self, tokens: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """tokens, positions [n] for slots 0..n-1 (idle slots: any token at position 0) -> logits [n, v]."""
+    def copy_slot(self, source: int, target: int) -> None:
+        """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
+        self._copy(np.int32(source), np.int32(target))
+
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v].
+        The batch is padded to a bucket with rows that write only into the scratch tail."""
         n = len(tokens)
         b = bucket(self.batch_buckets, n)
-        kv_len = bucket(self.kv_buckets, int(positions.max()) + 1)
+        kv_len = bucket(self.kv_buckets, int(max(positions)) + 1)
         tok = np.zeros([b], np.int32)
-        pos = np.zeros([b], np.int32)
-        tok[:n], pos[:n] = tokens, positions
-        return self.decode_fn(b, kv_len)(tok, pos).numpy()[:n]
+        pos = np.full([b], self.max_len, np.int32)
+        slot = np.zeros([b], np.int32)
+        tok[:n], pos[:n], slot[:n] = tokens, positions, slots
+        return self.decode_fn(b, kv_len)(tok, pos, slot).numpy()[:n]
 
     def warmup(self, progress: Callable[[int, int, str], None] | None = None, threads: int = 2) -> None:
         """Compile every bucket now, so no request ever waits for XLA. XLA compiles outside the GIL, so
         `threads` programs build at once; the tf.function objects are made here, on the calling thread."""
-        work = [(f"prefill {t}", self.prefill_fn(t), (np.zeros([1, t], np.int32), np.int32(1), np.int32(0)))
-                for t in self.prefill_buckets]
+        work = [(f"prefill chunk {t} x cache {s}", self.extend_fn(t, s),
+                 (np.zeros([1, t], np.int32), np.int32(0), np.int32(1), np.int32(0)))
+                for t in self.chunk_buckets for s in self.kv_buckets]
+        work.append(("cache copy", self._copy, (np.int32(0), np.int32(0))))
         work += [(f"decode batch {b} x cache {s}", self.decode_fn(b, s),
-                  (np.zeros([b], np.int32), np.zeros([b], np.int32)))
+                  (np.zeros([b], np.int32), np.full([b], self.max_len, np.int32), np.zeros([b], np.int32)))
                  for b in self.batch_buckets for s in self.kv_buckets]
 
         def build(item) -> str:
             label, fn, args = item
-            fn(*args).numpy()
+            out = fn(*args)
+            if out is not None:  # the cache copy returns nothing
+                out.numpy()
             return label
 
         with ThreadPoolExecutor(max(1, threads), thread_name_prefix="typewriter-compile") as pool:

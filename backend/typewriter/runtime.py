@@ -23,11 +23,19 @@ class LoadTimes:
     compile_s: float
 
 
+CHUNK_BUCKETS = (16, 64, 256)  # prompt tokens per prefill call, padded up to one of these
+
+
+def batch_buckets(slots: int) -> tuple[int, ...]:
+    """Decode batch sizes: 1, 2, 4, then every 4 up to the slot count, so a step never computes more than 3 idle
+    rows (a step's cost grows with its rows once there are more than a few)."""
+    return tuple(sorted({b for b in (1, 2, 4, *range(8, slots + 1, 4)) if b < slots} | {slots}))
+
+
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
-    """Buckets trade compile time (each is one XLA program, ~4 s here) against padding waste: prompts pad to
-    64/128/256/1024/max (a tutoring chat's first prompt is about 90 tokens), attention reads 256/512/1024/...
-    cached positions, and a decode step runs 1, 4 or all slots (weights dominate a step's cost, so a few extra
-    rows cost little)."""
+    """Buckets trade compile time (each is one XLA program, a few seconds here) against padding waste: prompt
+    chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
+    batch_buckets(slots) rows."""
     from .quiet_import import import_tensorflow
 
     import_tensorflow()
@@ -35,13 +43,12 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
     from .runner import ModelRunner, power_of_two_buckets
 
     max_context = min(max_context, cfg.max_position)
-    model = Transformer(cfg, weights, slots=slots, max_len=max_context)
-    prefill = sorted({n for n in (64, 128, *power_of_two_buckets(256, max_context)[::2]) if n < max_context}
-                     | {max_context})
+    chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
+    model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1])
     return ModelRunner(
         model,
-        prefill_buckets=prefill,
-        batch_buckets=sorted({1, min(4, slots), slots}),
+        chunk_buckets=chunks,
+        batch_buckets=batch_buckets(slots),
         kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
     )
 
@@ -49,7 +56,8 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
 def load_engine(settings, progress: Progress = lambda _: None, warmup: bool = True) -> tuple[Engine, Tokenizer]:
     """Load the model named by `settings.model_path` (None: the embedded one) and start its engine thread."""
     engine, tokenizer, _ = load(settings.model_path, slots=settings.max_active, max_context=settings.max_context,
-                                max_queue=settings.max_queue, progress=progress, warmup=warmup)
+                                max_queue=settings.max_queue, prefill_budget=settings.prefill_budget,
+                                progress=progress, warmup=warmup)
     return engine, tokenizer
 
 
@@ -59,11 +67,12 @@ def load(
     slots: int,
     max_context: int,
     max_queue: int,
+    prefill_budget: int,
     progress: Progress = lambda _: None,
     warmup: bool = True,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
     """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
-    `max_queue` requests that may wait for a slot. No defaults: the server's come from Settings, and each command
+    `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding. No defaults: the server's come from Settings, and each command
     says why its own fit."""
     t0 = time.perf_counter()
     path = resolve_model_path(model_path)
@@ -86,5 +95,5 @@ def load(
     compile_s = time.perf_counter() - t1
     if warmup:
         progress(f"compiled every step in {compile_s:.1f}s")
-    engine = Engine(runner, tokenizer, max_queue=max_queue, model_name=cfg.name).start()
+    engine = Engine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget, model_name=cfg.name).start()
     return engine, tokenizer, LoadTimes(load_s, compile_s)

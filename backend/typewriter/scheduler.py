@@ -1,9 +1,12 @@
-"""Which requests run: a bounded FIFO wait queue and a fixed set of slots. Pure Python, no tensors.
+"""Which requests run: a bounded FIFO wait queue, a fixed set of slots, and a prompt-token budget per step.
+Pure Python, no tensors.
 
 `schedule` makes every decision of one engine step before any model work: which requests end now (cancelled,
-past their deadline), which waiting one takes a free slot (at most one: its prefill sits between two decode steps,
-so a burst of newcomers costs running answers one prefill per step, not one per newcomer), which waiting ones
-hear a new queue position, and which running ones take the decode step.
+past their deadline), which running ones take the decode step, and which prompt chunks are prefilled in the
+same step. Prompt tokens per step are bounded by `budget` while answers are being decoded, so a long prompt is
+prefilled over several steps and running answers never stall for long; with nothing to decode the bound is
+`idle_budget`. Prefills continue first come, first served; newcomers then take free slots while budget is
+left, each starting from the longest prefix of its prompt already cached (see prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -13,8 +16,25 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from .errors import Overloaded
+from .prefix_cache import PrefixCache
 from .request import FinishReason
 from .sequence import Sequence, Status
+
+
+@dataclass(frozen=True)
+class Chunk:
+    seq: Sequence
+    start: int  # the first prompt position it fills
+    length: int
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.seq.prompt_ids[self.start : self.start + self.length]
+
+    @property
+    def last(self) -> bool:
+        """Completes the prompt: its logits give the first token."""
+        return self.start + self.length == len(self.seq.prompt_ids)
 
 
 @dataclass
@@ -23,16 +43,22 @@ class Plan:
 
     ended: list[tuple[Sequence, FinishReason]] = field(default_factory=list)  # already out of the scheduler
     queued: list[tuple[Sequence, int]] = field(default_factory=list)  # (waiting sequence, its new position)
-    prefill: Sequence | None = None  # admitted into a slot this step
-    decode: list[Sequence] = field(default_factory=list)  # running before this step, in slot order
+    admitted: list[Sequence] = field(default_factory=list)  # given a slot this step
+    copies: list[tuple[int, int]] = field(default_factory=list)  # (source slot, target slot), before the chunks
+    chunks: list[Chunk] = field(default_factory=list)  # prompt tokens to prefill, in this order
+    decode: list[Sequence] = field(default_factory=list)  # running, in slot order
 
 
 class Scheduler:
-    def __init__(self, slots: int, max_queue: int):
+    def __init__(self, slots: int, max_queue: int, max_chunk: int, budget: int, idle_budget: int | None = None):
         self.max_queue = max_queue
+        self.max_chunk, self.budget = max_chunk, budget
+        self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
         self.waiting: deque[Sequence] = deque()
-        self.running: dict[int, Sequence] = {}  # slot -> sequence
-        self.free_slots = list(range(slots))  # kept sorted: the lowest free slot keeps the decode batch small
+        self.running: dict[int, Sequence] = {}  # slot -> sequence, prefilling or decoding
+        self.prefilling: list[Sequence] = []  # in the order they were admitted
+        self.free_slots = list(range(slots))
+        self.cache = PrefixCache(slots)
 
     def add(self, seq: Sequence) -> None:
         """Queue a new sequence; Overloaded when the queue is full. Those next in line take the free slots, so
@@ -50,17 +76,37 @@ class Scheduler:
                 plan.ended.append((seq, FinishReason.TIMEOUT))
         for seq, _ in plan.ended:
             self.finish(seq)
-        plan.decode = [self.running[slot] for slot in sorted(self.running)]
-        plan.prefill = self._admit()
+        plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
+        budget = self.budget if plan.decode else self.idle_budget
+        for seq in self.prefilling:
+            if budget <= 0:
+                break
+            budget -= self._chunk(plan, seq, budget)
+        while budget > 0 and self.waiting and self.free_slots:
+            seq = self._admit()
+            plan.admitted.append(seq)
+            if seq.copied_from is not None:
+                plan.copies.append((seq.copied_from, seq.slot))
+            budget -= self._chunk(plan, seq, budget)
         plan.queued = self._new_positions()
         return plan
 
+    def prefilled(self, chunk: Chunk) -> None:
+        """The chunk's K/V are in the cache; a sequence whose prompt is complete starts decoding."""
+        seq = chunk.seq
+        seq.prefilled = chunk.start + chunk.length
+        if chunk.last:
+            self.prefilling.remove(seq)
+            seq.move_to(Status.RUNNING)
+
     def finish(self, seq: Sequence) -> None:
-        """Take a sequence out, freeing its slot; it is finished from here on."""
-        if seq.status is Status.RUNNING:
+        """Take a sequence out, freeing its slot (whose cache stays reusable); it is finished from here on."""
+        if seq.status in (Status.PREFILLING, Status.RUNNING):
+            if seq in self.prefilling:
+                self.prefilling.remove(seq)
             del self.running[seq.slot]
+            self.cache.release(seq.slot, seq.cached_ids())
             self.free_slots.append(seq.slot)
-            self.free_slots.sort()
         elif seq.status is Status.WAITING:
             self.waiting.remove(seq)
         seq.move_to(Status.FINISHED)
@@ -72,17 +118,25 @@ class Scheduler:
         return None
 
     def sequences(self) -> list[Sequence]:
-        """Every sequence not yet finished: running ones, then waiting ones in order."""
+        """Every sequence not yet finished: those with a slot, then waiting ones in order."""
         return [*self.running.values(), *self.waiting]
 
-    def _admit(self) -> Sequence | None:
-        """The next waiting sequence, now placed in the lowest free slot; None if none waits or none is free."""
-        if not self.waiting or not self.free_slots:
-            return None
+    def _chunk(self, plan: Plan, seq: Sequence, budget: int) -> int:
+        start = seq.prefilled
+        length = min(budget, self.max_chunk, len(seq.prompt_ids) - start)
+        plan.chunks.append(Chunk(seq, start, length))
+        return length
+
+    def _admit(self) -> Sequence:
+        """The next waiting sequence, placed where the longest prefix of its prompt is cached."""
         seq = self.waiting.popleft()
-        seq.slot = self.free_slots.pop(0)
-        seq.move_to(Status.RUNNING)
+        busy = sorted(self.running)
+        place = self.cache.place(seq.prompt_ids, self.free_slots, lambda s: self.running[s].cached_ids(), busy)
+        self.free_slots.remove(place.slot)
+        seq.slot, seq.prefilled, seq.reused, seq.copied_from = place.slot, place.reused, place.reused, place.copy_from
+        seq.move_to(Status.PREFILLING)
         self.running[seq.slot] = seq
+        self.prefilling.append(seq)
         return seq
 
     def _new_positions(self) -> list[tuple[Sequence, int]]:

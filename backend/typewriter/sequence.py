@@ -19,13 +19,15 @@ from .stops import StopMatcher
 
 
 class Status(enum.Enum):
-    WAITING = "waiting"
-    RUNNING = "running"
+    WAITING = "waiting"  # for a slot
+    PREFILLING = "prefilling"  # has a slot; its prompt goes into the cache chunk by chunk
+    RUNNING = "running"  # decoding, one token per step
     FINISHED = "finished"
 
 
 _ALLOWED = {
-    Status.WAITING: {Status.RUNNING, Status.FINISHED},
+    Status.WAITING: {Status.PREFILLING, Status.FINISHED},
+    Status.PREFILLING: {Status.RUNNING, Status.FINISHED},
     Status.RUNNING: {Status.FINISHED},
     Status.FINISHED: set(),
 }
@@ -41,6 +43,9 @@ class Sequence:
         self.slot = -1
         self.prompt_ids = list(request.prompt_ids)
         self.output_ids: list[int] = []
+        self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
+        self.reused = 0  # of those, how many were found already cached (prefix reuse)
+        self.copied_from: int | None = None  # the slot whose cache was copied in for that reuse
         self.eos_ids = eos_ids
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
@@ -58,6 +63,18 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def computed(self) -> int:
+        """Positions 0..computed-1 of the slot hold this sequence's K/V: the prompt so far while prefilling, then
+        the prompt and every generated token but the last (it is fed by the next decode step)."""
+        if not self.output_ids:
+            return self.prefilled
+        return self.num_tokens - 1
+
+    def cached_ids(self) -> list[int]:
+        """The token ids whose K/V this sequence's slot holds."""
+        return (self.prompt_ids + self.output_ids)[: self.computed]
 
     def deadline_passed(self, now: float) -> bool:
         timeout = self.params.timeout_s

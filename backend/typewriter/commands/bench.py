@@ -13,7 +13,7 @@ import time
 
 from ..progress import StderrProgress
 from ..request import Finished, GenerationRequest, SamplingParams, Token
-from .args import add_model_arguments, positive_int
+from .args import add_model_arguments, positive_int, setting_default
 
 TUTOR_QUESTION = "Can you explain why dividing by a fraction is the same as multiplying by its reciprocal?"
 
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     progress = StderrProgress("bench")
     # The batched run submits its N streams to N slots, so every one finds a slot free and none waits.
     engine, tokenizer, times = load(args.model, slots=streams, max_context=args.max_context, max_queue=0,
-                                    progress=progress)
+                                    prefill_budget=setting_default("prefill_budget"), progress=progress)
     try:
         prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])  # the tutor's system prompt
         progress("time to first token (median of 5)")

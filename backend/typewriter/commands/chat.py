@@ -10,7 +10,7 @@ import uuid
 from ..errors import TypewriterError
 from ..progress import StderrProgress
 from ..request import Event, Finished, GenerationRequest, SamplingParams, Token
-from .args import add_model_arguments, add_sampling_arguments, sampling_params
+from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     # One question at a time, and a stopped answer has ended before the next question is sent, so the one
     # slot is always free and nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
-                                progress=StderrProgress())
+                                prefill_budget=setting_default("prefill_budget"), progress=StderrProgress())
     history: list[dict[str, str]] = []
     print("Type a question. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
     try:

@@ -10,7 +10,7 @@ import uuid
 
 from ..progress import StderrProgress
 from ..request import Finished, GenerationRequest, Token
-from .args import add_model_arguments, add_sampling_arguments, sampling_params
+from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
-                                progress=StderrProgress())
+                                prefill_budget=setting_default("prefill_budget"), progress=StderrProgress())
     try:
         if args.raw:
             prompt_ids = tokenizer.encode(args.prompt)
