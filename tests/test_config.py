@@ -78,3 +78,27 @@ def test_answer_length_limits_follow_a_smaller_context_unless_set():
     assert (small.max_new_tokens_cap, small.max_new_tokens) == (256, 256)
     assert (Settings().max_new_tokens_cap, Settings().max_new_tokens) == (1024, 512)
     assert Settings(max_context=512, max_new_tokens=100).max_new_tokens == 100
+
+
+def test_the_xla_cache_folder_is_read_from_the_environment_and_none_or_off_means_no_cache(tmp_path):
+    from typewriter.config import xla_cache_dir
+
+    assert xla_cache_dir({}) is None
+    for off in ("", "  ", "none", "OFF"):
+        assert xla_cache_dir({"TYPEWRITER_XLA_CACHE": off}) is None
+    assert xla_cache_dir({"TYPEWRITER_XLA_CACHE": "~/xla"}).endswith("/xla")
+    assert not xla_cache_dir({"TYPEWRITER_XLA_CACHE": "~/xla"}).startswith("~")
+
+
+def test_tensorflows_environment_is_prepared_once_without_overriding_what_the_user_set(tmp_path):
+    from typewriter.quiet_import import prepare_environment
+
+    environ = {"TF_CPP_MIN_LOG_LEVEL": "0"}
+    prepare_environment(str(tmp_path / "xla"), environ)
+    prepare_environment(str(tmp_path / "xla"), environ)
+    assert environ["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert environ["TF_XLA_FLAGS"] == f"--tf_xla_persistent_cache_directory={tmp_path / 'xla'}"
+    assert (tmp_path / "xla").is_dir()
+    untouched = {}
+    prepare_environment(None, untouched)
+    assert "TF_XLA_FLAGS" not in untouched and untouched["TF_CPP_MIN_LOG_LEVEL"] == "2"

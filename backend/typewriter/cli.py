@@ -10,8 +10,9 @@ import argparse
 import sys
 
 from .commands import bench, chat, generate, loadtest, serve
-from .config import ConfigError, quiet_native_logs
+from .config import ConfigError, xla_cache_dir
 from .errors import TypewriterError
+from .quiet_import import prepare_environment
 
 COMMANDS = {
     "generate": (generate, "stream one answer to stdout"),
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    quiet_native_logs()
+    prepare_environment(xla_cache_dir())
     args = build_parser().parse_args(argv)
     module, _ = COMMANDS[args.command]
     try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .request import DEFAULT_MAX_NEW_TOKENS
 
 ENV_PREFIX = "TYPEWRITER_"
-XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by quiet_native_logs, before TensorFlow loads
+XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -129,16 +129,10 @@ def _parse(name: str, raw: str, hint: object) -> object:
     return value
 
 
-def quiet_native_logs(environ: typing.MutableMapping[str, str] = os.environ) -> None:
-    """Before TensorFlow is imported: keep its C++ chatter off the terminal, and, if `TYPEWRITER_XLA_CACHE` names
-    a folder, keep compiled XLA programs there so a later start skips most compiling. That cache is opt-in:
-    TensorFlow 2.21 logs harmless but alarming errors ("Error parsing text-format XlaSerializedCacheEntry",
-    "Target machine feature +prefer-no-gather is not supported") each time it reads an entry back."""
-    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # not "PyTorch was not found": we never use it
+def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The folder `TYPEWRITER_XLA_CACHE` names for compiled XLA programs, or None (unset, empty, none or off).
+    Read before TensorFlow loads, so it is not a Settings field."""
     cache = environ.get(XLA_CACHE_VAR, "").strip()
-    if cache and cache.lower() not in ("none", "off") and "tf_xla_persistent_cache_directory" not in environ.get("TF_XLA_FLAGS", ""):
-        cache = os.path.expanduser(cache)
-        os.makedirs(cache, exist_ok=True)
-        flags = environ.get("TF_XLA_FLAGS", "")
-        environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={cache}".strip()
+    if not cache or cache.lower() in ("none", "off"):
+        return None
+    return os.path.expanduser(cache)
