@@ -11,7 +11,7 @@
  * @typedef {{queue_ms: number, ttft_ms: number, total_ms: number, tokens_per_s: number}} Timings
  * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "shutdown"} EndReason
  * @typedef {{type: "queued", id: string, position: number}
- *   | {type: "start", id: string, prompt_tokens: number}
+ *   | {type: "start", id: string, prompt_tokens: number, cached_tokens?: number, dropped_messages?: number}
  *   | {type: "token", id: string, index: number, text: string}
  *   | {type: "end", id: string, reason: EndReason, usage: Usage | null, timings: Timings | null}
  *   | {type: "error", id: string | null, code: string, message: string}
@@ -103,6 +103,17 @@ const END_TEXT = /** @type {Record<string, string>} */ ({
   timeout: "The answer took too long and was cut short.",
   shutdown: "The tutor restarted before finishing. Please ask again.",
 });
+
+/**
+ * The server left the oldest messages out of a conversation too long for the model: said quietly.
+ * @param {number | undefined} dropped
+ */
+export function droppedText(dropped) {
+  if (!dropped || dropped < 1) return "";
+  return dropped === 1
+    ? "The tutor no longer sees the first message of this chat."
+    : `The tutor no longer sees the first ${dropped} messages of this chat.`;
+}
 
 /**
  * @param {string} reason

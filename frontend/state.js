@@ -14,7 +14,7 @@
  * answer never changes again: a token that was already on its way is neither kept nor shown.
  */
 
-import { endText, errorText, queueText, statsText } from "./protocol.js";
+import { droppedText, endText, errorText, queueText, statsText } from "./protocol.js";
 
 /** @typedef {import("./protocol.js").ChatMessage} ChatMessage */
 /** @typedef {import("./protocol.js").ServerMessage} ServerMessage */
@@ -79,13 +79,13 @@ export function applyMessage(turn, frame) {
     case "queued":
       return { ...moveTo(turn, "queued"), note: queueText(frame.position) };
     case "start":
-      return streaming(turn);
+      return { ...streaming(turn), note: droppedText(frame.dropped_messages) };
     case "token":
       return { ...streaming(turn), answer: turn.answer + frame.text };
     case "end":
       return {
         ...moveTo(turn, frame.reason === "cancelled" ? "stopped" : "done"),
-        note: endText(frame.reason),
+        note: endText(frame.reason) || turn.note, // a natural end keeps the note about left-out messages
         stats: statsText(frame.timings, frame.usage),
       };
     case "error":

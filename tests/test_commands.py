@@ -182,7 +182,7 @@ def test_generate_names_a_prompt_that_leaves_under_64_tokens_of_room_and_exits_2
     assert loads.engine.submitted == []
 
 
-def test_chat_drops_a_question_too_long_for_the_context_and_goes_on(loads, capsys, monkeypatch):
+def test_chat_leaves_out_old_turns_drops_a_question_too_long_alone_and_goes_on(loads, capsys, monkeypatch):
     loads.engine = script_engine(slots=1, max_queue=0, max_context=100)
     long_question = " ".join(["word"] * 60)
     monkeypatch.setattr(sys, "stdin", io.StringIO(f"two plus two\n{long_question}\nthree plus three\n"))
@@ -190,7 +190,8 @@ def test_chat_drops_a_question_too_long_for_the_context_and_goes_on(loads, capsy
     assert code == 0
     assert err.count("[prompt_too_long: ") == 1
     asked = [messages for messages, _ in loads.engine.tokenizer.calls]
-    assert asked[2] == [{"role": "user", "content": "two plus two"},
+    assert asked[1:-1] == [asked[1], [asked[1][-1]]]  # the long question with the history, then alone
+    assert asked[-1] == [{"role": "user", "content": "two plus two"},
                         {"role": "assistant", "content": "Hello, world!"},
                         {"role": "user", "content": "three plus three"}]
     assert len(loads.engine.submitted) == 2

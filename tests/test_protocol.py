@@ -134,7 +134,8 @@ def test_server_frames_have_the_documented_shape():
         "timings": {"queue_ms": 1.235, "ttft_ms": 20.0, "total_ms": 90.5, "tokens_per_s": 48.25},
     }
     assert p.queued("c1", 2) == {"type": "queued", "id": "c1", "position": 2}
-    assert p.start("c1", 12) == {"type": "start", "id": "c1", "prompt_tokens": 12}
+    assert p.start("c1", 12, 8, 2) == {"type": "start", "id": "c1", "prompt_tokens": 12, "cached_tokens": 8,
+                                       "dropped_messages": 2}
     assert p.token("c1", 0, "é") == {"type": "token", "id": "c1", "index": 0, "text": "é"}
     assert p.encode(p.token("c1", 0, "é")) == '{"type":"token","id":"c1","index":0,"text":"é"}'
     assert p.error("busy", "wait", None) == {"type": "error", "id": None, "code": "busy", "message": "wait"}

@@ -32,7 +32,7 @@ def test_a_chat_streams_start_tokens_and_end_with_usage_and_timings():
         with client.websocket_connect("/ws") as ws:
             ws.send_json(chat("a1", "say hello"))
             frames = frames_of(ws)
-    assert frames[0] == {"type": "start", "id": "a1", "prompt_tokens": 3}
+    assert frames[0] == {"type": "start", "id": "a1", "prompt_tokens": 3, "cached_tokens": 0, "dropped_messages": 0}
     assert text_of(frames) == "Hello, world!"
     assert [f["index"] for f in token_frames(frames)] == [0, 1, 2, 3]  # the eos token has no text: no frame
     end = frames[-1]
@@ -88,6 +88,47 @@ def test_finished_events_only_end_their_own_connection():
             frames_one, frames_two = frames_of(one), frames_of(two)
     assert text_of(frames_one) == text_of(frames_two) == "y" * 6
     assert frames_one[-1]["reason"] == frames_two[-1]["reason"] == "eos"
+
+
+def test_the_next_turn_of_a_conversation_reuses_the_cached_history_and_metrics_count_it():
+    with serving(script_engine(max_context=256)) as (client, _):
+        with client.websocket_connect("/ws") as ws:
+            question = {"role": "user", "content": "what is a prime number"}
+            ws.send_json({"type": "chat", "id": "t1", "messages": [question]})
+            first = frames_of(ws)
+            history = [question, {"role": "assistant", "content": text_of(first)},
+                       {"role": "user", "content": "and seven"}]
+            ws.send_json({"type": "chat", "id": "t2", "messages": history})
+            second = frames_of(ws)
+        metrics = client.get("/metrics").text
+    assert first[0]["cached_tokens"] == 0
+    # The scripted tokenizer gives the answer's text other ids than the answer's tokens, so the reuse is the
+    # first turn's prompt (the real model's answers re-encode to their own ids; see test_e2e_real).
+    assert second[0]["cached_tokens"] == first[0]["prompt_tokens"]
+    assert second[-1]["reason"] == "eos"
+    reused = float(re.search(r"^typewriter_prefix_reused_tokens_total (\S+)$", metrics, re.M).group(1))
+    prompts = float(re.search(r"^typewriter_prompt_tokens_total (\S+)$", metrics, re.M).group(1))
+    assert (reused, prompts) == (first[0]["prompt_tokens"], first[0]["prompt_tokens"] + second[0]["prompt_tokens"])
+
+
+def test_a_conversation_too_long_for_the_context_leaves_out_its_oldest_turns_and_says_how_many():
+    turns = []
+    for i in range(6):  # six exchanges of 31 words each: about 190 tokens, over a 128-token context
+        turns += [{"role": "user", "content": f"question {i} " + "word " * 30},
+                  {"role": "assistant", "content": f"answer {i} " + "word " * 30}]
+    turns.append({"role": "user", "content": "and the last question"})
+    with serving(script_engine(max_context=128), max_new_tokens=16, max_messages=32) as (client, engine):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json({"type": "chat", "id": "long", "messages": turns})
+            frames = frames_of(ws)
+            ws.send_json(chat("huge", "word " * 200))
+            refused = receive(ws)
+    start = frames[0]
+    assert start["dropped_messages"] > 0 and start["dropped_messages"] % 2 == 0  # whole exchanges
+    assert start["prompt_tokens"] + 16 <= 128 and frames[-1]["reason"] == "eos"
+    sent = engine.tokenizer.calls[-2][0]
+    assert sent[-1]["content"] == "and the last question" and sent == turns[start["dropped_messages"]:]
+    assert (refused["code"], refused["id"]) == ("prompt_too_long", "huge")  # one message that cannot fit
 
 
 # ---- stop and disconnect ----
@@ -304,7 +345,8 @@ def test_a_client_that_stops_reading_has_its_chat_cancelled_by_the_backlog(caplo
         client = StalledClient(state)
         running = await client.connect()
         await client.send(chat("slow", max_new_tokens=1000))
-        await until(lambda: engine.submitted and not engine.stats().active, "the stalled chat was cancelled")
+        await until(lambda: client.session.stream and client.session.stream.cancelled, "the stalled chat's cancel")
+        await until(lambda: not engine.stats().active, "the stalled chat's slot is free")
         waiting = client.session.stream.events.qsize()
         await client.close()
         await asyncio.wait_for(running, WAIT_S)

@@ -84,6 +84,15 @@ test("queued frames say the place in line, and start clears it", () => {
   assert.deepEqual([started.status, started.note, started.answer], ["streaming", "", ""]);
 });
 
+test("a start that left old messages out says so quietly, and a natural end keeps the note", () => {
+  const started = run([{ ...start, cached_tokens: 0, dropped_messages: 4 }]);
+  assert.equal(started.note, "The tutor no longer sees the first 4 messages of this chat.");
+  const done = applyMessage(applyMessage(started, token("ok")), end("eos"));
+  assert.equal(done.note, "The tutor no longer sees the first 4 messages of this chat.");
+  assert.equal(applyMessage(started, end("length")).note, "The answer reached its length limit.");
+  assert.equal(run([{ ...start, dropped_messages: 0 }]).note, "");
+});
+
 test("tokens are appended to the answer", () => {
   const t = run([start, token("Photo", 0), token("synthesis", 1)]);
   assert.deepEqual([t.status, t.answer], ["streaming", "Photosynthesis"]);

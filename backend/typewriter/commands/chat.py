@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import queue
 import sys
 import uuid
 
+from ..conversation import fit_conversation
 from ..errors import TypewriterError
 from ..progress import StderrProgress
-from ..request import Event, Finished, GenerationRequest, SamplingParams, Token
+from ..request import DEFAULT_MAX_NEW_TOKENS, Event, Finished, GenerationRequest, SamplingParams, Token
 from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
 
 
@@ -41,11 +43,14 @@ def run(args: argparse.Namespace) -> int:
             if not question.strip():
                 continue
             history.append({"role": "user", "content": question})
-            prompt_ids = tokenizer.encode_chat(history, system=args.system)
-            try:
-                params = sampling_params(args, len(prompt_ids), engine.max_context)
-                history.append({"role": "assistant", "content": _answer(engine, prompt_ids, params)})
-            except TypewriterError as e:  # prompt_too_long: this question is dropped, the chat goes on
+            try:  # a long chat leaves out its oldest turns, as the server does
+                fitted = fit_conversation(history, lambda m: tokenizer.encode_chat(m, system=args.system),
+                                          engine.max_context, DEFAULT_MAX_NEW_TOKENS, args.max_new_tokens)
+                if fitted.dropped_messages:
+                    print(f"[{fitted.dropped_messages} older messages left out to fit the context]", file=sys.stderr)
+                params = dataclasses.replace(sampling_params(args), max_new_tokens=fitted.max_new_tokens)
+                history.append({"role": "assistant", "content": _answer(engine, fitted.prompt_ids, params)})
+            except TypewriterError as e:  # prompt_too_long: this question alone is too long; the chat goes on
                 print(f"[{e.code}: {e}]", file=sys.stderr)
                 history.pop()
     finally:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ..request import Finished
+from ..request import Finished, Started
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -34,16 +34,24 @@ class Metrics:
             "typewriter_queue_wait_seconds", "From a chat's submission until it got a slot.",
             buckets=_QUEUE_BUCKETS, registry=r)
         self.generated_tokens = Counter("typewriter_generated_tokens", "Tokens generated.", registry=r)
-        self.prompt_tokens = Counter("typewriter_prompt_tokens", "Prompt tokens of chats that ended.", registry=r)
+        self.prompt_tokens = Counter("typewriter_prompt_tokens", "Prompt tokens of chats that got a slot.", registry=r)
+        self.prefix_reused_tokens = Counter(
+            "typewriter_prefix_reused_tokens",
+            "Of those, tokens found already cached (an earlier turn, a shared system prompt): not computed again.",
+            registry=r)
         self.connections = Gauge("typewriter_open_connections", "Open WebSocket connections.", registry=r)
         active = Gauge("typewriter_active_streams", "Requests holding a slot.", registry=r)
         active.set_function(lambda: engine_counts()[0])
         queued = Gauge("typewriter_queued_requests", "Requests waiting for a slot.", registry=r)
         queued.set_function(lambda: engine_counts()[1])
 
+    def started(self, event: Started) -> None:
+        self.queue_wait.observe(event.queue_ms / 1000)
+        self.prompt_tokens.inc(event.prompt_tokens)
+        self.prefix_reused_tokens.inc(event.cached_tokens)
+
     def finished(self, event: Finished) -> None:
         self.requests.labels(reason=event.reason.value).inc()
-        self.prompt_tokens.inc(event.prompt_tokens)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -102,8 +102,9 @@ def queued(request_id: str, position: int) -> dict[str, Any]:
     return {"type": "queued", "id": request_id, "position": position}
 
 
-def start(request_id: str, prompt_tokens: int) -> dict[str, Any]:
-    return {"type": "start", "id": request_id, "prompt_tokens": prompt_tokens}
+def start(request_id: str, prompt_tokens: int, cached_tokens: int = 0, dropped_messages: int = 0) -> dict[str, Any]:
+    return {"type": "start", "id": request_id, "prompt_tokens": prompt_tokens, "cached_tokens": cached_tokens,
+            "dropped_messages": dropped_messages}
 
 
 def token(request_id: str, index: int, text: str) -> dict[str, Any]:

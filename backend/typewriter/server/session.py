@@ -20,7 +20,8 @@ from typing import Any
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..errors import TypewriterError
-from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token, fit_max_new_tokens
+from ..conversation import fit_conversation
+from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from . import protocol as p
 from .lifecycle import ServerState
 
@@ -52,6 +53,7 @@ class Stream:
         self.last_token_at: float | None = None
         self.cancelled: Cancel | None = None
         self.tokens_after_stop = 0
+        self.dropped_messages = 0  # the oldest messages left out so the conversation fits the context
 
     def move(self, state: StreamState) -> None:
         allowed = {StreamState.WAITING: (StreamState.RUNNING, StreamState.ENDED),
@@ -131,12 +133,13 @@ class Session:
         stream = Stream(chat.id, server.next_request_id())
         self.stream = stream  # busy from here, also while the prompt is encoded
         try:
-            prompt_ids = await asyncio.to_thread(server.tokenizer.encode_chat, messages,
-                                                 self.settings.system_prompt)
-            length = fit_max_new_tokens(len(prompt_ids), server.engine.max_context, params.max_new_tokens,
-                                        chat.params.get("max_new_tokens"))
-            params = dataclasses.replace(params, max_new_tokens=length)
-            server.engine.submit(GenerationRequest(stream.engine_id, prompt_ids, params), self._on_event(stream))
+            fitted = await asyncio.to_thread(
+                fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, s.system_prompt),
+                server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"))
+            stream.dropped_messages = fitted.dropped_messages
+            params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
+            server.engine.submit(GenerationRequest(stream.engine_id, fitted.prompt_ids, params),
+                                 self._on_event(stream))
         except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
             self.stream = None
             code = e.code if e.code in p.ERROR_CODES else "internal"
@@ -174,7 +177,7 @@ class Session:
     def _deliver(self, stream: Stream, event: Event) -> None:
         metrics, now = self.server.metrics, time.monotonic()
         if isinstance(event, Started):
-            metrics.queue_wait.observe(event.queue_ms / 1000)
+            metrics.started(event)
         elif isinstance(event, Token):
             metrics.generated_tokens.inc()
             if stream.last_token_at is None:
@@ -215,7 +218,7 @@ class Session:
             return p.queued(stream.client_id, event.position)
         if isinstance(event, Started):
             stream.move(StreamState.RUNNING)
-            return p.start(stream.client_id, event.prompt_tokens)
+            return p.start(stream.client_id, event.prompt_tokens, event.cached_tokens, stream.dropped_messages)
         if isinstance(event, Token):
             if not event.text:
                 return None
