@@ -368,11 +368,32 @@ def test_a_greedy_answer_is_the_same_alone_again_and_batched_with_other_chats(se
 
     (alone, _, _), (again, _, _), twins, mixed = asyncio.run(run())
     assert (alone[0]["type"], alone[-1]["type"]) == ("start", "end") and text(alone).strip()
+    assert again[0]["cached_tokens"] == again[0]["prompt_tokens"] - 1  # asked again: all but the last token reused
     assert text(again) == text(alone)
     assert [text(frames) for frames, _, _ in twins] == [text(alone)] * 2
     assert text(mixed[0][0]) == text(alone)
     for (_, a_started, a_ended), (_, b_started, b_ended) in (twins, mixed):
         assert a_started < b_ended and b_started < a_ended, "the pair did not share decode steps"
+
+
+def test_the_next_turn_of_a_real_conversation_reuses_its_history_and_the_shared_system_prompt(server):
+    async def run():
+        async with connect(ws_url(server)) as ws:
+            first_messages = [{"role": "user", "content": "What is a fraction?"}]
+            await ws.send(json.dumps({"type": "chat", "id": "turn-1", "messages": first_messages,
+                                      "params": {"temperature": 0}}))
+            first = await until_terminal(ws)
+            history = first_messages + [{"role": "assistant", "content": text(first)},
+                                        {"role": "user", "content": "Can you give an example?"}]
+            await ws.send(json.dumps({"type": "chat", "id": "turn-2", "messages": history,
+                                      "params": {"temperature": 0}}))
+            return first, await until_terminal(ws)
+
+    first, second = asyncio.run(run())
+    assert first[0]["cached_tokens"] > 0  # at least the tutor's system prompt, from an earlier chat
+    # The answer's text re-encodes to the tokens that were generated, so the whole first turn is reused.
+    assert second[0]["cached_tokens"] >= first[0]["prompt_tokens"] + first[-1]["usage"]["completion_tokens"] - 2
+    assert second[-1]["type"] == "end" and text(second).strip()
 
 
 # ---- start-up ----
@@ -386,12 +407,12 @@ def test_serve_with_a_bad_setting_exits_at_once_with_one_line_naming_it(tmp_path
     assert log_path.read_text().strip() == "typewriter: error: TYPEWRITER_MAX_QUEUE: must be at least 0, got -1"
 
 
-# ---- 7. the URL bench ----
+# ---- 7. the load test ----
 
 
-def test_the_url_bench_drives_the_real_endpoint_without_errors(server):
+def test_the_load_test_drives_the_real_endpoint_without_errors(server):
     result = subprocess.run(
-        [sys.executable, "-m", "typewriter", "bench", "--url", ws_url(server), "--concurrency", "2",
+        [sys.executable, "-m", "typewriter", "loadtest", "--url", ws_url(server), "--concurrency", "2",
          "--requests", "4", "--max-new-tokens", "32", "--json"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]

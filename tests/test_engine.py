@@ -15,7 +15,7 @@ import threading
 import pytest
 from helpers import Recorder, wait_until
 from scripted import letter_runner, letters
-from tiny_model import IM_END, VOCAB_SIZE, prefill_all, random_weights, tiny_config, write_gguf, write_hf_dir
+from tiny_model import IM_END, VOCAB_SIZE, byte_token, prefill_all, random_weights, tiny_config, write_gguf, write_hf_dir
 
 from typewriter import runtime
 from typewriter.engine import Engine, EngineState
@@ -507,6 +507,47 @@ def test_tiny_model_answers_concurrently_exactly_as_a_cacheless_greedy_loop(tiny
         expected = _greedy_loop(model, ids, 12, tokenizer.eos_token_ids)
         assert [t.token_id for t in recs[name].tokens] == expected, name
     assert engine.runner.tracing_counts().get("decode/2x64") == 1  # the two answers shared decode steps
+
+
+def test_tiny_model_answers_from_its_cache_exactly_as_from_scratch(tiny_gguf):
+    """Reuse within a slot (a conversation's next turn) and a copy from a busy slot (a shared prefix) change no
+    token of a greedy answer. Driven by step(), so the busy slot is certainly busy."""
+    cfg, weights = load_weights(tiny_gguf)
+    tokenizer = Tokenizer.load(tiny_gguf)
+    greedy = SamplingParams(max_new_tokens=8, temperature=0.0, repetition_penalty=1.0, ignore_eos=True)
+
+    def engine():
+        runner = runtime.build_runner(cfg, weights, slots=2, max_context=64)
+        return Engine(runner, tokenizer, max_queue=2, prefill_budget=8)
+
+    def ask(engine, rid, ids) -> Recorder:
+        rec = Recorder()
+        engine.submit(GenerationRequest(rid, ids, greedy), rec)
+        return rec
+
+    warm = engine()
+    first_ids = tokenizer.encode("hello world, or hello")
+    first = ask(warm, "t1", first_ids)
+    steps_until(warm, first)
+    turn = first_ids + [t.token_id for t in first.tokens] + tokenizer.encode(" or")
+    second = ask(warm, "t2", turn)
+    steps_until(warm, second)
+    prefix = [byte_token(b) for b in b"a shared prefix, long"]  # 21 tokens
+    busy = ask(warm, "busy", prefix + [byte_token(ord("x"))] * 10)
+    warm.step()
+    warm.step()  # busy's 31 prompt tokens are in, in two chunks of 16 and 15
+    shared = ask(warm, "shared", prefix + tokenizer.encode(" or"))
+    steps_until(warm, busy, shared)
+
+    cold = engine()
+    fresh = [ask(cold, "t2", turn), ask(cold, "shared", prefix + tokenizer.encode(" or"))]
+    steps_until(cold, *fresh)
+    assert second.of(Started)[0].cached_tokens == len(first_ids) + 7  # all but the last answer token
+    assert shared.of(Started)[0].cached_tokens == len(prefix)
+    assert ("copy" in warm.runner.tracing_counts()) and not busy.of(Queued)
+    assert [t.token_id for t in second.tokens] == [t.token_id for t in fresh[0].tokens]
+    assert [t.token_id for t in shared.tokens] == [t.token_id for t in fresh[1].tokens]
+    assert [r.of(Started)[0].cached_tokens for r in fresh] == [0, 0]
 
 
 @pytest.mark.parametrize("qkv_bias", [False, True], ids=["llama", "qwen2"])
