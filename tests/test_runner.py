@@ -119,3 +119,19 @@ def test_runner_refuses_buckets_that_do_not_end_at_the_cache_size(weights):
         ModelRunner(model, CHUNK, (1,), KV)
     with pytest.raises(ValueError, match="chunks within its tail"):
         ModelRunner(model, (8, 32), BATCH, KV)
+
+
+def test_one_xla_program_serves_every_slot_start_and_copy_pair(runner):
+    """A value XLA needs at compile time (a variable sliced at a tensor index) would be baked into the program,
+    so each new slot would compile again, for seconds, while requests wait: the lowered HLO must not depend on
+    the values, only on the bucket."""
+    def hlo(fn, *args):
+        return fn.experimental_get_compiler_ir(*args)(stage="hlo")
+
+    chunk = np.zeros([1, 8], np.int32)
+    assert hlo(runner.extend_fn(8, 16), chunk, np.int32(0), np.int32(3), np.int32(0)) == \
+        hlo(runner.extend_fn(8, 16), chunk, np.int32(5), np.int32(2), np.int32(1))
+    assert hlo(runner._copy, np.int32(0), np.int32(1)) == hlo(runner._copy, np.int32(1), np.int32(0))
+    rows = np.zeros([2], np.int32)
+    assert hlo(runner.decode_fn(2, 16), rows, rows, np.array([0, 1], np.int32)) == \
+        hlo(runner.decode_fn(2, 16), rows + 3, rows + 4, np.array([1, 0], np.int32))

@@ -41,7 +41,7 @@ class KVCache(tf.Module):
         """Every cached position of slot `source` into slot `target` (a shared prefix, computed once)."""
         for buffers in (self.k, self.v):
             for var in buffers:
-                var.scatter_nd_update([[target]], var[source][None])
+                var.scatter_nd_update([[target]], tf.gather(var, [source]))  # gather: see extend
 
 
 class Transformer(tf.Module):
@@ -148,8 +148,9 @@ class Transformer(tf.Module):
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, positions[None])
             self.cache.write(i, index, k[0], v[0])
-            keys = self.cache.k[i][slot, :kv_len][None]  # [1, s, k, e], this chunk included
-            values = self.cache.v[i][slot, :kv_len][None]
+            # gather, not `[slot]`: a sliced variable index would be a compile-time constant, one XLA program per slot
+            keys = tf.gather(self.cache.k[i][:, :kv_len], slot)[None]  # [1, s, k, e], this chunk included
+            values = tf.gather(self.cache.v[i][:, :kv_len], slot)[None]
             x += tf.matmul(self._attend(q, keys, values, mask), layer["wo"])
             x += self._mlp(layer, x)
         if all_logits:
