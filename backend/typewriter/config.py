@@ -34,7 +34,9 @@ class Settings:
     max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s
     max_queue: int = 32
     max_context: int = 2048
-    prefill_budget: int = 64  # prompt tokens prefilled per step while answers stream (measured: see README)
+    # Prompt tokens prefilled per step while answers stream: bench/stall.py measured a running answer's longest
+    # gap at 5.7x its steady inter-token time with 16, 12x with 64 (README, "Measured").
+    prefill_budget: int = 16
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
     # None: derived from max_context (the cap is at most half of it, the default at most the cap).
     max_new_tokens: int | None = None
