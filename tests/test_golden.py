@@ -96,7 +96,7 @@ class _EndlessTokenizer:
 
 def test_the_engine_continues_the_capital_of_france_exactly_as_the_reference(real_runner, real_tokenizer):
     p = PROMPTS["capital_raw"]
-    engine = Engine(real_runner, _EndlessTokenizer(real_tokenizer), max_queue=0).start()
+    engine = Engine(real_runner, _EndlessTokenizer(real_tokenizer), max_queue=0, prefill_budget=16).start()
     try:
         params = SamplingParams(max_new_tokens=36, temperature=0.0, repetition_penalty=1.0)
         events = list(engine.stream(GenerationRequest("golden", real_tokenizer.encode(p["text"]), params)))
