@@ -83,10 +83,10 @@ class Scheduler:
                 break
             budget -= self._chunk(plan, seq, budget)
         while budget > 0 and self.waiting and self.free_slots:
-            seq = self._admit()
+            seq, copy_from = self._admit()
             plan.admitted.append(seq)
-            if seq.copied_from is not None:
-                plan.copies.append((seq.copied_from, seq.slot))
+            if copy_from is not None:
+                plan.copies.append((copy_from, seq.slot))
             budget -= self._chunk(plan, seq, budget)
         plan.queued = self._new_positions()
         return plan
@@ -127,17 +127,18 @@ class Scheduler:
         plan.chunks.append(Chunk(seq, start, length))
         return length
 
-    def _admit(self) -> Sequence:
-        """The next waiting sequence, placed where the longest prefix of its prompt is cached."""
+    def _admit(self) -> tuple[Sequence, int | None]:
+        """The next waiting sequence, placed where the longest prefix of its prompt is cached, and the slot whose
+        cache must be copied into its own first (None: none)."""
         seq = self.waiting.popleft()
         busy = sorted(self.running)
         place = self.cache.place(seq.prompt_ids, self.free_slots, lambda s: self.running[s].cached_ids(), busy)
         self.free_slots.remove(place.slot)
-        seq.slot, seq.prefilled, seq.reused, seq.copied_from = place.slot, place.reused, place.reused, place.copy_from
+        seq.slot, seq.prefilled, seq.reused = place.slot, place.reused, place.reused
         seq.move_to(Status.PREFILLING)
         self.running[seq.slot] = seq
         self.prefilling.append(seq)
-        return seq
+        return seq, place.copy_from
 
     def _new_positions(self) -> list[tuple[Sequence, int]]:
         """Waiting sequences whose place in line changed. One that only waits for its prefill turn (a slot is

@@ -45,7 +45,6 @@ class Sequence:
         self.output_ids: list[int] = []
         self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
         self.reused = 0  # of those, how many were found already cached (prefix reuse)
-        self.copied_from: int | None = None  # the slot whose cache was copied in for that reuse
         self.eos_ids = eos_ids
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
