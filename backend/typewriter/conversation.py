@@ -1,10 +1,9 @@
 """A conversation that outgrows the context keeps going: its oldest turns are left out of the prompt.
 
 When the history leaves less room than the answer's length (asked for, or the default up to half the context),
-whole exchanges are dropped from the front (a
-system message the client sent and the latest question always stay) until the answer fits with a quarter of
-the context to spare, so the next few turns keep the same shortened history and its cached prefix. Only a
-latest question that cannot fit on its own is prompt_too_long.
+whole exchanges are dropped from the front (a system message the client sent and the latest question always
+stay) until the answer fits with a quarter of the context to spare, so the next few turns keep the same
+shortened history and its cached prefix. Only a latest question that cannot fit on its own is prompt_too_long.
 """
 
 from __future__ import annotations
