@@ -14,7 +14,13 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
+from helpers import chat_json as chat
+from helpers import recv_json, until_terminal_async
+from helpers import stop_json as stop
+from helpers import text_of as text
+from helpers import token_frames as tokens
 from real_server import ROOT, http_get, real_server
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -52,25 +58,13 @@ def ws_url(base: str) -> str:
 # ---- frames ----
 
 
-def chat(chat_id: str, content: str, **params) -> str:
-    return json.dumps({"type": "chat", "id": chat_id, "messages": [{"role": "user", "content": content}],
-                       "params": params})
-
-
-def stop(chat_id: str) -> str:
-    return json.dumps({"type": "stop", "id": chat_id})
-
-
 async def recv(ws) -> dict:
-    return json.loads(await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT_S))
+    return await recv_json(ws, FRAME_TIMEOUT_S)
 
 
 async def until_terminal(ws) -> list[dict]:
     """Frames up to and including the next `end` or chat `error`."""
-    frames = [await recv(ws)]
-    while frames[-1]["type"] not in ("end", "error"):
-        frames.append(await recv(ws))
-    return frames
+    return await until_terminal_async(ws, FRAME_TIMEOUT_S)
 
 
 async def answer(base: str, chat_id: str, content: str, **params) -> tuple[list[dict], float, float]:
@@ -82,14 +76,6 @@ async def answer(base: str, chat_id: str, content: str, **params) -> tuple[list[
         if frames[0]["type"] not in ("end", "error"):
             frames += await until_terminal(ws)
         return frames, started, time.monotonic()
-
-
-def tokens(frames: list[dict]) -> list[dict]:
-    return [f for f in frames if f["type"] == "token"]
-
-
-def text(frames: list[dict]) -> str:
-    return "".join(f["text"] for f in tokens(frames))
 
 
 async def assert_nothing_after_end(ws) -> None:
@@ -114,10 +100,7 @@ def cancelled_total(base: str) -> float:
 
 
 def wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {SETTLE_TIMEOUT_S:.0f} s"
-        time.sleep(0.05)
+    helpers.wait_until(condition, what, timeout=SETTLE_TIMEOUT_S, interval=0.05)
 
 
 # ---- 1. a full answer ----

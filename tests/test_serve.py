@@ -17,6 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from helpers import chat_json, until_terminal_async
 from scripted import factory, script_engine
 from typewriter import cli
 from typewriter.commands.loadtest import percentile
@@ -48,15 +49,11 @@ def running(engine, **overrides):
 
 
 def chat(request_id: str, **params) -> str:
-    return json.dumps({"type": "chat", "id": request_id, "messages": [{"role": "user", "content": "hi"}],
-                       "params": params})
+    return chat_json(request_id, "hi", **params)
 
 
 async def until_terminal(ws) -> list[dict]:
-    frames = []
-    while not frames or frames[-1]["type"] not in ("end", "error"):
-        frames.append(json.loads(await asyncio.wait_for(ws.recv(), 5)))
-    return frames
+    return await until_terminal_async(ws, timeout=5)
 
 
 def test_a_chat_and_a_stop_over_a_real_socket():
