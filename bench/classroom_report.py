@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 from classroom_clients import Turn
+
+from typewriter.commands import loadtest
 
 TARGET_INTER_TOKEN_P95_MS = 100.0
 TARGET_TTFT_P95_MS = 1000.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..1); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+    """Nearest-rank percentile (q in 0..1), as `typewriter loadtest` reports it; None for no values."""
+    return loadtest.percentile(values, q) if values else None
 
 
 def _ms(seconds: float | None) -> float | None:
