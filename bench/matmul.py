@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 
-from typewriter.config import quiet_native_logs
+from typewriter.quiet_import import prepare_environment
 
 
 def main() -> None:
-    quiet_native_logs()
+    prepare_environment(None)
     from typewriter.quiet_import import import_tensorflow
 
     tf = import_tensorflow()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import sys
 
-from typewriter.config import quiet_native_logs
+from typewriter.quiet_import import prepare_environment
 
 QUESTIONS = ["Explain fractions to me with a short list.", "Why do we need to learn algebra?",
              "Tell me about the water cycle."]
@@ -24,7 +24,7 @@ def distinct_4grams(text: str) -> float:
 
 
 def main(penalties: list[float]) -> None:
-    quiet_native_logs()
+    prepare_environment(None)
     from typewriter.request import Finished, GenerationRequest, SamplingParams, Token
     from typewriter.runtime import load
 
