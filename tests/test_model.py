@@ -145,7 +145,7 @@ def test_padding_rows_in_a_decode_batch_change_neither_the_real_rows_nor_any_cac
     alone = decode(model, [3, 4], [5, 7], kv_len=32)
     prefill_last(model, a, slot=0)  # rewind both slots: decode wrote positions 5 and 7
     prefill_last(model, b, slot=1)
-    with_padding = decode(model, [3, 4, 200], [5, 7, 32], kv_len=32, slots=[0, 1, 0])  # 32: the scratch tail
+    with_padding = decode(model, [3, 4, 200], [5, 7, 32], kv_len=32, slots=[0, 1, 3])  # slot 3 of 3: none
     np.testing.assert_allclose(with_padding[:2], alone, atol=1e-5)
     np.testing.assert_allclose(decode(model, [9], [6], kv_len=32, slots=[0])[0], full_a[6], atol=TOLERANCE)
 
@@ -159,3 +159,26 @@ def test_a_decode_batch_may_hold_any_slots_in_any_order(tiny):
     got = decode(model, [6, 5], [9, 6], kv_len=16, slots=[1, 0])
     np.testing.assert_allclose(got[0], full_b[9], atol=TOLERANCE)
     np.testing.assert_allclose(got[1], full_a[6], atol=TOLERANCE)
+
+
+def test_a_segmented_cache_gives_the_same_logits_whether_a_step_gathers_its_slots_or_reads_all_in_place():
+    """Six slots and segments ending at 8, 16 and 32: one row gathers its slot, three rows read every slot in
+    place (IN_PLACE_SHARE); both, and a chunk that spans two segments, agree with full prefills."""
+    from typewriter.model import IN_PLACE_SHARE
+
+    cfg = CONFIGS["untied"]
+    weights = random_weights(cfg, seed=21)
+    model = Transformer(cfg, weights, slots=6, max_len=32, max_chunk=16, kv_buckets=(8, 16, 32))
+    assert 1 < IN_PLACE_SHARE * 6 <= 3  # so both kinds of step are taken below
+    seqs = {slot: _tokens(30 + slot, 20, cfg.vocab_size) for slot in (1, 3, 4)}
+    full = {slot: prefill_all(model, ids, slot=0) for slot, ids in seqs.items()}  # slot 0: scratch
+    for slot, ids in seqs.items():  # 6 tokens, then 9 more that cross the segment boundary at 8
+        model.extend(tf.constant([ids[:6]]), tf.constant(0), tf.constant(6), tf.constant(slot), 8)
+        model.extend(tf.constant([ids[6:15] + [0] * 7]), tf.constant(6), tf.constant(9), tf.constant(slot), 16)
+    for pos in range(15, 18):  # one row alone (gathered), then all three (in place), across the boundary at 16
+        alone = decode(model, [seqs[3][pos]], [pos], kv_len=32, slots=[3])[0]
+        np.testing.assert_allclose(alone, full[3][pos], atol=TOLERANCE, err_msg=f"gathered, position {pos}")
+        together = decode(model, [seqs[s][pos] for s in (4, 1, 3)], [pos] * 3, kv_len=32, slots=[4, 1, 3])
+        for row, slot in enumerate((4, 1, 3)):
+            np.testing.assert_allclose(together[row], full[slot][pos], atol=TOLERANCE,
+                                       err_msg=f"in place, slot {slot}, position {pos}")

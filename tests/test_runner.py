@@ -20,7 +20,7 @@ def weights():
 
 
 def make_runner(cfg, w) -> ModelRunner:
-    return ModelRunner(Transformer(cfg, w, slots=2, max_len=32, max_chunk=16), CHUNK, BATCH, KV)
+    return ModelRunner(Transformer(cfg, w, slots=2, max_len=32, max_chunk=16, kv_buckets=KV), CHUNK, BATCH)
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +64,13 @@ def test_a_prompt_prefilled_in_chunks_then_decoded_matches_the_eager_model_acros
         np.testing.assert_allclose(got, expected[pos], atol=TOLERANCE, err_msg=f"position {pos}")
 
 
-def test_a_chunk_at_the_end_of_the_context_pads_into_the_scratch_tail(runner, weights):
+def test_a_chunk_at_the_end_of_the_context_drops_its_padding_past_the_cache(runner, weights):
     cfg, w = weights
     tokens = np.random.default_rng(2).integers(0, cfg.vocab_size, 32).tolist()
     expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)
     runner.extend(0, 0, tokens[:16])
     runner.extend(0, 16, tokens[16:30])
-    got = runner.extend(0, 30, tokens[30:])  # positions 30, 31, then padding at 32..37 in the tail
+    got = runner.extend(0, 30, tokens[30:])  # positions 30, 31, then padding at 32..37, dropped
     np.testing.assert_allclose(got, expected[31], atol=TOLERANCE)
 
 
@@ -111,14 +111,14 @@ def test_power_of_two_buckets_double_and_always_end_at_the_limit():
     assert power_of_two_buckets(256, 256) == (256,)
 
 
-def test_runner_refuses_buckets_that_do_not_end_at_the_cache_size(weights):
-    model = Transformer(*weights, slots=2, max_len=32, max_chunk=16)
-    with pytest.raises(ValueError, match="buckets must end"):
-        ModelRunner(model, CHUNK, BATCH, (16,))
-    with pytest.raises(ValueError, match="buckets must end"):
-        ModelRunner(model, CHUNK, (1,), KV)
-    with pytest.raises(ValueError, match="chunks within its tail"):
-        ModelRunner(model, (8, 32), BATCH, KV)
+def test_runner_refuses_buckets_that_do_not_fit_the_cache(weights):
+    model = Transformer(*weights, slots=2, max_len=32, max_chunk=16, kv_buckets=KV)
+    with pytest.raises(ValueError, match="batch buckets must end"):
+        ModelRunner(model, CHUNK, (1,))
+    with pytest.raises(ValueError, match="chunks within the model's max_chunk"):
+        ModelRunner(model, (8, 32), BATCH)
+    with pytest.raises(ValueError, match=r"cache segments \(16, 24\) must be positive and end at 32"):
+        Transformer(*weights, slots=2, max_len=32, kv_buckets=(16, 24))
 
 
 def test_one_xla_program_serves_every_slot_start_and_copy_pair(runner):

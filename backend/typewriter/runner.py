@@ -34,15 +34,14 @@ class ModelRunner:
         model: Transformer,
         chunk_buckets: Sequence[int],
         batch_buckets: Sequence[int],
-        kv_buckets: Sequence[int],
     ):
-        cache = model.cache
-        if max(chunk_buckets) > cache.tail or max(kv_buckets) != cache.max_len or max(batch_buckets) != cache.slots:
-            raise ValueError("buckets must end at the cache's length and slot count, chunks within its tail")
+        """Attention lengths are the cache's segment ends (`model.cache.bounds`)."""
+        if max(chunk_buckets) > model.max_chunk or max(batch_buckets) != model.cache.slots:
+            raise ValueError("batch buckets must end at the cache's slot count, chunks within the model's max_chunk")
         self.model = model
         self.chunk_buckets = tuple(sorted(chunk_buckets))
         self.batch_buckets = tuple(sorted(batch_buckets))
-        self.kv_buckets = tuple(sorted(kv_buckets))
+        self.kv_buckets = model.cache.bounds
         self._extend: dict[tuple[int, int], tf.types.experimental.GenericFunction] = {}
         self._decode: dict[tuple[int, int], tf.types.experimental.GenericFunction] = {}
         self._copy = tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False,
@@ -123,13 +122,13 @@ class ModelRunner:
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v].
-        The batch is padded to a bucket with rows that write only into the scratch tail."""
+        The batch is padded to a bucket with rows of no slot, whose writes the model drops."""
         n = len(tokens)
         b = bucket(self.batch_buckets, n)
         kv_len = bucket(self.kv_buckets, int(max(positions)) + 1)
         tok = np.zeros([b], np.int32)
         pos = np.full([b], self.max_len, np.int32)
-        slot = np.zeros([b], np.int32)
+        slot = np.full([b], self.slots, np.int32)
         tok[:n], pos[:n], slot[:n] = tokens, positions, slots
         return self.decode_fn(b, kv_len)(tok, pos, slot).numpy()[:n]
 
@@ -141,7 +140,7 @@ class ModelRunner:
                 for t in self.chunk_buckets for s in self.kv_buckets]
         work.append(("cache copy", self._copy, (np.int32(0), np.int32(0))))
         work += [(f"decode batch {b} x cache {s}", self.decode_fn(b, s),
-                  (np.zeros([b], np.int32), np.full([b], self.max_len, np.int32), np.zeros([b], np.int32)))
+                  (np.zeros([b], np.int32), np.full([b], self.max_len, np.int32), np.full([b], self.slots, np.int32)))
                  for b in self.batch_buckets for s in self.kv_buckets]
 
         def build(item) -> str:

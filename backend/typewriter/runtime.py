@@ -44,13 +44,9 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
 
     max_context = min(max_context, cfg.max_position)
     chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
-    model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1])
-    return ModelRunner(
-        model,
-        chunk_buckets=chunks,
-        batch_buckets=batch_buckets(slots),
-        kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
-    )
+    model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1],
+                        kv_buckets=power_of_two_buckets(min(256, max_context), max_context))
+    return ModelRunner(model, chunk_buckets=chunks, batch_buckets=batch_buckets(slots))
 
 
 def load_engine(settings, progress: Progress = lambda _: None, warmup: bool = True) -> tuple[Engine, Tokenizer]:
