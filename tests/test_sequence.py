@@ -86,3 +86,14 @@ def test_status_moves_only_forward(tokenizer):
     seq.move_to(Status.FINISHED)
     with pytest.raises(RuntimeError, match="finished -> running"):
         seq.move_to(Status.RUNNING)
+
+
+@pytest.mark.parametrize("end", ["length", "eos"])
+def test_an_answer_that_ends_inside_a_character_drops_it_instead_of_sending_a_replacement_character(tokenizer, end):
+    rocket = "🚀".encode()
+    seq = sequence(tokenizer, max_new_tokens=3 if end == "length" else 100, stop=("x",))
+    got = [seq.take(byte_token(b), now=1.0) for b in b"o" + rocket[:2]]
+    if end == "eos":
+        got.append(seq.take(IM_END, now=2.0))
+    assert got[-1] == ("", FinishReason.LENGTH if end == "length" else FinishReason.EOS)
+    assert "".join(text for text, _ in got) == "o"

@@ -8,7 +8,8 @@ never to the answer's.
 Guarantees, for a byte-level BPE tokenizer:
 - every delta is a valid string of whole code points: no character is split across deltas, and no U+FFFD appears
   unless the model really produced bytes that are not UTF-8 (then it appears exactly where `decode` puts it);
-- "".join(deltas) + flush() == tokenizer.decode(ids), leading spaces included (" Paris" stays " Paris");
+- "".join(deltas) == tokenizer.decode(ids), leading spaces included (" Paris" stays " Paris"), except that an
+  answer ending inside a character loses that unfinished character (flush drops it; decode would show U+FFFD);
 - special tokens (eos, end of turn) contribute "".
 
 Grapheme clusters may span deltas: a ZWJ family emoji, a skin-tone modifier or a combining accent can arrive one
@@ -32,8 +33,9 @@ class IncrementalDetokenizer:
         """The text that token `token_id` completes; "" while a character is unfinished or for a special token."""
         return self._utf8.decode(self._token_bytes(token_id))
 
-    def flush(self) -> str:
-        """Whatever is still held at the end: an unfinished character, shown as U+FFFD as `decode` would."""
-        text = self._utf8.decode(b"", final=True)
+    def flush(self) -> int:
+        """End of the answer: drops what is still held (only ever the start of an unfinished character, which
+        could only be shown as U+FFFD) and returns how many bytes that was."""
+        held, _ = self._utf8.getstate()
         self._utf8.reset()
-        return text
+        return len(held)

@@ -88,21 +88,20 @@ class Sequence:
     def take(self, token_id: int, now: float) -> tuple[str, FinishReason | None]:
         """Append a generated token. Returns the answer text it makes certain (possibly "") and why the answer
         ends here, or None if it goes on. The text of the final token carries everything still held back that
-        belongs to the answer; a completed stop sequence and what follows it are never returned."""
+        belongs to the answer, except an unfinished UTF-8 character (dropped); a completed stop sequence and what
+        follows it are never returned."""
         self.output_ids.append(token_id)
         if len(self.output_ids) == 1:
             self.first_token = now
         if token_id in self.eos_ids and not self.params.ignore_eos:
-            text, _ = self.stops.push(self.detokenizer.flush())
-            return text + self.stops.flush(), FinishReason.EOS
+            self.detokenizer.flush()  # an unfinished character is dropped, never sent as U+FFFD
+            return self.stops.flush(), FinishReason.EOS
         text, stopped = self.stops.push(self.detokenizer.push(token_id))
         if stopped:
             return text, FinishReason.STOP_SEQUENCE
         if len(self.output_ids) >= self.params.max_new_tokens:
-            more, stopped = self.stops.push(self.detokenizer.flush())  # an unfinished character may end a stop
-            if stopped:
-                return text + more, FinishReason.STOP_SEQUENCE
-            return text + more + self.stops.flush(), FinishReason.LENGTH
+            self.detokenizer.flush()
+            return text + self.stops.flush(), FinishReason.LENGTH
         return text, None
 
     def timings(self, now: float) -> Timings:
