@@ -5,7 +5,7 @@ Two scripts:
 - `letters`: over the tiny byte-level tokenizer, a lowercase letter is followed by the next one ("a" -> "bcd...");
 - `ScriptTokenizer` + `script_runner`: the answer to any prompt is a fixed list of text pieces, then eos.
 
-Faults are injected on purpose (`fail_next`), so the engine's real failure path is what tests see.
+Faults are injected on purpose (`fail(kind, error)`), so the engine's real failure paths are what tests see.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class ChainRunner:
         self.follow, self.vocab_size = follow, vocab_size
         self.slots, self.max_len, self.max_chunk = slots, max_len, max_chunk
         self.step_s = step_s  # a decode step's duration, for tests of a threaded engine
-        self.fail_next: BaseException | None = None  # raised by the next decode step
+        self.failures: dict[str, list[BaseException]] = {"copy": [], "extend": [], "decode": []}
         self.calls: list[tuple] = []  # ("prefill", slot, start, n) / ("copy", source, target) / ("decode", slots)
         # What each slot's cache holds, position by position: every call is checked against it, so a
         # scheduling bug (a gap, a stale prefix, a wrong position) fails loudly instead of passing silently.
@@ -37,7 +37,17 @@ class ChainRunner:
         row[self.follow(token)] = 100.0  # certain under any sampling settings a test uses
         return row
 
+    def fail(self, kind: str, error: BaseException, times: int = 1) -> None:
+        """The next `times` calls of `kind` ("copy", "extend" or "decode") raise `error` before doing anything."""
+        self.failures[kind] += [error] * times
+
+    def _maybe_fail(self, kind: str) -> None:
+        if self.failures[kind]:
+            error = self.failures[kind].pop(0)
+            raise type(error)(*error.args)  # a fresh one each time, so no traceback grows across calls
+
     def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
+        self._maybe_fail("extend")
         assert 0 < len(token_ids) <= self.max_chunk, f"a chunk of {len(token_ids)} tokens"
         assert start <= len(self.cache[slot]), f"slot {slot}: chunk at {start}, but {len(self.cache[slot])} cached"
         assert start + len(token_ids) <= self.max_len
@@ -46,13 +56,12 @@ class ChainRunner:
         return self.logits_after(token_ids[-1])
 
     def copy_slot(self, source: int, target: int) -> None:
+        self._maybe_fail("copy")
         self.calls.append(("copy", source, target))
         self.cache[target] = list(self.cache[source])
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        if self.fail_next is not None:
-            error, self.fail_next = self.fail_next, None
-            raise error
+        self._maybe_fail("decode")
         if self.step_s:
             time.sleep(self.step_s)
         assert len(set(slots)) == len(slots), f"a slot twice in one batch: {slots}"

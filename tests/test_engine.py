@@ -18,7 +18,7 @@ from scripted import letter_runner, letters
 from tiny_model import IM_END, VOCAB_SIZE, byte_token, prefill_all, random_weights, tiny_config, write_gguf, write_hf_dir
 
 from typewriter import runtime
-from typewriter.engine import Engine, EngineState
+from typewriter.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.model import Transformer
 from typewriter.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
@@ -400,6 +400,85 @@ def test_a_callback_that_raises_loses_its_own_request_but_not_the_engine(make_en
 # ---- the thread ----
 
 
+# ---- faults: each ends only the requests it concerns ----
+
+
+def _running(engine, tokenizer, rid, text, **params) -> Recorder:
+    rec = submit(engine, tokenizer, rid, text, **params)
+    engine.step()
+    assert rec.tokens, "prefilled and given its first token in one step"
+    return rec
+
+
+def test_a_failed_decode_step_ends_the_requests_in_it_while_a_prefill_in_the_same_step_goes_on(make_engine,
+                                                                                              tokenizer, caplog):
+    engine = make_engine(slots=2)
+    a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
+    b = submit(engine, tokenizer, "b", "m", max_new_tokens=5)
+    engine.runner.fail("decode", RuntimeError("XLA said no"))
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
+        engine.step()  # b's prompt is prefilled, then the decode of a fails
+    assert (a.wait().reason, a.wait().error) == (FinishReason.ERROR, "a decode step failed on the server")
+    assert caplog.text.count("Traceback") == 1 and "a decode step failed for a" in caplog.text
+    steps_until(engine, b)
+    assert b.wait().reason is FinishReason.LENGTH and b.text == "nopqr"
+    assert engine.state is EngineState.IDLE  # driven by hand, and never failed
+    again = submit(engine, tokenizer, "again", "a", max_new_tokens=3)
+    steps_until(engine, again)
+    assert again.text == "bcd" and again.of(Started)[0].cached_tokens == 0  # a's half-written slot is not reused
+
+
+def test_a_failed_prefill_chunk_ends_only_its_request(make_engine, tokenizer):
+    engine = make_engine(slots=2)
+    a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
+    b = submit(engine, tokenizer, "b", "m", max_new_tokens=5)
+    engine.runner.fail("extend", RuntimeError("bad chunk"))
+    engine.step()
+    assert (b.wait().reason, b.wait().error) == (FinishReason.ERROR, "a prefill chunk failed on the server")
+    steps_until(engine, a)
+    assert a.wait().reason is FinishReason.LENGTH and a.text == "bcdefg"
+
+
+def test_a_failed_cache_copy_ends_only_the_request_it_was_for(make_engine, tokenizer):
+    engine = make_engine(slots=2, prefill_budget=32, max_chunk=32)
+    prefix = "abcdefghijklmnopqrst"  # 20 tokens: long enough to copy from a busy slot
+    a = _running(engine, tokenizer, "a", prefix, max_new_tokens=6)
+    b = submit(engine, tokenizer, "b", prefix + "uv", max_new_tokens=3)
+    engine.runner.fail("copy", RuntimeError("bad copy"))
+    engine.step()
+    assert not engine.runner.failures["copy"], "the step tried to copy a's prefix for b"
+    assert (b.wait().reason, b.wait().error) == (FinishReason.ERROR, "a cache copy failed on the server")
+    steps_until(engine, a)
+    assert a.wait().reason is FinishReason.LENGTH
+
+
+def test_a_sampling_fault_ends_only_that_request_in_a_shared_decode_step(make_engine, tokenizer, monkeypatch):
+    engine = make_engine(slots=2)
+    a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
+    b = _running(engine, tokenizer, "b", "m", max_new_tokens=6)
+    seq = engine.scheduler.find("b")
+    monkeypatch.setattr(seq, "sample", lambda logits: 1 // 0)
+    engine.step()
+    assert engine.runner.calls[-1] == ("decode", (0, 1)), "both in one decode step"
+    assert (b.wait().reason, b.wait().error) == (FinishReason.ERROR, "sampling or detokenizing failed on the server")
+    steps_until(engine, a)
+    assert a.wait().reason is FinishReason.LENGTH and a.text == "bcdefg"
+
+
+def test_faulty_steps_in_a_row_raise_engine_fault_but_a_good_step_between_resets_the_count(make_engine, tokenizer):
+    engine = make_engine(slots=1)
+    for i in range(2 * MAX_FAULTY_STEPS):
+        if i == MAX_FAULTY_STEPS - 1:  # one good step before the count is reached
+            steps_until(engine, submit(engine, tokenizer, f"ok{i}", "a", max_new_tokens=2))
+        engine.runner.fail("extend", RuntimeError("bad chunk"))
+        rec = submit(engine, tokenizer, f"r{i}", "a", max_new_tokens=2)
+        if i < 2 * MAX_FAULTY_STEPS - 2:
+            engine.step()
+            assert rec.wait().reason is FinishReason.ERROR
+    with pytest.raises(EngineFault, match="3 steps in a row failed"):
+        engine.step()
+
+
 @pytest.fixture
 def started(tokenizer):
     engines = []
@@ -452,22 +531,21 @@ def test_shutdown_of_the_running_thread_ends_every_request_and_refuses_new_ones(
         engine.submit(request(tokenizer, "c", "c"), Recorder())
 
 
-def test_a_failing_step_ends_every_request_with_the_error_and_the_engine_refuses_new_ones(started, tokenizer,
-                                                                                         caplog):
-    engine = started(slots=1, max_len=4096, step_s=0.001)
-    running, waiting = Recorder(), Recorder()
-    engine.submit(request(tokenizer, "a", "a", max_new_tokens=4000), running)
-    wait_until(lambda: running.tokens, "a first token")
-    engine.submit(request(tokenizer, "b", "b", max_new_tokens=10), waiting)
+def test_steps_that_keep_failing_end_every_request_and_the_engine_refuses_new_ones(started, tokenizer, caplog):
+    """Faults end only their own requests, but MAX_FAULTY_STEPS steps in a row with a failed runner call mean
+    the model state is broken: the engine fails as a whole, and every request, waiting ones too, hears of it."""
+    engine = started(slots=1)
+    engine.runner.fail("extend", RuntimeError("XLA said no"), times=1000)
     with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
-        engine.runner.fail_next = RuntimeError("XLA said no")
-        for rec in (running, waiting):
-            finished = rec.wait()
-            assert (finished.reason, finished.error) == (FinishReason.ERROR, "RuntimeError: XLA said no")
+        recs = [submit(engine, tokenizer, rid, rid, max_new_tokens=4) for rid in "abcd"]
+        finished = [rec.wait() for rec in recs]
+    assert [f.reason for f in finished] == [FinishReason.ERROR] * 4
+    assert [f.error for f in finished[:MAX_FAULTY_STEPS]] == ["a prefill chunk failed on the server"] * 3
+    assert "EngineFault: 3 steps in a row failed" in finished[3].error
     assert engine.state is EngineState.FAILED and not engine.alive
-    assert "engine thread failed" in caplog.text and "Traceback" in caplog.text
+    assert "engine thread failed" in caplog.text
     with pytest.raises(EngineStopped, match="failed"):
-        engine.submit(request(tokenizer, "c", "c"), Recorder())
+        engine.submit(request(tokenizer, "e", "e", max_new_tokens=4), Recorder())
 
 
 # ---- the tiny random model, end to end ----

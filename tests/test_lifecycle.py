@@ -43,22 +43,37 @@ def test_readyz_reports_a_failed_load():
     assert "no weights at /nowhere" in response.json()["detail"]
 
 
-def test_an_engine_that_fails_ends_the_running_chat_with_internal_and_readyz_turns_503():
+def test_a_failed_step_ends_only_its_chat_with_internal_and_the_server_goes_on_serving():
     with serving(script_engine(["x"] * 500, step_s=0.01)) as (client, engine):
         with client.websocket_connect("/ws") as ws:
             ws.send_json(chat(max_new_tokens=64))
             assert receive(ws)["type"] == "start"
-            engine.runner.fail_next = RuntimeError("XLA said no")  # the real failure path, no fake death
+            engine.runner.fail("decode", RuntimeError("XLA said no"))  # the real failure path, no fake death
             frames = until_terminal(lambda: receive(ws))
-            ws.send_json(chat("later"))
-            refused = receive(ws)
-        response = client.get("/readyz")
+            ws.send_json(chat("later", max_new_tokens=3))
+            later = until_terminal(lambda: receive(ws))
+        ready, health = client.get("/readyz"), client.get("/healthz")
         metrics = client.get("/metrics").text
     assert (frames[-1]["type"], frames[-1]["code"], frames[-1]["id"]) == ("error", "internal", "c1")
-    assert "RuntimeError: XLA said no" in frames[-1]["message"]
-    assert (refused["code"], refused["id"]) == ("internal", "later")
-    assert response.status_code == 503 and response.json()["status"] == "engine_stopped"
+    assert "XLA" not in frames[-1]["message"], "the client learns that it failed, the log learns why"
+    assert (later[-1]["type"], later[-1]["reason"]) == ("end", "length")
+    assert ready.status_code == 200 and health.status_code == 200
     assert 'typewriter_requests_total{reason="error"} 1.0' in metrics
+
+
+def test_an_engine_whose_steps_keep_failing_fails_for_good_and_healthz_and_readyz_turn_503():
+    with serving(script_engine(["x"] * 500, step_s=0.01)) as (client, engine):
+        engine.runner.fail("extend", RuntimeError("XLA said no"), times=1000)
+        with client.websocket_connect("/ws") as ws:
+            for n in range(3):
+                ws.send_json(chat(f"try{n}", max_new_tokens=3))
+                assert until_terminal(lambda: receive(ws))[-1]["code"] == "internal"
+            ws.send_json(chat("later"))
+            refused = receive(ws)
+        ready, health = client.get("/readyz"), client.get("/healthz")
+    assert (refused["code"], refused["id"]) == ("internal", "later")
+    assert ready.status_code == 503 and ready.json()["status"] == "engine_stopped"
+    assert health.status_code == 503 and health.json()["status"] == "engine_failed"
 
 
 def test_drain_ends_running_chats_with_reason_shutdown_and_refuses_new_ones():

@@ -31,13 +31,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("typewriter.engine")
 
+# A fault ends only the requests it concerns; this many steps in a row with a failed runner call (copy, prefill
+# chunk or decode) mean the model state itself is broken, and the engine fails as a whole.
+MAX_FAULTY_STEPS = 3
+
+
+class EngineFault(RuntimeError):
+    """The engine cannot go on."""
+
 
 class EngineState(enum.Enum):
     IDLE = "idle"  # built, no thread yet: `step()` may be driven by hand
     RUNNING = "running"  # the thread runs steps
     STOPPING = "stopping"  # shutdown asked: every request ends with `shutdown`
     STOPPED = "stopped"
-    FAILED = "failed"  # a step raised: every request ended with `error`, nothing more is accepted
+    FAILED = "failed"  # the thread died or steps kept failing: every request ended with `error`, nothing more
+    # is accepted
 
 
 _NEXT = {
@@ -74,6 +83,7 @@ class Engine:
         self.steps = 0  # decode steps run, for tests and metrics
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
         self._cancelled: set[str] = set()
+        self._faulty_steps = 0  # consecutive steps with a fault
         self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
 
     # ---- caller side (any thread) ----
@@ -87,6 +97,11 @@ class Engine:
     @property
     def alive(self) -> bool:
         return self.state is EngineState.RUNNING and self._thread.is_alive()
+
+    @property
+    def failed(self) -> bool:
+        """For good: its thread died or its steps kept failing."""
+        return self.state is EngineState.FAILED
 
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None:
         n, budget = len(request.prompt_ids), request.params.max_new_tokens
@@ -161,38 +176,70 @@ class Engine:
             seq.started = self.clock()
             queue_ms = (seq.started - seq.submitted) * 1000
             self._emit(seq, Started(seq.id, len(seq.prompt_ids), queue_ms, cached_tokens=seq.reused))
+        faults = 0  # failed runner calls; a sampling or detokenizing fault is one request's and never counts
+        by_slot = {seq.slot: seq for seq in plan.admitted}
         for source, target in plan.copies:
-            self.runner.copy_slot(source, target)
+            try:
+                self.runner.copy_slot(source, target)
+            except Exception:
+                faults += self._fail([by_slot[target]], "a cache copy")
         for chunk in plan.chunks:
-            logits = self.runner.extend(chunk.seq.slot, chunk.start, chunk.token_ids)  # [vocab]
+            if chunk.seq.status is Status.FINISHED:  # its copy failed
+                continue
+            try:
+                logits = self.runner.extend(chunk.seq.slot, chunk.start, chunk.token_ids)  # [vocab]
+            except Exception:
+                faults += self._fail([chunk.seq], "a prefill chunk")
+                continue
             with self._lock:
                 self.scheduler.prefilled(chunk)
             if chunk.last:
                 self._take(chunk.seq, logits)
         if plan.decode:
-            self._decode(plan.decode)
+            faults += self._decode(plan.decode)
+        self._faulty_steps = self._faulty_steps + 1 if faults else 0
+        if self._faulty_steps >= MAX_FAULTY_STEPS:
+            raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")
 
-    def _decode(self, batch: list[Sequence]) -> None:
+    def _decode(self, batch: list[Sequence]) -> int:
+        """Returns 1 if the decode step failed, else 0."""
         slots = [seq.slot for seq in batch]
         tokens = [seq.output_ids[-1] for seq in batch]
         positions = [seq.num_tokens - 1 for seq in batch]
-        logits = self.runner.decode(slots, tokens, positions)  # [len(batch), vocab]
+        try:
+            logits = self.runner.decode(slots, tokens, positions)  # [len(batch), vocab]
+        except Exception:
+            return self._fail(batch, "a decode step")
         self.steps += 1
         for seq, row in zip(batch, logits):
             self._take(seq, row)
+        return 0
 
     def _take(self, seq: Sequence, logits: np.ndarray) -> None:
-        token_id = seq.sample(logits)
-        text, reason = seq.take(token_id, self.clock())
+        """Sample, detokenize and emit one token; a fault here ends only this request."""
+        try:
+            token_id = seq.sample(logits)
+            text, reason = seq.take(token_id, self.clock())
+        except Exception:
+            self._fail([seq], "sampling or detokenizing")
+            return
         self._emit(seq, Token(seq.id, len(seq.output_ids) - 1, token_id, text))
         if reason is not None:
             self._finish(seq, reason)
 
-    def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None) -> None:
+    def _fail(self, seqs: list[Sequence], what: str) -> int:
+        """An exception in `what` concerned exactly `seqs`: log it once, end them with `error` and forget their
+        slots' cache (possibly half written); every other request goes on. Call from an except block."""
+        log.exception("%s failed for %s; ending only those requests", what, ", ".join(s.id for s in seqs))
+        for seq in seqs:
+            self._finish(seq, FinishReason.ERROR, f"{what} failed on the server", reusable=False)
+        return 1
+
+    def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
         with self._lock:
             if seq.status is Status.FINISHED:
                 return
-            self.scheduler.finish(seq)
+            self.scheduler.finish(seq, reusable)
         self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
                                  seq.timings(self.clock()), error))
 

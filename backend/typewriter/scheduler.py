@@ -99,13 +99,14 @@ class Scheduler:
             self.prefilling.remove(seq)
             seq.move_to(Status.RUNNING)
 
-    def finish(self, seq: Sequence) -> None:
-        """Take a sequence out, freeing its slot (whose cache stays reusable); it is finished from here on."""
+    def finish(self, seq: Sequence, reusable: bool = True) -> None:
+        """Take a sequence out, freeing its slot; it is finished from here on. The slot's cache stays reusable
+        unless `reusable` is False (a failed step may have left it half written)."""
         if seq.status in (Status.PREFILLING, Status.RUNNING):
             if seq in self.prefilling:
                 self.prefilling.remove(seq)
             del self.running[seq.slot]
-            self.cache.release(seq.slot, seq.cached_ids())
+            self.cache.release(seq.slot, seq.cached_ids() if reusable else [])
             self.free_slots.append(seq.slot)
         elif seq.status is Status.WAITING:
             self.waiting.remove(seq)

@@ -40,7 +40,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     templates = Jinja2Templates(directory=web_root / "templates")
 
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        healthy, body = state.health()
+        return JSONResponse(body, status_code=200 if healthy else 503)
 
     async def readyz(request: Request) -> Response:
         ready, body = state.readiness()

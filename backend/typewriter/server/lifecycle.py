@@ -35,6 +35,8 @@ class EngineHandle(Protocol):
     def stats(self): ...  # .active, .queued
     @property
     def alive(self) -> bool: ...
+    @property
+    def failed(self) -> bool: ...
     def shutdown(self) -> None: ...
 
 
@@ -90,6 +92,12 @@ class ServerState:
     @property
     def ready(self) -> bool:
         return self.phase is Phase.READY and self.engine is not None and self.engine.alive
+
+    def health(self) -> tuple[bool, dict]:
+        """The /healthz body: alive unless the engine has failed for good (a supervisor should restart us)."""
+        if self.phase is Phase.READY and self.engine is not None and self.engine.failed:
+            return False, {"status": "engine_failed", "detail": "the engine failed; see the server log"}
+        return True, {"status": "ok"}
 
     def readiness(self) -> tuple[bool, dict]:
         """The /readyz body: why it is not ready, or the model and the limits a client must respect."""
