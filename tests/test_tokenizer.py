@@ -270,3 +270,18 @@ def test_an_unsupported_tokenizer_model_is_named_in_the_error(tmp_path):
 def test_an_unknown_pre_tokenizer_is_named_in_the_error(tmp_path):
     with pytest.raises(ModelFormatError, match="'mystery'"):
         Tokenizer.from_gguf(_tiny_gguf(tmp_path / "pre.gguf", pre="mystery"))
+
+
+def test_a_tokenizer_the_detokenizer_cannot_stream_is_refused_at_load_with_a_named_error(tmp_path):
+    """A SentencePiece-style tokenizer.json (Metaspace decoder, byte fallback) loads in `tokenizers`, but every
+    token of an answer would fail: refuse the model at load instead of on its first token."""
+    from tokenizers import Tokenizer as RawTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    raw = RawTokenizer(models.BPE({"<unk>": 0, "▁a": 1, "b": 2}, [], unk_token="<unk>", byte_fallback=True))
+    raw.pre_tokenizer = pre_tokenizers.Metaspace()
+    raw.decoder = decoders.Metaspace()
+    raw.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<unk>"}))
+    with pytest.raises(ModelFormatError, match="needs a byte-level BPE tokenizer.*decoder is Metaspace"):
+        Tokenizer.load(tmp_path)

@@ -89,6 +89,7 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             i for i, tok in raw.get_added_tokens_decoder().items() if tok.special
         )
+        self._bytes_table  # built now: a tokenizer the detokenizer cannot stream is refused at load, not on a token
 
     # ---- loading ----
 
@@ -229,7 +230,9 @@ class Tokenizer:
     @cached_property
     def _bytes_table(self) -> list[bytes]:
         if not isinstance(self.raw.decoder, decoders.ByteLevel):
-            raise ModelFormatError(f"{self.name}: incremental decoding needs a byte-level BPE tokenizer")
+            kind = type(self.raw.decoder).__name__ if self.raw.decoder is not None else "none"
+            raise ModelFormatError(f"{self.name}: streaming needs a byte-level BPE tokenizer, and this one's decoder "
+                                   f"is {kind}; SentencePiece-style tokenizers are not supported yet")
         char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
         table = [b""] * self.vocab_size
         for token, i in self.raw.get_vocab(with_added_tokens=True).items():
