@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from helpers import chat, receive, serving, small_settings, until_terminal, wait_until
 from scripted import factory, script_engine
 from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
 from typewriter.server.app import create_app
 
@@ -76,8 +79,8 @@ def test_an_engine_whose_steps_keep_failing_fails_for_good_and_healthz_and_ready
     assert health.status_code == 503 and health.json()["status"] == "engine_failed"
 
 
-def test_drain_ends_running_chats_with_reason_shutdown_and_refuses_new_ones():
-    with serving(script_engine(["x"] * 500, step_s=0.02)) as (client, _):
+def test_a_drain_past_its_deadline_ends_running_chats_with_reason_shutdown_and_refuses_new_ones():
+    with serving(script_engine(["x"] * 500, step_s=0.02), drain_s=0.0) as (client, _):
         with client.websocket_connect("/ws") as ws:
             ws.send_json(chat("run", max_new_tokens=64))
             assert receive(ws)["type"] == "start"
@@ -87,4 +90,20 @@ def test_drain_ends_running_chats_with_reason_shutdown_and_refuses_new_ones():
             refused = receive(ws)
         assert client.get("/readyz").json() == {"status": "stopping"}
     assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
-    assert (refused["code"], refused["id"]) == ("internal", "late")
+    assert (refused["type"], refused["code"], refused["id"]) == ("error", "shutdown", "late")
+
+
+def test_a_drain_lets_a_running_chat_finish_within_its_deadline_while_new_sockets_get_1012():
+    with serving(script_engine(["x"] * 500, step_s=0.01), drain_s=30.0) as (client, _):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat("run", max_new_tokens=40))
+            assert receive(ws)["type"] == "start"
+            client.portal.start_task_soon(client.app.state.server.drain)
+            wait_until(lambda: client.get("/readyz").status_code == 503, "readyz turns 503 at once")
+            with client.websocket_connect("/ws") as late:
+                with pytest.raises(WebSocketDisconnect) as closed:
+                    late.receive_json()
+            frames = until_terminal(lambda: receive(ws))
+    assert (closed.value.code, closed.value.reason) == (1012, "shutdown")
+    assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "length")
+    assert len([f for f in frames if f["type"] == "token"]) == 40

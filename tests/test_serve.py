@@ -7,6 +7,7 @@ import asyncio
 import base64
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -142,9 +143,26 @@ def test_stopping_the_server_ends_a_running_chat_with_reason_shutdown():
             server.should_exit = True
             return await until_terminal(ws)
 
-    with running(script_engine(["x"] * 500, step_s=0.05)) as (server, address):
+    with running(script_engine(["x"] * 500, step_s=0.05), drain_s=0.0) as (server, address):
         frames = asyncio.run(chat_through_shutdown(server, address))
     assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
+
+
+def test_a_second_signal_cuts_the_drain_short():
+    async def chat_through_two_signals(server, address):
+        async with connect(f"ws://{address}/ws") as ws:
+            await ws.send(chat("long", max_new_tokens=64))
+            assert json.loads(await ws.recv())["type"] == "start"
+            server.handle_exit(signal.SIGTERM, None)  # uvicorn's signal handler, as a signal would call it
+            await asyncio.sleep(0.3)
+            server.handle_exit(signal.SIGINT, None)
+            started = time.monotonic()
+            return await until_terminal(ws), time.monotonic() - started
+
+    with running(script_engine(["x"] * 500, step_s=0.05), drain_s=60.0) as (server, address):
+        frames, waited = asyncio.run(chat_through_two_signals(server, address))
+    assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
+    assert waited < 30, "the second signal ended the 60-second drain"
 
 
 def test_loadtest_reports_latency_percentiles_and_throughput(capsys):

@@ -50,7 +50,10 @@ class Settings:
     send_backlog: int = 256
     ping_interval_s: float = 20.0
     ping_timeout_s: float = 20.0
-    shutdown_grace_s: float = 5.0  # how long a shutdown waits for streams to send their `end`
+    # After SIGTERM or SIGINT: running answers may go on for drain_s (docker stop waits 10 s by default), then
+    # every chat still running ends with reason `shutdown`, and the server waits shutdown_grace_s for their `end`.
+    drain_s: float = 8.0
+    shutdown_grace_s: float = 5.0
     log_level: str = "info"
 
     def __post_init__(self) -> None:
@@ -75,7 +78,7 @@ class Settings:
         _at_least("max_message_bytes", self.max_message_bytes, 1024)
         _at_least("max_messages", self.max_messages, 1)
         _at_least("send_backlog", self.send_backlog, 1)
-        for name in ("ping_interval_s", "ping_timeout_s", "shutdown_grace_s"):
+        for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s"):
             _at_least(name, getattr(self, name), 0.0)
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ConfigError(f"{_env('request_timeout_s')}: must be greater than 0, got {self.request_timeout_s}")

@@ -63,6 +63,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             await websocket.close(p.CLOSE_POLICY_VIOLATION)  # before accept: the handshake is refused (403)
             return
         await websocket.accept()
+        if state.phase is Phase.STOPPING:
+            await websocket.close(p.CLOSE_SERVICE_RESTART, "shutdown")
+            return
         if not state.ready:
             reason = ("the model is still loading; retry when /readyz is 200" if state.phase is Phase.LOADING
                       else "the server is not serving chats; see /readyz")

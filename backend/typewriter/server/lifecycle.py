@@ -11,6 +11,7 @@ import enum
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -85,6 +86,7 @@ class ServerState:
         self._factory = engine_factory
         self._ids = itertools.count(1)
         self._in_flight = 0
+        self._drained = False
         self._idle = asyncio.Event()
         self._idle.set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -178,12 +180,30 @@ class ServerState:
         if self._in_flight == 0:
             self._idle.set()
 
-    async def drain(self) -> None:
-        """Stop taking chats, end every running and queued one with reason `shutdown`, and wait (bounded) until
-        each has sent its `end`. Idempotent."""
-        if self.phase is Phase.STOPPING:
+    def begin_drain(self) -> None:
+        """From now on /readyz is 503 and no chat or socket is taken; answers already running go on. Safe to
+        call from a signal handler, and more than once."""
+        if self.phase is not Phase.STOPPING:
+            self._move(Phase.STOPPING)
+            log.info("draining: %d chats running; no new ones", self._in_flight)
+
+    async def drain(self, hurry: Callable[[], bool] = lambda: False) -> None:
+        """Stop taking chats, let running answers finish for up to `drain_s` (or until `hurry()`), then end every
+        one still running or queued with reason `shutdown` and wait (bounded) until each has sent its `end`.
+        Only the first call drains; later ones return at once."""
+        self.begin_drain()
+        if self._drained:
             return
-        self._move(Phase.STOPPING)
+        self._drained = True
+        deadline = time.monotonic() + self.settings.drain_s
+        while self._in_flight and time.monotonic() < deadline and not hurry():
+            try:
+                await asyncio.wait_for(self._idle.wait(), min(0.1, max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                pass
+        if self._in_flight:
+            log.info("drain: %d chats still running after %.1fs; ending them", self._in_flight,
+                     self.settings.drain_s)
         if self.engine is not None:
             await asyncio.to_thread(self.engine.shutdown)
         try:

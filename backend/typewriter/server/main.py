@@ -14,8 +14,9 @@ from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
-    """Run until SIGINT/SIGTERM, then end every chat with reason `shutdown`. Returns 1 if the model failed to
-    load; after a signal uvicorn re-raises it, so the process exits as that signal (130 for Ctrl-C)."""
+    """Run until SIGTERM or SIGINT, then drain: /readyz turns 503 at once, new sockets and chats are refused,
+    running answers may finish for `drain_s`, then end with reason `shutdown`. Returns 0 after a drain (a second
+    signal cuts it short), 1 if the model failed to load."""
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory)
@@ -64,6 +65,14 @@ class Server(uvicorn.Server):
             return True
         return await super().on_tick(counter)
 
+    def handle_exit(self, sig, frame) -> None:
+        """SIGTERM/SIGINT: stop taking chats now and let the main loop end (then `shutdown` drains). Unlike
+        uvicorn's own handler it does not re-raise the signal afterwards: a drained server exits 0."""
+        self.state.begin_drain()
+        if self.should_exit:  # a second signal: no more waiting for running answers
+            self.force_exit = True
+        self.should_exit = True
+
     async def shutdown(self, sockets=None) -> None:
-        await self.state.drain()
+        await self.state.drain(hurry=lambda: self.force_exit)
         await super().shutdown(sockets)

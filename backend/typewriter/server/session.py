@@ -23,7 +23,7 @@ from ..errors import TypewriterError
 from ..conversation import fit_conversation
 from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from . import protocol as p
-from .lifecycle import ServerState
+from .lifecycle import Phase, ServerState
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
@@ -124,9 +124,11 @@ class Session:
                 "busy", f"chat {self.stream.client_id!r} is still running on this connection; stop it or wait for "
                         "its end", chat.id)
         server = self.server
+        if server.phase is Phase.STOPPING:
+            raise p.ProtocolError("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
         if not server.ready:
-            raise p.ProtocolError("internal", "the server is not accepting chats (shutting down or the engine "
-                                              "stopped); reconnect later", chat.id)
+            raise p.ProtocolError("internal", "the server is not accepting chats (its engine stopped); see /readyz",
+                                  chat.id)
         s = self.settings
         params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
         messages = [{"role": m.role, "content": m.content} for m in chat.messages]

@@ -1,0 +1,72 @@
+"""SIGTERM and SIGINT on a real `typewriter serve` process with the real model: the server drains.
+
+/readyz turns 503 at once, a new socket is closed with 1012 and reason `shutdown`, an answer that can finish
+within `drain_s` does, one that cannot ends with reason `shutdown`, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+
+import pytest
+from helpers import chat_json, recv_json
+from real_server import STOP_TIMEOUT_S, http_get, server_process
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+DRAIN_S = 3.0
+SETTINGS = {
+    "TYPEWRITER_MAX_ACTIVE": "2",
+    "TYPEWRITER_MAX_CONTEXT": "512",  # few programs to compile
+    "TYPEWRITER_MAX_NEW_TOKENS_CAP": "400",
+    "TYPEWRITER_DRAIN_S": str(DRAIN_S),
+}
+SHORT_ANSWER = 6  # tokens: done well within the drain
+LONG_ANSWER = 400  # at least 6 s at 15 ms a token, the fastest this model decodes here: outlasts the drain
+ESSAY = "Write a long, detailed essay about the history of mathematics, from Babylon to today."  # greedy: no early end
+
+
+async def frames_until_end(ws, first: list[dict]) -> list[dict]:
+    frames = list(first)
+    while frames[-1]["type"] not in ("end", "error"):
+        frames.append(await recv_json(ws, 60))
+    return frames
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_drains_running_answers_refuses_new_ones_and_exits_0(tmp_path, sig):
+    with server_process(SETTINGS, tmp_path / "server.log") as (proc, base):
+        url = base.replace("http://", "ws://", 1) + "/ws"
+
+        async def scenario():
+            async with connect(url) as short_ws, connect(url) as long_ws:
+                await long_ws.send(chat_json("long", ESSAY, max_new_tokens=LONG_ANSWER, temperature=0.0))
+                long_first = [await recv_json(long_ws, 60), await recv_json(long_ws, 60)]  # start, a token
+                await short_ws.send(chat_json("short", "Say hi.", max_new_tokens=SHORT_ANSWER))
+                short_first = [await recv_json(short_ws, 60)]
+                assert short_first[0]["type"] == "start", short_first
+                proc.send_signal(sig)
+                signalled = time.monotonic()
+                await asyncio.sleep(0.5)
+                ready = await asyncio.to_thread(http_get, f"{base}/readyz")
+                async with connect(url) as late:
+                    with pytest.raises(ConnectionClosed) as closed:
+                        await asyncio.wait_for(late.recv(), 10)
+                short = await frames_until_end(short_ws, short_first)
+                long = await frames_until_end(long_ws, long_first)
+                return ready, closed.value.rcvd, short, long, time.monotonic() - signalled
+
+        ready, late_close, short, long, drained_s = asyncio.run(scenario())
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    assert ready[0] == 503 and json.loads(ready[1])["status"] == "stopping"
+    assert (late_close.code, late_close.reason) == (1012, "shutdown")
+    assert short[-1]["type"] == "end" and short[-1]["reason"] in ("length", "eos")  # finished, not cut
+    assert (long[-1]["type"], long[-1]["reason"]) == ("end", "shutdown")
+    assert long[-1]["usage"]["completion_tokens"] < LONG_ANSWER
+    assert DRAIN_S - 0.5 <= drained_s < DRAIN_S + 10
+    assert proc.returncode == 0
