@@ -71,12 +71,9 @@ class KVCache(tf.Module):
                 self.v[layer][j].scatter_nd_update(index, v)
 
     def gather(self, layer: int, slots: tf.Tensor, kv_len: int):
-        """A copy of the first kv_len positions of each slot in `slots` [b]: keys and values as one-item lists of
-        [b, k, kv_len, e] (joined into one tensor, as a prefill chunk's attention measured faster on one matmul)."""
-        def read(buffers):
-            return [tf.concat([tf.gather(buffers[j], slots)[:, :, :n] for j, n in self.used(kv_len)], axis=2)]
-
-        return read(self.k[layer]), read(self.v[layer])
+        """A copy of the first kv_len positions of each slot in `slots` [b]: lists of [b, k, segment, e]."""
+        return ([tf.gather(self.k[layer][j], slots)[:, :, :n] for j, n in self.used(kv_len)],
+                [tf.gather(self.v[layer][j], slots)[:, :, :n] for j, n in self.used(kv_len)])
 
     def every_slot(self, layer: int, kv_len: int):
         """The first kv_len positions of every slot: the variables themselves (no copy) for whole segments."""
@@ -206,6 +203,8 @@ class Transformer(tf.Module):
             self.cache.write(i, slots, positions, k[0], v[0], kv_len)
             # gather, not `[slot]`: a sliced variable index would be a compile-time constant, one XLA program per slot
             keys, values = self.cache.gather(i, slot[None], kv_len)  # this chunk included
+            # one matmul over the joined segments: a 64-token chunk at 1,400 cached took 320 ms so, 427 ms per segment
+            keys, values = [tf.concat(keys, axis=2)], [tf.concat(values, axis=2)]
             x += tf.matmul(self._attend(q, keys, values, mask), layer["wo"])
             x += self._mlp(layer, x)
         if all_logits:
