@@ -84,6 +84,7 @@ const ERROR_TEXT = /** @type {Record<string, string>} */ ({
   invalid_request: "The tutor couldn't read that message. Please try again; if it keeps happening, start a new chat.",
   invalid_json: "Your message got garbled on the way. Please reload the page and try again.",
   not_found: "That answer had already finished.",
+  rate_limited: "That's a lot of questions in a short time. Take a moment, then ask again.",
   shutdown: "The tutor is restarting. It will reconnect by itself in a moment; then ask again.",
   internal: "Something went wrong on the tutor's side. Please try again.",
   disconnected: "The connection dropped before the answer finished. It will reconnect by itself; then try again.",

@@ -7,6 +7,7 @@ This is the only module that reads the environment. Every field `name` can be se
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import types
@@ -50,6 +51,13 @@ class Settings:
     send_backlog: int = 256
     ping_interval_s: float = 20.0
     ping_timeout_s: float = 20.0
+    # Abuse limits for a public server: sockets in total and per client address, chats a minute per address.
+    # The address is the socket's peer, or X-Forwarded-For when that peer is one of trusted_proxies (a comma-
+    # separated list of IP addresses; "" trusts none, so the header is ignored).
+    max_connections: int = 512
+    max_connections_per_client: int = 16  # a classroom behind one school NAT still fits in max_active + max_queue
+    chats_per_minute: int = 30
+    trusted_proxies: str = ""
     # After SIGTERM or SIGINT: running answers may go on for drain_s (docker stop waits 10 s by default), then
     # every chat still running ends with reason `shutdown`, and the server waits shutdown_grace_s for their `end`.
     drain_s: float = 8.0
@@ -78,6 +86,13 @@ class Settings:
         _at_least("max_message_bytes", self.max_message_bytes, 1024)
         _at_least("max_messages", self.max_messages, 1)
         _at_least("send_backlog", self.send_backlog, 1)
+        _at_least("max_connections", self.max_connections, 1)
+        _at_least("max_connections_per_client", self.max_connections_per_client, 1)
+        _at_least("chats_per_minute", self.chats_per_minute, 1)
+        try:
+            parse_proxies(self.trusted_proxies)
+        except ValueError as e:
+            raise ConfigError(f"{_env('trusted_proxies')}: {e}; give IP addresses separated by commas") from None
         for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s"):
             _at_least(name, getattr(self, name), 0.0)
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
@@ -132,6 +147,18 @@ def _parse(name: str, raw: str, hint: object) -> object:
         blank = " or 'none'" if optional else ""
         raise ConfigError(f"{_env(name)}: must be {noun}{blank}, got {raw!r}")
     return value
+
+
+def parse_proxies(spec: str) -> frozenset[str]:
+    """`trusted_proxies`: a comma-separated list of IP addresses; "" trusts none."""
+    out = set()
+    for item in (p.strip() for p in spec.split(",")):
+        if item:
+            try:
+                out.add(str(ipaddress.ip_address(item)))
+            except ValueError:
+                raise ValueError(f"{item!r} is not an IP address") from None
+    return frozenset(out)
 
 
 def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:

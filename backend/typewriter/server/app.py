@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket
 from ..config import Settings
 from . import protocol as p
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
+from .limits import client_address
 from .metrics import CONTENT_TYPE
 from .session import Session
 
@@ -71,7 +72,17 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
                       else "the server is not serving chats; see /readyz")
             await websocket.close(p.CLOSE_TRY_AGAIN_LATER, reason)
             return
-        await Session(websocket, state).run()
+        limits = state.limits
+        client = client_address(websocket.client.host if websocket.client else None, websocket.headers,
+                                limits.trusted)
+        refused = limits.connect(client)
+        if refused:
+            await websocket.close(p.CLOSE_TRY_AGAIN_LATER, refused)
+            return
+        try:
+            await Session(websocket, state, client).run()
+        finally:
+            limits.disconnect(client)
 
     @asynccontextmanager
     async def lifespan(app: Starlette):

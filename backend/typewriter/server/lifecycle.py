@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from ..config import Settings
+from ..config import Settings, parse_proxies
 from ..errors import TypewriterError
 from ..request import Event, GenerationRequest
+from .limits import Limits
 from .metrics import Metrics
 
 log = logging.getLogger("typewriter.server")
@@ -83,6 +84,8 @@ class ServerState:
         self.progress = "starting"
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
+        self.limits = Limits(settings.max_connections, settings.max_connections_per_client,
+                             settings.chats_per_minute, parse_proxies(settings.trusted_proxies))
         self._factory = engine_factory
         self._ids = itertools.count(1)
         self._in_flight = 0

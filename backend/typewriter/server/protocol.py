@@ -16,8 +16,8 @@ from ..request import Finished, FinishReason, SamplingParams
 MAX_ID_LENGTH = 64
 ROLES = ("system", "user", "assistant")
 PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
-ERROR_CODES = ("invalid_json", "invalid_request", "prompt_too_long", "busy", "overloaded", "not_found", "shutdown",
-               "internal")
+ERROR_CODES = ("invalid_json", "invalid_request", "prompt_too_long", "busy", "overloaded", "not_found", "rate_limited",
+               "shutdown", "internal")
 
 # WebSocket close codes (RFC 6455 section 7.4.1) the server uses.
 CLOSE_UNSUPPORTED_DATA = 1003  # a binary frame

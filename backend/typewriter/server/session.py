@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import json
 import logging
+import math
 import time
 from typing import Any
 
@@ -64,8 +65,9 @@ class Stream:
 
 
 class Session:
-    def __init__(self, websocket: WebSocket, state: ServerState):
-        self.ws, self.server = websocket, state
+    def __init__(self, websocket: WebSocket, state: ServerState, client: str = "unknown"):
+        """`client`: the address the abuse limits count this connection's chats against."""
+        self.ws, self.server, self.client = websocket, state, client
         self.settings = state.settings
         self.stream: Stream | None = None
         self._open = True
@@ -129,6 +131,10 @@ class Session:
         if not server.ready:
             raise p.ProtocolError("internal", "the server is not accepting chats (its engine stopped); see /readyz",
                                   chat.id)
+        wait_s = server.limits.allow_chat(self.client)
+        if wait_s is not None:
+            raise p.ProtocolError("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
+                                                  f"one address; try again in {math.ceil(wait_s)} s", chat.id)
         s = self.settings
         params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
         messages = [{"role": m.role, "content": m.content} for m in chat.messages]
