@@ -6,6 +6,7 @@ cores); llama-server when GET /health does. Each writes its log to a file whose 
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -29,8 +30,9 @@ def free_port() -> int:
 class Server:
     """A child process serving on HOST:port, ready once `ready_path` answers 200."""
 
-    def __init__(self, name: str, argv: list[str], port: int, ready_path: str):
+    def __init__(self, name: str, argv: list[str], port: int, ready_path: str, env: dict[str, str] | None = None):
         self.name, self.argv, self.port, self.ready_path = name, argv, port, ready_path
+        self.env = None if env is None else {**os.environ, **env}
         self.log = Path(tempfile.mkstemp(prefix=f"classroom-{name}-", suffix=".log")[1])
         self.process: subprocess.Popen | None = None
 
@@ -40,7 +42,8 @@ class Server:
 
     def start(self, timeout_s: float) -> Server:
         with self.log.open("wb") as log:
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=self.env)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -82,7 +85,9 @@ def typewriter_server(max_active: int, max_queue: int, max_context: int, model: 
             "--max-active", str(max_active), "--max-queue", str(max_queue), "--max-context", str(max_context)]
     if model:
         argv += ["--model", model]
-    return Server("typewriter", argv, port, "/readyz")
+    # every simulated student connects from loopback, and the abuse limits count per address (llama-server has none)
+    unlimited = {"TYPEWRITER_MAX_CONNECTIONS_PER_CLIENT": "100000", "TYPEWRITER_CHATS_PER_MINUTE": "100000"}
+    return Server("typewriter", argv, port, "/readyz", unlimited)
 
 
 def llama_server(binary: str, model: str, slots: int, slot_context: int, threads: int, unified: bool) -> Server:

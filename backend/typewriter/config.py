@@ -55,8 +55,8 @@ class Settings:
     # The address is the socket's peer, or X-Forwarded-For when that peer is one of trusted_proxies (a comma-
     # separated list of IP addresses; "" trusts none, so the header is ignored).
     max_connections: int = 512
-    max_connections_per_client: int = 16  # a classroom behind one school NAT still fits in max_active + max_queue
-    chats_per_minute: int = 30
+    max_connections_per_client: int = 64  # a whole class behind one school's NAT shares an address
+    chats_per_minute: int = 120  # per address, so also per class behind a NAT
     trusted_proxies: str = ""
     # After SIGTERM or SIGINT: running answers may go on for drain_s (docker stop waits 10 s by default), then
     # every chat still running ends with reason `shutdown`, and the server waits shutdown_grace_s for their `end`.
