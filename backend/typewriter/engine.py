@@ -45,8 +45,7 @@ class EngineState(enum.Enum):
     RUNNING = "running"  # the thread runs steps
     STOPPING = "stopping"  # shutdown asked: every request ends with `shutdown`
     STOPPED = "stopped"
-    FAILED = "failed"  # the thread died or steps kept failing: every request ended with `error`, nothing more
-    # is accepted
+    FAILED = "failed"  # thread died or steps kept failing: all requests ended with `error`, no new ones
 
 
 _NEXT = {
@@ -83,7 +82,7 @@ class Engine:
         self.steps = 0  # decode steps run, for tests and metrics
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
         self._cancelled: set[str] = set()
-        self._faulty_steps = 0  # consecutive steps with a fault
+        self._faulty_steps = 0  # consecutive steps with a failed runner call
         self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
 
     # ---- caller side (any thread) ----
