@@ -140,3 +140,12 @@ def test_server_frames_have_the_documented_shape():
     assert p.encode(p.token("c1", 0, "é")) == '{"type":"token","id":"c1","index":0,"text":"é"}'
     assert p.error("busy", "wait", None) == {"type": "error", "id": None, "code": "busy", "message": "wait"}
     assert p.pong() == {"type": "pong"}
+
+
+def test_the_page_has_plain_words_for_every_error_code_the_server_sends():
+    from pathlib import Path
+
+    source = (Path(__file__).resolve().parents[1] / "frontend" / "protocol.js").read_text()
+    table = source[source.index("const ERROR_TEXT"):source.index("});", source.index("const ERROR_TEXT"))]
+    missing = [code for code in p.ERROR_CODES if f"\n  {code}:" not in table]  # each key starts a line
+    assert not missing, f"frontend/protocol.js ERROR_TEXT lacks {missing}"
