@@ -19,6 +19,6 @@ RUN useradd --create-home typewriter
 USER typewriter
 EXPOSE 8000
 ENV TYPEWRITER_HOST=0.0.0.0 TYPEWRITER_PORT=8000
-HEALTHCHECK --interval=10s --timeout=3s --start-period=600s \
+HEALTHCHECK --interval=10s --timeout=3s --start-period=900s \
   CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/readyz').status != 200)"
 CMD ["typewriter", "serve"]
