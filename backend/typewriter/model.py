@@ -58,10 +58,11 @@ class KVCache(tf.Module):
               kv_len: int) -> None:
         """slots, positions [n]; k, v [n, k, e]: each row's K/V at (slot, position)."""
         heads = k.shape[1]
+        at = tf.stack([tf.repeat(slots[:, None], heads, axis=1),
+                       tf.repeat(tf.range(heads)[None], tf.shape(slots)[0], axis=0),
+                       tf.repeat(positions[:, None], heads, axis=1)], axis=-1)  # [n, k, 3]: (slot, head, position)
         for j, _ in self.used(kv_len):
-            index = tf.stack([tf.repeat(slots[:, None], heads, axis=1),
-                              tf.repeat(tf.range(heads)[None], tf.shape(slots)[0], axis=0),
-                              tf.repeat(positions[:, None] - self.starts[j], heads, axis=1)], axis=-1)  # [n, k, 3]
+            index = at - [0, 0, self.starts[j]]  # the position within segment j
             if tf.executing_eagerly():  # an uncompiled reference run: TensorFlow's own scatter refuses such rows
                 keep = tf.reduce_all((index >= 0) & (index < self.k[layer][j].shape[:3]), axis=-1)[:, 0]
                 self.k[layer][j].scatter_nd_update(index[keep], k[keep])
@@ -227,6 +228,7 @@ class Transformer(tf.Module):
             mask = (tf.range(kv_len)[None, :] <= slot_pos[:, None])[:, None, :]  # [n_slots, 1, s]
         else:
             mask = (tf.range(kv_len)[None, :] <= positions[:, None])[:, None, :]  # [b, 1, s]
+        own_slots = tf.minimum(slots, n_slots - 1)  # a padding row gathers some slot and its result is dropped
         x = tf.gather(self.tok_embeddings, tokens)[:, None, :]  # [b, 1, d]
         for i, layer in enumerate(self.layers):
             q, k, v = self._qkv(layer, x, positions[:, None])
@@ -236,7 +238,7 @@ class Transformer(tf.Module):
                 attended = self._attend(tf.einsum("bs,bthe->sthe", one_hot, q), keys, values, mask)
                 attended = tf.einsum("bs,sty->bty", one_hot, attended)
             else:
-                keys, values = self.cache.gather(i, tf.minimum(slots, n_slots - 1), kv_len)
+                keys, values = self.cache.gather(i, own_slots, kv_len)
                 attended = self._attend(q, keys, values, mask)
             x += tf.matmul(attended, layer["wo"])
             x += self._mlp(layer, x)

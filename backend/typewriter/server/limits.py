@@ -41,11 +41,8 @@ class Limits:
         self.trusted = frozenset(trusted_proxies)
         self.clock = clock
         self.open: collections.Counter[str] = collections.Counter()
+        self.total = 0  # sum(self.open.values()), kept rather than summed on every connect
         self._chats: dict[str, collections.deque[float]] = {}
-
-    @property
-    def total(self) -> int:
-        return sum(self.open.values())
 
     def connect(self, client: str) -> str | None:
         """Count a new socket from `client`; returns why it is refused (and then counts nothing), or None."""
@@ -54,10 +51,12 @@ class Limits:
         if self.open[client] >= self.max_per_client:
             return f"too many connections from your address (at most {self.max_per_client}); close one first"
         self.open[client] += 1
+        self.total += 1
         return None
 
     def disconnect(self, client: str) -> None:
         self.open[client] -= 1
+        self.total -= 1
         if self.open[client] <= 0:
             del self.open[client]
 
