@@ -31,6 +31,17 @@ class ChainRunner:
         # What each slot's cache holds, position by position: every call is checked against it, so a
         # scheduling bug (a gap, a stale prefix, a wrong position) fails loudly instead of passing silently.
         self.cache: list[list[int]] = [[] for _ in range(slots)]
+        self.compiled_up_to: dict[str, int] = {}  # kind -> the longest length its compiled programs reach
+
+    def compile_status(self) -> dict:
+        return {"compiled": 3, "total": 3, "compiling": []}
+
+    def close(self) -> None:
+        pass
+
+    def can_run(self, kind: str, n: int, length: int) -> bool:
+        """Like the real runner while it compiles in the background: only up to `compiled_up_to[kind]`."""
+        return length <= self.compiled_up_to.get(kind, self.max_len)
 
     def logits_after(self, token: int) -> np.ndarray:
         row = np.zeros(self.vocab_size, np.float32)

@@ -221,6 +221,22 @@ def test_short_newcomers_that_fit_the_budget_are_prefilled_in_one_step_while_the
     assert not any(r.of(Queued) for r in burst)  # a slot was free for each: none is told it is queued
 
 
+def test_a_stream_whose_program_is_still_compiling_sits_out_while_the_others_go_on(make_engine, tokenizer):
+    engine = make_engine(slots=2)
+    engine.runner.compiled_up_to = {"decode": 8}  # as if longer decode programs were compiling
+    short = submit(engine, tokenizer, "short", "a", max_new_tokens=20)
+    long = submit(engine, tokenizer, "long", "abcd", max_new_tokens=20)
+    for _ in range(8):
+        engine.step()
+    assert len(short.tokens) == 8 and len(long.tokens) == 5  # "long" holds 9 positions and waits there
+    engine.runner.compiled_up_to = {"decode": 3}  # now nothing compiled can run
+    engine.step()  # then all go (the real runner waits for the program), rather than no one
+    assert len(short.tokens) == 9 and len(long.tokens) == 6
+    engine.runner.compiled_up_to = {}
+    steps_until(engine, short, long)
+    assert short.text == "bcdefghijklmnopqrstu" and long.text == "efghijklmnopqrstuvwx"
+
+
 def test_a_long_prompt_is_prefilled_within_the_budget_over_several_steps_as_the_others_decode(make_engine,
                                                                                               tokenizer):
     engine = make_engine(slots=2, prefill_budget=8, max_len=256, max_chunk=16)
@@ -554,7 +570,7 @@ def test_steps_that_keep_failing_end_every_request_and_the_engine_refuses_new_on
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_gguf):
     engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
-                                      warmup=False)
+                                      compile="lazy")
     yield engine, tokenizer
     engine.shutdown()
 
@@ -635,7 +651,7 @@ def test_a_hugging_face_directory_answers_exactly_as_the_gguf_of_the_same_weight
     answers = []
     for path in (write_gguf(tmp_path / "tiny.gguf", cfg, weights), write_hf_dir(tmp_path / "hf", cfg, weights)):
         engine, tokenizer, _ = runtime.load(path, slots=1, max_context=64, max_queue=0, prefill_budget=8,
-                                              warmup=False)
+                                              compile="lazy")
         try:
             ids = tokenizer.encode_chat([{"role": "user", "content": "hello"}], system="")
             params = SamplingParams(max_new_tokens=10, temperature=0.0, repetition_penalty=1.0)

@@ -131,7 +131,8 @@ def test_one_xla_program_serves_every_slot_start_and_copy_pair(runner):
     chunk = np.zeros([1, 8], np.int32)
     assert hlo(runner.extend_fn(8, 16), chunk, np.int32(0), np.int32(3), np.int32(0)) == \
         hlo(runner.extend_fn(8, 16), chunk, np.int32(5), np.int32(2), np.int32(1))
-    assert hlo(runner._copy, np.int32(0), np.int32(1)) == hlo(runner._copy, np.int32(1), np.int32(0))
+    copy = runner._fn(("copy", 1, 32))
+    assert hlo(copy, np.int32(0), np.int32(1)) == hlo(copy, np.int32(1), np.int32(0))
     rows = np.zeros([2], np.int32)
     assert hlo(runner.decode_fn(2, 16), rows, rows, np.array([0, 1], np.int32)) == \
         hlo(runner.decode_fn(2, 16), rows + 3, rows + 4, np.array([1, 0], np.int32))

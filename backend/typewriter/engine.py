@@ -23,7 +23,7 @@ import numpy as np
 
 from .errors import EngineStopped, InvalidRequest, PromptTooLong
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
-from .scheduler import Scheduler
+from .scheduler import Chunk, Plan, Scheduler
 from .sequence import Sequence, Status
 
 if TYPE_CHECKING:
@@ -132,8 +132,14 @@ class Engine:
         with self._lock:
             return EngineStats(active=len(self.scheduler.running), queued=len(self.scheduler.waiting))
 
+    def compile_status(self) -> dict:
+        """The runner's compiled programs so far, of all (see ModelRunner.compile_status)."""
+        return self.runner.compile_status()
+
     def shutdown(self, timeout: float | None = 30.0) -> None:
-        """End every running and waiting request with reason `shutdown`, then stop the thread."""
+        """End every running and waiting request with reason `shutdown`, then stop the thread (and any
+        background compiling)."""
+        self.runner.close()
         with self._lock:
             if self.state is EngineState.IDLE:  # no thread: end them here
                 self._move(EngineState.STOPPING)
@@ -182,7 +188,8 @@ class Engine:
                 self.runner.copy_slot(source, target)
             except Exception:
                 faults += self._fail([by_slot[target]], "a cache copy")
-        for chunk in plan.chunks:
+        chunks, decode = self._runnable(plan)
+        for chunk in chunks:
             if chunk.seq.status is Status.FINISHED:  # its copy failed
                 continue
             try:
@@ -194,11 +201,21 @@ class Engine:
                 self.scheduler.prefilled(chunk)
             if chunk.last:
                 self._take(chunk.seq, logits)
-        if plan.decode:
-            faults += self._decode(plan.decode)
+        if decode:
+            faults += self._decode(decode)
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")
+
+    def _runnable(self, plan: Plan) -> tuple[list[Chunk], list[Sequence]]:
+        """The chunks and decode rows that programs compiled by now can run. The others sit this step out while
+        the programs they need compile in the background, unless nothing could run: then all go, and wait."""
+        can_run = self.runner.can_run
+        chunks = [c for c in plan.chunks if can_run("prefill", c.length, c.start + c.length)]
+        rows = [seq for seq in plan.decode if can_run("decode", len(plan.decode), seq.num_tokens)]
+        if not chunks and not rows:
+            return plan.chunks, plan.decode
+        return chunks, rows
 
     def _decode(self, batch: list[Sequence]) -> int:
         """Returns 1 if the decode step failed, else 0."""

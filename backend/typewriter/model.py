@@ -54,9 +54,14 @@ class KVCache(tf.Module):
         return [(j, min(end, kv_len) - start) for j, (start, end) in enumerate(zip(self.starts, self.bounds))
                 if start < kv_len]
 
-    def write(self, layer: int, slots: tf.Tensor, positions: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
+    def layer(self, i: int) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """Layer i's K and V segments, the `segments` argument of the methods below."""
+        return self.k[i], self.v[i]
+
+    def write(self, segments, slots: tf.Tensor, positions: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
               kv_len: int) -> None:
         """slots, positions [n]; k, v [n, k, e]: each row's K/V at (slot, position)."""
+        ks, vs = segments
         heads = k.shape[1]
         at = tf.stack([tf.repeat(slots[:, None], heads, axis=1),
                        tf.repeat(tf.range(heads)[None], tf.shape(slots)[0], axis=0),
@@ -64,25 +69,23 @@ class KVCache(tf.Module):
         for j, _ in self.used(kv_len):
             index = at - [0, 0, self.starts[j]]  # the position within segment j
             if tf.executing_eagerly():  # an uncompiled reference run: TensorFlow's own scatter refuses such rows
-                keep = tf.reduce_all((index >= 0) & (index < self.k[layer][j].shape[:3]), axis=-1)[:, 0]
-                self.k[layer][j].scatter_nd_update(index[keep], k[keep])
-                self.v[layer][j].scatter_nd_update(index[keep], v[keep])
+                keep = tf.reduce_all((index >= 0) & (index < ks[j].shape[:3]), axis=-1)[:, 0]
+                ks[j].scatter_nd_update(index[keep], k[keep])
+                vs[j].scatter_nd_update(index[keep], v[keep])
             else:
-                self.k[layer][j].scatter_nd_update(index, k)
-                self.v[layer][j].scatter_nd_update(index, v)
+                ks[j].scatter_nd_update(index, k)
+                vs[j].scatter_nd_update(index, v)
 
-    def gather(self, layer: int, slots: tf.Tensor, kv_len: int):
+    def gather(self, segments, slots: tf.Tensor, kv_len: int):
         """A copy of the first kv_len positions of each slot in `slots` [b]: lists of [b, k, segment, e]."""
-        return ([tf.gather(self.k[layer][j], slots)[:, :, :n] for j, n in self.used(kv_len)],
-                [tf.gather(self.v[layer][j], slots)[:, :, :n] for j, n in self.used(kv_len)])
+        return tuple([tf.gather(var[j], slots)[:, :, :n] for j, n in self.used(kv_len)] for var in segments)
 
-    def every_slot(self, layer: int, kv_len: int):
+    def every_slot(self, segments, kv_len: int):
         """The first kv_len positions of every slot: the variables themselves (no copy) for whole segments."""
         def read(var, n):
             return var if n == var.shape[2] else var[:, :, :n]
 
-        return ([read(self.k[layer][j], n) for j, n in self.used(kv_len)],
-                [read(self.v[layer][j], n) for j, n in self.used(kv_len)])
+        return tuple([read(var[j], n) for j, n in self.used(kv_len)] for var in segments)
 
     def copy_slot(self, source: tf.Tensor, target: tf.Tensor) -> None:
         """Every cached position of slot `source` into slot `target` (a shared prefix, computed once)."""
@@ -196,21 +199,24 @@ class Transformer(tf.Module):
         """
         t = tokens.shape[1]
         positions = start + tf.range(t)  # [t]
-        slots = tf.fill([t], slot)
         mask = (tf.range(kv_len)[None, :] <= positions[:, None])[None]  # causal over the cache [1, t, s]
         x = tf.gather(self.tok_embeddings, tokens)  # [1, t, d]
+        body = _layer_body(self._extend_layer)
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, positions[None])
-            self.cache.write(i, slots, positions, k[0], v[0], kv_len)
-            # gather, not `[slot]`: a sliced variable index would be a compile-time constant, one XLA program per slot
-            keys, values = self.cache.gather(i, slot[None], kv_len)  # this chunk included
-            # one matmul over the joined segments: a 64-token chunk at 1,400 cached took 320 ms so, 427 ms per segment
-            keys, values = [tf.concat(keys, axis=2)], [tf.concat(values, axis=2)]
-            x += tf.matmul(self._attend(q, keys, values, mask), layer["wo"])
-            x += self._mlp(layer, x)
+            x = body(layer, self.cache.layer(i), x, positions, slot, mask, kv_len)
         if all_logits:
             return self._logits(x)
         return self._logits(tf.gather(x, [length - 1], axis=1)[:, 0])
+
+    def _extend_layer(self, layer: dict, segments, x, positions, slot, mask, kv_len: int) -> tf.Tensor:
+        q, k, v = self._qkv(layer, x, positions[None])
+        self.cache.write(segments, tf.fill(tf.shape(positions), slot), positions, k[0], v[0], kv_len)
+        # gather, not `[slot]`: a sliced variable index would be a compile-time constant, one XLA program per slot
+        keys, values = self.cache.gather(segments, slot[None], kv_len)  # this chunk included
+        # one matmul over the joined segments: a 64-token chunk at 1,400 cached took 320 ms so, 427 ms per segment
+        keys, values = [tf.concat(keys, axis=2)], [tf.concat(values, axis=2)]
+        x += tf.matmul(self._attend(q, keys, values, mask), layer["wo"])
+        return x + self._mlp(layer, x)
 
     def decode(self, tokens: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor, kv_len: int) -> tf.Tensor:
         """One step for b sequences: tokens [b] at positions [b] in slots [b] -> logits [b, v].
@@ -221,25 +227,37 @@ class Transformer(tf.Module):
         in place, which costs less than copying theirs (see KVCache).
         """
         b, n_slots = tokens.shape[0], self.cache.slots
-        in_place = b >= IN_PLACE_SHARE * n_slots
-        if in_place:  # row r is slot slots[r]: one-hot maps rows to slots and back (a padding row maps to none)
-            one_hot = tf.cast(slots[:, None] == tf.range(n_slots)[None], tf.float32)  # [b, n_slots]
-            slot_pos = tf.reduce_max(tf.where(one_hot > 0, positions[:, None], -1), axis=0)  # [n_slots], -1: idle
+        if b >= IN_PLACE_SHARE * n_slots:  # row r is slot slots[r]: one-hot maps rows to slots and back
+            rows = tf.cast(slots[:, None] == tf.range(n_slots)[None], tf.float32)  # [b, n_slots], padding: none
+            slot_pos = tf.reduce_max(tf.where(rows > 0, positions[:, None], -1), axis=0)  # [n_slots], -1: idle
             mask = (tf.range(kv_len)[None, :] <= slot_pos[:, None])[:, None, :]  # [n_slots, 1, s]
         else:
+            rows = tf.minimum(slots, n_slots - 1)  # a padding row gathers some slot and its result is dropped
             mask = (tf.range(kv_len)[None, :] <= positions[:, None])[:, None, :]  # [b, 1, s]
-        own_slots = tf.minimum(slots, n_slots - 1)  # a padding row gathers some slot and its result is dropped
         x = tf.gather(self.tok_embeddings, tokens)[:, None, :]  # [b, 1, d]
+        body = _layer_body(self._decode_layer)
         for i, layer in enumerate(self.layers):
-            q, k, v = self._qkv(layer, x, positions[:, None])
-            self.cache.write(i, slots, positions, k[:, 0], v[:, 0], kv_len)
-            if in_place:
-                keys, values = self.cache.every_slot(i, kv_len)
-                attended = self._attend(tf.einsum("bs,bthe->sthe", one_hot, q), keys, values, mask)
-                attended = tf.einsum("bs,sty->bty", one_hot, attended)
-            else:
-                keys, values = self.cache.gather(i, own_slots, kv_len)
-                attended = self._attend(q, keys, values, mask)
-            x += tf.matmul(attended, layer["wo"])
-            x += self._mlp(layer, x)
+            x = body(layer, self.cache.layer(i), x, positions, slots, rows, mask, kv_len)
         return self._logits(x[:, 0])
+
+    def _decode_layer(self, layer: dict, segments, x, positions, slots, rows, mask, kv_len: int) -> tf.Tensor:
+        """rows: the one-hot [b, n_slots] of an in-place step, or the slots [b] that a gathering step reads."""
+        q, k, v = self._qkv(layer, x, positions[:, None])
+        self.cache.write(segments, slots, positions, k[:, 0], v[:, 0], kv_len)
+        if rows.shape.rank == 2:
+            keys, values = self.cache.every_slot(segments, kv_len)
+            attended = self._attend(tf.einsum("bs,bthe->sthe", rows, q), keys, values, mask)
+            attended = tf.einsum("bs,sty->bty", rows, attended)
+        else:
+            keys, values = self.cache.gather(segments, rows, kv_len)
+            attended = self._attend(q, keys, values, mask)
+        x += tf.matmul(attended, layer["wo"])
+        return x + self._mlp(layer, x)
+
+
+def _layer_body(layer_fn):
+    """What each layer calls while an entry point is traced: one traced function that every layer calls with its
+    own variables, so tracing costs one layer's ops, not n_layers' (7 s a program here for 30 layers; XLA inlines
+    the calls). A new one per trace keeps each program's graph, and so its compile-cache key, the same whatever
+    was traced before it. Run eagerly (a reference run), the layer is called as it is."""
+    return layer_fn if tf.executing_eagerly() else tf.function(layer_fn, autograph=False)

@@ -1,22 +1,39 @@
-"""Compiled entry points of the model, one XLA program per shape bucket, built once and memoised.
+"""Compiled entry points of the model, one XLA program per shape bucket, built on demand or in the background.
 
 A prefill chunk extends one slot's sequence by up to `max_chunk` prompt tokens, padded to a chunk bucket, and
 attends over the slot's first kv_len cached positions (a length bucket): a long prompt is prefilled over several
 calls, and a prompt whose prefix is already cached starts after it. A decode step runs any b sequences at once
 (padded to a batch bucket), each over its own slot's first kv_len cached positions, so a short conversation
-never pays for the whole cache. Everything here runs on the engine thread.
+never pays for the whole cache.
+
+Compiling every bucket takes minutes here, so a server compiles a few programs, starts serving, and compiles the
+rest on a background thread (`compile_in_background`). A call uses the best program already compiled that can
+serve it (a bigger batch or attention length, or several calls of a smaller one), and waits only when none can;
+the program it lacked compiles next. The calls run on the engine thread; compiling may run on any.
 """
 
 from __future__ import annotations
 
 import bisect
-from concurrent.futures import ThreadPoolExecutor
+import itertools
+import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import tensorflow as tf
 
 from .model import Transformer
+from .program_names import stable_names
+
+log = logging.getLogger("typewriter.runner")
+
+# A program: ("prefill", chunk tokens, attention length), ("decode", batch rows, attention length) or the cache
+# copy ("copy", 1, max_len).
+Key = tuple[str, int, int]
+CompileProgress = Callable[[int, int, str], None]  # (programs compiled, of total, the last one's label)
 
 
 def power_of_two_buckets(low: int, high: int) -> tuple[int, ...]:
@@ -28,7 +45,16 @@ def power_of_two_buckets(low: int, high: int) -> tuple[int, ...]:
     return tuple(out + [high])
 
 
+def label(key: Key) -> str:
+    kind, size, kv_len = key
+    if kind == "copy":
+        return "cache copy"
+    return f"{kind} {'chunk' if kind == 'prefill' else 'batch'} {size} x cache {kv_len}"
+
+
 class ModelRunner:
+    _instances = itertools.count()  # names each runner's programs apart (see program_names)
+
     def __init__(
         self,
         model: Transformer,
@@ -42,10 +68,14 @@ class ModelRunner:
         self.chunk_buckets = tuple(sorted(chunk_buckets))
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.kv_buckets = model.cache.bounds
-        self._extend: dict[tuple[int, int], tf.types.experimental.GenericFunction] = {}
-        self._decode: dict[tuple[int, int], tf.types.experimental.GenericFunction] = {}
-        self._copy = tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False,
-                                 input_signature=[tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)])
+        self._instance = next(ModelRunner._instances)
+        self._fns: dict[Key, tf.types.experimental.GenericFunction] = {}
+        self._ready: set[Key] = set()  # compiled
+        self._building: set[Key] = set()
+        self._queue: list[Key] = []  # what the background thread compiles, next first
+        self._background = False  # a thread compiles the queue: calls make do with what is compiled meanwhile
+        self._closed = False
+        self._cond = threading.Condition()  # guards the sets, the queue and _fns
 
     @property
     def slots(self) -> int:
@@ -63,46 +93,201 @@ class ModelRunner:
     def max_chunk(self) -> int:
         return self.chunk_buckets[-1]
 
-    # ---- compiled functions ----
+    # ---- the programs ----
+
+    def programs(self) -> list[Key]:
+        """Every program, most useful first: per attention length, shortest first, one-row decode, a middle
+        chunk and a full batch (enough to serve anything of that length), then the other sizes; the cache copy
+        (prefix reuse) right after the first length's."""
+        mid = self.chunk_buckets[(len(self.chunk_buckets) - 1) // 2]
+        order: list[Key] = []
+        for s in self.kv_buckets:
+            order += [("decode", 1, s), ("prefill", mid, s), ("decode", self.slots, s)]
+            if s == self.kv_buckets[0]:
+                order.append(("copy", 1, self.max_len))
+            order += [("decode", b, s) for b in reversed(self.batch_buckets)]
+            order += [("prefill", t, s) for t in self.chunk_buckets]
+        return list(dict.fromkeys(order))
+
+    def first_programs(self) -> list[Key]:
+        """What a server compiles before it reports ready: one prefill chunk and one-row decode at the shortest
+        attention length. Everything else can wait for the background (or a call that needs it)."""
+        return self.programs()[:2]
 
     def extend_fn(self, t: int, kv_len: int):
-        key = (t, kv_len)
-        if key not in self._extend:
-            model = self.model
+        return self._fn(("prefill", t, kv_len))
 
+    def decode_fn(self, b: int, kv_len: int):
+        return self._fn(("decode", b, kv_len))
+
+    def _fn(self, key: Key):
+        with self._cond:
+            if key not in self._fns:
+                self._fns[key] = self._make(key)
+            return self._fns[key]
+
+    def _make(self, key: Key):
+        kind, size, kv_len = key
+        model, i32 = self.model, tf.int32
+        if kind == "copy":
+            return tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False,
+                               input_signature=[tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
+        if kind == "prefill":
             def prefill_chunk(tokens, start, length, slot):
                 return model.extend(tokens, start, length, slot, kv_len)
 
-            self._extend[key] = tf.function(
-                prefill_chunk,
-                input_signature=[tf.TensorSpec([1, t], tf.int32), tf.TensorSpec([], tf.int32),
-                                 tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.int32)],
-                jit_compile=True,
-                reduce_retracing=False,
-            )
-        return self._extend[key]
+            return tf.function(prefill_chunk, jit_compile=True, reduce_retracing=False, input_signature=[
+                tf.TensorSpec([1, size], i32), tf.TensorSpec([], i32), tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
 
-    def decode_fn(self, b: int, kv_len: int):
-        key = (b, kv_len)
-        if key not in self._decode:
-            model = self.model
+        def decode_step(tokens, positions, slots):
+            return model.decode(tokens, positions, slots, kv_len)
 
-            def decode_step(tokens, positions, slots):
-                return model.decode(tokens, positions, slots, kv_len)
+        return tf.function(decode_step, jit_compile=True, input_signature=[tf.TensorSpec([size], i32)] * 3)
 
-            self._decode[key] = tf.function(
-                decode_step,
-                input_signature=[tf.TensorSpec([b], tf.int32)] * 3,
-                jit_compile=True,
-            )
-        return self._decode[key]
+    def _idle_args(self, key: Key) -> tuple:
+        """Arguments that compile and run a program without touching any slot's cache: slot `slots` and position
+        max_len are out of bounds, and XLA drops those writes."""
+        kind, size, _ = key
+        if kind == "copy":
+            return np.int32(0), np.int32(self.slots)
+        if kind == "prefill":
+            return np.zeros([1, size], np.int32), np.int32(0), np.int32(1), np.int32(self.slots)
+        return (np.zeros([size], np.int32), np.full([size], self.max_len, np.int32),
+                np.full([size], self.slots, np.int32))
 
     def tracing_counts(self) -> dict[str, int]:
-        counts = {f"prefill/{t}x{s}": f.experimental_get_tracing_count() for (t, s), f in self._extend.items()}
-        counts |= {f"decode/{b}x{s}": f.experimental_get_tracing_count() for (b, s), f in self._decode.items()}
-        if self._copy.experimental_get_tracing_count():
-            counts["copy"] = self._copy.experimental_get_tracing_count()
-        return counts
+        names = {"prefill": "prefill/{}x{}", "decode": "decode/{}x{}", "copy": "copy"}
+        with self._cond:
+            fns = dict(self._fns)
+        return {names[k[0]].format(*k[1:]): f.experimental_get_tracing_count() for k, f in fns.items()
+                if f.experimental_get_tracing_count()}
+
+    # ---- compiling ----
+
+    def compiled(self, key: Key) -> bool:
+        with self._cond:
+            return key in self._ready
+
+    def compile(self, key: Key) -> None:
+        """Compile one program now (if another thread is compiling it, wait for that)."""
+        with self._cond:
+            while key in self._building:
+                self._cond.wait()
+            if key in self._ready:
+                return
+            self._building.add(key)
+        t0, ok = time.perf_counter(), False
+        try:
+            fn = self._fn(key)
+            with stable_names(f"tw{self._instance}_{key[0]}_{key[1]}x{key[2]}"):
+                out = fn(*self._idle_args(key))
+            if out is not None:  # the cache copy returns nothing
+                out.numpy()
+            ok = True
+        finally:
+            with self._cond:
+                self._building.discard(key)
+                if ok:
+                    self._ready.add(key)
+                    if key in self._queue:
+                        self._queue.remove(key)
+                self._cond.notify_all()
+        log.debug("compiled %s in %.1fs", label(key), time.perf_counter() - t0)
+
+    def compile_all(self, keys: Sequence[Key], progress: CompileProgress | None = None, threads: int = 2) -> None:
+        """Compile `keys` before returning, `threads` at once (XLA compiles outside the GIL)."""
+        def build(key: Key) -> str:
+            self.compile(key)
+            return label(key)
+
+        with ThreadPoolExecutor(max(1, threads), thread_name_prefix="typewriter-compile") as pool:
+            for done, name in enumerate(pool.map(build, keys), start=1):
+                if progress:
+                    progress(done, len(keys), name)
+
+    def warmup(self, progress: CompileProgress | None = None, threads: int = 2) -> None:
+        """Compile every program now, so no call ever waits for XLA."""
+        self.compile_all(self.programs(), progress, threads)
+
+    def compile_in_background(self, progress: CompileProgress | None = None,
+                              keys: Sequence[Key] | None = None) -> threading.Thread:
+        """Compile `keys` (every program) not compiled yet, one at a time on a daemon thread, in that order except
+        that one a call is waiting for, or had to make do without, goes next. `close()` stops it after the
+        program it is compiling."""
+        total = len(self.programs())
+        with self._cond:
+            self._queue = [k for k in (self.programs() if keys is None else keys) if k not in self._ready]
+            self._background = True
+
+        def run() -> None:
+            while True:
+                with self._cond:
+                    waiting = [k for k in self._queue if k not in self._building]
+                    if self._closed or not waiting:
+                        self._background = False
+                        return
+                    key = waiting[0]
+                try:
+                    self.compile(key)
+                except Exception:  # a call that needs it compiles it itself, and fails there if it must
+                    log.exception("compiling %s in the background failed", label(key))
+                    with self._cond:
+                        if key in self._queue:
+                            self._queue.remove(key)
+                    continue
+                if progress:
+                    with self._cond:
+                        done = len(self._ready)
+                    progress(done, total, label(key))
+
+        thread = threading.Thread(target=run, name="typewriter-background-compile", daemon=True)
+        thread.start()
+        return thread
+
+    def compile_status(self) -> dict:
+        """For /readyz and the log: how many programs are compiled, and which are compiling now."""
+        with self._cond:
+            return {"compiled": len(self._ready), "total": len(self.programs()),
+                    "compiling": sorted(label(k) for k in self._building)}
+
+    def close(self) -> None:
+        """Stop background compiling (after the program it is on)."""
+        with self._cond:
+            self._closed = True
+            self._queue.clear()
+
+    def _choose(self, kind: str, sizes: Sequence[int], n: int, kv_len: int) -> tuple[int, int]:
+        """(size, attention length) of the program to run n rows or tokens over kv_len positions: its own
+        bucket if compiled; while the background compiles, the compiled one of that kind that needs the fewest
+        calls (then the shortest attention, then the smallest size), and its own goes next in the queue;
+        otherwise its own bucket, compiled now."""
+        exact = (kind, bucket(sizes, n), kv_len)
+        with self._cond:
+            if exact in self._ready:
+                return exact[1:]
+            served = [k for k in self._ready if k[0] == kind and k[2] >= kv_len] if self._background else []
+            self._put_first(exact)
+            if served:
+                return min(served, key=lambda k: (-(-n // k[1]), k[2], k[1]))[1:]
+        self.compile(exact)
+        return exact[1:]
+
+    def can_run(self, kind: str, n: int, length: int) -> bool:
+        """Whether n rows (decode) or tokens (prefill) reaching `length` positions can run without waiting for
+        a compile (always, unless the background compiles); if not, the program they need is compiled next."""
+        kv_len = bucket(self.kv_buckets, length)
+        with self._cond:
+            if not self._background or any(k[0] == kind and k[2] >= kv_len for k in self._ready):
+                return True
+            sizes = self.chunk_buckets if kind == "prefill" else self.batch_buckets
+            self._put_first((kind, bucket(sizes, min(n, sizes[-1])), kv_len))
+            return False
+
+    def _put_first(self, key: Key) -> None:
+        """Caller holds the lock."""
+        if key in self._queue and self._queue[0] != key:
+            self._queue.remove(key)
+            self._queue.insert(0, key)
 
     # ---- calls ----
 
@@ -110,50 +295,37 @@ class ModelRunner:
         """Write `token_ids` (at most max_chunk) into `slot` at positions start.., after the cached positions
         0..start-1; returns the logits [v] after the last of them."""
         n = len(token_ids)
-        t = bucket(self.chunk_buckets, n)
-        kv_len = bucket(self.kv_buckets, start + n)
-        tokens = np.zeros([1, t], np.int32)
-        tokens[0, :n] = token_ids
-        return self.extend_fn(t, kv_len)(tokens, np.int32(start), np.int32(n), np.int32(slot)).numpy()[0]
+        t, kv_len = self._choose("prefill", self.chunk_buckets, n, bucket(self.kv_buckets, start + n))
+        fn = self._fn(("prefill", t, kv_len))
+        for i in range(0, n, t):  # one call, unless only a smaller chunk is compiled yet
+            piece = token_ids[i:i + t]
+            tokens = np.zeros([1, t], np.int32)
+            tokens[0, :len(piece)] = piece
+            logits = fn(tokens, np.int32(start + i), np.int32(len(piece)), np.int32(slot))
+        return logits.numpy()[0]
 
     def copy_slot(self, source: int, target: int) -> None:
         """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
-        self._copy(np.int32(source), np.int32(target))
+        key = ("copy", 1, self.max_len)
+        self.compile(key)
+        self._fn(key)(np.int32(source), np.int32(target))
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v].
         The batch is padded to a bucket with rows of no slot, whose writes the model drops."""
         n = len(tokens)
-        b = bucket(self.batch_buckets, n)
-        kv_len = bucket(self.kv_buckets, int(max(positions)) + 1)
-        tok = np.zeros([b], np.int32)
-        pos = np.full([b], self.max_len, np.int32)
-        slot = np.full([b], self.slots, np.int32)
-        tok[:n], pos[:n], slot[:n] = tokens, positions, slots
-        return self.decode_fn(b, kv_len)(tok, pos, slot).numpy()[:n]
-
-    def warmup(self, progress: Callable[[int, int, str], None] | None = None, threads: int = 2) -> None:
-        """Compile every bucket now, so no request ever waits for XLA. XLA compiles outside the GIL, so
-        `threads` programs build at once; the tf.function objects are made here, on the calling thread."""
-        work = [(f"prefill chunk {t} x cache {s}", self.extend_fn(t, s),
-                 (np.zeros([1, t], np.int32), np.int32(0), np.int32(1), np.int32(0)))
-                for t in self.chunk_buckets for s in self.kv_buckets]
-        work.append(("cache copy", self._copy, (np.int32(0), np.int32(0))))
-        work += [(f"decode batch {b} x cache {s}", self.decode_fn(b, s),
-                  (np.zeros([b], np.int32), np.full([b], self.max_len, np.int32), np.full([b], self.slots, np.int32)))
-                 for b in self.batch_buckets for s in self.kv_buckets]
-
-        def build(item) -> str:
-            label, fn, args = item
-            out = fn(*args)
-            if out is not None:  # the cache copy returns nothing
-                out.numpy()
-            return label
-
-        with ThreadPoolExecutor(max(1, threads), thread_name_prefix="typewriter-compile") as pool:
-            for done, label in enumerate(pool.map(build, work), start=1):
-                if progress:
-                    progress(done, len(work), label)
+        b, kv_len = self._choose("decode", self.batch_buckets, n, bucket(self.kv_buckets, int(max(positions)) + 1))
+        fn = self._fn(("decode", b, kv_len))
+        out = []
+        for i in range(0, n, b):  # one call, unless only a smaller batch is compiled yet
+            rows = slice(i, min(n, i + b))
+            m = rows.stop - rows.start
+            tok = np.zeros([b], np.int32)
+            pos = np.full([b], self.max_len, np.int32)
+            slot = np.full([b], self.slots, np.int32)
+            tok[:m], pos[:m], slot[:m] = tokens[rows], positions[rows], slots[rows]
+            out.append(fn(tok, pos, slot).numpy()[:m])
+        return out[0] if len(out) == 1 else np.concatenate(out)
 
 
 def bucket(buckets: Sequence[int], n: int) -> int:

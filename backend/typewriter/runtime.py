@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from .engine import Engine
 from .model_config import ModelConfig
@@ -15,6 +17,11 @@ from .weights.gguf_file import GGUFFile
 from .weights.load import open_source
 
 Progress = Callable[[str], None]
+# When the compiled programs are built: "all" before load returns (benchmarks, tests); "start" a few before,
+# the rest in the background while requests are served (the server); "lazy" each when a request first needs it,
+# with one-row decode over every length in the background (the CLI, which serves one request).
+Compile = Literal["all", "start", "lazy"]
+log = logging.getLogger("typewriter.runtime")
 
 
 @dataclass
@@ -49,11 +56,12 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
     return ModelRunner(model, chunk_buckets=chunks, batch_buckets=batch_buckets(slots))
 
 
-def load_engine(settings, progress: Progress = lambda _: None, warmup: bool = True) -> tuple[Engine, Tokenizer]:
-    """Load the model named by `settings.model_path` (None: the embedded one) and start its engine thread."""
+def load_engine(settings, progress: Progress = lambda _: None) -> tuple[Engine, Tokenizer]:
+    """Load the model named by `settings.model_path` (None: the embedded one) and start its engine thread,
+    ready once its first programs are compiled (the others follow in the background)."""
     engine, tokenizer, _ = load(settings.model_path, slots=settings.max_active, max_context=settings.max_context,
                                 max_queue=settings.max_queue, prefill_budget=settings.prefill_budget,
-                                progress=progress, warmup=warmup)
+                                progress=progress, compile="start")
     return engine, tokenizer
 
 
@@ -65,7 +73,7 @@ def load(
     max_queue: int,
     prefill_budget: int,
     progress: Progress = lambda _: None,
-    warmup: bool = True,
+    compile: Compile = "all",
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
     """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
     `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding. No defaults: the server's come from Settings, and each command
@@ -86,10 +94,18 @@ def load(
     load_s = time.perf_counter() - t0
     progress(f"loaded {cfg.name} in {load_s:.1f}s")
     t1 = time.perf_counter()
-    if warmup:
+    if compile == "all":
         runner.warmup(lambda i, n, label: progress(f"compiled {i}/{n}: {label}"))
+        progress(f"compiled every program in {time.perf_counter() - t1:.1f}s")
+    elif compile == "start":
+        first = runner.first_programs()
+        runner.compile_all(first, lambda i, n, label: progress(f"compiled {i}/{len(runner.programs())}: {label}"))
+        progress(f"compiled {len(first)} programs in {time.perf_counter() - t1:.1f}s; the rest follow in the "
+                 "background")
+        runner.compile_in_background(lambda i, n, label: log.info("compiled %d/%d in the background: %s", i, n,
+                                                                   label))
+    else:
+        runner.compile_in_background(keys=[("decode", 1, s) for s in runner.kv_buckets])
     compile_s = time.perf_counter() - t1
-    if warmup:
-        progress(f"compiled every step in {compile_s:.1f}s")
     engine = Engine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget, model_name=cfg.name).start()
     return engine, tokenizer, LoadTimes(load_s, compile_s)

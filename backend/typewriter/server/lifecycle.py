@@ -1,7 +1,7 @@
 """The server's lifecycle: load the engine off the event loop, report readiness, drain on shutdown.
 
-Loading takes tens of seconds (weights, then warming up every compiled step), so it runs on a thread while
-/healthz already answers. The phase only changes on the event loop, through checked transitions.
+Loading takes seconds (weights, then the first compiled programs; the rest compile in the background while
+chats are served), so it runs on a thread while /healthz already answers. The phase only changes on the event loop, through checked transitions.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ class EngineHandle(Protocol):
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
     def cancel(self, request_id: str) -> bool: ...
     def stats(self): ...  # .active, .queued
+    def compile_status(self) -> dict: ...  # compiled, total, compiling: the programs built so far
     @property
     def alive(self) -> bool: ...
     @property
@@ -118,6 +119,8 @@ class ServerState:
                     "max_new_tokens_cap": s.max_new_tokens_cap, "max_messages": s.max_messages,
                     "max_message_bytes": s.max_message_bytes,
                 },
+                # still compiling in the background: chats are served meanwhile, some more slowly
+                "programs": engine.compile_status(),
             }
         if self.phase is Phase.READY:
             return False, {"status": "engine_stopped", "detail": "the engine thread has died; see the server log"}
