@@ -17,6 +17,7 @@ from tiny_model import random_weights, stored_name, tiny_config, write_gguf, wri
 from typewriter.errors import ModelFormatError
 from typewriter.weights import load_weights
 from typewriter.weights.gguf_file import permute_rotary
+from typewriter.weights.gguf_reader import GGUFReader
 
 CONFIGS = {
     "llama-tied": tiny_config(),
@@ -254,6 +255,29 @@ def test_an_unsupported_quantization_type_is_named_with_its_tensor(tmp_path):
     raw = {"layers.0.w_up": (blocks.reshape(cfg.hidden_dim, -1), Q.IQ4_NL)}
     path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg), raw=raw)
     with pytest.raises(ModelFormatError, match=r"blk\.0\.ffn_up\.weight has quantization type IQ4_NL"):
+        load_weights(path)
+
+
+@pytest.mark.parametrize("quant", [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_1], ids=lambda q: q.name)
+def test_our_gguf_reader_reads_every_field_and_tensor_as_gguf_py_does(tmp_path, quant):
+    cfg = CONFIGS["llama-untied"]
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg), quant=quant)
+    ours, theirs = GGUFReader(path), gguf.GGUFReader(path)
+    expected = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.")}
+    assert ours.fields == expected and "tokenizer.ggml.tokens" in ours.fields
+    assert list(ours.tensors) == [t.name for t in theirs.tensors]
+    for t in theirs.tensors:
+        mine = ours.tensors[t.name]
+        assert (mine.shape, mine.tensor_type) == (tuple(int(d) for d in t.shape), t.tensor_type)
+        np.testing.assert_array_equal(mine.data, t.data, err_msg=t.name)
+
+
+@pytest.mark.parametrize("cut", [3, 20, 200])
+def test_a_truncated_gguf_file_is_named_not_a_readable_gguf(tmp_path, cut):
+    cfg = CONFIGS["llama-tied"]
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg))
+    path.write_bytes(path.read_bytes()[:cut] if cut < 200 else path.read_bytes()[:-100])
+    with pytest.raises(ModelFormatError, match="not a readable GGUF file"):
         load_weights(path)
 
 

@@ -88,7 +88,7 @@ def load(
 
     source, _ = open_source(path)  # a GGUF file is parsed once, for the weights and the tokenizer
     cfg, weights = load_weights(source, weight_progress)
-    tokenizer = Tokenizer.from_gguf(path, source.reader) if isinstance(source, GGUFFile) else Tokenizer.load(path)
+    tokenizer = Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
     runner = build_runner(cfg, weights, slots, max_context)
     del weights
     load_s = time.perf_counter() - t0

@@ -11,9 +11,10 @@ turns back into text.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as RawTokenizer
@@ -103,16 +104,13 @@ class Tokenizer:
         raise ModelFormatError(f"{path}: expected a .gguf file or a directory with tokenizer.json")
 
     @classmethod
-    def from_gguf(cls, path: str | Path, reader=None) -> Tokenizer:
-        """`reader`: the file's `gguf.GGUFReader` if the caller has one open (parsing the file is the slow part)."""
-        if reader is None:
-            from gguf import GGUFReader
+    def from_gguf(cls, path: str | Path, fields: Mapping[str, Any] | None = None) -> Tokenizer:
+        """`fields`: the file's metadata if the caller has read it already."""
+        if fields is None:
+            from .weights.gguf_reader import GGUFReader
 
-            reader = GGUFReader(str(path))
-
-        def get(key: str, default=None):
-            field = reader.fields.get(key)
-            return default if field is None else field.contents()
+            fields = GGUFReader(path).fields
+        get = fields.get
 
         kind = get("tokenizer.ggml.model")
         if kind != "gpt2":
@@ -123,7 +121,7 @@ class Tokenizer:
         if pre not in PRE_TOKENIZER_REGEXES:
             raise ModelFormatError(f"{path}: tokenizer.ggml.pre {pre!r} is not a known pre-tokenizer")
         tokens: list[str] = get("tokenizer.ggml.tokens")
-        types: list[int] = get("tokenizer.ggml.token_type", [1] * len(tokens))
+        types: list[int] = get("tokenizer.ggml.token_type", [1] * len(tokens or []))
         merges = [tuple(m.split(" ", 1)) for m in get("tokenizer.ggml.merges", [])]
         if tokens is None or len(types) != len(tokens):
             raise ModelFormatError(f"{path}: tokenizer.ggml.tokens and token_type are missing or differ in length")

@@ -1,6 +1,6 @@
 """Read a Llama-family GGUF file: its ModelConfig and its tensors, dequantized to float32.
 
-The file is memory-mapped by gguf-py's reader; a tensor is dequantized only when asked for.
+The file is memory-mapped (gguf_reader.py); a tensor is dequantized, by gguf-py, only when asked for.
 llama.cpp's converter stores the Q and K projections of `llama` models permuted for its interleaved
 rotary layout; we undo that so every source reaches the model in Hugging Face's rotate-half order.
 """
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from ..errors import ModelFormatError
 from ..model_config import ModelConfig
+from .gguf_reader import GGUFReader
 
 SUPPORTED_ARCHITECTURES = {"llama", "mistral", "qwen2"}
 PERMUTED_QK = {"llama", "mistral"}  # llama.cpp permutes Q/K for these; qwen2 is stored as is
@@ -28,10 +28,11 @@ class GGUFFile:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         try:
-            self.reader = GGUFReader(self.path, "r")
-        except Exception as e:  # gguf-py raises ValueError/struct errors on a bad header
+            self.reader = GGUFReader(self.path)
+        except (OSError, ValueError) as e:  # GGUFFormatError is a ValueError
             raise ModelFormatError(f"{self.path}: not a readable GGUF file ({e})") from e
-        self.tensors = {t.name: t for t in self.reader.tensors}
+        self.fields = self.reader.fields
+        self.tensors = self.reader.tensors
         self.arch = self.field("general.architecture")
         if self.arch not in SUPPORTED_ARCHITECTURES:
             raise ModelFormatError(
@@ -40,14 +41,13 @@ class GGUFFile:
             )
 
     def field(self, key: str, default=None):
-        f = self.reader.fields.get(key)
-        return default if f is None else f.contents()
+        return self.fields.get(key, default)
 
     def config(self) -> ModelConfig:
         a = self.arch
         n_heads = int(self.field(f"{a}.attention.head_count"))
         dim = int(self.field(f"{a}.embedding_length"))
-        vocab = self.field(f"{a}.vocab_size") or len(self.reader.fields["tokenizer.ggml.tokens"].data)
+        vocab = self.field(f"{a}.vocab_size") or len(self.fields["tokenizer.ggml.tokens"])
         return ModelConfig(
             name=str(self.field("general.name", self.path.stem)),
             vocab_size=int(vocab),
