@@ -80,10 +80,11 @@ def test_answer_length_limits_follow_a_smaller_context_unless_set():
     assert Settings(max_context=512, max_new_tokens=100).max_new_tokens == 100
 
 
-def test_the_xla_cache_folder_is_read_from_the_environment_and_none_or_off_means_no_cache(tmp_path):
+def test_the_xla_cache_is_on_by_default_in_the_users_cache_folder_and_none_or_off_means_no_cache(tmp_path):
     from typewriter.config import xla_cache_dir
 
-    assert xla_cache_dir({}) is None
+    assert xla_cache_dir({"XDG_CACHE_HOME": "/c"}) == "/c/typewriter/xla"
+    assert xla_cache_dir({}).endswith("/.cache/typewriter/xla") and not xla_cache_dir({}).startswith("~")
     for off in ("", "  ", "none", "OFF"):
         assert xla_cache_dir({"TYPEWRITER_XLA_CACHE": off}) is None
     assert xla_cache_dir({"TYPEWRITER_XLA_CACHE": "~/xla"}).endswith("/xla")
@@ -102,3 +103,27 @@ def test_tensorflows_environment_is_prepared_once_without_overriding_what_the_us
     untouched = {}
     prepare_environment(None, untouched)
     assert "TF_XLA_FLAGS" not in untouched and untouched["TF_CPP_MIN_LOG_LEVEL"] == "2"
+
+
+def test_a_cache_folder_that_cannot_be_made_leaves_the_cache_off_with_one_notice(tmp_path, capsys):
+    from typewriter.quiet_import import prepare_environment
+
+    (tmp_path / "file").write_text("")
+    environ = {}
+    prepare_environment(str(tmp_path / "file" / "xla"), environ)
+    assert "TF_XLA_FLAGS" not in environ
+    assert "cannot be used" in capsys.readouterr().err
+
+
+def test_quiet_compiles_drops_only_the_cache_read_notice_and_passes_everything_else_through_in_order(capfd):
+    import os
+
+    from typewriter.quiet_import import quiet_compiles
+
+    with quiet_compiles():
+        with quiet_compiles():  # nested, as two compiling threads are
+            os.write(2, b"E0000 text_format.cc:378] Error parsing text-format tensorflow.XlaSerializedCacheEntry: "
+                        b"2:1: Expected identifier, got: 6\nreal error one\n")
+        os.write(2, b"real error two\npartial")
+    os.write(2, b" line\n")
+    assert capfd.readouterr().err == "real error one\nreal error two\npartial line\n"

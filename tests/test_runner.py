@@ -3,6 +3,8 @@ compiled results equal the eager model's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
@@ -136,3 +138,70 @@ def test_one_xla_program_serves_every_slot_start_and_copy_pair(runner):
     rows = np.zeros([2], np.int32)
     assert hlo(runner.decode_fn(2, 16), rows, rows, np.array([0, 1], np.int32)) == \
         hlo(runner.decode_fn(2, 16), rows + 3, rows + 4, np.array([1, 0], np.int32))
+
+
+COMPILE_IN_ORDER = """
+import sys
+from typewriter.quiet_import import prepare_environment
+prepare_environment(sys.argv[1])
+import numpy as np, tensorflow as tf
+from tiny_model import random_weights, tiny_config
+from typewriter.model import Transformer
+from typewriter.runner import ModelRunner
+cfg = tiny_config()
+runner = ModelRunner(Transformer(cfg, random_weights(cfg), slots=2, max_len=32, max_chunk=16, kv_buckets=(16, 32)),
+                     (8, 16), (1, 2))
+tf.constant(np.arange(7)) + 1  # eager work in between advances TensorFlow's naming counter
+for key in sys.argv[2:]:
+    kind, size, kv_len = key.split(":")
+    runner.compile((kind, int(size), int(kv_len)))
+"""
+
+
+def test_a_program_compiled_in_another_order_after_other_work_is_found_in_the_xla_disk_cache(tmp_path):
+    """TensorFlow names traced functions from a process-wide counter, and XLA's disk cache keys programs by
+    those names: without the runner's own names, a restart that compiled in another order missed every entry."""
+    import os
+    import subprocess
+    import sys
+
+    def compile_in(order: list[str]) -> set[str]:
+        env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+        subprocess.run([sys.executable, "-c", COMPILE_IN_ORDER, str(tmp_path / "xla"), *order], check=True, env=env,
+                       timeout=300)
+        return set(os.listdir(tmp_path / "xla"))
+
+    first = compile_in(["decode:1:16", "prefill:8:32", "copy:1:32"])
+    assert len(first) == 3
+    second = compile_in(["prefill:16:16", "copy:1:32", "prefill:8:32", "decode:1:16"])
+    assert first < second and len(second) == 4  # the three were found again; only the new one was added
+
+
+def test_while_the_background_compiles_calls_make_do_with_compiled_programs_and_still_match_the_model(weights):
+    import threading
+
+    cfg, w = weights
+    runner = make_runner(cfg, w)
+    runner.compile_all([("prefill", 8, 32), ("decode", 1, 32)])
+    first, gate = threading.Event(), threading.Event()
+
+    def hold(done, total, name):  # the background holds after its first program
+        first.set()
+        gate.wait(60)
+
+    thread = runner.compile_in_background(hold)
+    assert first.wait(60)
+    tokens = np.random.default_rng(4).integers(0, cfg.vocab_size, 13).tolist()
+    expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)
+    for slot in (0, 1):
+        got = runner.extend(slot, 0, tokens[:12])  # its own program is 16 x 16: made do with two calls of 8 x 32
+        np.testing.assert_allclose(got, expected[11], atol=TOLERANCE)
+    got = runner.decode([0, 1], [tokens[12]] * 2, [12, 12])  # 2 x 16 is not compiled: two calls of one row
+    np.testing.assert_allclose(got, [expected[12]] * 2, atol=TOLERANCE)
+    assert not {"prefill/16x16", "decode/2x16"} & set(runner.tracing_counts())
+    assert runner.compile_status() == {"compiled": 3, "total": len(runner.programs()), "compiling": []}
+    gate.set()
+    thread.join(120)
+    assert runner.compile_status() == {"compiled": len(runner.programs()), "total": len(runner.programs()),
+                                       "compiling": []}
+    assert set(runner.tracing_counts().values()) == {1}

@@ -162,9 +162,13 @@ def parse_proxies(spec: str) -> frozenset[str]:
 
 
 def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The folder `TYPEWRITER_XLA_CACHE` names for compiled XLA programs, or None (unset, empty, none or off).
-    Read before TensorFlow loads, so it is not a Settings field."""
-    cache = environ.get(XLA_CACHE_VAR, "").strip()
+    """The folder for compiled XLA programs, so a restart skips most compiling: `TYPEWRITER_XLA_CACHE`, by
+    default `typewriter/xla` in the user's cache folder ($XDG_CACHE_HOME or ~/.cache); None when set to off,
+    none or empty. Read before TensorFlow loads, so it is not a Settings field."""
+    if XLA_CACHE_VAR not in environ:
+        base = environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+        return os.path.join(base, "typewriter", "xla")
+    cache = environ[XLA_CACHE_VAR].strip()
     if not cache or cache.lower() in ("none", "off"):
         return None
     return os.path.expanduser(cache)

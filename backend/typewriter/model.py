@@ -260,4 +260,8 @@ def _layer_body(layer_fn):
     own variables, so tracing costs one layer's ops, not n_layers' (7 s a program here for 30 layers; XLA inlines
     the calls). A new one per trace keeps each program's graph, and so its compile-cache key, the same whatever
     was traced before it. Run eagerly (a reference run), the layer is called as it is."""
-    return layer_fn if tf.executing_eagerly() else tf.function(layer_fn, autograph=False)
+    if tf.executing_eagerly():
+        return layer_fn
+    body = tf.function(layer_fn, autograph=False)
+    body._omit_frequent_tracing_warning = True  # one per trace, by design: not TensorFlow's "retracing" case
+    return body

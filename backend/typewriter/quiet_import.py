@@ -1,16 +1,19 @@
-"""TensorFlow's process environment, and importing TensorFlow without its start-up notices on the terminal.
+"""TensorFlow's process environment, and TensorFlow without its harmless C++ notices on the terminal.
 
 `prepare_environment` sets TensorFlow's own variables before it loads (its C++ log level, the XLA disk cache).
 TensorFlow 2.21 also logs a oneDNN notice from C++ before its log level applies: `import_tensorflow` catches
 stderr at the file descriptor while importing, drops the lines known to be notices, and passes the rest through.
+`quiet_compiles` does the same around compiling, for the line each read of the XLA disk cache logs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
-from collections.abc import MutableMapping
+import threading
+from collections.abc import Iterator, MutableMapping
 
 _NOTICES = (
     "All log messages before absl::InitializeLog() is called are written to STDERR",
@@ -20,16 +23,30 @@ _NOTICES = (
 )
 
 
+# TensorFlow's XLA disk cache reads each entry first as a text-format proto, then, when that fails, as the binary
+# proto it wrote (ReadTextOrBinaryProto): protobuf logs the failed text parse as an error every time, and the
+# entry then loads. absl adds its notice before its first log line.
+_CACHE_READ_NOTICES = (
+    "Error parsing text-format tensorflow.XlaSerializedCacheEntry",
+    "All log messages before absl::InitializeLog() is called are written to STDERR",
+)
+
+
 def prepare_environment(xla_cache: str | None, environ: MutableMapping[str, str] = os.environ) -> None:
     """Before TensorFlow is imported: keep its C++ chatter off the terminal and, with `xla_cache` (a folder), keep
-    compiled XLA programs there so a later start skips most compiling. That cache is opt-in: TensorFlow 2.21 logs
-    harmless but alarming errors ("Error parsing text-format XlaSerializedCacheEntry", "Target machine feature
-    +prefer-no-gather is not supported") each time it reads an entry back."""
+    compiled XLA programs there so a later start skips most compiling."""
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # not "PyTorch was not found": we never use it
     flags = environ.get("TF_XLA_FLAGS", "")
     if xla_cache and "tf_xla_persistent_cache_directory" not in flags:
-        os.makedirs(xla_cache, exist_ok=True)
+        try:
+            os.makedirs(xla_cache, exist_ok=True)
+            if not os.access(xla_cache, os.W_OK):
+                raise PermissionError("not writable")
+        except OSError as e:  # a read-only home, say: compile every start, and say so once
+            print(f"typewriter: the XLA cache folder {xla_cache} cannot be used ({e}); compiling without it "
+                  "(TYPEWRITER_XLA_CACHE names another, off turns this notice off)", file=sys.stderr)
+            return
         environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={xla_cache}".strip()
 
 
@@ -50,3 +67,64 @@ def import_tensorflow():
                 if not any(n in line for n in _NOTICES):
                     sys.stderr.write(line)
     return tf
+
+
+class _StderrFilter:
+    """While any `quiet_compiles()` block runs, file descriptor 2 is a pipe whose lines a thread passes on to
+    the real stderr at once, less those containing a known notice; outside them stderr is untouched, so a crash
+    in between loses nothing."""
+
+    def __init__(self, drop: tuple[str, ...]):
+        self.drop = tuple(d.encode() for d in drop)
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = self.thread = None
+
+    def enter(self) -> None:
+        with self.lock:
+            self.depth += 1
+            if self.depth > 1:
+                return
+            sys.stderr.flush()
+            read_end, write_end = os.pipe()
+            self.saved = os.dup(2)
+            self.thread = threading.Thread(target=self._forward, args=(read_end, self.saved), daemon=True,
+                                           name="typewriter-stderr")
+            self.thread.start()
+            os.dup2(write_end, 2)
+            os.close(write_end)
+
+    def exit(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth:
+                return
+            sys.stderr.flush()
+            os.dup2(self.saved, 2)  # closes the pipe's last write end: the thread drains it and stops
+            self.thread.join(5)
+            os.close(self.saved)
+
+    def _forward(self, read_end: int, out: int) -> None:
+        pending = b""
+        with os.fdopen(read_end, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                lines = (pending + chunk).splitlines(keepends=True)
+                pending = lines.pop() if not lines[-1].endswith((b"\n", b"\r")) else b""
+                kept = b"".join(line for line in lines if not any(d in line for d in self.drop))
+                if kept:
+                    os.write(out, kept)
+        if pending:
+            os.write(out, pending)
+
+
+_compile_filter = _StderrFilter(_CACHE_READ_NOTICES)
+
+
+@contextlib.contextmanager
+def quiet_compiles() -> Iterator[None]:
+    """Around XLA compiles (from any thread, nested or at once): leave out the cache-read notice lines."""
+    _compile_filter.enter()
+    try:
+        yield
+    finally:
+        _compile_filter.exit()

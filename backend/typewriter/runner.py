@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from .model import Transformer
 from .program_names import stable_names
+from .quiet_import import quiet_compiles
 
 log = logging.getLogger("typewriter.runner")
 
@@ -127,6 +128,13 @@ class ModelRunner:
             return self._fns[key]
 
     def _make(self, key: Key):
+        fn = self._function(key)
+        # Each program is its own tf.function, traced once; TensorFlow counts them as one function (one Python
+        # code object) traced again and again, and would log a "retracing" warning for every few.
+        fn._omit_frequent_tracing_warning = True
+        return fn
+
+    def _function(self, key: Key):
         kind, size, kv_len = key
         model, i32 = self.model, tf.int32
         if kind == "copy":
@@ -179,10 +187,10 @@ class ModelRunner:
         t0, ok = time.perf_counter(), False
         try:
             fn = self._fn(key)
-            with stable_names(f"tw{self._instance}_{key[0]}_{key[1]}x{key[2]}"):
+            with quiet_compiles(), stable_names(f"tw{self._instance}_{key[0]}_{key[1]}x{key[2]}"):
                 out = fn(*self._idle_args(key))
-            if out is not None:  # the cache copy returns nothing
-                out.numpy()
+                if out is not None:  # the cache copy returns nothing
+                    out.numpy()
             ok = True
         finally:
             with self._cond:
