@@ -1,7 +1,7 @@
 """The classroom benchmark's servers: started on loopback, waited for until ready, stopped, their logs kept.
 
-`typewriter serve` is ready when GET /readyz answers 200 (after its XLA programs compile, about a minute on 2
-cores); llama-server when GET /health does. Each writes its log to a file whose tail is shown if it fails.
+`typewriter serve` is ready when GET /readyz answers 200 (once its first XLA programs compile; the rest follow in
+the background); llama-server when GET /health does. Each writes its log to a file whose tail is shown if it fails.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class Server:
     def http_url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
-    def start(self, timeout_s: float) -> Server:
+    def start(self, timeout_s: float, poll_s: float = 1.0) -> Server:
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             env=self.env)
@@ -54,7 +54,7 @@ class Server:
                     return self
             except httpx.HTTPError:
                 pass
-            time.sleep(1)
+            time.sleep(poll_s)
         self.stop()
         raise RuntimeError(f"{self.name} was not ready within {timeout_s:.0f} s:\n{self.log_tail()}")
 
@@ -68,6 +68,13 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+    def status(self, field: str) -> int:
+        """A field of /proc/<pid>/status in kB (VmRSS, VmHWM: the peak)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise KeyError(field)
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])

@@ -39,6 +39,9 @@ class ChainRunner:
     def close(self) -> None:
         pass
 
+    def compile_for_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        self.calls.append(("prepare", prompt_tokens, max_new_tokens))
+
     def can_run(self, kind: str, n: int, length: int) -> bool:
         """Like the real runner while it compiles in the background: only up to `compiled_up_to[kind]`."""
         return length <= self.compiled_up_to.get(kind, self.max_len)

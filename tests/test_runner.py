@@ -3,6 +3,10 @@ compiled results equal the eager model's."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -161,12 +165,9 @@ for key in sys.argv[2:]:
 def test_a_program_compiled_in_another_order_after_other_work_is_found_in_the_xla_disk_cache(tmp_path):
     """TensorFlow names traced functions from a process-wide counter, and XLA's disk cache keys programs by
     those names: without the runner's own names, a restart that compiled in another order missed every entry."""
-    import os
-    import subprocess
-    import sys
-
     def compile_in(order: list[str]) -> set[str]:
-        env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
+        env = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}  # a CLI test may have set its cache
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
         subprocess.run([sys.executable, "-c", COMPILE_IN_ORDER, str(tmp_path / "xla"), *order], check=True, env=env,
                        timeout=300)
         return set(os.listdir(tmp_path / "xla"))
@@ -178,8 +179,6 @@ def test_a_program_compiled_in_another_order_after_other_work_is_found_in_the_xl
 
 
 def test_while_the_background_compiles_calls_make_do_with_compiled_programs_and_still_match_the_model(weights):
-    import threading
-
     cfg, w = weights
     runner = make_runner(cfg, w)
     runner.compile_all([("prefill", 8, 32), ("decode", 1, 32)])

@@ -7,12 +7,13 @@ imports no TensorFlow (a command's `run` loads it), so `--help` and bad options 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .commands import bench, chat, generate, loadtest, serve
 from .config import ConfigError, xla_cache_dir
 from .errors import TypewriterError
-from .quiet_import import prepare_environment
+from .quiet_import import prepare_environment, release_stderr
 
 COMMANDS = {
     "generate": (generate, "stream one answer to stdout"),
@@ -43,3 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def run() -> None:
+    """The `typewriter` command (and `python -m typewriter`): main(), then end the process without Python's
+    shutdown. Compiling runs in TensorFlow's C++ on a background thread that cannot be stopped; finalizing the
+    interpreter while it runs aborts the process (its thread is unwound through C++ frames), which would turn
+    a finished answer or a drained server into exit code 134 and lose the last lines of output."""
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    release_stderr()
+    os._exit(code)

@@ -132,6 +132,10 @@ class Engine:
         with self._lock:
             return EngineStats(active=len(self.scheduler.running), queued=len(self.scheduler.waiting))
 
+    def prepare(self, request: GenerationRequest) -> None:
+        """Start compiling what this request's answer will need (for a caller that serves one at a time)."""
+        self.runner.compile_for_answer(len(request.prompt_ids), request.params.max_new_tokens)
+
     def compile_status(self) -> dict:
         """The runner's compiled programs so far, of all (see ModelRunner.compile_status)."""
         return self.runner.compile_status()

@@ -108,9 +108,10 @@ class Transformer(tf.Module):
         def var(x, name):
             return tf.Variable(np.ascontiguousarray(x, dtype=np.float32), trainable=False, name=name)
 
-        self.tok_embeddings = var(weights["tok_embeddings"], "tok_embeddings")  # [v, d]
-        # Stored [d, v]: XLA's CPU matmul is up to 2x slower with a transposed operand once b > 1.
+        # Stored [d, v]: XLA's CPU matmul is up to 2x slower with a transposed operand once b > 1. Tied, it is
+        # the embedding table too (its columns), so the largest matrix is held once.
         self.output = var(weights["tok_embeddings" if cfg.tie_embeddings else "output"].T, "output")  # [d, v]
+        self.tok_embeddings = None if cfg.tie_embeddings else var(weights["tok_embeddings"], "tok_embeddings")
         self.norm = var(weights["norm"], "norm")
         self.layers = []
         for i in range(cfg.n_layers):
@@ -135,6 +136,13 @@ class Transformer(tf.Module):
         self.rope_sin = tf.constant(np.sin(angles), tf.float32)
 
     # ---- building blocks ----
+
+    def _embed(self, tokens: tf.Tensor) -> tf.Tensor:
+        """tokens [...] -> [..., d]"""
+        if self.tok_embeddings is not None:
+            return tf.gather(self.tok_embeddings, tokens)
+        columns = tf.gather(self.output, tokens, axis=1)  # [d, ...]
+        return tf.transpose(columns, [*range(1, columns.shape.rank), 0])
 
     def _rms_norm(self, x: tf.Tensor, weight: tf.Variable) -> tf.Tensor:
         return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + self.cfg.norm_eps) * weight
@@ -200,7 +208,7 @@ class Transformer(tf.Module):
         t = tokens.shape[1]
         positions = start + tf.range(t)  # [t]
         mask = (tf.range(kv_len)[None, :] <= positions[:, None])[None]  # causal over the cache [1, t, s]
-        x = tf.gather(self.tok_embeddings, tokens)  # [1, t, d]
+        x = self._embed(tokens)  # [1, t, d]
         body = _layer_body(self._extend_layer)
         for i, layer in enumerate(self.layers):
             x = body(layer, self.cache.layer(i), x, positions, slot, mask, kv_len)
@@ -234,7 +242,7 @@ class Transformer(tf.Module):
         else:
             rows = tf.minimum(slots, n_slots - 1)  # a padding row gathers some slot and its result is dropped
             mask = (tf.range(kv_len)[None, :] <= positions[:, None])[:, None, :]  # [b, 1, s]
-        x = tf.gather(self.tok_embeddings, tokens)[:, None, :]  # [b, 1, d]
+        x = self._embed(tokens)[:, None, :]  # [b, 1, d]
         body = _layer_body(self._decode_layer)
         for i, layer in enumerate(self.layers):
             x = body(layer, self.cache.layer(i), x, positions, slots, rows, mask, kv_len)

@@ -104,6 +104,13 @@ class _StderrFilter:
             self.thread.join(5)
             os.close(self.saved)
 
+    def release(self) -> None:
+        """Give fd 2 back now, however many blocks are open (the process is about to end)."""
+        with self.lock:
+            depth, self.depth = self.depth, 1
+        if depth:
+            self.exit()
+
     def _forward(self, read_end: int, out: int) -> None:
         pending = b""
         with os.fdopen(read_end, "rb", buffering=0) as pipe:
@@ -128,3 +135,8 @@ def quiet_compiles() -> Iterator[None]:
         yield
     finally:
         _compile_filter.exit()
+
+
+def release_stderr() -> None:
+    """Before ending the process directly: pass on whatever the filter still holds and restore stderr."""
+    _compile_filter.release()

@@ -15,6 +15,7 @@ the program it lacked compiles next. The calls run on the engine thread; compili
 from __future__ import annotations
 
 import bisect
+import ctypes
 import itertools
 import logging
 import threading
@@ -75,6 +76,8 @@ class ModelRunner:
         self._building: set[Key] = set()
         self._queue: list[Key] = []  # what the background thread compiles, next first
         self._background = False  # a thread compiles the queue: calls make do with what is compiled meanwhile
+        self._thread: threading.Thread | None = None
+        self.on_demand: Callable[[str], None] | None = None  # told when a call must compile its own program
         self._closed = False
         self._cond = threading.Condition()  # guards the sets, the queue and _fns
 
@@ -200,6 +203,7 @@ class ModelRunner:
                     if key in self._queue:
                         self._queue.remove(key)
                 self._cond.notify_all()
+        _return_freed_memory()
         log.debug("compiled %s in %.1fs", label(key), time.perf_counter() - t0)
 
     def compile_all(self, keys: Sequence[Key], progress: CompileProgress | None = None, threads: int = 2) -> None:
@@ -219,13 +223,16 @@ class ModelRunner:
 
     def compile_in_background(self, progress: CompileProgress | None = None,
                               keys: Sequence[Key] | None = None) -> threading.Thread:
-        """Compile `keys` (every program) not compiled yet, one at a time on a daemon thread, in that order except
-        that one a call is waiting for, or had to make do without, goes next. `close()` stops it after the
-        program it is compiling."""
+        """Compile `keys` (default: every program) not compiled yet, one at a time on a daemon thread, in that
+        order except that one a call is waiting for, or had to make do without, goes next. Called again while
+        that thread runs, it queues more for the same thread. `close()` stops it after the program it is on."""
         total = len(self.programs())
         with self._cond:
-            self._queue = [k for k in (self.programs() if keys is None else keys) if k not in self._ready]
+            queued = self._queue + [k for k in (self.programs() if keys is None else keys) if k not in self._ready]
+            self._queue = list(dict.fromkeys(queued))
             self._background = True
+            if self._thread is not None and self._thread.is_alive():
+                return self._thread
 
         def run() -> None:
             while True:
@@ -248,9 +255,18 @@ class ModelRunner:
                         done = len(self._ready)
                     progress(done, total, label(key))
 
-        thread = threading.Thread(target=run, name="typewriter-background-compile", daemon=True)
-        thread.start()
-        return thread
+        with self._cond:
+            self._thread = threading.Thread(target=run, name="typewriter-background-compile", daemon=True)
+            self._thread.start()
+            return self._thread
+
+    def compile_for_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        """For one request served alone (the CLI): compile in the background the one-row decode programs for
+        every length its answer may reach, so it never stops mid-answer for one."""
+        longest = bucket(self.kv_buckets, min(self.max_len, prompt_tokens + max_new_tokens))
+        keys = [("decode", 1, s) for s in self.kv_buckets if s <= longest]
+        if not all(self.compiled(k) for k in keys):
+            self.compile_in_background(keys=keys)
 
     def compile_status(self) -> dict:
         """For /readyz and the log: how many programs are compiled, and which are compiling now."""
@@ -277,7 +293,7 @@ class ModelRunner:
             self._put_first(exact)
             if served:
                 return min(served, key=lambda k: (-(-n // k[1]), k[2], k[1]))[1:]
-        self.compile(exact)
+        self._compile_on_demand(exact)
         return exact[1:]
 
     def can_run(self, kind: str, n: int, length: int) -> bool:
@@ -290,6 +306,11 @@ class ModelRunner:
             sizes = self.chunk_buckets if kind == "prefill" else self.batch_buckets
             self._put_first((kind, bucket(sizes, min(n, sizes[-1])), kv_len))
             return False
+
+    def _compile_on_demand(self, key: Key) -> None:
+        if self.on_demand and not self.compiled(key):
+            self.on_demand(label(key))
+        self.compile(key)
 
     def _put_first(self, key: Key) -> None:
         """Caller holds the lock."""
@@ -315,7 +336,7 @@ class ModelRunner:
     def copy_slot(self, source: int, target: int) -> None:
         """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
         key = ("copy", 1, self.max_len)
-        self.compile(key)
+        self._compile_on_demand(key)
         self._fn(key)(np.int32(source), np.int32(target))
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
@@ -334,6 +355,14 @@ class ModelRunner:
             tok[:m], pos[:m], slot[:m] = tokens[rows], positions[rows], slots[rows]
             out.append(fn(tok, pos, slot).numpy()[:m])
         return out[0] if len(out) == 1 else np.concatenate(out)
+
+
+def _return_freed_memory() -> None:
+    """A compile leaves some 60 MB freed on glibc's heap, which glibc keeps: hand it back to the system."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def bucket(buckets: Sequence[int], n: int) -> int:

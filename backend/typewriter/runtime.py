@@ -18,8 +18,8 @@ from .weights.load import open_source
 
 Progress = Callable[[str], None]
 # When the compiled programs are built: "all" before load returns (benchmarks, tests); "start" a few before,
-# the rest in the background while requests are served (the server); "lazy" each when a request first needs it,
-# with one-row decode over every length in the background (the CLI, which serves one request).
+# the rest in the background while requests are served (the server); "lazy" each when a request first needs it
+# (the CLI, which also calls compile_for with each of its requests).
 Compile = Literal["all", "start", "lazy"]
 log = logging.getLogger("typewriter.runtime")
 
@@ -105,7 +105,7 @@ def load(
         runner.compile_in_background(lambda i, n, label: log.info("compiled %d/%d in the background: %s", i, n,
                                                                    label))
     else:
-        runner.compile_in_background(keys=[("decode", 1, s) for s in runner.kv_buckets])
+        runner.on_demand = lambda name: progress(f"compiling {name} (first use)")
     compile_s = time.perf_counter() - t1
     engine = Engine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget, model_name=cfg.name).start()
     return engine, tokenizer, LoadTimes(load_s, compile_s)

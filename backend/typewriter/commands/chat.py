@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 def _answer(engine, prompt_ids: list[int], params: SamplingParams) -> str:
     """Stream one answer; returns its text, partial if Ctrl-C stopped it."""
     request = GenerationRequest(uuid.uuid4().hex, prompt_ids, params)
+    engine.prepare(request)
     events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     engine.submit(request, events.put)
     parts: list[str] = []

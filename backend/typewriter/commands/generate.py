@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
         load_ms = (time.perf_counter() - t0) * 1000
         params = sampling_params(args, len(prompt_ids), engine.max_context)  # PromptTooLong: exit 2
         request = GenerationRequest(uuid.uuid4().hex, prompt_ids, params)
+        engine.prepare(request)
         for event in engine.stream(request):
             if isinstance(event, Token):
                 if args.json:
