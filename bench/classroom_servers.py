@@ -92,8 +92,11 @@ def typewriter_server(max_active: int, max_queue: int, max_context: int, model: 
             "--max-active", str(max_active), "--max-queue", str(max_queue), "--max-context", str(max_context)]
     if model:
         argv += ["--model", model]
-    # every simulated student connects from loopback, and the abuse limits count per address (llama-server has none)
-    unlimited = {"TYPEWRITER_MAX_CONNECTIONS_PER_CLIENT": "100000", "TYPEWRITER_CHATS_PER_MINUTE": "100000"}
+    # every simulated student connects from loopback, and the abuse limits count per address (llama-server has
+    # none, nor deadlines); the students send the tutor's system prompt themselves, as llama-server needs
+    unlimited = {"TYPEWRITER_MAX_CONNECTIONS_PER_CLIENT": "100000", "TYPEWRITER_CHATS_PER_MINUTE": "100000",
+                 "TYPEWRITER_REQUEST_TIMEOUT_S": "none", "TYPEWRITER_QUEUE_TIMEOUT_S": "none",
+                 "TYPEWRITER_CLIENT_SYSTEM_PROMPT": "replace"}
     return Server("typewriter", argv, port, "/readyz", unlimited)
 
 

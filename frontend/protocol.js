@@ -9,7 +9,7 @@
  * @typedef {{type: "chat", id: string, messages: ChatMessage[], params?: Record<string, unknown>}} ChatFrame
  * @typedef {{prompt_tokens: number, completion_tokens: number}} Usage
  * @typedef {{queue_ms: number, ttft_ms: number, total_ms: number, tokens_per_s: number}} Timings
- * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "shutdown"} EndReason
+ * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "queue_timeout" | "shutdown"} EndReason
  * @typedef {{type: "queued", id: string, position: number}
  *   | {type: "start", id: string, prompt_tokens: number, cached_tokens?: number, dropped_messages?: number}
  *   | {type: "token", id: string, index: number, text: string}
@@ -83,6 +83,7 @@ const ERROR_TEXT = /** @type {Record<string, string>} */ ({
   busy: "The tutor is still answering your last question. Wait for it to finish, or press Stop.",
   invalid_request: "The tutor couldn't read that message. Please try again; if it keeps happening, start a new chat.",
   invalid_json: "Your message got garbled on the way. Please reload the page and try again.",
+  system_prompt_not_allowed: "This tutor keeps its own instructions; the page tried to change them. Please reload it.",
   not_found: "That answer had already finished.",
   rate_limited: "That's a lot of questions in a short time. Take a moment, then ask again.",
   shutdown: "The tutor is restarting. It will reconnect by itself in a moment; then ask again.",
@@ -103,6 +104,7 @@ const END_TEXT = /** @type {Record<string, string>} */ ({
   cancelled: "Stopped",
   length: "The answer reached its length limit.",
   timeout: "The answer took too long and was cut short.",
+  queue_timeout: "The tutor was too busy to start your answer in time. Please ask again in a moment.",
   shutdown: "The tutor restarted before finishing. Please ask again.",
 });
 

@@ -110,7 +110,7 @@ const STORAGE_KEY = "typewriter.conversation.v1";
 /**
  * @typedef {object} State
  * @property {Turn[]} turns
- * @property {"connecting" | "open" | "reconnecting" | "warming"} connection
+ * @property {"connecting" | "open" | "reconnecting" | "warming" | "full"} connection
  * @property {number} retryInMs
  */
 

@@ -18,6 +18,11 @@ export function statusLine({ connection, retryInMs }, live) {
       return { text: "Connecting…", state: "offline" };
     case "warming":
       return { text: "The tutor is getting ready (loading the model)…", state: "offline" };
+    case "full":
+      return {
+        text: `The tutor has as many students connected as it can take. Trying again in ${Math.ceil(retryInMs / 1000)} s…`,
+        state: "offline",
+      };
     case "reconnecting":
       return {
         text: retryInMs > 0 ? `Connection lost. Reconnecting in ${Math.ceil(retryInMs / 1000)} s…` : "Reconnecting…",

@@ -15,7 +15,7 @@ import { isTerminal, parseServerMessage } from "./protocol.js";
 
 /** @typedef {import("./protocol.js").ServerMessage} ServerMessage */
 /** @typedef {import("./protocol.js").ChatFrame} ChatFrame */
-/** @typedef {{state: "connecting" | "open" | "reconnecting" | "warming", retryInMs: number}} ConnectionStatus */
+/** @typedef {{state: "connecting" | "open" | "reconnecting" | "warming" | "full", retryInMs: number}} ConnectionStatus */
 /**
  * @typedef {object} ConnectionOptions
  * @property {typeof WebSocket} [WebSocket]
@@ -80,15 +80,17 @@ export class Connection {
       const id = "id" in msg && msg.id !== null ? msg.id : [...this.routes.keys()][0];
       this.routes.get(id ?? "")?.(msg);
     };
-    socket.onclose = (/** @type {{code?: number}} */ event) => {
+    socket.onclose = (/** @type {{code?: number, reason?: string}} */ event) => {
       if (this.socket !== socket) return;
       this.socket = null;
       for (const [id, deliver] of this.routes) {
         deliver({ type: "error", id, code: "disconnected", message: "the connection closed" });
       }
-      // 1013 (try again later): the server is up but its model is still loading.
-      this.warming = event?.code === CLOSE_TRY_AGAIN_LATER;
-      if (!this.closed) this.scheduleRetry(this.warming ? "warming" : "reconnecting");
+      // 1013 (try again later): the server is up but its model is still loading, or it holds as many
+      // connections as it takes (in all, or from this address); its reason says which.
+      const later = event?.code === CLOSE_TRY_AGAIN_LATER;
+      this.warming = later && /loading/i.test(event?.reason ?? "");
+      if (!this.closed) this.scheduleRetry(this.warming ? "warming" : later ? "full" : "reconnecting");
     };
   }
 
@@ -101,7 +103,7 @@ export class Connection {
 
   /**
    * @private
-   * @param {"reconnecting" | "warming"} state
+   * @param {"reconnecting" | "warming" | "full"} state
    */
   scheduleRetry(state) {
     const ceiling = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** this.attempt);

@@ -122,6 +122,7 @@ class ScriptTokenizer:
     equally and a conversation's next turn starts with its earlier turns. Records every encode_chat call."""
 
     name = "scripted"
+    default_system_prompt = "Be a tutor."
     max_prompt_words = 4096
 
     def __init__(self, pieces: Sequence[str]):

@@ -54,6 +54,10 @@ def test_nothing_is_read_from_the_process_environment_when_a_mapping_is_given(mo
          "TYPEWRITER_MAX_NEW_TOKENS_CAP: must be at least 600"),
         ({"TYPEWRITER_MAX_NEW_TOKENS_CAP": "2048"}, "must be smaller than max_context (2048)"),
         ({"TYPEWRITER_LOG_LEVEL": "loud"}, "TYPEWRITER_LOG_LEVEL: must be one of critical, error, warning"),
+        ({"TYPEWRITER_QUEUE_TIMEOUT_S": "-5"}, "TYPEWRITER_QUEUE_TIMEOUT_S: must be greater than 0 (or none)"),
+        ({"TYPEWRITER_FRAMES_PER_SECOND": "0"}, "TYPEWRITER_FRAMES_PER_SECOND: must be at least 1, got 0"),
+        ({"TYPEWRITER_CLIENT_SYSTEM_PROMPT": "merge"},
+         "TYPEWRITER_CLIENT_SYSTEM_PROMPT: must be one of refuse, append, replace, got 'merge'"),
         ({"TYPEWRITER_MAX_ACTIVES": "8"}, "TYPEWRITER_MAX_ACTIVES: not a setting"),
     ],
 )

@@ -97,15 +97,18 @@ def test_an_unfinished_character_at_the_end_is_dropped_where_decode_shows_a_repl
     assert 0 < dropped < len("🚀".encode())
 
 
-def test_random_token_ids_stream_to_exactly_what_decode_gives(tok):
-    # Raw ids may form invalid UTF-8; U+FFFD must then land exactly where decode puts it.
+def test_random_token_ids_stream_to_what_decode_gives_less_its_replacement_characters(tok):
+    # Raw ids often form invalid UTF-8: decode shows U+FFFD there, and the stream leaves those bytes out.
     rng = random.Random(7)
+    invalid = 0
     for _ in range(200):
         ids = [rng.randrange(tok.vocab_size) for _ in range(rng.randrange(1, 30))]
-        deltas, dropped = stream(tok, ids)
-        for delta in deltas:
-            delta.encode("utf-8")
-        assert "".join(deltas) + "\ufffd" * (dropped > 0) == tok.decode(ids)
+        deltas, _ = stream(tok, ids)
+        assert_clean(deltas)
+        decoded = tok.decode(ids)
+        invalid += "\ufffd" in decoded
+        assert "".join(deltas) == decoded.replace("\ufffd", "")
+    assert invalid > 20  # the property was tested where it matters
 
 
 def test_fuzzed_multilingual_strings_round_trip_through_the_stream(tok):

@@ -8,7 +8,7 @@ from helpers import chat, receive, serving, until_terminal
 from starlette.websockets import WebSocketDisconnect
 
 from typewriter.config import ConfigError, Settings
-from typewriter.server.limits import Limits, client_address
+from typewriter.server.limits import FrameRate, Limits, client_address
 
 PROXY = frozenset({"10.0.0.1"})
 
@@ -84,3 +84,27 @@ def test_a_socket_over_the_per_client_limit_is_closed_with_1013_and_a_reason():
             again.send_json(chat("again", max_new_tokens=2))
             assert until_terminal(lambda: receive(again))[-1]["type"] == "end"
     assert closed.value.code == 1013 and "too many connections from your address" in closed.value.reason
+
+
+def test_frames_a_second_allow_bursts_of_twice_the_rate_then_refill_with_the_clock():
+    now = [0.0]
+    rate = FrameRate(5, clock=lambda: now[0])
+    assert [rate.allow() for _ in range(11)] == [True] * 10 + [False]
+    now[0] = 0.2  # one frame's worth
+    assert [rate.allow(), rate.allow()] == [True, False]
+    now[0] = 100.0  # refills only up to the burst
+    assert sum(rate.allow() for _ in range(20)) == 10
+
+
+def test_a_socket_flooding_frames_is_closed_with_1008_and_other_sockets_keep_streaming():
+    with serving(frames_per_second=5) as (client, _):
+        with client.websocket_connect("/ws") as calm:
+            calm.send_json(chat("calm", max_new_tokens=2))
+            with client.websocket_connect("/ws") as flood:
+                with pytest.raises(WebSocketDisconnect) as closed:
+                    for _ in range(50):
+                        flood.send_json({"type": "ping"})
+                    while True:
+                        flood.receive_json()
+            assert until_terminal(lambda: receive(calm))[-1]["type"] == "end"
+    assert closed.value.code == 1008 and "more than 5 frames a second" in closed.value.reason

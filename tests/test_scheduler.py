@@ -174,3 +174,19 @@ def test_a_finished_sequence_leaves_its_prompt_and_answer_reusable_in_its_slot()
     plan = scheduler.schedule(set(), 0.0)
     assert (turn.slot, turn.reused) == (first.slot, 4)  # the prompt and the fed answer token
     assert [(c.start, c.length) for c in plan.chunks] == [(4, 2)]
+
+
+def test_a_request_that_waits_longer_than_the_queue_allows_ends_with_queue_timeout_and_the_others_go_on():
+    scheduler = Scheduler(1, 2, max_chunk=8, budget=8, queue_timeout_s=30.0)
+    running, patient, late = seq("running"), seq("patient"), seq("late")
+    for s in (running, late):
+        scheduler.add(s)
+    patient.submitted = 20.0  # came later, so waited less
+    scheduler.add(patient)
+    run(scheduler, scheduler.schedule(set(), 0.0))
+    assert scheduler.schedule(set(), 30.0).ended == []
+    plan = scheduler.schedule(set(), 30.5)
+    assert plan.ended == [(late, FinishReason.QUEUE_TIMEOUT)] and late.status is Status.FINISHED
+    assert plan.queued == [(patient, 1)]  # moved up
+    assert scheduler.schedule(set(), 51.0).ended == [(patient, FinishReason.QUEUE_TIMEOUT)]
+    assert running.status is Status.RUNNING  # a running request is past the queue: only its own deadline counts

@@ -20,6 +20,7 @@ from .request import DEFAULT_MAX_NEW_TOKENS
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
 
 
 class ConfigError(ValueError):
@@ -42,8 +43,16 @@ class Settings:
     # None: derived from max_context (the cap is at most half of it, the default at most the cap).
     max_new_tokens: int | None = None
     max_new_tokens_cap: int | None = None
-    request_timeout_s: float | None = None  # generation deadline per request; None: no deadline
+    # Deadlines: an answer ends with `timeout` this long after it got its slot, and a chat that waited this long
+    # for a slot ends with `queue_timeout` (None: no deadline). The longest default answer (1,024 tokens) takes
+    # about 100 s at a full class's ~10 tokens/s a stream; a queue of 32 behind 8 slots moves in about a minute.
+    request_timeout_s: float | None = 300.0
+    queue_timeout_s: float | None = 120.0
     system_prompt: str | None = None  # None: the tutor's default (tokenizer.DEFAULT_SYSTEM_PROMPT); "": none
+    # A chat that brings its own system message: "refuse" it (error system_prompt_not_allowed), "append" it
+    # after the server's system prompt, or let it "replace" the server's. Refused by default: the tutor's
+    # instructions are the school's, not the page's.
+    client_system_prompt: str = "refuse"
     # The WebSocket: the largest frame a client may send, messages per chat, and how many events may wait for a
     # client that is not reading before its request is cancelled.
     max_message_bytes: int = 256 * 1024
@@ -57,6 +66,7 @@ class Settings:
     max_connections: int = 512
     max_connections_per_client: int = 64  # a whole class behind one school's NAT shares an address
     chats_per_minute: int = 120  # per address, so also per class behind a NAT
+    frames_per_second: int = 20  # per socket, in bursts of up to twice that; past it the socket is closed (1008)
     trusted_proxies: str = ""
     # After SIGTERM or SIGINT: running answers may go on for drain_s (docker stop waits 10 s by default), then
     # every chat still running ends with reason `shutdown`, and the server waits shutdown_grace_s for their `end`.
@@ -89,14 +99,20 @@ class Settings:
         _at_least("max_connections", self.max_connections, 1)
         _at_least("max_connections_per_client", self.max_connections_per_client, 1)
         _at_least("chats_per_minute", self.chats_per_minute, 1)
+        _at_least("frames_per_second", self.frames_per_second, 1)
         try:
             parse_proxies(self.trusted_proxies)
         except ValueError as e:
             raise ConfigError(f"{_env('trusted_proxies')}: {e}; give IP addresses separated by commas") from None
         for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s"):
             _at_least(name, getattr(self, name), 0.0)
-        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
-            raise ConfigError(f"{_env('request_timeout_s')}: must be greater than 0, got {self.request_timeout_s}")
+        for name in ("request_timeout_s", "queue_timeout_s"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigError(f"{_env(name)}: must be greater than 0 (or none), got {value}")
+        if self.client_system_prompt not in CLIENT_SYSTEM_PROMPT:
+            raise ConfigError(f"{_env('client_system_prompt')}: must be one of {', '.join(CLIENT_SYSTEM_PROMPT)}, got "
+                              f"{self.client_system_prompt!r}")
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(f"{_env('log_level')}: must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
 

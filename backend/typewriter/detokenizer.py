@@ -6,10 +6,10 @@ character and emits it whole once its last byte arrives. Work per token is propo
 never to the answer's.
 
 Guarantees, for a byte-level BPE tokenizer:
-- every delta is a valid string of whole code points: no character is split across deltas, and no U+FFFD appears
-  unless the model really produced bytes that are not UTF-8 (then it appears exactly where `decode` puts it);
-- "".join(deltas) == tokenizer.decode(ids), leading spaces included (" Paris" stays " Paris"), except that an
-  answer ending inside a character loses that unfinished character (flush drops it; decode would show U+FFFD);
+- every delta is a valid string of whole code points: no character is split across deltas, and no U+FFFD is ever
+  made up: bytes the model produced that are not UTF-8 are left out (decode shows each as U+FFFD);
+- "".join(deltas) == tokenizer.decode(ids) with its U+FFFD removed, leading spaces included (" Paris" stays
+  " Paris"): an answer ending inside a character loses that unfinished character (flush drops it) too;
 - special tokens (eos, end of turn) contribute "".
 
 Grapheme clusters may span deltas: a ZWJ family emoji, a skin-tone modifier or a combining accent can arrive one
@@ -26,8 +26,9 @@ from .tokenizer import Tokenizer
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer):
         self._token_bytes = tokenizer.token_bytes
-        # errors="replace" matches decode's lossy UTF-8: invalid bytes become U+FFFD at the same places.
-        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        # errors="ignore": bytes that can never form a character are left out, where decode's lossy UTF-8 shows
+        # U+FFFD; a student should not see the model's byte-level slips as boxes.
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="ignore")
 
     def push(self, token_id: int) -> str:
         """The text that token `token_id` completes; "" while a character is unfinished or for a special token."""

@@ -65,9 +65,11 @@ class EngineStats:
 
 class Engine:
     def __init__(self, runner: ModelRunner, tokenizer, max_queue: int, prefill_budget: int,
-                 model_name: str = "model", clock: Callable[[], float] = time.perf_counter):
+                 model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
+                 queue_timeout_s: float | None = None):
         """`prefill_budget`: prompt tokens prefilled per step while answers are decoded (with none decoding, a
-        step prefills up to the runner's largest chunk)."""
+        step prefills up to the runner's largest chunk); `queue_timeout_s`: how long a request may wait for a
+        slot (None: as long as it takes)."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
@@ -76,7 +78,8 @@ class Engine:
         self.max_active = runner.slots
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
-        self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget)
+        self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
+                                   queue_timeout_s=queue_timeout_s)
         self.clock = clock
         self.state = EngineState.IDLE
         self.steps = 0  # decode steps run, for tests and metrics

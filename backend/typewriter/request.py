@@ -19,6 +19,7 @@ class FinishReason(str, enum.Enum):
     LENGTH = "length"
     STOP_SEQUENCE = "stop_sequence"
     TIMEOUT = "timeout"
+    QUEUE_TIMEOUT = "queue_timeout"  # waited longer than the queue allows without getting a slot
     CANCELLED = "cancelled"
     SHUTDOWN = "shutdown"
     ERROR = "error"

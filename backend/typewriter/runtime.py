@@ -61,7 +61,7 @@ def load_engine(settings, progress: Progress = lambda _: None) -> tuple[Engine, 
     ready once its first programs are compiled (the others follow in the background)."""
     engine, tokenizer, _ = load(settings.model_path, slots=settings.max_active, max_context=settings.max_context,
                                 max_queue=settings.max_queue, prefill_budget=settings.prefill_budget,
-                                progress=progress, compile="start")
+                                progress=progress, compile="start", queue_timeout_s=settings.queue_timeout_s)
     return engine, tokenizer
 
 
@@ -74,6 +74,7 @@ def load(
     prefill_budget: int,
     progress: Progress = lambda _: None,
     compile: Compile = "all",
+    queue_timeout_s: float | None = None,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
     """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
     `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding. No defaults: the server's come from Settings, and each command
@@ -107,5 +108,6 @@ def load(
     else:
         runner.on_demand = lambda name: progress(f"compiling {name} (first use)")
     compile_s = time.perf_counter() - t1
-    engine = Engine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget, model_name=cfg.name).start()
+    engine = Engine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget, model_name=cfg.name,
+                    queue_timeout_s=queue_timeout_s).start()
     return engine, tokenizer, LoadTimes(load_s, compile_s)

@@ -50,8 +50,10 @@ class Plan:
 
 
 class Scheduler:
-    def __init__(self, slots: int, max_queue: int, max_chunk: int, budget: int, idle_budget: int | None = None):
-        self.max_queue = max_queue
+    def __init__(self, slots: int, max_queue: int, max_chunk: int, budget: int, idle_budget: int | None = None,
+                 queue_timeout_s: float | None = None):
+        """`queue_timeout_s`: how long a request may wait for a slot before it ends with `queue_timeout`."""
+        self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
         self.max_chunk, self.budget = max_chunk, budget
         self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
         self.waiting: deque[Sequence] = deque()
@@ -74,6 +76,8 @@ class Scheduler:
                 plan.ended.append((seq, FinishReason.CANCELLED))
             elif seq.deadline_passed(now):
                 plan.ended.append((seq, FinishReason.TIMEOUT))
+            elif seq.status is Status.WAITING and self._waited_too_long(seq, now):
+                plan.ended.append((seq, FinishReason.QUEUE_TIMEOUT))
         for seq, _ in plan.ended:
             self.finish(seq)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
@@ -121,6 +125,9 @@ class Scheduler:
     def sequences(self) -> list[Sequence]:
         """Every sequence not yet finished: those with a slot, then waiting ones in order."""
         return [*self.running.values(), *self.waiting]
+
+    def _waited_too_long(self, seq: Sequence, now: float) -> bool:
+        return self.queue_timeout_s is not None and now - seq.submitted > self.queue_timeout_s
 
     def _chunk(self, plan: Plan, seq: Sequence, budget: int) -> int:
         start = seq.prefilled

@@ -193,6 +193,8 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.raw.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
+    default_system_prompt = DEFAULT_SYSTEM_PROMPT
+
     def render_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> str:
         """The prompt text for `messages`, ending with the assistant's generation prompt."""
         return self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,

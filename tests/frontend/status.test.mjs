@@ -24,4 +24,8 @@ test("connecting, warming and reconnecting are offline, with the wait rounded up
     state: "offline",
   });
   assert.equal(statusLine({ connection: "reconnecting", retryInMs: 0 }, null).text, "Reconnecting…");
+  assert.deepEqual(statusLine({ connection: "full", retryInMs: 3500 }, null), {
+    text: "The tutor has as many students connected as it can take. Trying again in 4 s…",
+    state: "offline",
+  });
 });

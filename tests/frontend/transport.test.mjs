@@ -26,9 +26,9 @@ class FakeSocket {
   receive(msg) {
     this.onmessage?.({ data: typeof msg === "string" ? msg : JSON.stringify(msg) });
   }
-  drop(code = 1006) {
+  drop(code = 1006, reason = "") {
     this.readyState = 3;
-    this.onclose?.({ code });
+    this.onclose?.({ code, reason });
   }
   static get last() {
     return FakeSocket.all.at(-1);
@@ -172,13 +172,24 @@ test("a dropped socket ends the running chat as disconnected and reconnects with
 test("a server still loading its model (close 1013) reads as warming up, not as a lost connection", (t) => {
   t.mock.timers.enable({ apis: ["setTimeout"] });
   const { statuses } = connect({ baseDelayMs: 500 });
-  FakeSocket.last.drop(1013);
+  FakeSocket.last.drop(1013, "the model is still loading; retry when /readyz is 200");
   assert.equal(statuses.at(-1).state, "warming");
   t.mock.timers.tick(statuses.at(-1).retryInMs);
   assert.equal(statuses.at(-1).state, "warming", "the retry while loading still says warming");
   FakeSocket.last.open();
   FakeSocket.last.drop();
   assert.equal(statuses.at(-1).state, "reconnecting");
+});
+
+test("a server at its connection limit (close 1013 for another reason) reads as full, not as loading", (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { statuses } = connect({ baseDelayMs: 500 });
+  FakeSocket.last.drop(1013, "too many connections from your address (at most 64); close one first");
+  assert.equal(statuses.at(-1).state, "full");
+  t.mock.timers.tick(statuses.at(-1).retryInMs);
+  FakeSocket.last.drop(1013, "the server is full (512 connections); try again later");
+  assert.equal(statuses.at(-1).state, "full", "and it keeps retrying with backoff");
+  assert.ok(statuses.at(-1).retryInMs > 500);
 });
 
 test("sending while the socket waits to retry reconnects at once", async (t) => {

@@ -47,6 +47,7 @@ class ChatEncoder(Protocol):
     """What the server needs of `typewriter.tokenizer.Tokenizer`: chat messages to prompt ids."""
 
     name: str
+    default_system_prompt: str  # what encode_chat uses when it is given system=None
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
 

@@ -1,4 +1,5 @@
-"""Abuse limits for a public server: sockets in total and per client address, chats per minute per address.
+"""Abuse limits for a public server: sockets in total and per client address, chats per minute per address,
+frames per second per socket.
 
 All state lives on the event loop (no locks). The client address is the socket's peer, or, when that peer is a
 trusted proxy (`trusted_proxies`), the nearest address in `X-Forwarded-For` that is not one: a client cannot
@@ -73,3 +74,22 @@ class Limits:
             for key in [k for k, w in self._chats.items() if not w or w[-1] <= now - 60.0]:
                 del self._chats[key]
         return None
+
+
+class FrameRate:
+    """Frames one socket may send: `per_second` on average, in bursts of up to twice that (a token bucket). A
+    chat client sends a frame or two a question; a flood of them is a script."""
+
+    def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic):
+        self.per_second, self.burst = per_second, 2 * per_second
+        self.clock = clock
+        self.tokens, self.at = self.burst, clock()
+
+    def allow(self) -> bool:
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_second)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True

@@ -16,12 +16,12 @@ from ..request import Finished, FinishReason, SamplingParams
 MAX_ID_LENGTH = 64
 ROLES = ("system", "user", "assistant")
 PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
-ERROR_CODES = ("invalid_json", "invalid_request", "prompt_too_long", "busy", "overloaded", "not_found", "rate_limited",
-               "shutdown", "internal")
+ERROR_CODES = ("invalid_json", "invalid_request", "system_prompt_not_allowed", "prompt_too_long", "busy", "overloaded",
+               "not_found", "rate_limited", "shutdown", "internal")
 
 # WebSocket close codes (RFC 6455 section 7.4.1) the server uses.
 CLOSE_UNSUPPORTED_DATA = 1003  # a binary frame
-CLOSE_POLICY_VIOLATION = 1008  # a cross-origin handshake
+CLOSE_POLICY_VIOLATION = 1008  # a cross-origin handshake, or a flood of frames
 CLOSE_MESSAGE_TOO_BIG = 1009  # a frame over max_message_bytes
 CLOSE_SERVICE_RESTART = 1012  # the server is shutting down: reconnect in a moment
 CLOSE_TRY_AGAIN_LATER = 1013  # the model is still loading, or failed to load

@@ -25,6 +25,7 @@ from ..conversation import fit_conversation
 from ..request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from . import protocol as p
 from .lifecycle import Phase, ServerState
+from .limits import FrameRate
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
@@ -91,9 +92,15 @@ class Session:
 
     async def _read(self) -> None:
         limit = self.settings.max_message_bytes
+        rate = FrameRate(self.settings.frames_per_second)
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
+                return
+            if not rate.allow():
+                self.server.metrics.rejected.labels(code="frame_rate").inc()
+                await self._close(p.CLOSE_POLICY_VIOLATION, f"more than {rate.per_second} frames a second; "
+                                                            "slow down and reconnect")
                 return
             text = message.get("text")
             if text is None:
@@ -137,12 +144,13 @@ class Session:
                                                   f"one address; try again in {math.ceil(wait_s)} s", chat.id)
         s = self.settings
         params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
-        messages = [{"role": m.role, "content": m.content} for m in chat.messages]
+        messages, system = self._system_prompt([{"role": m.role, "content": m.content} for m in chat.messages],
+                                               chat.id)
         stream = Stream(chat.id, server.next_request_id())
         self.stream = stream  # busy from here, also while the prompt is encoded
         try:
             fitted = await asyncio.to_thread(
-                fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, s.system_prompt),
+                fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system),
                 server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"))
             stream.dropped_messages = fitted.dropped_messages
             params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
@@ -162,6 +170,19 @@ class Session:
         pump = asyncio.create_task(self._send_events(stream), name=f"pump-{stream.engine_id}")
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
+
+    def _system_prompt(self, messages: list[dict[str, str]], chat_id: str) -> tuple[list[dict[str, str]], str | None]:
+        """The messages and the system prompt to encode them with, by `client_system_prompt`: a client's own
+        system message is refused, appended after the server's, or left to replace it."""
+        s = self.settings
+        if not messages or messages[0]["role"] != "system" or s.client_system_prompt == "replace":
+            return messages, s.system_prompt
+        if s.client_system_prompt == "refuse":
+            raise p.ProtocolError("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
+                                  "conversation without a system message", chat_id)
+        ours = self.server.tokenizer.default_system_prompt if s.system_prompt is None else s.system_prompt
+        theirs = messages[0]["content"]
+        return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
 
     def _cancel(self, stream: Stream, why: Cancel) -> None:
         if stream.cancelled is None:
