@@ -1,0 +1,75 @@
+"""What the server's memory is made of, at its defaults (8 slots, 2,048 tokens of context each).
+
+    .venv/bin/python bench/footprint.py [--programs 4]
+
+Loads the embedded model as `typewriter serve` does, in steps, printing the process's resident memory after
+each (after handing freed heap back with malloc_trim, so it is what stays): Python and TensorFlow imported, the
+weights read from the GGUF file (float32 numpy arrays), the TensorFlow variables (the weights, then the K/V
+cache), the numpy arrays dropped, then each compiled XLA program (compiled here, with an empty XLA cache folder,
+as on a first start). The sizes of the variables are computed from their shapes, beside the measured growth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import gc
+import sys
+import tempfile
+
+
+def rss_mb() -> int:
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    raise RuntimeError("no VmRSS")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--programs", type=int, default=4, help="programs to compile (default %(default)s)")
+    args = parser.parse_args()
+    from typewriter.quiet_import import import_tensorflow, prepare_environment
+
+    prepare_environment(tempfile.mkdtemp(prefix="typewriter-xla-"))
+    rows = [("start (Python)", rss_mb(), "")]
+    tf = import_tensorflow()
+    from typewriter.runtime import build_runner
+    from typewriter.tokenizer import Tokenizer
+    from typewriter.weights import load_weights, resolve_model_path
+    from typewriter.weights.load import open_source
+
+    rows.append(("TensorFlow, transformers, tokenizers imported", rss_mb(), ""))
+    path = resolve_model_path(None)
+    source, _ = open_source(path)
+    cfg, weights = load_weights(source, lambda done, total: None)
+    tokenizer = Tokenizer.from_gguf(path, source.fields)
+    rows.append(("weights read (float32 numpy) and the tokenizer", rss_mb(),
+                 f"{sum(w.nbytes for w in weights.values()) / 2**20:.0f} MiB of arrays"))
+    runner = build_runner(cfg, weights, slots=8, max_context=2048)
+    cache = {id(v): v for layer in runner.model.cache.k + runner.model.cache.v for v in layer}
+    everything = runner.model.variables
+
+    def mib(variables) -> float:
+        return sum(int(tf.size(v)) * v.dtype.size for v in variables) / 2**20
+
+    cache_mb, weight_mb = mib(cache.values()), mib(v for v in everything if id(v) not in cache)
+    rows.append(("TensorFlow variables made", rss_mb(), f"weights {weight_mb:.0f} MiB + K/V cache {cache_mb:.0f} MiB"))
+    del weights, source
+    rows.append(("numpy weights dropped", rss_mb(), ""))
+    for key in runner.programs()[: args.programs]:
+        runner.compile(key)
+        rows.append((f"compiled {key[0]} {key[1]} x {key[2]}", rss_mb(), ""))
+    width = max(len(r[0]) for r in rows)
+    before = rows[0][1]
+    for name, rss, note in rows:
+        print(f"{name:<{width}}  {rss:6d} MB  {rss - before:+6d}  {note}")
+        before = rss
+    del tokenizer
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
