@@ -165,6 +165,40 @@ def test_a_second_signal_cuts_the_drain_short():
     assert waited < 30, "the second signal ended the 60-second drain"
 
 
+def test_an_engine_that_fails_for_good_stops_the_server_with_exit_code_1_after_ending_its_chats(capsys):
+    from typewriter.engine import MAX_FAULTY_STEPS
+
+    engine = script_engine(["x"] * 500, step_s=0.01)
+    settings = Settings(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
+                        shutdown_grace_s=2.0)
+    app = create_app(settings, factory(engine))
+    server = Server(uvicorn_config(app, settings, host="127.0.0.1", log_level="warning"), app.state.server)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not (server.started and app.state.server.ready):
+        assert time.monotonic() < deadline, "the server did not start"
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+
+    async def chat_until_the_engine_fails():
+        engine.runner.fail("extend", RuntimeError("the model state is broken"), times=100)
+        ends = []
+        async with connect(f"ws://127.0.0.1:{port}/ws") as ws:
+            for n in range(MAX_FAULTY_STEPS):  # each chat's prefill fails: that many failed steps in a row
+                await ws.send(chat(f"doomed{n}", max_new_tokens=16))
+                ends.append((await until_terminal(ws))[-1])
+            with pytest.raises(ConnectionClosed):  # and then the server closes the socket on its way out
+                await asyncio.wait_for(ws.recv(), 10)
+        return ends
+
+    ends = asyncio.run(chat_until_the_engine_fails())
+    thread.join(10)
+    assert not thread.is_alive(), "the server went on with a failed engine"
+    assert [(e["type"], e["code"]) for e in ends] == [("error", "internal")] * MAX_FAULTY_STEPS
+    assert server.engine_failed and "the engine failed for good" in capsys.readouterr().err  # serve() returns 1
+
+
 def test_loadtest_reports_latency_percentiles_and_throughput(capsys):
     with running(script_engine(["t"] * 10, step_s=0.01, slots=2, max_queue=8)) as (_, address):
         assert cli.main(["loadtest", "--url", f"ws://{address}/ws", "--concurrency", "3", "--requests", "7",

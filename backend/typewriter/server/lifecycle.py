@@ -100,9 +100,13 @@ class ServerState:
     def ready(self) -> bool:
         return self.phase is Phase.READY and self.engine is not None and self.engine.alive
 
+    @property
+    def engine_failed(self) -> bool:
+        return self.phase is Phase.READY and self.engine is not None and self.engine.failed
+
     def health(self) -> tuple[bool, dict]:
         """The /healthz body: alive unless the engine has failed for good (a supervisor should restart us)."""
-        if self.phase is Phase.READY and self.engine is not None and self.engine.failed:
+        if self.engine_failed:
             return False, {"status": "engine_failed", "detail": "the engine failed; see the server log"}
         return True, {"status": "ok"}
 

@@ -16,14 +16,15 @@ from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
     """Run until SIGTERM or SIGINT, then drain: /readyz turns 503 at once, new sockets and chats are refused,
     running answers may finish for `drain_s`, then end with reason `shutdown`. Returns 0 after a drain (a second
-    signal cuts it short), 1 if the model failed to load."""
+    signal cuts it short), 1 if the model failed to load or the engine failed for good (so that a supervisor,
+    Docker's restart policy or Kubernetes, starts a fresh process)."""
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory)
     config = uvicorn_config(app, settings)
     server = Server(config, app.state.server)
     server.run()
-    return 1 if server.load_failed else 0
+    return 1 if server.load_failed or server.engine_failed else 0
 
 
 def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
@@ -49,6 +50,7 @@ class Server(uvicorn.Server):
         super().__init__(config)
         self.state = state
         self.load_failed = False
+        self.engine_failed = False
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
@@ -63,6 +65,11 @@ class Server(uvicorn.Server):
             print(f"typewriter: error: the model failed to load: {self.state.error}", file=sys.stderr, flush=True)
             self.load_failed = True
             return True
+        if self.state.engine_failed and not self.engine_failed:  # its thread died, or its steps kept failing
+            print("typewriter: error: the engine failed for good (the log above says how); stopping so that a "
+                  "fresh process can take over", file=sys.stderr, flush=True)
+            self.engine_failed = True
+            self.should_exit = True  # the usual shutdown: open sockets are closed, the process exits 1
         return await super().on_tick(counter)
 
     def handle_exit(self, sig, frame) -> None:
