@@ -51,3 +51,41 @@ def test_a_handshake_from_another_origin_is_refused_and_the_same_origin_is_accep
             ws.send_json({"type": "ping"})
             assert receive(ws) == {"type": "pong"}
     assert refused.value.code == 1008
+
+
+def test_a_host_the_server_does_not_answer_to_is_refused_with_400_naming_the_setting():
+    with serving() as (client, _):  # allowed_hosts="testserver"
+        rebound = client.get("/readyz", headers={"host": "evil.example:8000"})
+        with pytest.raises(WebSocketDisconnect):  # DNS rebinding: Host and Origin agree, but the name is not ours
+            with client.websocket_connect("/ws", headers={"host": "evil.example", "origin": "http://evil.example"}):
+                pass
+        fine = client.get("/readyz")
+    assert rebound.status_code == 400 and "TYPEWRITER_ALLOWED_HOSTS" in rebound.text
+    assert fine.status_code == 200
+
+
+def test_behind_a_proxy_that_rewrites_host_the_listed_origin_opens_the_socket_and_no_other_does():
+    with serving(allowed_hosts="internal.svc,testserver", allowed_origins="https://tutor.school.org") as (client, _):
+        proxied = {"host": "internal.svc:8000"}
+        with client.websocket_connect("/ws", headers=proxied | {"origin": "https://tutor.school.org"}) as ws:
+            ws.send_json({"type": "ping"})
+            assert receive(ws) == {"type": "pong"}
+        with pytest.raises(WebSocketDisconnect) as refused:
+            with client.websocket_connect("/ws", headers=proxied | {"origin": "http://internal.svc:8000"}):
+                pass
+    assert refused.value.code == 1008
+
+
+def test_the_default_hosts_are_loopback_and_the_listening_address_and_star_allows_any():
+    from typewriter.server.origins import allowed_hosts, host_name, origin_allowed
+
+    assert allowed_hosts("", "0.0.0.0") == {"localhost", "127.0.0.1", "::1"}
+    assert allowed_hosts("", "10.1.2.3") == {"localhost", "127.0.0.1", "::1", "10.1.2.3"}
+    assert allowed_hosts(" Tutor.School.org , x ", "0.0.0.0") == {"tutor.school.org", "x"}
+    assert allowed_hosts("*", "127.0.0.1") is None
+    assert [host_name(h) for h in ("[::1]:8000", "LocalHost:80", "a:b", "", None)] == ["::1", "localhost", None,
+                                                                                        None, None]
+    assert origin_allowed(None, "anything", ())  # a command-line client sends no Origin
+    assert origin_allowed("http://127.0.0.1:8000", "127.0.0.1:8000", ())
+    assert not origin_allowed("http://127.0.0.1:9999", "127.0.0.1:8000", ())
+    assert origin_allowed("https://Tutor.School.org/", "x", ("https://tutor.school.org",))

@@ -68,6 +68,11 @@ class Settings:
     chats_per_minute: int = 120  # per address, so also per class behind a NAT
     frames_per_second: int = 20  # per socket, in bursts of up to twice that; past it the socket is closed (1008)
     trusted_proxies: str = ""
+    # Names the server answers to (the Host header; comma-separated, * for any; "": the loopback names and the
+    # listening address) and pages that may open the socket (Origin; comma-separated like https://tutor.school.org;
+    # "": the page's own origin). See server/origins.py: together they stop DNS rebinding and other sites' pages.
+    allowed_hosts: str = ""
+    allowed_origins: str = ""
     # After SIGTERM or SIGINT: running answers may go on for drain_s (docker stop waits 10 s by default), then
     # every chat still running ends with reason `shutdown`, and the server waits shutdown_grace_s for their `end`.
     drain_s: float = 8.0

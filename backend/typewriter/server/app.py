@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,6 +18,7 @@ from ..config import Settings
 from . import protocol as p
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .limits import client_address
+from .origins import HostCheck, allowed_hosts, origin_allowed, parse_list
 from .metrics import CONTENT_TYPE
 from .session import Session
 
@@ -38,6 +38,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
                web_root: Path = WEB_ROOT) -> Starlette:
     """The app; `app.state.server` is its ServerState. The engine loads on a thread once the lifespan starts."""
     state = ServerState(settings, engine_factory)
+    allowed_origins = parse_list(settings.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
 
     async def healthz(request: Request) -> Response:
@@ -60,7 +61,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         return templates.TemplateResponse(request, "index.html", {"config": config})
 
     async def chat_socket(websocket: WebSocket) -> None:
-        if not _same_origin(websocket):
+        if not origin_allowed(websocket.headers.get("origin"), websocket.headers.get("host"), allowed_origins):
             await websocket.close(p.CLOSE_POLICY_VIOLATION)  # before accept: the handshake is refused (403)
             return
         await websocket.accept()
@@ -103,6 +104,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         lifespan=lifespan,
     )
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))
     app.state.server = state
     return app
 
@@ -124,10 +126,3 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
-
-def _same_origin(websocket: WebSocket) -> bool:
-    """A browser always sends Origin; refuse pages from other sites (cross-site WebSocket hijacking).
-    Clients that send no Origin (command-line tools, the bench) are not browsers and are let in."""
-    origin = websocket.headers.get("origin")
-    return origin is None or urlsplit(origin).netloc == websocket.headers.get("host")
