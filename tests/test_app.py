@@ -89,3 +89,33 @@ def test_the_default_hosts_are_loopback_and_the_listening_address_and_star_allow
     assert origin_allowed("http://127.0.0.1:8000", "127.0.0.1:8000", ())
     assert not origin_allowed("http://127.0.0.1:9999", "127.0.0.1:8000", ())
     assert origin_allowed("https://Tutor.School.org/", "x", ("https://tutor.school.org",))
+
+
+def test_with_an_api_key_every_route_but_the_probes_needs_it_and_a_wrong_one_is_refused():
+    key = {"authorization": "Bearer s3cret"}
+    with serving(api_key="s3cret") as (client, _):
+        assert client.get("/readyz").status_code == 200 and client.get("/healthz").status_code == 200
+        refused = [client.get(path) for path in ("/", "/metrics", "/frontend/app.js")]
+        wrong = client.get("/metrics", headers={"authorization": "Bearer s3cre"})
+        assert client.get("/metrics", headers=key).status_code == 200
+        with pytest.raises(WebSocketDisconnect):
+            with client.websocket_connect("/ws"):
+                pass
+        with client.websocket_connect("/ws", headers=key) as ws:
+            ws.send_json(chat(max_new_tokens=2))
+            assert until_terminal(lambda: receive(ws))[-1]["type"] == "end"
+    assert {r.status_code for r in refused} | {wrong.status_code} == {401}
+    assert refused[1].json()["error"]["code"] == "unauthorized" and refused[1].headers["www-authenticate"] == "Bearer"
+
+
+def test_with_the_page_exempt_the_page_and_its_own_origins_socket_need_no_key_but_scripts_do():
+    with serving(api_key="s3cret", api_key_page=True) as (client, _):
+        assert client.get("/").status_code == 200 and client.get("/frontend/app.js").status_code == 200
+        assert client.get("/metrics").status_code == 401
+        with client.websocket_connect("/ws", headers={"origin": "http://testserver"}) as ws:
+            ws.send_json({"type": "ping"})
+            assert receive(ws) == {"type": "pong"}
+        for headers in ({}, {"origin": "https://evil.example"}):  # a script without the key; another site's page
+            with pytest.raises(WebSocketDisconnect):
+                with client.websocket_connect("/ws", headers=headers):
+                    pass

@@ -54,6 +54,7 @@ def test_nothing_is_read_from_the_process_environment_when_a_mapping_is_given(mo
          "TYPEWRITER_MAX_NEW_TOKENS_CAP: must be at least 600"),
         ({"TYPEWRITER_MAX_NEW_TOKENS_CAP": "2048"}, "must be smaller than max_context (2048)"),
         ({"TYPEWRITER_LOG_LEVEL": "loud"}, "TYPEWRITER_LOG_LEVEL: must be one of critical, error, warning"),
+        ({"TYPEWRITER_API_KEY_PAGE": "maybe"}, "TYPEWRITER_API_KEY_PAGE: must be true or false, got 'maybe'"),
         ({"TYPEWRITER_QUEUE_TIMEOUT_S": "-5"}, "TYPEWRITER_QUEUE_TIMEOUT_S: must be greater than 0 (or none)"),
         ({"TYPEWRITER_FRAMES_PER_SECOND": "0"}, "TYPEWRITER_FRAMES_PER_SECOND: must be at least 1, got 0"),
         ({"TYPEWRITER_CLIENT_SYSTEM_PROMPT": "merge"},
@@ -131,3 +132,8 @@ def test_quiet_compiles_drops_only_the_cache_read_notice_and_passes_everything_e
         os.write(2, b"real error two\npartial")
     os.write(2, b" line\n")
     assert capfd.readouterr().err == "real error one\nreal error two\npartial line\n"
+
+
+def test_a_true_or_false_setting_reads_the_usual_words():
+    assert [Settings.from_env({"TYPEWRITER_API_KEY_PAGE": w}).api_key_page for w in ("true", "1", "Yes", "off", "0")] \
+        == [True, True, True, False, False]

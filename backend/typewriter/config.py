@@ -21,6 +21,7 @@ ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
+BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
 class ConfigError(ValueError):
@@ -73,6 +74,10 @@ class Settings:
     # "": the page's own origin). See server/origins.py: together they stop DNS rebinding and other sites' pages.
     allowed_hosts: str = ""
     allowed_origins: str = ""
+    # With an api_key, the socket and every HTTP route but /healthz and /readyz need `Authorization: Bearer <key>`;
+    # api_key_page lets the page, its files and sockets from an allowed origin in without it (server/auth.py).
+    api_key: str = ""
+    api_key_page: bool = False
     # After SIGTERM or SIGINT: running answers may go on for drain_s (docker stop waits 10 s by default), then
     # every chat still running ends with reason `shutdown`, and the server waits shutdown_grace_s for their `end`.
     drain_s: float = 8.0
@@ -159,6 +164,10 @@ def _parse(name: str, raw: str, hint: object) -> object:
         return None
     if kind is str:
         return text.lower() if name == "log_level" else raw
+    if kind is bool:
+        if text.lower() in BOOLEANS:
+            return BOOLEANS[text.lower()]
+        raise ConfigError(f"{_env(name)}: must be true or false, got {raw!r}")
     try:
         value = kind(text)
     except ValueError:

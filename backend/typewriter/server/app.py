@@ -17,6 +17,7 @@ from starlette.websockets import WebSocket
 from ..config import Settings
 from . import protocol as p
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
+from .auth import ApiKeyCheck
 from .limits import client_address
 from .origins import HostCheck, allowed_hosts, origin_allowed, parse_list
 from .metrics import CONTENT_TYPE
@@ -104,7 +105,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         lifespan=lifespan,
     )
     app.add_middleware(SecurityHeaders)
-    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))
+    app.add_middleware(ApiKeyCheck, key=settings.api_key, page_exempt=settings.api_key_page,
+                       origin_ok=lambda origin, host: origin_allowed(origin, host, allowed_origins))
+    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))  # outermost
     app.state.server = state
     return app
 

@@ -1,0 +1,55 @@
+"""An optional API key (`api_key`) for the socket and every HTTP route but the health probes.
+
+A client sends it as `Authorization: Bearer <key>`; it is compared in constant time. A browser cannot set that
+header on a WebSocket, so with `api_key_page` the page, its files and sockets opened from an allowed origin (see
+origins.py) need no key: the school's own page works, other clients need the key. An `Origin` header can be
+forged by anything that is not a browser, so that exemption only keeps other sites' pages out, not scripts.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+OPEN_PATHS = ("/healthz", "/readyz")  # probes from an orchestrator carry no key
+PAGE_PATHS = ("/", "/static/", "/frontend/")
+
+
+def presented_key(headers: dict[bytes, bytes]) -> str | None:
+    scheme, _, key = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    return key.strip() if scheme.lower() == "bearer" and key.strip() else None
+
+
+class ApiKeyCheck:
+    """Refuses a request without the key: HTTP 401 with a JSON error (the handshake of a socket likewise)."""
+
+    def __init__(self, app: ASGIApp, key: str, page_exempt: bool, origin_ok: Callable[[str | None, str | None], bool]):
+        self.app, self.key, self.page_exempt, self.origin_ok = app, key.encode(), page_exempt, origin_ok
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self.key or scope["type"] not in ("http", "websocket") or self._exempt(scope):
+            await self.app(scope, receive, send)
+            return
+        given = presented_key(dict(scope["headers"]))
+        if given is not None and hmac.compare_digest(given.encode(), self.key):
+            await self.app(scope, receive, send)
+            return
+        body = {"error": {"code": "unauthorized", "message": "this server needs its API key: send "
+                          "'Authorization: Bearer <key>' (TYPEWRITER_API_KEY on the server)"}}
+        await JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})(scope, receive, send)
+
+    def _exempt(self, scope: Scope) -> bool:
+        path = scope["path"]
+        if path in OPEN_PATHS:
+            return True
+        if not self.page_exempt:
+            return False
+        if scope["type"] == "http":
+            return path == "/" or path.startswith(PAGE_PATHS[1:])
+        headers = dict(scope["headers"])
+        origin = headers.get(b"origin")  # only a browser sends one; the socket checks it again, so a page elsewhere fails
+        host = headers.get(b"host")
+        return origin is not None and self.origin_ok(origin.decode("latin-1"), host and host.decode("latin-1"))
