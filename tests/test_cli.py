@@ -33,7 +33,7 @@ def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer():
     assert end["type"] == "end" and end["reason"] == "length"
     assert end["usage"] == {"prompt_tokens": 5, "completion_tokens": 12}
     assert end["timings"]["ttft_ms"] > 0 and end["timings"]["tokens_per_s"] > 0 and end["timings"]["load_ms"] > 0
-    assert "compiled" in run.stderr  # progress was shown while loading
+    assert "loaded" in run.stderr and "compiling" in run.stderr  # progress was shown while loading and compiling
 
 
 def test_generate_stops_at_a_stop_sequence_without_printing_it():
