@@ -215,3 +215,25 @@ def test_loadtest_reports_latency_percentiles_and_throughput(capsys):
 def test_percentile_is_nearest_rank():
     values = [5.0, 1.0, 4.0, 2.0, 3.0]
     assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 0.0)) == (3.0, 5.0, 1.0)
+
+
+def test_a_socket_whose_client_is_closing_as_the_server_stops_does_not_end_the_shutdown():
+    from websockets.exceptions import InvalidState
+
+    from typewriter.server.main import _tolerate_closing
+
+    class Closing:  # what uvicorn's websockets-sansio connection does when its client's close just came in
+        def __init__(self):
+            self.transport = self
+            self.closed = False
+
+        def shutdown(self):
+            raise InvalidState("connection is closing")
+
+        def close(self):
+            self.closed = True
+
+    connection = Closing()
+    _tolerate_closing(connection)
+    connection.shutdown()
+    assert connection.closed
