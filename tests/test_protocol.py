@@ -159,3 +159,11 @@ def test_the_page_has_words_for_every_end_reason_but_the_natural_ones_and_the_er
     silent = {FinishReason.EOS, FinishReason.STOP_SEQUENCE, FinishReason.ERROR}  # an error ends with an error frame
     missing = [r.value for r in FinishReason if r not in silent and f"\n  {r.value}:" not in table]
     assert not missing, f"frontend/protocol.js END_TEXT lacks {missing}"
+
+
+def test_a_frame_nested_too_deeply_for_the_json_parser_is_invalid_json_not_a_crash():
+    with pytest.raises(p.ProtocolError) as raised:
+        p.parse_frame("[" * 5000 + "]" * 5000, 8)
+    assert raised.value.code == "invalid_json" and "too deeply" in raised.value.message
+    with pytest.raises(p.ProtocolError, match="got a deeply nested value|got \\["):
+        p.parse_frame(json.dumps({"type": [[[[1]]]]}), 8)

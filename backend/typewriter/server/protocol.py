@@ -67,6 +67,8 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
         frame = json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:
         raise ProtocolError("invalid_json", f"the frame is not valid JSON: {e}") from None
+    except RecursionError:  # found by tests/test_fuzz.py: a few thousand "[" fit in a frame
+        raise ProtocolError("invalid_json", "the frame nests arrays or objects too deeply") from None
     if not isinstance(frame, dict):
         raise ProtocolError("invalid_request", "a frame must be a JSON object with a \"type\" field")
     request_id = _readable_id(frame.get("id"))
@@ -79,7 +81,8 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
     if kind == "ping":
         _only_fields(frame, ("type",), request_id)
         return Ping()
-    raise ProtocolError("invalid_request", f"type: must be \"chat\", \"stop\" or \"ping\", got {kind!r}", request_id)
+    raise ProtocolError("invalid_request", f"type: must be \"chat\", \"stop\" or \"ping\", got {_short(kind)}",
+                        request_id)
 
 
 def sampling_params(chat: Chat, default_max_new_tokens: int, max_new_tokens_cap: int,
@@ -177,8 +180,8 @@ def _parse_message(i: int, message: object, chat_id: str) -> ChatMessage:
                             chat_id)
     role, content = message.get("role"), message.get("content")
     if role not in ROLES:
-        raise ProtocolError("invalid_request", f"messages[{i}].role: must be one of {', '.join(ROLES)}, got {role!r}",
-                            chat_id)
+        raise ProtocolError("invalid_request",
+                            f"messages[{i}].role: must be one of {', '.join(ROLES)}, got {_short(role)}", chat_id)
     if not isinstance(content, str):
         raise ProtocolError("invalid_request", f"messages[{i}].content: must be a string", chat_id)
     return ChatMessage(role, content)
@@ -207,7 +210,10 @@ def _readable_id(value: object) -> str | None:
 
 
 def _short(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "a deeply nested value"
     return text if len(text) <= 80 else text[:77] + "..."
 
 
