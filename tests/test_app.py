@@ -61,6 +61,7 @@ def test_a_host_the_server_does_not_answer_to_is_refused_with_400_naming_the_set
                 pass
         fine = client.get("/readyz")
     assert rebound.status_code == 400 and "TYPEWRITER_ALLOWED_HOSTS" in rebound.text
+    assert "frame-ancestors 'none'" in rebound.headers["content-security-policy"]  # refusals carry them too
     assert fine.status_code == 200
 
 
@@ -106,6 +107,7 @@ def test_with_an_api_key_every_route_but_the_probes_needs_it_and_a_wrong_one_is_
             assert until_terminal(lambda: receive(ws))[-1]["type"] == "end"
     assert {r.status_code for r in refused} | {wrong.status_code} == {401}
     assert refused[1].json()["error"]["code"] == "unauthorized" and refused[1].headers["www-authenticate"] == "Bearer"
+    assert all(r.headers["x-content-type-options"] == "nosniff" for r in refused)
 
 
 def test_with_the_page_exempt_the_page_and_its_own_origins_socket_need_no_key_but_scripts_do():

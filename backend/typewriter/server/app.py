@@ -104,10 +104,11 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         ],
         lifespan=lifespan,
     )
-    app.add_middleware(SecurityHeaders)
+    # Each add wraps the app so far: the security headers go on last, so the refusals below carry them too.
     app.add_middleware(ApiKeyCheck, key=settings.api_key, page_exempt=settings.api_key_page,
                        origin_ok=lambda origin, host: origin_allowed(origin, host, allowed_origins))
-    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))  # outermost
+    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))
+    app.add_middleware(SecurityHeaders)
     app.state.server = state
     return app
 
