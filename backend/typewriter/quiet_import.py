@@ -1,8 +1,8 @@
 """TensorFlow's process environment, and TensorFlow without its harmless C++ notices on the terminal.
 
 `prepare_environment` sets TensorFlow's own variables before it loads (its C++ log level, the XLA disk cache).
-TensorFlow 2.21 also logs a oneDNN notice from C++ before its log level applies: `import_tensorflow` catches
-stderr at the file descriptor while importing, drops the lines known to be notices, and passes the rest through.
+TensorFlow 2.21 also logs a oneDNN notice from C++ before its log level applies: `import_tensorflow` filters
+stderr at the file descriptor while importing, dropping the lines known to be notices and passing the rest on.
 `quiet_compiles` does the same around compiling, for the line each read of the XLA disk cache logs.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Iterator, MutableMapping
 
@@ -53,26 +52,19 @@ def prepare_environment(xla_cache: str | None, environ: MutableMapping[str, str]
 def import_tensorflow():
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            import tensorflow as tf
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            for line in caught.read().decode(errors="replace").splitlines(keepends=True):
-                if not any(n in line for n in _NOTICES):
-                    sys.stderr.write(line)
+    notices = _StderrFilter(_NOTICES)
+    notices.enter()
+    try:
+        import tensorflow as tf
+    finally:
+        notices.exit()
     return tf
 
 
 class _StderrFilter:
-    """While any `quiet_compiles()` block runs, file descriptor 2 is a pipe whose lines a thread passes on to
-    the real stderr at once, less those containing a known notice; outside them stderr is untouched, so a crash
-    in between loses nothing."""
+    """Between enter() and exit() (nested or from several threads), file descriptor 2 is a pipe whose lines a
+    thread passes on to the real stderr at once, less those containing a known notice; outside them stderr is
+    untouched, so a crash in between loses nothing."""
 
     def __init__(self, drop: tuple[str, ...]):
         self.drop = tuple(d.encode() for d in drop)
@@ -107,9 +99,10 @@ class _StderrFilter:
     def release(self) -> None:
         """Give fd 2 back now, however many blocks are open (the process is about to end)."""
         with self.lock:
-            depth, self.depth = self.depth, 1
-        if depth:
-            self.exit()
+            if not self.depth:
+                return
+            self.depth = 1
+        self.exit()
 
     def _forward(self, read_end: int, out: int) -> None:
         pending = b""

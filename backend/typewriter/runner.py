@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import itertools
 import logging
 import threading
@@ -71,6 +72,7 @@ class ModelRunner:
         self.batch_buckets = tuple(sorted(batch_buckets))
         self.kv_buckets = model.cache.bounds
         self._instance = next(ModelRunner._instances)
+        self._programs = self._order()
         self._fns: dict[Key, tf.types.experimental.GenericFunction] = {}
         self._ready: set[Key] = set()  # compiled
         self._building: set[Key] = set()
@@ -103,6 +105,9 @@ class ModelRunner:
         """Every program, most useful first: per attention length, shortest first, one-row decode, a middle
         chunk and a full batch (enough to serve anything of that length), then the other sizes; the cache copy
         (prefix reuse) right after the first length's."""
+        return list(self._programs)
+
+    def _order(self) -> tuple[Key, ...]:
         mid = self.chunk_buckets[(len(self.chunk_buckets) - 1) // 2]
         order: list[Key] = []
         for s in self.kv_buckets:
@@ -111,12 +116,12 @@ class ModelRunner:
                 order.append(("copy", 1, self.max_len))
             order += [("decode", b, s) for b in reversed(self.batch_buckets)]
             order += [("prefill", t, s) for t in self.chunk_buckets]
-        return list(dict.fromkeys(order))
+        return tuple(dict.fromkeys(order))
 
     def first_programs(self) -> list[Key]:
         """What a server compiles before it reports ready: one prefill chunk and one-row decode at the shortest
         attention length. Everything else can wait for the background (or a call that needs it)."""
-        return self.programs()[:2]
+        return list(self._programs[:2])
 
     def extend_fn(self, t: int, kv_len: int):
         return self._fn(("prefill", t, kv_len))
@@ -219,16 +224,16 @@ class ModelRunner:
 
     def warmup(self, progress: CompileProgress | None = None, threads: int = 2) -> None:
         """Compile every program now, so no call ever waits for XLA."""
-        self.compile_all(self.programs(), progress, threads)
+        self.compile_all(self._programs, progress, threads)
 
     def compile_in_background(self, progress: CompileProgress | None = None,
                               keys: Sequence[Key] | None = None) -> threading.Thread:
         """Compile `keys` (default: every program) not compiled yet, one at a time on a daemon thread, in that
         order except that one a call is waiting for, or had to make do without, goes next. Called again while
         that thread runs, it queues more for the same thread. `close()` stops it after the program it is on."""
-        total = len(self.programs())
+        total = len(self._programs)
         with self._cond:
-            queued = self._queue + [k for k in (self.programs() if keys is None else keys) if k not in self._ready]
+            queued = self._queue + [k for k in (self._programs if keys is None else keys) if k not in self._ready]
             self._queue = list(dict.fromkeys(queued))
             self._background = True
             if self._thread is not None and self._thread.is_alive():
@@ -271,7 +276,7 @@ class ModelRunner:
     def compile_status(self) -> dict:
         """For /readyz and the log: how many programs are compiled, and which are compiling now."""
         with self._cond:
-            return {"compiled": len(self._ready), "total": len(self.programs()),
+            return {"compiled": len(self._ready), "total": len(self._programs),
                     "compiling": sorted(label(k) for k in self._building)}
 
     def close(self) -> None:
@@ -357,12 +362,18 @@ class ModelRunner:
         return out[0] if len(out) == 1 else np.concatenate(out)
 
 
+@functools.cache
+def _malloc_trim():
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
 def _return_freed_memory() -> None:
     """A compile leaves some 60 MB freed on glibc's heap, which glibc keeps: hand it back to the system."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
+    if trim := _malloc_trim():
+        trim(0)
 
 
 def bucket(buckets: Sequence[int], n: int) -> int:

@@ -19,7 +19,7 @@ from .weights.load import open_source
 Progress = Callable[[str], None]
 # When the compiled programs are built: "all" before load returns (benchmarks, tests); "start" a few before,
 # the rest in the background while requests are served (the server); "lazy" each when a request first needs it
-# (the CLI, which also calls compile_for with each of its requests).
+# (the CLI, which also calls Engine.prepare with each of its requests).
 Compile = Literal["all", "start", "lazy"]
 log = logging.getLogger("typewriter.runtime")
 
@@ -77,8 +77,8 @@ def load(
     queue_timeout_s: float | None = None,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
     """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
-    `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding. No defaults: the server's come from Settings, and each command
-    says why its own fit."""
+    `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding. No
+    defaults: the server's come from Settings, and each command says why its own fit."""
     t0 = time.perf_counter()
     path = resolve_model_path(model_path)
     progress(f"loading {path}")
@@ -99,8 +99,8 @@ def load(
         runner.warmup(lambda i, n, label: progress(f"compiled {i}/{n}: {label}"))
         progress(f"compiled every program in {time.perf_counter() - t1:.1f}s")
     elif compile == "start":
-        first = runner.first_programs()
-        runner.compile_all(first, lambda i, n, label: progress(f"compiled {i}/{len(runner.programs())}: {label}"))
+        first, total = runner.first_programs(), runner.compile_status()["total"]
+        runner.compile_all(first, lambda i, n, label: progress(f"compiled {i}/{total}: {label}"))
         progress(f"compiled {len(first)} programs in {time.perf_counter() - t1:.1f}s; the rest follow in the "
                  "background")
         runner.compile_in_background(lambda i, n, label: log.info("compiled %d/%d in the background: %s", i, n,

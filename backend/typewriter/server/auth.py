@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 OPEN_PATHS = ("/healthz", "/readyz")  # probes from an orchestrator carry no key
-PAGE_PATHS = ("/", "/static/", "/frontend/")
+PAGE_PREFIXES = ("/static/", "/frontend/")  # the page's files; the page itself is "/"
 
 
 def presented_key(headers: dict[bytes, bytes]) -> str | None:
@@ -48,8 +48,8 @@ class ApiKeyCheck:
         if not self.page_exempt:
             return False
         if scope["type"] == "http":
-            return path == "/" or path.startswith(PAGE_PATHS[1:])
+            return path == "/" or path.startswith(PAGE_PREFIXES)
         headers = dict(scope["headers"])
-        origin = headers.get(b"origin")  # only a browser sends one; the socket checks it again, so a page elsewhere fails
+        origin = headers.get(b"origin")  # only a browser sends one; the socket checks it again
         host = headers.get(b"host")
         return origin is not None and self.origin_ok(origin.decode("latin-1"), host and host.decode("latin-1"))

@@ -1,7 +1,8 @@
 """The server's lifecycle: load the engine off the event loop, report readiness, drain on shutdown.
 
 Loading takes seconds (weights, then the first compiled programs; the rest compile in the background while
-chats are served), so it runs on a thread while /healthz already answers. The phase only changes on the event loop, through checked transitions.
+chats are served), so it runs on a thread while /healthz already answers. The phase only changes on the event
+loop, through checked transitions.
 """
 
 from __future__ import annotations
