@@ -1,0 +1,200 @@
+"""A chat handed to the engine, the same for every front door (the socket, OpenAI-style HTTP, gRPC).
+
+`open_chat` does what each of them must before a chat runs: refuse it while the server drains or is not ready,
+count it against its client's rate limit, build its sampling params, apply the system prompt rule, fit the
+conversation into the context and submit it. Every refusal is a `ProtocolError` with a protocol v1 code; each
+front door only translates codes into its own shape (a frame, an HTTP status, a gRPC status).
+
+The engine calls back on its own thread; `ChatStream` hands each event to the event loop with
+`call_soon_threadsafe`, counts it in the metrics, and queues it for the front door to send. A reader that falls
+`send_backlog` events behind has its chat cancelled and further tokens dropped, so memory stays bounded and the
+engine never waits for a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import json
+import logging
+import math
+import time
+
+from ..conversation import fit_conversation
+from ..errors import TypewriterError
+from ..request import Event, Finished, GenerationRequest, Started, Token
+from . import protocol as p
+from .lifecycle import Phase, ServerState
+
+log = logging.getLogger("typewriter.server")
+request_log = logging.getLogger("typewriter.requests")
+
+
+class StreamState(enum.Enum):
+    WAITING = "waiting"  # submitted, no slot yet
+    RUNNING = "running"
+    ENDED = "ended"
+
+
+class Cancel(str, enum.Enum):
+    """Why a front door asked the engine to cancel a chat."""
+
+    STOP = "stop"
+    DISCONNECT = "disconnect"
+    BACKLOG = "backlog"
+
+
+class ChatStream:
+    """One submitted chat, from submission until its front door has handled its `Finished` (or given up)."""
+
+    def __init__(self, server: ServerState, client_id: str, engine_id: str, dropped_messages: int = 0):
+        self.server = server
+        self.client_id, self.engine_id = client_id, engine_id
+        self.dropped_messages = dropped_messages  # the oldest messages left out so the conversation fits
+        self.state = StreamState.WAITING
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.submitted_at = time.monotonic()
+        self.last_token_at: float | None = None
+        self.cancelled: Cancel | None = None
+        self._tokens_after_stop = 0
+        server.stream_opened()
+
+    def move(self, state: StreamState) -> None:
+        allowed = {StreamState.WAITING: (StreamState.RUNNING, StreamState.ENDED),
+                   StreamState.RUNNING: (StreamState.ENDED,), StreamState.ENDED: ()}
+        if state is not self.state and state not in allowed[self.state]:
+            raise RuntimeError(f"chat {self.client_id}: cannot go from {self.state.value} to {state.value}")
+        self.state = state
+
+    async def next_event(self) -> Event:
+        """The next event; the engine ends every request it accepted, also when it fails, so a `Finished` comes."""
+        event = await self.events.get()
+        if isinstance(event, Started):
+            self.move(StreamState.RUNNING)
+        return event
+
+    def cancel(self, why: Cancel) -> None:
+        """Ask the engine to end this chat within a step; the first reason given is the one logged."""
+        if self.cancelled is None:
+            self.cancelled = why
+        if self.server.engine is not None:
+            self.server.engine.cancel(self.engine_id)
+
+    def shows(self, token: Token) -> bool:
+        """Whether a front door should send this token: tokens still queued behind a stop were produced before
+        it but never shown, and at most one of them is."""
+        if not token.text:
+            return False
+        if self.cancelled is Cancel.STOP:
+            self._tokens_after_stop += 1
+            return self._tokens_after_stop <= 1
+        return True
+
+    def end(self) -> None:
+        """The front door is done with this chat (its end was sent, or its client is gone). Idempotent."""
+        if self.state is not StreamState.ENDED:
+            self.move(StreamState.ENDED)
+            self.server.stream_closed()
+
+    # ---- engine thread -> event loop ----
+
+    def on_event(self, loop: asyncio.AbstractEventLoop):
+        def on_event(event: Event) -> None:  # engine thread: hand over, never block
+            try:
+                loop.call_soon_threadsafe(self._deliver, event)
+            except RuntimeError:  # the loop is closed: the process is exiting
+                pass
+
+        return on_event
+
+    def _deliver(self, event: Event) -> None:
+        settings, metrics, now = self.server.settings, self.server.metrics, time.monotonic()
+        if isinstance(event, Started):
+            metrics.started(event)
+        elif isinstance(event, Token):
+            metrics.generated_tokens.inc()
+            if self.last_token_at is None:
+                metrics.time_to_first_token.observe(now - self.submitted_at)
+            else:
+                metrics.inter_token_latency.observe(now - self.last_token_at)
+            self.last_token_at = now
+            if self.cancelled in (Cancel.BACKLOG, Cancel.DISCONNECT):
+                return  # nobody will read it
+        elif isinstance(event, Finished):
+            metrics.finished(event)
+            _log_request(self, event)
+        self.events.put_nowait(event)
+        if self.events.qsize() > settings.send_backlog and self.cancelled is None:
+            log.warning("chat %s: the client is not reading (%d events waiting); cancelling it",
+                        self.engine_id, self.events.qsize())
+            self.cancel(Cancel.BACKLOG)
+
+
+async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStream:
+    """Check, fit and submit `chat` for `client` (the address the limits count); raises ProtocolError."""
+    if server.phase is Phase.STOPPING:
+        raise p.ProtocolError("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
+    if not server.ready:
+        raise p.ProtocolError("internal", "the server is not accepting chats (its engine stopped); see /readyz",
+                              chat.id)
+    wait_s = server.limits.allow_chat(client)
+    if wait_s is not None:
+        raise p.ProtocolError("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
+                                              f"one address; try again in {math.ceil(wait_s)} s", chat.id)
+    s = server.settings
+    params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
+    messages, system = _system_prompt(server, [{"role": m.role, "content": m.content} for m in chat.messages],
+                                      chat.id)
+    engine_id = server.next_request_id()
+    try:
+        fitted = await asyncio.to_thread(
+            fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system),
+            server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"))
+        params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
+        stream = ChatStream(server, chat.id, engine_id, fitted.dropped_messages)
+        try:
+            server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids, params),
+                                 stream.on_event(asyncio.get_running_loop()))
+        except BaseException:
+            stream.end()
+            raise
+    except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
+        code = e.code if e.code in p.ERROR_CODES else "internal"
+        message = str(e) or "the server is shutting down; reconnect later"
+        raise p.ProtocolError(code, message, chat.id) from None
+    except Exception:
+        log.exception("chat %s could not be submitted", engine_id)
+        raise p.ProtocolError("internal", "the server could not start this chat; see the server log",
+                              chat.id) from None
+    return stream
+
+
+def _system_prompt(server: ServerState, messages: list[dict[str, str]],
+                   chat_id: str) -> tuple[list[dict[str, str]], str | None]:
+    """The messages and the system prompt to encode them with, by `client_system_prompt`: a client's own
+    system message is refused, appended after the server's, or left to replace it."""
+    s = server.settings
+    if not messages or messages[0]["role"] != "system" or s.client_system_prompt == "replace":
+        return messages, s.system_prompt
+    if s.client_system_prompt == "refuse":
+        raise p.ProtocolError("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
+                              "conversation without a system message", chat_id)
+    ours = server.tokenizer.default_system_prompt if s.system_prompt is None else s.system_prompt
+    theirs = messages[0]["content"]
+    return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
+
+
+def _log_request(stream: ChatStream, event: Finished) -> None:
+    t = event.timings
+    record = {
+        "event": "chat_end", "id": stream.engine_id, "client_id": stream.client_id, "reason": event.reason.value,
+        "prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
+        "queue_ms": round(t.queue_ms, 1), "ttft_ms": round(t.ttft_ms, 1), "total_ms": round(t.total_ms, 1),
+        "tokens_per_s": round(t.tokens_per_s, 2),
+    }
+    if stream.cancelled is not None:
+        record["cancelled_by"] = stream.cancelled.value
+    if event.error:
+        record["error"] = event.error
+    request_log.info(json.dumps(record, ensure_ascii=False))
