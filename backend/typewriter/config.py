@@ -32,6 +32,9 @@ class ConfigError(ValueError):
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8000
+    # gRPC (typewriter.v1.Chat, with health and reflection) beside the HTTP server, in the same process and engine:
+    # None is off, 0 picks a free port. It listens on `host` too.
+    grpc_port: int | None = None
     model_path: str | None = None  # None: the embedded model
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
     max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s
@@ -88,6 +91,9 @@ class Settings:
         _at_least("port", self.port, 0)
         if self.port > 65535:
             raise ConfigError(f"{_env('port')}: must be at most 65535, got {self.port}")
+        if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
+            raise ConfigError(f"{_env('grpc_port')}: must be a port from 0 to 65535 (0 picks a free one), got "
+                              f"{self.grpc_port}")
         _at_least("max_active", self.max_active, 1)
         _at_least("max_queue", self.max_queue, 0)
         _at_least("max_context", self.max_context, 16)

@@ -15,6 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--host", help=f"address to listen on ({default('host')})")
     parser.add_argument("--port", type=int, help=f"port to listen on, 0 picks a free one ({default('port')})")
+    parser.add_argument("--grpc-port", type=int, metavar="PORT",
+                        help=f"also serve gRPC (typewriter.v1.Chat) on this port, 0 picks a free one (default off; "
+                             f"{ENV_PREFIX}GRPC_PORT)")
     add_model_arguments(parser, from_settings=True)
     parser.add_argument("--max-active", type=int, metavar="N",
                         help=f"streams decoded together ({default('max_active')})")
@@ -25,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Raises ConfigError, naming the variable or option, for a value Settings refuses."""
-    return Settings.from_env(host=args.host, port=args.port, model_path=args.model, max_active=args.max_active,
+    return Settings.from_env(host=args.host, port=args.port, grpc_port=args.grpc_port, model_path=args.model, max_active=args.max_active,
                              max_queue=args.max_queue, max_context=args.max_context, log_level=args.log_level)
 
 
