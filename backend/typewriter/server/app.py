@@ -1,4 +1,5 @@
-"""The Starlette app: health, readiness, metrics, the chat WebSocket and the page that uses it."""
+"""The Starlette app: health, readiness, metrics, the chat WebSocket, the page that uses it and the OpenAI-style
+HTTP API (openai_api.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from .auth import ApiKeyCheck
 from .limits import client_address
 from .origins import HostCheck, allowed_hosts, origin_allowed, parse_list
 from .metrics import CONTENT_TYPE
+from .openai_api import OpenAI
 from .session import Session
 
 # The repository root: templates/, static/ and frontend/ live beside backend/ (the package is installed editable).
@@ -41,6 +43,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     state = ServerState(settings, engine_factory)
     allowed_origins = parse_list(settings.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
+    openai = OpenAI(state)
 
     async def healthz(request: Request) -> Response:
         healthy, body = state.health()
@@ -99,6 +102,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             Route("/readyz", readyz),
             Route("/metrics", metrics),
             WebSocketRoute("/ws", chat_socket),
+            Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
+            Route("/v1/models", openai.models, methods=["GET"]),
+            Route("/v1/{path:path}", openai.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
             Mount("/static", StaticFiles(directory=web_root / "static", check_dir=False), name="static"),
             Mount("/frontend", StaticFiles(directory=web_root / "frontend", check_dir=False), name="frontend"),
         ],

@@ -141,7 +141,7 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStrea
     wait_s = server.limits.allow_chat(client)
     if wait_s is not None:
         raise p.ProtocolError("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
-                                              f"one address; try again in {math.ceil(wait_s)} s", chat.id)
+                                              f"one address; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s = server.settings
     params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
     messages, system = _system_prompt(server, [{"role": m.role, "content": m.content} for m in chat.messages],

@@ -30,10 +30,12 @@ CLOSE_TRY_AGAIN_LATER = 1013  # the model is still loading, or failed to load
 class ProtocolError(Exception):
     """A frame the server answers with `{"type":"error"}`; the connection stays usable."""
 
-    def __init__(self, code: str, message: str, request_id: str | None = None):
+    def __init__(self, code: str, message: str, request_id: str | None = None, retry_after_s: float | None = None):
+        """`retry_after_s`: when trying again may succeed (rate_limited), for front doors that can say so."""
         assert code in ERROR_CODES, code
         super().__init__(message)
         self.code, self.message, self.request_id = code, message, request_id
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)

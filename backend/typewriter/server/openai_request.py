@@ -1,0 +1,163 @@
+"""An OpenAI `POST /v1/chat/completions` body read into a protocol v1 chat (docs/openai.md has the mapping).
+
+Fields fall in three groups. Honoured ones map onto ours. Ignored ones are what OpenAI clients commonly send and
+what changes nothing we do (`user`, `store`, `metadata`, ...). Refused ones ask for something we cannot do (tools,
+logprobs, several choices, JSON mode, additive penalties): a refusal names the field and says what to send
+instead. Any other field is refused as unknown, as protocol v1 does, so a typo never passes silently.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from . import protocol as p
+
+# OpenAI's name -> ours. max_tokens and max_completion_tokens are the same thing under two names.
+SAMPLING = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "temperature": "temperature",
+            "top_p": "top_p", "seed": "seed", "stop": "stop",
+            "top_k": "top_k", "repetition_penalty": "repetition_penalty"}  # the last two: extensions, as in vLLM
+HONOURED = ("model", "messages", "stream", "stream_options", "n", "response_format", "tools", "tool_choice",
+            "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias", *SAMPLING)
+IGNORED = ("user", "store", "metadata", "service_tier", "parallel_tool_calls", "prompt_cache_key",
+           "safety_identifier", "reasoning_effort", "verbosity")
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+MESSAGE_FIELDS = ("role", "content", "name", "refusal", "tool_calls", "function_call", "audio")
+
+
+class BadField(Exception):
+    """A refused body, with a protocol-style code; `param` is the OpenAI field at fault (None: the whole body)."""
+
+    def __init__(self, param: str | None, message: str, code: str = "invalid_request"):
+        self.message = f"{param}: {message}" if param else message
+        super().__init__(self.message)
+        self.code, self.param = code, param
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    chat: p.Chat
+    stream: bool
+    include_usage: bool
+    model: str | None
+    names: dict[str, str]  # our param name -> the OpenAI field it came from, to name it in a later refusal
+
+
+def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
+    try:
+        fields = json.loads(body, parse_constant=_reject_constant)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadField(None, f"the body is not valid JSON: {e}", "invalid_json") from None
+    except RecursionError:
+        raise BadField(None, "the body nests arrays or objects too deeply", "invalid_json") from None
+    if not isinstance(fields, dict):
+        raise BadField(None, "the body must be a JSON object with \"messages\"")
+    fields = {k: v for k, v in fields.items() if v is not None}  # clients send null for "not given"
+    unknown = sorted(k for k in fields if k not in HONOURED and k not in IGNORED)
+    if unknown:
+        raise BadField(unknown[0], "unknown field; see docs/openai.md for the fields this server reads")
+    _refuse_unsupported(fields)
+    model = fields.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadField("model", "must be a string")
+    stream = fields.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadField("stream", "must be true or false")
+    options = fields.get("stream_options", {})
+    if not isinstance(options, dict) or sorted(options) not in ([], ["include_usage"]):
+        raise BadField("stream_options", "must be an object with at most include_usage")
+    if options and not stream:
+        raise BadField("stream_options", "only allowed with \"stream\": true")
+    include_usage = options.get("include_usage", False)
+    if not isinstance(include_usage, bool):
+        raise BadField("stream_options.include_usage", "must be true or false")
+    params, names = _sampling(fields)
+    chat_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    messages = _messages(fields.get("messages"), max_messages)
+    return CompletionRequest(p.Chat(chat_id, messages, params), stream, include_usage, model, names)
+
+
+def _refuse_unsupported(fields: dict[str, Any]) -> None:
+    n = fields.get("n", 1)
+    if n != 1 or isinstance(n, bool):
+        raise BadField("n", "this server returns one choice per request; leave n out or send 1")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if fields.get(name, 0) != 0:
+            raise BadField(name, "additive penalties are not supported; leave it out (or 0) and use "
+                                 "repetition_penalty (1 is off, 1.1 the default) instead")
+    if fields.get("logprobs", False) is not False or "top_logprobs" in fields:
+        raise BadField("logprobs" if "logprobs" in fields else "top_logprobs",
+                       "log probabilities are not returned by this server; leave it out")
+    if fields.get("logit_bias", {}) != {}:
+        raise BadField("logit_bias", "not supported; leave it out")
+    if fields.get("tools", []) != []:
+        raise BadField("tools", "this model does not call tools; leave tools out")
+    if fields.get("tool_choice", "none") not in ("none", "auto"):
+        raise BadField("tool_choice", "this model does not call tools; leave it out or send \"none\"")
+    response_format = fields.get("response_format", {"type": "text"})
+    if response_format != {"type": "text"}:
+        raise BadField("response_format", "only {\"type\": \"text\"} is supported; JSON modes are not")
+
+
+def _sampling(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    if "max_tokens" in fields and "max_completion_tokens" in fields \
+            and fields["max_tokens"] != fields["max_completion_tokens"]:
+        raise BadField("max_completion_tokens", "differs from max_tokens; send one of them")
+    params, names = {}, {}
+    for theirs, ours in SAMPLING.items():
+        if theirs in fields:
+            value = fields[theirs]
+            params[ours] = [value] if ours == "stop" and isinstance(value, str) else value
+            names[ours] = theirs
+    return params, names
+
+
+def _messages(raw: object, max_messages: int) -> tuple[p.ChatMessage, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise BadField("messages", "must be a non-empty list of {role, content} objects")
+    if len(raw) > max_messages:
+        raise BadField("messages", f"at most {max_messages} messages per request, got {len(raw)}")
+    messages = tuple(_message(i, m) for i, m in enumerate(raw))
+    for i, m in enumerate(messages[1:], start=1):
+        if m.role == "system":
+            raise BadField(f"messages[{i}].role", "only the first message may be a system (or developer) message")
+    if messages[-1].role != "user":
+        raise BadField("messages", "the last message must be the user's")
+    return messages
+
+
+def _message(i: int, message: object) -> p.ChatMessage:
+    where = f"messages[{i}]"
+    if not isinstance(message, dict):
+        raise BadField(where, "must be an object with role and content")
+    extra = sorted(k for k in message if k not in MESSAGE_FIELDS)
+    if extra:
+        raise BadField(f"{where}.{extra[0]}", "unknown field; known: role, content, name")
+    for name in ("tool_calls", "function_call", "audio"):
+        if message.get(name) not in (None, []):
+            raise BadField(f"{where}.{name}", "this model does not call tools or read audio; leave it out")
+    role = message.get("role")
+    if role not in ROLES:
+        kinds = "tool and function messages are not supported; " if role in ("tool", "function") else ""
+        raise BadField(f"{where}.role", f"{kinds}must be one of {', '.join(ROLES)}, got {p._short(role)}")
+    return p.ChatMessage(ROLES[role], _content(where, message.get("content")))
+
+
+def _content(where: str, content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise BadField(f"{where}.content", "must be a string or a list of text parts")
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise BadField(f"{where}.content[{j}]", "only {\"type\": \"text\", \"text\": ...} parts are supported; "
+                                                    "this model reads text")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
