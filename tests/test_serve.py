@@ -212,6 +212,17 @@ def test_loadtest_reports_latency_percentiles_and_throughput(capsys):
     assert report["tokens_per_s"] > 0
 
 
+def test_loadtest_drives_the_openai_api_over_sse_with_the_same_report(capsys):
+    with running(script_engine(["t"] * 10, step_s=0.01, slots=2, max_queue=8)) as (_, address):
+        assert cli.main(["loadtest", "--url", f"http://{address}/v1", "--concurrency", "2", "--requests", "5",
+                         "--max-new-tokens", "16", "--json"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads(out[out.index("{"):])
+    assert (report["ok"], report["errors"], report["reasons"]) == (5, {}, {"stop": 5})
+    assert report["completion_tokens"] == 55
+    assert 0 < report["inter_token_ms"]["p50"] <= report["inter_token_ms"]["p95"]
+
+
 def test_percentile_is_nearest_rank():
     values = [5.0, 1.0, 4.0, 2.0, 3.0]
     assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 0.0)) == (3.0, 5.0, 1.0)

@@ -1,8 +1,10 @@
-"""`typewriter loadtest --url ws://HOST:PORT/ws`: drive a running server's chat endpoint and measure it.
+"""`typewriter loadtest --url URL`: drive a running server's chat endpoint and measure it.
 
-N connections each send chats one after another until M chats have been sent. Time to first token is from
-sending the chat to its first `token` frame; inter-token latency is between consecutive `token` frames (text the
-server holds back, such as a partial stop string, arrives with a later frame and so counts in that gap).
+The URL says which front door: `ws://HOST:PORT/ws` is protocol v1 over the socket, `http://HOST:PORT/v1` the
+OpenAI-compatible API streamed as server-sent events, so the two can be compared on one server. N connections
+each send chats one after another until M chats have been sent. Time to first token is from sending the chat to
+its first text (a `token` frame, or a chunk with content); inter-token latency is between consecutive ones (text
+the server holds back, such as a partial stop string, arrives with a later one and so counts in that gap).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", required=True, type=websocket_url,
-                        help="the server's chat endpoint, ws://HOST:PORT/ws")
+    parser.add_argument("--url", required=True, type=chat_url,
+                        help="the server's chat endpoint: ws://HOST:PORT/ws (protocol v1) or http://HOST:PORT/v1 "
+                             "(OpenAI-compatible, streamed)")
     parser.add_argument("--concurrency", type=positive_int, default=4, metavar="N",
                         help="connections chatting at once (default %(default)s)")
     parser.add_argument("--requests", type=positive_int, default=16, metavar="M",
@@ -34,11 +37,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="the report as one JSON object instead of a table")
 
 
-def websocket_url(text: str) -> str:
-    """An argparse type: a ws:// or wss:// URL."""
-    if not text.startswith(("ws://", "wss://")):
-        raise argparse.ArgumentTypeError(f"must be a ws:// or wss:// URL such as ws://127.0.0.1:8000/ws, "
-                                         f"got {text!r}")
+def chat_url(text: str) -> str:
+    """An argparse type: a ws:// or wss:// URL of the socket, or an http(s):// URL of the OpenAI API."""
+    if not text.startswith(("ws://", "wss://", "http://", "https://")):
+        raise argparse.ArgumentTypeError(f"must be a ws:// URL such as ws://127.0.0.1:8000/ws or an http:// URL "
+                                         f"such as http://127.0.0.1:8000/v1, got {text!r}")
     return text
 
 
@@ -63,7 +66,8 @@ async def measure(url: str, concurrency: int, requests: int, prompt: str, max_ne
     results = Results()
     numbers = itertools.count()
     started = time.perf_counter()
-    await asyncio.gather(*(_client(url, numbers, requests, prompt, max_new_tokens, results)
+    client = _client if url.startswith(("ws://", "wss://")) else _openai_client
+    await asyncio.gather(*(client(url, numbers, requests, prompt, max_new_tokens, results)
                            for _ in range(min(concurrency, requests))))
     wall_s = time.perf_counter() - started
     return {
@@ -121,6 +125,56 @@ async def _one_chat(ws, chat_id: str, prompt: str, max_new_tokens: int, results:
             results.errors[message["code"]] += 1
             results.first_error.setdefault(message["code"], message["message"])
             return
+
+
+async def _openai_client(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+    import httpx
+
+    endpoint = url.rstrip("/") + "/chat/completions"
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=600.0)) as http:
+            while (n := next(numbers)) < requests:
+                await _one_completion(http, endpoint, prompt, max_new_tokens, results)
+    except httpx.HTTPError as e:
+        code = f"connection: {type(e).__name__}"
+        results.errors[code] += 1
+        results.first_error.setdefault(code, str(e))
+
+
+async def _one_completion(http, endpoint: str, prompt: str, max_new_tokens: int, results: Results) -> None:
+    body = {"model": "typewriter", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens,
+            "stream": True, "stream_options": {"include_usage": True}}
+    sent = time.perf_counter()
+    last = None
+    async with http.stream("POST", endpoint, json=body) as response:
+        if response.status_code != 200:
+            error = json.loads(await response.aread()).get("error", {})
+            _failed(results, error.get("code") or f"http {response.status_code}", error.get("message", ""))
+            return
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[len("data: "):])
+            now = time.perf_counter()
+            if "error" in chunk:
+                _failed(results, chunk["error"]["code"], chunk["error"]["message"])
+                return
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                if last is None:
+                    results.ttft_s.append(now - sent)
+                else:
+                    results.inter_token_s.append(now - last)
+                last = now
+            if chunk["choices"] and chunk["choices"][0]["finish_reason"]:
+                results.ok += 1
+                results.reasons[chunk["choices"][0]["finish_reason"]] += 1
+            if chunk.get("usage"):
+                results.completion_tokens += chunk["usage"]["completion_tokens"]
+
+
+def _failed(results: Results, code: str, message: str) -> None:
+    results.errors[code] += 1
+    results.first_error.setdefault(code, message)
 
 
 def percentile(values: list[float], q: float) -> float:
