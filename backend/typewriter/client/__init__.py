@@ -1,0 +1,30 @@
+"""A Python client for Typewriter's protocol v1 (docs/protocol.md, docs/client.md). It needs only `websockets`;
+importing it loads neither TensorFlow nor the server.
+
+    from typewriter.client import Client
+
+    client = Client("http://127.0.0.1:8000")            # api_key=..., timeout=..., retry=True
+    for delta in client.chat("What is a prime number?", max_new_tokens=200, temperature=0):
+        print(delta, end="", flush=True)
+
+    talk = client.conversation()                          # multi-turn: keeps the history
+    print(talk.say("Is 91 prime?").result().text)
+    print(talk.say("Why?").result().text)
+
+The async API is the same with `await`: `AsyncClient`, `async for delta in client.chat(...)`,
+`await chat.result()`, `await chat.stop()`. Errors: ChatError (with the protocol's `code`), ServerClosed (with
+the `close_code`), HandshakeRefused (an HTTP status, e.g. 401 for a wrong API key), ChatTimeout; all are
+ClientError.
+"""
+
+from .aio import AsyncChat, AsyncClient, AsyncConversation
+from .errors import ChatError, ChatTimeout, ClientError, HandshakeRefused, ServerClosed
+from .events import Ended, Event, Queued, Result, Started, Timings, TokenEvent, Usage
+from .protocol import DEFAULT_URL, Params, Retry, ws_url
+from .sync import Chat, Client, Conversation
+
+__all__ = [
+    "AsyncChat", "AsyncClient", "AsyncConversation", "Chat", "ChatError", "ChatTimeout", "Client", "ClientError",
+    "Conversation", "DEFAULT_URL", "Ended", "Event", "HandshakeRefused", "Params", "Queued", "Result", "Retry",
+    "ServerClosed", "Started", "Timings", "TokenEvent", "Usage", "ws_url",
+]

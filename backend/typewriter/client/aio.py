@@ -1,0 +1,252 @@
+"""The async client: one WebSocket, one chat at a time on it (open another client for parallel chats).
+
+    async with AsyncClient("http://127.0.0.1:8000") as client:
+        chat = client.chat("What is a prime number?", max_new_tokens=200)
+        async for delta in chat:          # text deltas as they arrive; chat.events() gives typed events
+            print(delta, end="", flush=True)
+        result = await chat.result()      # the text, reason, usage and timings
+
+        talk = client.conversation()      # keeps the history and sends it each turn
+        print((await talk.say("And what is 7 times 6?").result()).text)
+
+A chat is sent when it is first read. `await chat.stop()` sends the stop frame; reading then goes on until the
+`end` frame (reason `cancelled`), and the text so far is the answer. A chat left unread is stopped when the next
+one starts on this client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any, Unpack
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from .errors import ChatTimeout, ClientError, ServerClosed
+from .events import Ended, Event, Result, TokenEvent
+from .protocol import (DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers, checked_params,
+                       closed_error, decode, encode, messages_of, refused_error, ws_url)
+
+
+class AsyncClient:
+    """A connection to a Typewriter server, opened on first use and again after the server closed it.
+
+    `url`: the server's base URL (http://HOST:PORT) or its socket's (ws://HOST:PORT/ws). `api_key` is sent as
+    `Authorization: Bearer KEY`. `open_timeout`: seconds for the handshake; `timeout`: seconds to wait for each
+    frame (None: wait as long as the server keeps the connection alive). `retry`: a Retry, a number of attempts or
+    True, to retry a chat on `overloaded` and on close 1013; off by default.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, *, api_key: str | None = None, open_timeout: float = 10.0,
+                 timeout: float | None = None, retry: Retry | int | bool | None = None):
+        self.url = ws_url(url)
+        self.open_timeout, self.timeout, self.retry = open_timeout, timeout, Retry.of(retry)
+        self._headers = auth_headers(api_key)
+        self._ws: ClientConnection | None = None
+        self._current: AsyncChat | None = None
+        self._ids = itertools.count(1)
+
+    async def __aenter__(self) -> AsyncClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def connect(self) -> None:
+        """Open the socket now rather than at the first chat (to fail early on a wrong URL or key)."""
+        await self._connection()
+
+    async def close(self) -> None:
+        """Close the socket; a running chat is cancelled by the server."""
+        ws, self._ws, current, self._current = self._ws, None, self._current, None
+        if current is not None and not current.done:
+            current._state.error = ClientError("the client was closed before this chat ended")
+        if ws is not None:
+            await ws.close()
+
+    def chat(self, prompt: str | Sequence[Message], /, *, system: str | None = None, id: str | None = None,
+             **params: Unpack[Params]) -> AsyncChat:
+        """A chat about `prompt` (a user message, or a list of {"role", "content"} messages ending with the
+        user's), sent when it is first read."""
+        return self._chat(lambda: messages_of(prompt, system), params, id)
+
+    async def complete(self, prompt: str | Sequence[Message], /, *, system: str | None = None,
+                       **params: Unpack[Params]) -> Result:
+        """The whole answer at once."""
+        return await self.chat(prompt, system=system, **params).result()
+
+    def conversation(self, system: str | None = None, **params: Unpack[Params]) -> AsyncConversation:
+        return AsyncConversation(self, system, **params)
+
+    def _chat(self, messages: Callable[[], list[Message]], params: dict[str, Any], chat_id: str | None = None,
+              on_end: Callable[[Result], None] | None = None) -> AsyncChat:
+        return AsyncChat(self, chat_id or f"c{next(self._ids)}", messages, checked_params(params), on_end)
+
+    # ---- the socket ----
+
+    async def _connection(self) -> ClientConnection:
+        if self._ws is None:
+            try:
+                self._ws = await connect(self.url, additional_headers=self._headers, open_timeout=self.open_timeout)
+            except InvalidStatus as e:
+                raise refused_error(e) from None
+            except TimeoutError:
+                raise ChatTimeout(f"no handshake from {self.url} within {self.open_timeout} s") from None
+        return self._ws
+
+    async def _send(self, frame: dict[str, Any]) -> None:
+        ws = await self._connection()
+        try:
+            await ws.send(encode(frame))
+        except ConnectionClosed as e:
+            self._ws = None
+            raise closed_error(e) from None
+
+    async def _recv(self) -> dict[str, Any]:
+        ws = await self._connection()
+        try:
+            return decode(await asyncio.wait_for(ws.recv(), self.timeout))
+        except ConnectionClosed as e:
+            self._ws = None
+            raise closed_error(e) from None
+        except TimeoutError:
+            await self.close()  # the chat's state is unknown: closing cancels it on the server
+            raise ChatTimeout(f"no frame from the server within {self.timeout} s; the connection is closed") from None
+
+    async def _claim(self, chat: AsyncChat) -> None:
+        """Make `chat` the connection's chat, stopping and reading to its end a chat left unread."""
+        previous, self._current = self._current, chat
+        if previous is not None and previous is not chat and previous._sent and not previous.done:
+            await previous.stop()
+            try:
+                await previous.result()
+            except ClientError:
+                pass  # it is over either way
+
+
+class AsyncChat:
+    """One chat: iterate it for text deltas, or `events()` for typed events; `stop()`; `result()`."""
+
+    def __init__(self, client: AsyncClient, chat_id: str, messages: Callable[[], list[Message]],
+                 params: dict[str, Any], on_end: Callable[[Result], None] | None):
+        self._client, self._messages, self._on_end = client, messages, on_end
+        self._state = ChatState(chat_id, [], params)
+        self._sent = False
+
+    @property
+    def id(self) -> str:
+        return self._state.id
+
+    @property
+    def text(self) -> str:
+        """The answer so far."""
+        return self._state.text
+
+    @property
+    def done(self) -> bool:
+        return self._state.over
+
+    def __aiter__(self) -> AsyncChat:
+        return self
+
+    async def __anext__(self) -> str:
+        while (event := await self._next()) is not None:
+            if isinstance(event, TokenEvent):
+                return event.text
+        raise StopAsyncIteration
+
+    def events(self) -> _Events:
+        """Queued, Started, TokenEvent and Ended events, as the frames arrive."""
+        return _Events(self)
+
+    async def result(self) -> Result:
+        """Read the chat to its end; its Result (raises the chat's error if it failed)."""
+        while await self._next() is not None:
+            pass
+        return self._state.result()
+
+    async def stop(self) -> None:
+        """Ask the server to stop; reading goes on to the `end` frame (reason `cancelled`)."""
+        state = self._state
+        if state.over or state.stop_requested:
+            return
+        state.stop_requested = True
+        if self._sent:
+            try:
+                await self._client._send(state.stop_frame())
+            except ServerClosed:
+                pass  # the next read raises it
+
+    async def _next(self) -> Event | None:
+        state = self._state
+        while not state.over:
+            try:
+                if not self._sent:
+                    await self._send_chat()
+                event = state.feed(await self._client._recv())
+            except ClientError as e:
+                delay = state.retry_delay(e, self._client.retry)
+                if delay is None:
+                    state.error = e
+                    raise
+                self._sent = False
+                await asyncio.sleep(delay)
+                continue
+            if isinstance(event, Ended) and self._on_end is not None:
+                self._on_end(state.result())
+            if event is not None:
+                return event
+        if state.error is not None:
+            raise state.error
+        return None
+
+    async def _send_chat(self) -> None:
+        state = self._state
+        if state.tries == 0:
+            await self._client._claim(self)
+            state.messages = self._messages()
+        state.tries += 1
+        await self._client._send(state.chat_frame())
+        self._sent = True
+        if state.stop_requested:  # stop() came before the chat was sent
+            await self._client._send(state.stop_frame())
+
+
+class _Events:
+    def __init__(self, chat: AsyncChat):
+        self._chat = chat
+
+    def __aiter__(self) -> _Events:
+        return self
+
+    async def __anext__(self) -> Event:
+        event = await self._chat._next()
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+
+class AsyncConversation:
+    """A multi-turn chat: each `say()` sends the history so far plus the new question; once the answer ended
+    (also a stopped, partial one) both are appended to `messages`. A failed turn leaves the history as it was.
+
+        talk = client.conversation(system="You are a patient maths tutor.")
+        async for delta in talk.say("What is a prime number?"):
+            print(delta, end="")
+        answer = await talk.say("Is 91 one?").result()
+    """
+
+    def __init__(self, client: AsyncClient, system: str | None = None, **params: Unpack[Params]):
+        self.client, self.params = client, dict(params)
+        self._history = History(system)
+
+    @property
+    def messages(self) -> list[Message]:
+        return [dict(m) for m in self._history.messages]
+
+    def say(self, text: str, **params: Unpack[Params]) -> AsyncChat:
+        return self.client._chat(lambda: self._history.asking(text), self.params | params,
+                                 on_end=lambda result: self._history.answered(text, result))
