@@ -45,3 +45,9 @@ class ModelFormatError(TypewriterError):
     """A model file or directory cannot be loaded: unsupported architecture, quantization type or a shape mismatch."""
 
     code = "model_format"
+
+
+class ExportError(TypewriterError):
+    """`typewriter export` cannot write where it was asked to."""
+
+    code = "export"

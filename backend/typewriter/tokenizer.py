@@ -97,6 +97,13 @@ class Tokenizer:
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
         path = Path(path)
+        if (path / "saved_model.pb").is_file():  # from `typewriter export`: the tokenizer's files are inside
+            from .weights.saved_model import SavedModelDir
+
+            exported = SavedModelDir(path)
+            tokenizer = cls.from_hf_dir(exported.tokenizer_dir)
+            tokenizer.name = exported.manifest.get("tokenizer_name", path.name)
+            return tokenizer
         if path.is_dir():
             return cls.from_hf_dir(path)
         if path.suffix == ".gguf":
@@ -183,6 +190,18 @@ class Tokenizer:
             unk_token=_token_text(config.get("unk_token")),
             pad_token=_token_text(config.get("pad_token")),
         )
+
+    def save(self, folder: str | Path) -> None:
+        """Write the Hugging Face files `from_hf_dir` reads back to an equal tokenizer: tokenizer.json, the chat
+        template and special tokens in tokenizer_config.json, every end-of-turn id in generation_config.json."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.raw.save(str(folder / "tokenizer.json"))
+        hf = self.hf
+        config = {"chat_template": hf.chat_template, "bos_token": hf.bos_token, "eos_token": hf.eos_token,
+                  "unk_token": hf.unk_token, "pad_token": hf.pad_token}
+        (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1))
+        (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": sorted(self.eos_token_ids)}))
 
     # ---- text ----
 

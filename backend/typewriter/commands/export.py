@@ -1,0 +1,25 @@
+"""`typewriter export --out DIR`: write the model as a TensorFlow SavedModel (export.py says what is in it)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from ..progress import StderrProgress
+from .args import add_model_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, type=Path, metavar="DIR",
+                        help="a new (or empty) folder for the SavedModel")
+    add_model_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..export import export
+
+    started = time.perf_counter()
+    out = export(args.model, args.out, args.max_context, StderrProgress("export"))
+    print(f"{out} (in {time.perf_counter() - started:.1f} s); serve it with: typewriter serve --model {out}")
+    return 0

@@ -1,0 +1,87 @@
+"""`typewriter export`: any model we load, written as a TensorFlow SavedModel with two signatures.
+
+- `prefill(tokens [1, chunk] int32, start [] int32, length [] int32) -> logits [1, vocab]`: a prompt chunk
+  (padded past `length`) written to the cache at positions start..start+length-1; the logits after its last
+  real token. A longer prompt is several calls.
+- `decode_step(token [1] int32, position [] int32) -> logits [1, vocab]`: one generated token.
+
+Both are XLA-compiled and read and write one sequence's K/V cache, which the SavedModel holds as variables
+(`max_context` positions), so a TensorFlow tool can generate with them alone. `typewriter --model DIR` reads only
+the weights and builds its own engine (weights/saved_model.py). Beside them, in assets.extra/typewriter/: the
+manifest (format version, model config, signature sizes) and the tokenizer with its chat template.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from . import __version__
+from .errors import ExportError
+from .quiet_import import import_tensorflow
+from .tokenizer import Tokenizer
+from .weights import load_weights, resolve_model_path
+from .weights.gguf_file import GGUFFile
+from .weights.load import open_source
+from .weights.saved_model import EXTRA, FORMAT, MANIFEST, TOKENIZER, VERSION
+
+PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chunk size
+
+
+def export(model_path: str | Path | None, out: Path, max_context: int,
+           progress: Callable[[str], None] = lambda _: None) -> Path:
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"{out}: already exists and is not an empty folder; choose another --out or remove it")
+    path = resolve_model_path(model_path)
+    progress(f"loading {path}")
+    source, _ = open_source(path)
+    cfg, weights = load_weights(source)
+    tokenizer = Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
+    max_context = min(max_context, cfg.max_position)
+    chunk = min(PREFILL_CHUNK, max_context)
+    tf = import_tensorflow()
+    from .model import Transformer
+
+    model = Transformer(cfg, weights, slots=1, max_len=max_context, max_chunk=chunk)
+    del weights
+    module = _Signatures(tf, model, chunk)
+    progress(f"writing the SavedModel to {out}")
+    try:
+        tf.saved_model.save(module, str(out), signatures={"prefill": module.prefill,
+                                                          "decode_step": module.decode_step})
+        extra = out / EXTRA
+        tokenizer.save(extra / TOKENIZER)
+        manifest = {"format": FORMAT, "version": VERSION, "exported_by": f"typewriter {__version__}",
+                    "source": str(path), "model": dataclasses.asdict(cfg), "tokenizer_name": tokenizer.name,
+                    "max_context": max_context, "prefill_chunk": chunk}
+        (extra / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # no half-written export that a later --model would trip over
+        raise
+    progress(f"exported {cfg.name} ({max_context} positions) to {out}")
+    return out
+
+
+def _Signatures(tf, model, chunk: int):
+    kv_len = model.cache.max_len
+
+    class Signatures(tf.Module):
+        def __init__(self):
+            super().__init__(name="typewriter")
+            self.model = model
+
+        @tf.function(jit_compile=True, input_signature=[
+            tf.TensorSpec([1, chunk], tf.int32, "tokens"), tf.TensorSpec([], tf.int32, "start"),
+            tf.TensorSpec([], tf.int32, "length")])
+        def prefill(self, tokens, start, length):
+            return {"logits": self.model.extend(tokens, start, length, tf.constant(0), kv_len)}
+
+        @tf.function(jit_compile=True, input_signature=[
+            tf.TensorSpec([1], tf.int32, "token"), tf.TensorSpec([], tf.int32, "position")])
+        def decode_step(self, token, position):
+            return {"logits": self.model.decode(token, position[None], tf.constant([0]), kv_len)}
+
+    return Signatures()

@@ -1,0 +1,102 @@
+"""Read a SavedModel written by `typewriter export` (export.py): its manifest, its weights and its tokenizer.
+
+The weights are read straight from the SavedModel's variables checkpoint, without loading its graphs: the
+engine compiles its own programs (with as many slots and as long a context as the server asks for), so only the
+tensors are needed, and reading them this way takes a fraction of a second. They are stored as the Transformer
+holds them (fused QKV and gate/up matrices, [in, out]); `canonical` turns them back into the canonical layout.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ModelFormatError
+from ..model_config import ModelConfig
+from .names import expected_shapes
+
+FORMAT = "typewriter.saved_model"
+VERSION = 1  # bump when the manifest, the variables' layout or the signatures change
+EXTRA = Path("assets.extra") / "typewriter"  # SavedModel's folder for files its graphs do not read
+MANIFEST = "typewriter.json"
+TOKENIZER = "tokenizer"
+
+
+def is_saved_model(path: Path) -> bool:
+    return path.is_dir() and (path / "saved_model.pb").is_file()
+
+
+class SavedModelDir:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        manifest_path = self.path / EXTRA / MANIFEST
+        if not manifest_path.is_file():
+            raise ModelFormatError(f"{self.path}: a SavedModel, but not one written by `typewriter export` (no "
+                                   f"{EXTRA / MANIFEST}); export the model with `typewriter export --out DIR`")
+        try:
+            self.manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ModelFormatError(f"{manifest_path}: cannot be read ({e}); export the model again") from None
+        found = (self.manifest.get("format"), self.manifest.get("version"))
+        if found != (FORMAT, VERSION):
+            raise ModelFormatError(f"{self.path}: exported in format {found[0]!r} version {found[1]!r}, and this "
+                                   f"typewriter reads version {VERSION}; export it again with this version "
+                                   "(`typewriter export --model SOURCE --out DIR`)")
+        self.tokenizer_dir = self.path / EXTRA / TOKENIZER
+
+    def config(self) -> ModelConfig:
+        try:
+            return ModelConfig(**self.manifest["model"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelFormatError(f"{self.path}: the manifest's model config is unusable ({e}); export it "
+                                   "again") from None
+
+    def weights(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
+        import tensorflow as tf
+
+        unreadable = (tf.errors.OpError, ValueError, IndexError)  # a damaged file raises any of these
+        try:
+            reader = tf.train.load_checkpoint(str(self.path / "variables" / "variables"))
+        except unreadable as e:
+            raise ModelFormatError(f"{self.path}: its variables cannot be read ({type(e).__name__}: {e}); export "
+                                   "the model again") from None
+        stored = {name.split("/.ATTRIBUTES")[0]: name for name in reader.get_variable_to_shape_map()}
+
+        def get(name: str) -> np.ndarray:
+            if name not in stored:
+                raise ModelFormatError(f"{self.path}: variable {name} is missing; export the model again")
+            try:
+                return reader.get_tensor(stored[name])
+            except unreadable as e:
+                raise ModelFormatError(f"{self.path}: variable {name} cannot be read ({type(e).__name__}: {e}); "
+                                       "export the model again") from None
+
+        weights = canonical(cfg, get)
+        for name, shape in expected_shapes(cfg).items():
+            if weights[name].shape != shape:
+                raise ModelFormatError(f"{self.path}: {name} has shape {weights[name].shape}, expected {shape}")
+        return weights
+
+
+def canonical(cfg: ModelConfig, get) -> dict[str, np.ndarray]:
+    """Canonical [out, in] tensors from the Transformer's own variables (model.py), `get(name)` reading
+    `model/<attribute path>`: the inverse of what Transformer.__init__ does to them."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    output = get("model/output").T  # stored [d, v]
+    weights = {"norm": get("model/norm"),
+               "tok_embeddings": output if cfg.tie_embeddings else get("model/tok_embeddings")}
+    if not cfg.tie_embeddings:
+        weights["output"] = output
+    for i in range(cfg.n_layers):
+        at = f"model/layers/{i}"
+        wq, wk, wv = np.split(get(f"{at}/wqkv").T, [q, q + kv])  # [(h + 2k) * e, d]
+        gate, up = np.split(get(f"{at}/w_gate_up").T, 2)
+        layer = {"attention_norm": get(f"{at}/attention_norm"), "ffn_norm": get(f"{at}/ffn_norm"),
+                 "wq": wq, "wk": wk, "wv": wv, "wo": get(f"{at}/wo").T,
+                 "w_gate": gate, "w_up": up, "w_down": get(f"{at}/w_down").T}
+        if cfg.qkv_bias:
+            layer["bq"], layer["bk"], layer["bv"] = np.split(get(f"{at}/bqkv"), [q, q + kv])
+        weights |= {f"layers.{i}.{k}": np.ascontiguousarray(v) for k, v in layer.items()}
+    return weights
