@@ -19,6 +19,8 @@ from .request import DEFAULT_MAX_NEW_TOKENS
 
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
+# Read by clients (the notebook, examples/), not by the server; a shell that sets them may still start one.
+CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -139,7 +141,7 @@ class Settings:
         unknown = sorted(k for k in overrides if k not in fields)
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(unknown)}")
-        known_vars = {_env(name) for name in fields} | {XLA_CACHE_VAR}
+        known_vars = {_env(name) for name in fields} | {XLA_CACHE_VAR, *CLIENT_VARS}
         stray = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known_vars)
         if stray:
             raise ConfigError(f"{stray[0]}: not a setting; known: {', '.join(sorted(known_vars))}")
