@@ -137,3 +137,9 @@ def test_quiet_compiles_drops_only_the_cache_read_notice_and_passes_everything_e
 def test_a_true_or_false_setting_reads_the_usual_words():
     assert [Settings.from_env({"TYPEWRITER_API_KEY_PAGE": w}).api_key_page for w in ("true", "1", "Yes", "off", "0")] \
         == [True, True, True, False, False]
+
+
+def test_the_clients_url_variable_beside_the_settings_is_not_refused():
+    from typewriter.config import Settings
+
+    assert Settings.from_env({"TYPEWRITER_URL": "http://127.0.0.1:8000", "TYPEWRITER_PORT": "9000"}).port == 9000
