@@ -1,8 +1,10 @@
 // @ts-check
 /**
- * Block-level Markdown for chat answers: paragraphs, headings, lists, block quotes, rules and fenced code.
+ * Block-level Markdown for chat answers: paragraphs, headings, lists, block quotes, rules, fenced code
+ * and pipe tables.
  *
- * Pure and DOM-free. The parser reads lines forward and never looks back, so a block that was followed by
+ * Pure and DOM-free. The parser reads lines forward and never looks back (a table looks one line ahead, for
+ * its delimiter row), so a block that was followed by
  * a new block on a complete line can never change again: the writer renders such blocks once and rebuilds
  * only the open one while the answer streams. There is no raw HTML: `<` is text like any other character.
  * Inline content is kept as source here and parsed by inline.js when rendered.
@@ -14,7 +16,9 @@
  *   | {type: "code", lang: string, text: string, closed: boolean}
  *   | {type: "list", ordered: boolean, start: number, tight: boolean, items: Block[][]}
  *   | {type: "quote", blocks: Block[]}
+ *   | {type: "table", align: Align[], head: string[], rows: string[][]}
  *   | {type: "rule"}} BlockNode
+ * @typedef {"left" | "center" | "right" | ""} Align
  * @typedef {BlockNode & {line: number}} Block  `line` is the index of the block's first source line
  */
 
@@ -23,6 +27,50 @@ const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
 const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
 const QUOTE = /^ {0,3}> ?(.*)$/;
 const ITEM = /^( {0,3})([-*+]|\d{1,9}[.)])(?:([ \t]+)(.*))?$/;
+const TABLE_DELIMITER = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
+
+/**
+ * The cells of a table row: split on pipes that are neither escaped nor inside a code span; the outer
+ * pipes are optional. An escaped pipe stays escaped, for the inline parser to unescape.
+ * @param {string} line
+ * @returns {string[]}
+ */
+export function tableCells(line) {
+  const cells = [];
+  let cell = "";
+  let code = "";
+  const s = line.trim();
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i];
+    if (c === "\\" && i + 1 < s.length) {
+      cell += c + s[++i];
+    } else if (c === "`") {
+      const run = /^`+/.exec(s.slice(i))?.[0] ?? "`";
+      code = code === run ? "" : code || run;
+      cell += run;
+      i += run.length - 1;
+    } else if (c === "|" && !code) {
+      cells.push(cell);
+      cell = "";
+    } else cell += c;
+  }
+  cells.push(cell);
+  if (s.startsWith("|")) cells.shift();
+  if (s.endsWith("|") && !s.endsWith("\\|") && cells.length > 1) cells.pop();
+  return cells.map((c) => c.trim());
+}
+
+/**
+ * Does a table start at line i: a header row with a pipe, then a delimiter row with as many cells?
+ * @param {string[]} lines
+ * @param {number} i
+ */
+function tableAt(lines, i) {
+  const head = lines[i];
+  const delimiter = lines[i + 1];
+  if (delimiter === undefined || !head.includes("|") || !TABLE_DELIMITER.test(delimiter)) return false;
+  return tableCells(head).length === tableCells(delimiter).length;
+}
 
 /**
  * @param {string} line
@@ -124,6 +172,21 @@ function parseLines(lines) {
       continue;
     }
 
+    if (tableAt(lines, i)) {
+      const head = tableCells(line);
+      /** @type {Align[]} */
+      const align = tableCells(lines[i + 1]).map((d) =>
+        d.startsWith(":") && d.endsWith(":") ? "center" : d.endsWith(":") ? "right" : d.startsWith(":") ? "left" : "",
+      );
+      const rows = [];
+      for (i += 2; i < lines.length && !isBlank(lines[i]) && !interruptsParagraph(lines[i]); i++) {
+        const cells = tableCells(lines[i]);
+        rows.push(head.map((_, n) => cells[n] ?? "")); // every row has the header's width
+      }
+      blocks.push({ type: "table", align, head, rows, line: start });
+      continue;
+    }
+
     const first = listItem(line);
     if (first) {
       const list = { ordered: first.ordered, start: first.start, tight: true, items: /** @type {Block[][]} */ ([]) };
@@ -164,7 +227,7 @@ function parseLines(lines) {
     }
 
     const text = [line.trim()];
-    for (i++; i < lines.length && !isBlank(lines[i]) && !interruptsParagraph(lines[i]); i++) {
+    for (i++; i < lines.length && !isBlank(lines[i]) && !interruptsParagraph(lines[i]) && !tableAt(lines, i); i++) {
       text.push(lines[i].trim());
     }
     blocks.push({ type: "paragraph", text: text.join("\n"), line: start });
@@ -174,13 +237,17 @@ function parseLines(lines) {
 
 /**
  * How many leading blocks are final: no text appended to `source` can change them.
- * A block is final once the block after it starts on a complete line (one ended by a newline).
+ * A block is final once the block after it starts on a complete line (one ended by a newline); for a table,
+ * once its delimiter row is complete too.
  * @param {Block[]} blocks
  * @param {string} source
  */
 export function settledCount(blocks, source) {
   const lastLine = source.split("\n").length - 1; // the partial line still being typed
+  // A table exists only once its delimiter row (its second line) is complete: until then the block before
+  // it may still take its header row back as a line of its own.
+  const confirmed = (/** @type {Block} */ b) => b.line + (b.type === "table" ? 1 : 0) < lastLine;
   let n = 0;
-  while (n + 1 < blocks.length && blocks[n + 1].line < lastLine) n++;
+  while (n + 1 < blocks.length && confirmed(blocks[n + 1])) n++;
   return n;
 }

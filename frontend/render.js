@@ -45,6 +45,26 @@ export function renderBlock(block, doc, tight = false) {
       if (block.ordered && block.start !== 1) list.setAttribute("start", String(block.start));
       return list;
     }
+    case "table": {
+      const row = (/** @type {string[]} */ cells, /** @type {"th" | "td"} */ tag) =>
+        el(doc, "tr", cells.map((cell, n) => {
+          const node = el(doc, tag, renderInline(parseInline(cell), doc));
+          if (block.align[n]) node.className = `align-${block.align[n]}`; // a class: the CSP allows no style attribute
+          if (tag === "th") node.setAttribute("scope", "col");
+          return node;
+        }));
+      const table = el(doc, "table", [
+        el(doc, "thead", [row(block.head, "th")]),
+        ...(block.rows.length ? [el(doc, "tbody", block.rows.map((r) => row(r, "td")))] : []),
+      ]);
+      // A wide table scrolls sideways inside its own box, never the page; keyboard users can scroll it too.
+      const box = el(doc, "div", [table]);
+      box.className = "table-scroll";
+      box.setAttribute("tabindex", "0");
+      box.setAttribute("role", "region");
+      box.setAttribute("aria-label", "Table");
+      return box;
+    }
     case "code": {
       const figure = doc.createElement("figure");
       figure.className = "code";

@@ -136,3 +136,33 @@ test("settled blocks never change as more text streams in", () => {
   const full = parseBlocks(answer).map((b) => html(renderBlock(b, fakeDocument)));
   assert.deepEqual(full.slice(0, settled.length), settled);
 });
+
+// ---- tables ----
+
+test("a pipe table becomes a table in a box that scrolls on its own, with aligned columns", () => {
+  const out = md("| Name | Mass |\n|:--|--:|\n| H | 1.008 |\n| He | `4|0` \\| x |\n\nAfter.");
+  assert.equal(
+    out,
+    '<div class="table-scroll" tabindex="0" role="region" aria-label="Table"><table>' +
+      '<thead><tr><th class="align-left" scope="col">Name</th><th class="align-right" scope="col">Mass</th></tr></thead>' +
+      '<tbody><tr><td class="align-left">H</td><td class="align-right">1.008</td></tr>' +
+      '<tr><td class="align-left">He</td><td class="align-right"><code>4|0</code> | x</td></tr></tbody>' +
+      "</table></div><p>After.</p>",
+  );
+});
+
+test("a table interrupts a paragraph; rows get the header's width; a delimiter of another width is text", () => {
+  assert.deepEqual(types("Intro\na | b\n--- | ---\n1 | 2 | 3\n4"), ["paragraph", "table"]);
+  assert.deepEqual(parseBlocks("a | b\n--- | ---\n1 | 2 | 3\n4")[0].rows, [["1", "2"], ["4", ""]]);
+  assert.deepEqual(types("a | b\n--- | --- | ---"), ["paragraph"]);
+  assert.deepEqual(types("a | b\n|--|"), ["paragraph"]);
+});
+
+test("a table is not settled before its delimiter row is complete", () => {
+  const typing = "Intro\n| a | b |\n|---|--";
+  const blocks = parseBlocks(typing);
+  assert.deepEqual(blocks.map((b) => b.type), ["paragraph", "table"]);
+  assert.equal(settledCount(blocks, typing), 0, "the intro could still take the header row back");
+  const more = typing + "-|\n| 1 |";
+  assert.equal(settledCount(parseBlocks(more), more), 1);
+});

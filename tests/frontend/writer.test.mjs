@@ -62,6 +62,7 @@ const SAMPLES = {
   codeFences: "Code:\n```python\ndef f(x):\n\n    return x  # not a *heading*\n```\nAfter.\n~~~\n```not a close\n~~~\n\n````\nunclosed at the end",
   quotes: "> a quote\n> - with a list\n> - of two\n>\n> > nested\nplain after\n\n> second quote",
   mixed: "# Plan\n\n1. Read\n   ```\n   code in item\n   ```\n2. Write\n\n> Note: *done*\n\n---\n\nBye.",
+  tables: "Intro line\n| a | b |\n|:-|-:|\n| 1 | **2** |\n\nafter\n| x |\n|---|x\n\nc | d\n--- | ---\n5 | 6",
   windowsLineEnds: "line one\r\nline two\r\n\r\n- item\r\n- item\r\n\r\nend",
 };
 
