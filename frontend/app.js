@@ -8,6 +8,8 @@
  * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows.
  */
 
+import { highlightCode, languageName } from "./code.js";
+import { renderFormula } from "./formula.js";
 import { Pacer } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
 import { applyMessage, fitToLimits, isLive, load, messagesFor, save, stopTurn } from "./state.js";
@@ -33,6 +35,8 @@ const wsPath = typeof settings.ws_path === "string" ? settings.ws_path : "/ws";
 /** @param {unknown} n */
 const limit = (n) => (typeof n === "number" && n > 0 ? n : Infinity);
 const encoder = new TextEncoder();
+/** @type {import("./render.js").Extras} */
+const extras = { math: renderFormula, code: highlightCode, label: languageName };
 
 const thread = byId("thread");
 const form = /** @type {HTMLFormElement} */ (byId("composer"));
@@ -81,7 +85,7 @@ function commit(turn, next) {
 
 /** @param {Turn} turn */
 function addView(turn) {
-  const view = new TurnView(turn, { copy, regenerate });
+  const view = new TurnView(turn, { copy, regenerate }, extras);
   views.forEach((v) => (v.isLast = false));
   view.isLast = true;
   views.set(turn, view);
@@ -192,13 +196,21 @@ function regenerate(turn) {
  * @param {Turn} turn
  * @param {HTMLButtonElement} button
  */
-async function copy(turn, button) {
+function copy(turn, button) {
+  return copyText(turn.answer, button);
+}
+
+/**
+ * @param {string} text
+ * @param {HTMLButtonElement} button  says "Copied" for a moment
+ */
+async function copyText(text, button) {
   try {
-    await navigator.clipboard.writeText(turn.answer);
+    await navigator.clipboard.writeText(text);
   } catch {
     // No async clipboard outside a secure context: fall back to a selection and the copy command.
     const area = document.createElement("textarea");
-    area.value = turn.answer;
+    area.value = text;
     area.setAttribute("readonly", "");
     area.className = "visually-hidden";
     document.body.append(area);
@@ -252,6 +264,12 @@ document.addEventListener("keydown", (event) => {
 });
 
 stopButton.addEventListener("click", stop);
+// A code block's Copy button (render.js makes them; one listener serves every answer).
+thread.addEventListener("click", (event) => {
+  const button = /** @type {Element} */ (event.target).closest?.(".code-copy");
+  const code = button?.closest("figure.code")?.querySelector("pre code");
+  if (button && code) copyText(code.textContent ?? "", /** @type {HTMLButtonElement} */ (button));
+});
 byId("new-chat").addEventListener("click", newChat);
 
 thread.addEventListener("scroll", () => {

@@ -1,15 +1,19 @@
 // @ts-check
 /**
- * Inline Markdown: code spans, emphasis, strikethrough, links, autolinks and line breaks.
+ * Inline Markdown: formulas, code spans, emphasis, strikethrough, links, autolinks and line breaks.
  *
  * Pure and DOM-free; produces a small tree that render.js turns into elements and Text nodes. Raw HTML is
  * not a thing here: `<script>` is seven characters of text. A link keeps its target only if `safeHref`
- * accepts it; otherwise the link text stays and the target is dropped.
+ * accepts it; otherwise the link text stays and the target is dropped. Formulas are found first (math.js), so
+ * TeX inside them is never read as Markdown.
  */
+
+import { mathAt, openerAt } from "./math.js";
 
 /**
  * @typedef {{type: "text", value: string}
  *   | {type: "code", value: string}
+ *   | {type: "math", tex: string, display: boolean, source: string}
  *   | {type: "break"}
  *   | {type: "em" | "strong" | "del", children: Inline[]}
  *   | {type: "link", href: string | null, children: Inline[]}} Inline
@@ -44,7 +48,10 @@ export function safeHref(raw) {
 function findCloser(s, from, delim) {
   for (let i = from; i < s.length; i++) {
     const c = s[i];
-    if (c === "\\") {
+    const math = mathAt(s, i);
+    if (math) {
+      i = math.end - 1; // a delimiter inside a formula is TeX
+    } else if (c === "\\") {
       i++;
     } else if (c === "`") {
       const run = /^`+/.exec(s.slice(i))?.[0] ?? "`";
@@ -83,6 +90,19 @@ export function parseInline(s, inLink = false) {
     const c = s[i];
     const rest = s.slice(i);
 
+    const math = mathAt(s, i);
+    if (math) {
+      flush();
+      out.push({ type: "math", tex: math.tex, display: math.display, source: math.source });
+      i = math.end;
+      continue;
+    }
+    const opener = openerAt(s, i); // an unclosed one: text, whole
+    if (opener) {
+      text += opener;
+      i += opener.length;
+      continue;
+    }
     if (c === "\\" && PUNCTUATION.test(s[i + 1] ?? "")) {
       text += s[i + 1];
       i += 2;

@@ -5,6 +5,10 @@
  * Nothing here assigns markup: model text only ever becomes Text nodes or `textContent`, and the only
  * attribute taken from model text is a link's href after `safeHref` has accepted it. The document is a
  * parameter so tests can render into a small fake one.
+ *
+ * Formulas and code colours come from `Extras` the page passes in (formula.js over KaTeX, code.js over
+ * highlight.js), which build their nodes the same way. Without them a formula shows as its source and code
+ * as plain text, which is also what they fall back to.
  */
 
 import { parseInline } from "./inline.js";
@@ -12,35 +16,43 @@ import { parseInline } from "./inline.js";
 /** @typedef {import("./markdown.js").Block} Block */
 /** @typedef {import("./inline.js").Inline} Inline */
 /** @typedef {Pick<Document, "createElement" | "createTextNode">} Doc */
+/**
+ * @typedef {object} Extras
+ * @property {(math: {tex: string, display: boolean, source: string}, doc: Doc) => Node} [math]
+ * @property {(text: string, lang: string, doc: Doc) => Node[] | null} [code]  coloured code, or null
+ * @property {(lang: string) => string} [label]  the language's name for a code block's caption
+ */
 
 /**
  * @param {Block} block
  * @param {Doc} doc
+ * @param {Extras} [extras]
  * @param {boolean} [tight] inside a tight list a paragraph is bare text, without <p>
  * @returns {Node}
  */
-export function renderBlock(block, doc, tight = false) {
+export function renderBlock(block, doc, extras = {}, tight = false) {
+  const inline = (/** @type {string} */ text) => renderInline(parseInline(text), doc, extras);
   switch (block.type) {
     case "paragraph": {
       if (tight) {
         const span = doc.createElement("span");
-        span.append(...renderInline(parseInline(block.text), doc));
+        span.append(...inline(block.text));
         return span;
       }
-      return el(doc, "p", renderInline(parseInline(block.text), doc));
+      return el(doc, "p", inline(block.text));
     }
     case "heading":
       // Answers sit inside the page's own headings, so their levels start below them.
-      return el(doc, `h${Math.min(block.level + 2, 6)}`, renderInline(parseInline(block.text), doc));
+      return el(doc, `h${Math.min(block.level + 2, 6)}`, inline(block.text));
     case "rule":
       return doc.createElement("hr");
     case "quote":
-      return el(doc, "blockquote", block.blocks.map((b) => renderBlock(b, doc)));
+      return el(doc, "blockquote", block.blocks.map((b) => renderBlock(b, doc, extras)));
     case "list": {
       const list = el(
         doc,
         block.ordered ? "ol" : "ul",
-        block.items.map((item) => el(doc, "li", item.map((b) => renderBlock(b, doc, block.tight)))),
+        block.items.map((item) => el(doc, "li", item.map((b) => renderBlock(b, doc, extras, block.tight)))),
       );
       if (block.ordered && block.start !== 1) list.setAttribute("start", String(block.start));
       return list;
@@ -48,7 +60,7 @@ export function renderBlock(block, doc, tight = false) {
     case "table": {
       const row = (/** @type {string[]} */ cells, /** @type {"th" | "td"} */ tag) =>
         el(doc, "tr", cells.map((cell, n) => {
-          const node = el(doc, tag, renderInline(parseInline(cell), doc));
+          const node = el(doc, tag, inline(cell));
           if (block.align[n]) node.className = `align-${block.align[n]}`; // a class: the CSP allows no style attribute
           if (tag === "th") node.setAttribute("scope", "col");
           return node;
@@ -68,14 +80,23 @@ export function renderBlock(block, doc, tight = false) {
     case "code": {
       const figure = doc.createElement("figure");
       figure.className = "code";
-      if (block.lang) {
-        const label = doc.createElement("figcaption");
-        label.textContent = block.lang;
-        figure.append(label);
-      }
+      const caption = doc.createElement("figcaption");
+      const label = doc.createElement("span");
+      label.className = "code-lang";
+      label.textContent = block.lang ? (extras.label?.(block.lang) ?? block.lang) : "";
+      // The page copies the code of the figure whose button was pressed (one listener for the thread).
+      const copy = doc.createElement("button");
+      copy.className = "code-copy";
+      copy.setAttribute("type", "button");
+      copy.setAttribute("aria-label", block.lang ? `Copy the ${label.textContent} code` : "Copy the code");
+      copy.textContent = "Copy";
+      caption.append(label, copy);
+      figure.append(caption);
       const code = doc.createElement("code");
       if (block.lang) code.className = `language-${block.lang.replace(/[^\w#+-]/g, "")}`;
-      code.textContent = block.text;
+      const coloured = block.lang ? extras.code?.(block.text, block.lang, doc) : null;
+      if (coloured) code.append(...coloured);
+      else code.textContent = block.text;
       const pre = doc.createElement("pre");
       pre.tabIndex = 0; // a wide block scrolls sideways; let keyboard users do that too
       pre.append(code);
@@ -88,9 +109,10 @@ export function renderBlock(block, doc, tight = false) {
 /**
  * @param {Inline[]} nodes
  * @param {Doc} doc
+ * @param {Extras} [extras]
  * @returns {Node[]}
  */
-export function renderInline(nodes, doc) {
+export function renderInline(nodes, doc, extras = {}) {
   return nodes.map((node) => {
     switch (node.type) {
       case "text":
@@ -102,15 +124,22 @@ export function renderInline(nodes, doc) {
         code.textContent = node.value;
         return code;
       }
+      case "math": {
+        if (extras.math) return extras.math(node, doc);
+        const source = doc.createElement("span");
+        source.className = "math-source";
+        source.textContent = node.source;
+        return source;
+      }
       case "em":
       case "strong":
       case "del":
-        return el(doc, node.type, renderInline(node.children, doc));
+        return el(doc, node.type, renderInline(node.children, doc, extras));
       case "link": {
         if (node.href === null) {
-          return el(doc, "span", renderInline(node.children, doc));
+          return el(doc, "span", renderInline(node.children, doc, extras));
         }
-        const a = el(doc, "a", renderInline(node.children, doc));
+        const a = el(doc, "a", renderInline(node.children, doc, extras));
         a.setAttribute("href", node.href);
         a.setAttribute("rel", "noopener noreferrer nofollow");
         a.setAttribute("target", "_blank");

@@ -24,8 +24,9 @@ export class TurnView {
   /**
    * @param {Turn} turn
    * @param {{copy: (turn: Turn, button: HTMLButtonElement) => void, regenerate: (turn: Turn) => void}} actions
+   * @param {import("./render.js").Extras} [extras]  formulas and code colours for the answer
    */
-  constructor(turn, actions) {
+  constructor(turn, actions, extras = {}) {
     this.turn = turn;
     this.root = el("li", "turn");
 
@@ -48,7 +49,7 @@ export class TurnView {
     this.article.append(el("h2", "visually-hidden", "Tutor answered"), this.answer, this.note, meta);
 
     this.root.append(question, this.article);
-    this.writer = new Writer(this.answer);
+    this.writer = new Writer(this.answer, document, undefined, extras);
     /** The display is still catching up; it may outlast the answer's arrival by a few frames. */
     this.typing = true;
     this.update();

@@ -13,17 +13,20 @@ import { parseBlocks, settledCount } from "./markdown.js";
 import { renderBlock } from "./render.js";
 
 /** @typedef {import("./render.js").Doc} Doc */
+/** @typedef {import("./render.js").Extras} Extras */
 
 export class Writer {
   /**
    * @param {Element} root   the answer's container; the writer owns its children
    * @param {Doc} [doc]
    * @param {typeof parseBlocks} [parse]  the block parser; tests pass a counting one
+   * @param {Extras} [extras]  formulas and code colours (render.js)
    */
-  constructor(root, doc = document, parse = parseBlocks) {
+  constructor(root, doc = document, parse = parseBlocks, extras = {}) {
     this.root = root;
     this.doc = doc;
     this.parse = parse;
+    this.extras = extras;
     this.source = "";
     /** Where the first block that may still change starts in `source`: always the start of a line. */
     this.openFrom = 0;
@@ -58,8 +61,8 @@ export class Writer {
     const settled = final ? blocks.length : settledCount(blocks, tail);
     this.caret.remove();
     for (const node of this.open) node.parentNode?.removeChild(node);
-    for (const block of blocks.slice(0, settled)) this.root.append(renderBlock(block, this.doc));
-    this.open = blocks.slice(settled).map((b) => renderBlock(b, this.doc));
+    for (const block of blocks.slice(0, settled)) this.root.append(renderBlock(block, this.doc, this.extras));
+    this.open = blocks.slice(settled).map((b) => renderBlock(b, this.doc, this.extras));
     this.root.append(...this.open);
     if (final) this.openFrom = this.source.length;
     else if (settled > 0) this.openFrom += lineStart(tail, blocks[settled].line);
@@ -79,7 +82,8 @@ function lineStart(text, line) {
 }
 
 /**
- * The innermost last element, where the next typed character will appear.
+ * The innermost last element, where the next typed character will appear. A formula is one thing: the caret
+ * goes after it, never inside KaTeX's boxes.
  * @param {Element} root
  * @returns {Element}
  */
@@ -89,7 +93,7 @@ function caretHost(root) {
     const last = host.lastChild;
     if (!last || last.nodeType !== 1) return host;
     const tag = /** @type {Element} */ (last).tagName;
-    if (tag === "BR" || tag === "HR") return host;
+    if (tag === "BR" || tag === "HR" || /(^|\s)math/.test(/** @type {Element} */ (last).className)) return host;
     host = /** @type {Element} */ (last);
   }
 }

@@ -72,7 +72,8 @@ test("fenced code keeps its text verbatim and shows its language", () => {
   const out = md("```python\ndef f(x):\n    return x * 2  # *not emphasis*\n```");
   assert.equal(
     out,
-    '<figure class="code"><figcaption>python</figcaption><pre><code class="language-python">def f(x):\n    return x * 2  # *not emphasis*</code></pre></figure>',
+    '<figure class="code"><figcaption><span class="code-lang">python</span>' +
+      '<button class="code-copy" type="button" aria-label="Copy the python code">Copy</button></figcaption><pre><code class="language-python">def f(x):\n    return x * 2  # *not emphasis*</code></pre></figure>',
   );
 });
 
