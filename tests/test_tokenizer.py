@@ -262,9 +262,9 @@ def test_a_minimal_gpt2_gguf_builds_and_applies_its_merges(tmp_path):
     assert tiny.eos_token_ids == {0}
 
 
-def test_an_unsupported_tokenizer_model_is_named_in_the_error(tmp_path):
-    with pytest.raises(ModelFormatError, match="'llama'"):
-        Tokenizer.from_gguf(_tiny_gguf(tmp_path / "spm.gguf", model="llama"))
+def test_an_unsupported_tokenizer_model_is_named_in_the_error_with_the_supported_ones(tmp_path):
+    with pytest.raises(ModelFormatError, match="'bert' is not supported.*'gpt2'.*'llama'"):
+        Tokenizer.from_gguf(_tiny_gguf(tmp_path / "wpm.gguf", model="bert"))
 
 
 def test_an_unknown_pre_tokenizer_is_named_in_the_error(tmp_path):
@@ -273,15 +273,15 @@ def test_an_unknown_pre_tokenizer_is_named_in_the_error(tmp_path):
 
 
 def test_a_tokenizer_the_detokenizer_cannot_stream_is_refused_at_load_with_a_named_error(tmp_path):
-    """A SentencePiece-style tokenizer.json (Metaspace decoder, byte fallback) loads in `tokenizers`, but every
-    token of an answer would fail: refuse the model at load instead of on its first token."""
+    """A WordPiece tokenizer.json loads in `tokenizers`, but the stream cannot spell its tokens (its decoder
+    glues "##" pieces and inserts spaces between words): refuse the model at load, not on its first token."""
     from tokenizers import Tokenizer as RawTokenizer
     from tokenizers import decoders, models, pre_tokenizers
 
-    raw = RawTokenizer(models.BPE({"<unk>": 0, "▁a": 1, "b": 2}, [], unk_token="<unk>", byte_fallback=True))
-    raw.pre_tokenizer = pre_tokenizers.Metaspace()
-    raw.decoder = decoders.Metaspace()
+    raw = RawTokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    raw.decoder = decoders.WordPiece()
     raw.save(str(tmp_path / "tokenizer.json"))
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<unk>"}))
-    with pytest.raises(ModelFormatError, match="needs a byte-level BPE tokenizer.*decoder is Metaspace"):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "[UNK]"}))
+    with pytest.raises(ModelFormatError, match=r"decoder .*WordPiece.* is not one the stream can follow.*Metaspace"):
         Tokenizer.load(tmp_path)

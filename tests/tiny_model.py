@@ -3,7 +3,8 @@
 Both forms hold the same weights, so a test can load either and expect the same canonical arrays. The name
 tables and the Q/K permutation here are written from llama.cpp's converter and transformers' conventions, not
 taken from `typewriter.weights`, so a mistake there is not mirrored here. The tokenizer is byte-level BPE:
-three ChatML specials, the 256 byte tokens, and a few merges.
+three ChatML specials, the 256 byte tokens, and a few merges; or (`tokenizer="spm"` and friends) a SentencePiece
+one as TinyLlama and Llama-2 have: <unk> <s> </s>, the 256 <0xNN> byte tokens, and scored "▁" pieces.
 
     cfg = tiny_config()                      # or tiny_config(tie_embeddings=False), tiny_config(qkv_bias=True)
     weights = random_weights(cfg)            # canonical name -> float32 [out, in]
@@ -130,10 +131,12 @@ def write_gguf(
     quant: Q = Q.F32,
     arch: str | None = None,
     raw: Mapping[str, tuple[np.ndarray, Q]] | None = None,
+    tokenizer: str = "bpe",
 ) -> Path:
     """Matrices stored as `quant` (norms and biases stay F32, as llama.cpp keeps them): F32, F16, BF16 or any
     type gguf.quants can quantize (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; not the k-quants). `raw` replaces a tensor by
-    ready-made blocks (uint8 [rows, bytes per row]) of any type. A tensor left out of `weights` is left out."""
+    ready-made blocks (uint8 [rows, bytes per row]) of any type. A tensor left out of `weights` is left out.
+    `tokenizer`: "bpe" (byte-level, VOCAB_SIZE) or "spm" (SentencePiece, SPM_VOCAB_SIZE: TinyLlama's kind)."""
     arch = arch or gguf_arch(cfg)
     raw = raw or {}
     w = gguf.GGUFWriter(str(path), arch)
@@ -146,14 +149,10 @@ def write_gguf(
     w.add_head_count_kv(cfg.n_kv_heads)
     w.add_layer_norm_rms_eps(cfg.norm_eps)
     w.add_rope_freq_base(cfg.rope_theta)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(vocab_tokens())
-    w.add_token_types([gguf.TokenType.CONTROL] * len(SPECIALS) + [gguf.TokenType.NORMAL] * (VOCAB_SIZE - len(SPECIALS)))
-    w.add_token_merges(MERGES)
-    w.add_bos_token_id(IM_START)
-    w.add_eos_token_id(IM_END)
-    w.add_chat_template(CHAT_TEMPLATE)
+    if tokenizer == "spm":
+        add_spm_tokenizer(w)
+    else:
+        add_bpe_tokenizer(w)
     for name, x in weights.items():
         key = name.rsplit(".", 1)[-1]
         if arch == "llama" and key in ("wq", "wk"):  # llama.cpp's converter: per-head interleaved rotary rows
@@ -172,6 +171,17 @@ def write_gguf(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def add_bpe_tokenizer(w: gguf.GGUFWriter) -> None:
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(vocab_tokens())
+    w.add_token_types([gguf.TokenType.CONTROL] * len(SPECIALS) + [gguf.TokenType.NORMAL] * (VOCAB_SIZE - len(SPECIALS)))
+    w.add_token_merges(MERGES)
+    w.add_bos_token_id(IM_START)
+    w.add_eos_token_id(IM_END)
+    w.add_chat_template(CHAT_TEMPLATE)
 
 
 def vocab_tokens() -> list[str]:
@@ -193,8 +203,10 @@ def byte_token(b: int) -> int:
 # ---- Hugging Face directory ----
 
 
-def write_hf_dir(path: Path, cfg: ModelConfig, weights: Mapping[str, np.ndarray], dtype: str = "F32") -> Path:
-    """config.json, model.safetensors (F32, F16 or BF16), tokenizer.json and tokenizer_config.json."""
+def write_hf_dir(path: Path, cfg: ModelConfig, weights: Mapping[str, np.ndarray], dtype: str = "F32",
+                 tokenizer: str = "bpe") -> Path:
+    """config.json, model.safetensors (F32, F16 or BF16), tokenizer.json and tokenizer_config.json. `tokenizer`:
+    "bpe", or a SentencePiece form of `spm_tokenizer_json` ("legacy", "metaspace", "metaspace_decoder")."""
     path.mkdir(parents=True, exist_ok=True)
     qwen = cfg.qkv_bias
     config = {
@@ -210,11 +222,14 @@ def write_hf_dir(path: Path, cfg: ModelConfig, weights: Mapping[str, np.ndarray]
         "rope_theta": cfg.rope_theta,
         "max_position_embeddings": cfg.max_position,
         "tie_word_embeddings": cfg.tie_embeddings,
-        "bos_token_id": IM_START,
-        "eos_token_id": IM_END,
+        "bos_token_id": IM_START if tokenizer == "bpe" else SPM_BOS,
+        "eos_token_id": IM_END if tokenizer == "bpe" else SPM_EOS,
     }
     (path / "config.json").write_text(json.dumps(config, indent=1))
     write_safetensors(path / "model.safetensors", {stored_name(n, hf=True): x for n, x in weights.items()}, dtype)
+    if tokenizer != "bpe":
+        write_spm_tokenizer_dir(path, tokenizer)
+        return path
     hf_tokenizer().save(str(path / "tokenizer.json"))
     tokenizer_config = {"chat_template": CHAT_TEMPLATE, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
     (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
@@ -246,3 +261,84 @@ def hf_tokenizer() -> RawTokenizer:
     raw.decoder = decoders.ByteLevel()
     raw.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
     return raw
+
+
+# ---- a SentencePiece-style tokenizer (Llama-2, TinyLlama): "▁" for a space, <0xNN> byte fallback, scores ----
+
+SPM_SPECIALS = ["<unk>", "<s>", "</s>"]
+SPM_BOS, SPM_EOS = 1, 2
+SPM_BYTE_OFFSET = len(SPM_SPECIALS)  # <0xNN> has id SPM_BYTE_OFFSET + NN, as in Llama-2's vocab
+# piece -> score. llama.cpp merges the pair whose joined piece scores highest; "▁the" outscores "he" on purpose,
+# so a merge order by id alone would be caught.
+SPM_PIECES = {
+    "▁": -1.0, "e": -2.0, "h": -3.0, "l": -4.0, "o": -5.0, "t": -6.0, "w": -7.0, "r": -8.0, "d": -9.0, "a": -10.0,
+    "s": -11.0, "i": -12.0, "n": -13.0, ".": -14.0, ",": -15.0, "!": -16.0, "?": -17.0, "你": -18.0, "好": -19.0,
+    "世": -20.0, "界": -21.0, "▁t": -30.0, "he": -31.0, "▁the": -5.5, "ll": -33.0, "▁h": -34.0, "▁he": -35.0,
+    "llo": -36.0, "▁hello": -37.0, "▁w": -38.0, "or": -39.0, "▁wor": -40.0, "ld": -41.0, "▁world": -42.0,
+    "你好": -43.0, "▁你好": -44.0, "▁a": -45.0, "at": -46.0, "▁at": -47.0, "in": -48.0, "▁in": -49.0, "is": -50.0,
+    "▁is": -51.0, "▁▁": -52.0, "▁▁▁▁": -53.0,
+}
+SPM_TOKENS = SPM_SPECIALS + [f"<0x{b:02X}>" for b in range(256)] + list(SPM_PIECES)
+SPM_SCORES = [0.0] * SPM_BYTE_OFFSET + [0.0] * 256 + list(SPM_PIECES.values())
+SPM_VOCAB_SIZE = len(SPM_TOKENS)
+LLAMA2_CHAT_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}{% set system = '<<SYS>>\\n' + messages[0]['content'] + "
+    "'\\n<</SYS>>\\n\\n' %}{% set messages = messages[1:] %}{% else %}{% set system = '' %}{% endif %}"
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+    "(system if loop.first else '') + message['content'] + ' [/INST]' }}{% else %}{{ ' ' + message['content'] + "
+    "' ' + eos_token }}{% endif %}{% endfor %}"
+)
+
+
+def add_spm_tokenizer(w: gguf.GGUFWriter, space_prefix: bool = True) -> None:
+    """The `llama` tokenizer metadata, as llama.cpp's converter writes it for a SentencePiece model."""
+    T = gguf.TokenType
+    w.add_tokenizer_model("llama")
+    w.add_token_list(SPM_TOKENS)
+    w.add_token_scores(SPM_SCORES)
+    w.add_token_types([T.UNKNOWN, T.CONTROL, T.CONTROL] + [T.BYTE] * 256 + [T.NORMAL] * len(SPM_PIECES))
+    w.add_bos_token_id(SPM_BOS)
+    w.add_eos_token_id(SPM_EOS)
+    w.add_unk_token_id(0)
+    w.add_add_space_prefix(space_prefix)
+    w.add_chat_template(LLAMA2_CHAT_TEMPLATE)
+
+
+def spm_tokenizer_json(form: str) -> RawTokenizer:
+    """The tiny SentencePiece tokenizer as transformers' LlamaConverter writes tokenizer.json, in one of the forms
+    found in published checkpoints: "legacy" (a normalizer prepends "▁" and replaces spaces: older Llama-2 files),
+    "metaspace" (a Metaspace pre-tokenizer does: newer files), "metaspace_decoder" (SpmConverter's Metaspace
+    decoder, which spells byte tokens as they are)."""
+    from tokenizers import normalizers
+
+    vocab = {t: i for i, t in enumerate(SPM_TOKENS)}
+    merges = []  # as transformers' SentencePieceExtractor: every split into two pieces, by the piece's score
+    for n, piece in enumerate(SPM_TOKENS):
+        cuts = [(piece[:c], piece[c:]) for c in range(1, len(piece)) if piece[:c] in vocab and piece[c:] in vocab]
+        merges += [(-SPM_SCORES[n], n, vocab[a], vocab[b], a, b) for a, b in cuts]
+    merges = [(a, b) for *_, a, b in sorted(merges)]
+    raw = RawTokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    sequence = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    if form == "legacy":
+        raw.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        raw.decoder = sequence
+    elif form == "metaspace":
+        raw.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=False)
+        raw.decoder = sequence
+    elif form == "metaspace_decoder":
+        raw.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always", split=False)
+        raw.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always", split=False)
+    else:
+        raise ValueError(form)
+    raw.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPM_SPECIALS[1:]])
+    return raw
+
+
+def write_spm_tokenizer_dir(path: Path, form: str) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    spm_tokenizer_json(form).save(str(path / "tokenizer.json"))
+    config = {"chat_template": LLAMA2_CHAT_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    (path / "tokenizer_config.json").write_text(json.dumps(config))
+    return path

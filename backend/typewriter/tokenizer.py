@@ -1,8 +1,10 @@
 """Text <-> token ids, and the model's own chat template.
 
-A `Tokenizer` is built either from a GGUF file's `tokenizer.ggml.*` metadata (a byte-level BPE, rebuilt here as a
-`tokenizers.Tokenizer` without torch) or from a Hugging Face directory (`tokenizer.json` and friends). Chat
-messages are rendered by transformers' `apply_chat_template` with the template that ships with the model.
+A `Tokenizer` is built either from a GGUF file's `tokenizer.ggml.*` metadata (byte-level BPE or SentencePiece BPE,
+rebuilt as a `tokenizers.Tokenizer` by weights/gguf_tokenizer.py, without torch) or from a Hugging Face directory
+(`tokenizer.json` and friends). Chat messages are rendered by transformers' `apply_chat_template` with the
+template that ships with the model. Each token's bytes, as the tokenizer's decoder spells them, are worked out
+once at load (`TokenText`), so the incremental detokenizer can stream any tokenizer kind loaded here.
 
 The engine never sees text: it receives the ids from `encode_chat` and returns ids that `IncrementalDetokenizer`
 turns back into text.
@@ -11,12 +13,13 @@ turns back into text.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
-from functools import cached_property
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as RawTokenizer
 from transformers import PreTrainedTokenizerFast
 
@@ -32,29 +35,6 @@ DEFAULT_SYSTEM_PROMPT = (
 END_OF_TURN_TOKENS = (
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|return|>", "<EOT>",
 )
-
-# GGUF `tokenizer.ggml.token_type` values (gguf.TokenType).
-_CONTROL, _USER_DEFINED = 3, 4
-
-# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), keyed by `tokenizer.ggml.pre`. Each regex splits the text
-# in turn; a piece that no regex matches is kept as its own piece, as `Split(..., "isolated")` does.
-_GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
-_LLAMA3_REGEX = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_REGEX = (
-    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-PRE_TOKENIZER_REGEXES: dict[str, tuple[str, ...]] = {
-    "gpt-2": (_GPT2_REGEX,),
-    # StarCoder-style: every digit is its own piece, then the GPT-2 regex.
-    **{name: (r"\p{N}", _GPT2_REGEX) for name in ("smollm", "starcoder", "refact", "codeshell")},
-    **{name: (_LLAMA3_REGEX,) for name in ("llama3", "llama-bpe", "smaug-bpe")},
-    "qwen2": (_QWEN2_REGEX,),
-}
-
 
 class Tokenizer:
     """A loaded tokenizer: `encode`/`decode`, chat rendering, and the ids that end a turn."""
@@ -90,7 +70,8 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             i for i, tok in raw.get_added_tokens_decoder().items() if tok.special
         )
-        self._bytes_table  # built now: a tokenizer the detokenizer cannot stream is refused at load, not on a token
+        # Built now: a tokenizer the detokenizer cannot stream is refused at load, not on the first token.
+        self.token_text: TokenText = _spell_tokens(raw, self.special_ids, name)
 
     # ---- loading ----
 
@@ -117,35 +98,11 @@ class Tokenizer:
             from .weights.gguf_reader import GGUFReader
 
             fields = GGUFReader(path).fields
+        from .weights.gguf_tokenizer import raw_tokenizer_from_gguf
+
         get = fields.get
-
-        kind = get("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ModelFormatError(
-                f"{path}: tokenizer.ggml.model {kind!r} is not supported; only byte-level BPE ('gpt2') is"
-            )
-        pre = get("tokenizer.ggml.pre")
-        if pre not in PRE_TOKENIZER_REGEXES:
-            raise ModelFormatError(f"{path}: tokenizer.ggml.pre {pre!r} is not a known pre-tokenizer")
+        raw = raw_tokenizer_from_gguf(path, fields)
         tokens: list[str] = get("tokenizer.ggml.tokens")
-        types: list[int] = get("tokenizer.ggml.token_type", [1] * len(tokens or []))
-        merges = [tuple(m.split(" ", 1)) for m in get("tokenizer.ggml.merges", [])]
-        if tokens is None or len(types) != len(tokens):
-            raise ModelFormatError(f"{path}: tokenizer.ggml.tokens and token_type are missing or differ in length")
-
-        raw = RawTokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges))
-        raw.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(rx), behavior="isolated") for rx in PRE_TOKENIZER_REGEXES[pre]]
-            + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
-        )
-        raw.decoder = decoders.ByteLevel()
-        # Already in the vocab, so these keep their ids; registering them makes the text "<|im_start|>" one token.
-        raw.add_tokens(
-            [AddedToken(t, special=False, normalized=False) for t, k in zip(tokens, types) if k == _USER_DEFINED]
-        )
-        raw.add_special_tokens(
-            [AddedToken(t, special=True, normalized=False) for t, k in zip(tokens, types) if k == _CONTROL]
-        )
 
         def token(key: str) -> str | None:
             i = get(f"tokenizer.ggml.{key}_token_id")
@@ -243,25 +200,89 @@ class Tokenizer:
     # ---- bytes, for incremental detokenization ----
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The bytes token `token_id` contributes to `decode(..., skip_special_tokens=True)`; b"" for specials."""
-        return self._bytes_table[token_id]
+        """The bytes token `token_id` contributes to `decode(..., skip_special_tokens=True)`; b"" for specials.
+        See `token_text.leading_space` for what decode does to the start of the text."""
+        return self.token_text.table[token_id]
 
-    @cached_property
-    def _bytes_table(self) -> list[bytes]:
-        if not isinstance(self.raw.decoder, decoders.ByteLevel):
-            kind = type(self.raw.decoder).__name__ if self.raw.decoder is not None else "none"
-            raise ModelFormatError(f"{self.name}: streaming needs a byte-level BPE tokenizer, and this one's decoder "
-                                   f"is {kind}; SentencePiece-style tokenizers are not supported yet")
+
+class LeadingSpace(Enum):
+    """What `decode` does to the start of a text, beyond joining its tokens' bytes."""
+
+    KEEP = "keep"  # byte-level BPE: " Paris" stays " Paris"
+    STRIP_ONE = "strip_one"  # SentencePiece with a Strip decoder: one space at the start of the text is dropped
+    FIRST_TOKEN = "first_token"  # the Metaspace decoder: the first token's "▁"s are dropped, not made spaces
+
+
+@dataclass(frozen=True)
+class TokenText:
+    """Each token's bytes, as the tokenizer's decoder spells them; `first_table`: the first (non-special) token's
+    bytes where they differ (LeadingSpace.FIRST_TOKEN), else None."""
+
+    table: list[bytes]
+    leading_space: LeadingSpace
+    first_table: list[bytes] | None = None
+
+
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_SUPPORTED_DECODERS = ("ByteLevel; SentencePiece-style: Sequence[Replace('▁', ' '), ByteFallback, Fuse, Strip] "
+                       "or Metaspace")
+
+
+def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> TokenText:
+    """Reads the decoder's description and spells every token's text out in bytes; a decoder whose output the
+    stream could not reproduce token by token is refused here, at load, not on the first answer."""
+    decoder = json.loads(raw.to_str()).get("decoder") or {"type": "none"}
+    steps = decoder["decoders"] if decoder["type"] == "Sequence" else [decoder]
+    kinds = [step["type"] for step in steps]
+    vocab = [(i, token) for token, i in raw.get_vocab(with_added_tokens=True).items() if i not in special_ids]
+    size = raw.get_vocab_size(with_added_tokens=True)
+
+    def refuse(why: str) -> ModelFormatError:
+        return ModelFormatError(f"{name}: tokenizer.json decoder {json.dumps(decoder)[:200]} {why} "
+                                f"(supported: {_SUPPORTED_DECODERS})")
+
+    if kinds == ["ByteLevel"]:
         char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
-        table = [b""] * self.vocab_size
-        for token, i in self.raw.get_vocab(with_added_tokens=True).items():
-            if i in self.special_ids:
-                continue
+        table = [b""] * size
+        for i, token in vocab:
             try:
                 table[i] = bytes(char_to_byte[c] for c in token)
             except KeyError:  # as tokenizers' ByteLevel decoder does: a token outside the alphabet stays UTF-8
                 table[i] = token.encode("utf-8")
-        return table
+        return TokenText(table, LeadingSpace.KEEP)
+
+    if kinds == ["Metaspace"]:
+        replacement = decoder.get("replacement", "▁")
+        scheme = decoder.get("prepend_scheme", "always" if decoder.get("add_prefix_space", True) else "never")
+        table, first = [b""] * size, [b""] * size
+        for i, token in vocab:
+            table[i] = token.replace(replacement, " ").encode("utf-8")
+            first[i] = token.replace(replacement, "").encode("utf-8")
+        if scheme == "never":
+            return TokenText(table, LeadingSpace.KEEP)
+        return TokenText(table, LeadingSpace.FIRST_TOKEN, first)
+
+    replaces = [s for s in steps if s["type"] == "Replace"]
+    if not replaces or set(kinds) - {"Replace", "ByteFallback", "Fuse", "Strip"}:
+        raise refuse("is not one the stream can follow")
+    replace = replaces[0]
+    pattern = replace["pattern"].get("String")
+    if len(replaces) > 1 or pattern is None or replace["content"] != " ":
+        raise refuse("replaces something other than one piece with a space")
+    strips = [n for n, s in enumerate(steps) if s["type"] == "Strip"]
+    leading = LeadingSpace.KEEP
+    if strips:
+        strip = steps[strips[0]]
+        fused = "Fuse" in kinds and kinds.index("Fuse") < strips[0]
+        if len(strips) > 1 or not fused or strip["content"] != " " or strip["start"] > 1 or strip["stop"]:
+            raise refuse("strips something other than one leading space of the joined text")
+        leading = LeadingSpace.STRIP_ONE if strip["start"] == 1 else LeadingSpace.KEEP
+    byte_fallback = "ByteFallback" in kinds
+    table = [b""] * size
+    for i, token in vocab:
+        byte = _BYTE_TOKEN.fullmatch(token) if byte_fallback else None
+        table[i] = bytes([int(byte[1], 16)]) if byte else token.replace(pattern, " ").encode("utf-8")
+    return TokenText(table, leading)
 
 
 def _bytes_to_unicode() -> dict[int, str]:
