@@ -295,3 +295,71 @@ def test_the_embedded_smollm2_loads_with_its_known_shape(real_weights):
     assert "output" not in weights and len(weights) == 2 + 9 * 30
     assert weights["layers.29.wk"].shape == (192, 576)
     assert all(np.isfinite(w).all() for w in weights.values())
+
+
+# ---- RoPE: plain RoPE over the whole head, or refused at load ----
+
+
+@pytest.mark.parametrize(
+    "key, value, kind, named",
+    [
+        ("llama.rope.scaling.type", "yarn", gguf.GGUFValueType.STRING, "llama.rope.scaling.type 'yarn'"),
+        ("llama.rope.scaling.type", "linear", gguf.GGUFValueType.STRING, "llama.rope.scaling.type 'linear'"),
+        ("llama.rope.scale_linear", 4.0, gguf.GGUFValueType.FLOAT32, "llama.rope.scale_linear 4.0"),
+        ("llama.rope.dimension_count", 8, gguf.GGUFValueType.UINT32, "llama.rope.dimension_count 8"),
+    ],
+)
+def test_gguf_rope_scaling_the_model_does_not_implement_is_refused_by_field(tmp_path, key, value, kind, named):
+    cfg = tiny_config()
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg), edit=lambda w: w.add_key_value(key, value, kind))
+    with pytest.raises(ModelFormatError, match=f"m.gguf: {named} is not supported.*plain RoPE|m.gguf: {named}"):
+        load_weights(path)
+
+
+def test_gguf_plain_rope_metadata_loads(tmp_path):
+    cfg = tiny_config()
+
+    def plain(w):
+        w.add_key_value("llama.rope.scaling.type", "none", gguf.GGUFValueType.STRING)
+        w.add_key_value("llama.rope.dimension_count", cfg.head_dim, gguf.GGUFValueType.UINT32)
+
+    loaded = load_weights(write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg), edit=plain))[0]
+    assert loaded.head_dim == cfg.head_dim and loaded.rope_theta == cfg.rope_theta
+
+
+def test_gguf_llama3_rope_frequencies_are_refused(tmp_path):
+    cfg = tiny_config()
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg),
+                      edit=lambda w: w.add_tensor("rope_freqs.weight", np.ones(cfg.head_dim // 2, np.float32)))
+    with pytest.raises(ModelFormatError, match="rope_freqs.weight .* not supported"):
+        load_weights(path)
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        ({"rope_scaling": {"type": "longrope", "long_factor": [1.0]}}, "rope_scaling .*longrope"),
+        ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}, "rope_scaling .*llama3"),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling .*linear"),
+        ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6}}, "rope_parameters .*yarn"),
+        ({"partial_rotary_factor": 0.5}, "partial_rotary_factor 0.5"),
+    ],
+)
+def test_hf_rope_scaling_the_model_does_not_implement_is_refused_by_field(tmp_path, change, named):
+    cfg = tiny_config()
+    path = write_hf_dir(tmp_path / "hf", cfg, random_weights(cfg))
+    config = json.loads((path / "config.json").read_text()) | change
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFormatError, match=f"config.json: {named}.* is not supported"):
+        load_weights(path)
+
+
+def test_hf_default_rope_parameters_load_with_their_theta(tmp_path):
+    cfg = tiny_config(rope_theta=500000.0)
+    path = write_hf_dir(tmp_path / "hf", cfg, random_weights(cfg))
+    config = json.loads((path / "config.json").read_text())
+    del config["rope_theta"]
+    config |= {"rope_scaling": {"rope_type": "default"}, "rope_parameters": {"rope_type": "default",
+                                                                              "rope_theta": 500000.0}}
+    (path / "config.json").write_text(json.dumps(config))
+    assert load_weights(path)[0].rope_theta == 500000.0

@@ -15,7 +15,7 @@ one as TinyLlama and Llama-2 have: <unk> <s> </s>, the 256 <0xNN> byte tokens, a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import gguf
@@ -132,11 +132,13 @@ def write_gguf(
     arch: str | None = None,
     raw: Mapping[str, tuple[np.ndarray, Q]] | None = None,
     tokenizer: str = "bpe",
+    edit: Callable[[gguf.GGUFWriter], None] | None = None,
 ) -> Path:
     """Matrices stored as `quant` (norms and biases stay F32, as llama.cpp keeps them): F32, F16, BF16 or any
     type gguf.quants can quantize (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; not the k-quants). `raw` replaces a tensor by
     ready-made blocks (uint8 [rows, bytes per row]) of any type. A tensor left out of `weights` is left out.
-    `tokenizer`: "bpe" (byte-level, VOCAB_SIZE) or "spm" (SentencePiece, SPM_VOCAB_SIZE: TinyLlama's kind)."""
+    `tokenizer`: "bpe" (byte-level, VOCAB_SIZE) or "spm" (SentencePiece, SPM_VOCAB_SIZE: TinyLlama's kind).
+    `edit(writer)` runs last, to add metadata or tensors a test needs."""
     arch = arch or gguf_arch(cfg)
     raw = raw or {}
     w = gguf.GGUFWriter(str(path), arch)
@@ -166,6 +168,8 @@ def write_gguf(
             w.add_tensor(stored_name(name, hf=False), x.astype(np.float16))
         else:
             w.add_tensor(stored_name(name, hf=False), quantize(x, quant), raw_dtype=quant)
+    if edit is not None:
+        edit(w)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -48,6 +48,8 @@ class GGUFFile:
         n_heads = int(self.field(f"{a}.attention.head_count"))
         dim = int(self.field(f"{a}.embedding_length"))
         vocab = self.field(f"{a}.vocab_size") or len(self.fields["tokenizer.ggml.tokens"])
+        head_dim = int(self.field(f"{a}.attention.key_length", 0) or dim // n_heads)
+        self.check_rope(head_dim)
         return ModelConfig(
             name=str(self.field("general.name", self.path.stem)),
             vocab_size=int(vocab),
@@ -61,8 +63,28 @@ class GGUFFile:
             max_position=int(self.field(f"{a}.context_length", 2048)),
             tie_embeddings="output.weight" not in self.tensors,
             qkv_bias="blk.0.attn_q.bias" in self.tensors,
-            head_dim=int(self.field(f"{a}.attention.key_length", 0) or dim // n_heads),
+            head_dim=head_dim,
         )
+
+    def check_rope(self, head_dim: int) -> None:
+        """Plain RoPE over the whole head is what the model computes; a file asking for more is refused here,
+        where llama.cpp would scale (linear, YaRN, LongRoPE, Llama-3.1's rope_freqs) or rotate part of a head."""
+        a = self.arch
+        kind = self.field(f"{a}.rope.scaling.type")
+        if kind not in (None, "none"):
+            raise ModelFormatError(f"{self.path.name}: {a}.rope.scaling.type {kind!r} is not supported "
+                                   "(supported: none, plain RoPE)")
+        linear = self.field(f"{a}.rope.scale_linear")
+        if linear not in (None, 1.0):
+            raise ModelFormatError(f"{self.path.name}: {a}.rope.scale_linear {linear} is not supported "
+                                   "(supported: 1.0, plain RoPE)")
+        if "rope_freqs.weight" in self.tensors:
+            raise ModelFormatError(f"{self.path.name}: tensor rope_freqs.weight (Llama-3.1-style RoPE scaling) is "
+                                   "not supported (supported: plain RoPE)")
+        rotated = self.field(f"{a}.rope.dimension_count")
+        if rotated not in (None, head_dim):
+            raise ModelFormatError(f"{self.path.name}: {a}.rope.dimension_count {rotated} is not supported "
+                                   f"(supported: the whole head, {head_dim})")
 
     def has(self, name: str) -> bool:
         return name in self.tensors

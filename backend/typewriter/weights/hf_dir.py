@@ -36,8 +36,7 @@ class HFDirectory:
 
     def config(self) -> ModelConfig:
         c = self.raw
-        if c.get("rope_scaling"):
-            raise ModelFormatError(f"{self.path.name}: rope_scaling {c['rope_scaling']!r} is not supported")
+        rope = check_rope(self.path, c)
         n_heads = int(c["num_attention_heads"])
         return ModelConfig(
             name=self.path.name,
@@ -48,7 +47,7 @@ class HFDirectory:
             n_kv_heads=int(c.get("num_key_value_heads") or n_heads),
             hidden_dim=int(c["intermediate_size"]),
             norm_eps=float(c.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(c.get("rope_theta", 10000.0)),
+            rope_theta=float(rope.get("rope_theta") or c.get("rope_theta", 10000.0)),
             max_position=int(c.get("max_position_embeddings", 2048)),
             tie_embeddings=bool(c.get("tie_word_embeddings", False)) or "lm_head.weight" not in self.where,
             qkv_bias=bool(c.get("attention_bias", False)) or self.arch == "Qwen2ForCausalLM",
@@ -68,6 +67,21 @@ class HFDirectory:
         if dtype not in _DTYPES:
             raise ModelFormatError(f"{name}: safetensors dtype {dtype} is not supported (F32, F16, BF16 are)")
         return raw.view(_DTYPES[dtype]).astype(np.float32).reshape(shape)
+
+
+def check_rope(path: Path, c: dict) -> dict:
+    """The RoPE parameters (transformers 5's `rope_parameters`, else {}), refused unless plain RoPE over the
+    whole head: the model implements no scaling (linear, dynamic, YaRN, LongRoPE, llama3) nor a partial rotary."""
+    for key in ("rope_scaling", "rope_parameters"):
+        rope = c.get(key) or {}
+        kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else rope
+        if kind != "default":
+            raise ModelFormatError(f"{path / 'config.json'}: {key} {json.dumps(rope)[:120]} is not supported "
+                                   "(supported: none or rope_type 'default', plain RoPE)")
+    if c.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ModelFormatError(f"{path / 'config.json'}: partial_rotary_factor {c['partial_rotary_factor']} is not "
+                               "supported (supported: 1.0, RoPE over the whole head)")
+    return c.get("rope_parameters") or {}
 
 
 _DTYPES = {"F32": np.float32, "F16": np.float16}
