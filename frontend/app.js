@@ -6,13 +6,18 @@
  * (state.js), which keeps the received text; the text a frame adds goes into a Pacer, and a
  * requestAnimationFrame loop moves what the pacer releases into the turn's Writer. Stop halts the display
  * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows.
+ *
+ * Every chat is kept (chats.js); `state.turns` is the open chat's own array of turns, changed in place.
+ * The chat list (chatlist.js) opens, renames and deletes them.
  */
 
+import { ChatList } from "./chatlist.js";
+import { currentChat, deleteChat, droppedNotice, loadChats, openChat, renameChat, saveChats, startChat, titleOf, touch } from "./chats.js";
 import { highlightCode, languageName } from "./code.js";
 import { renderFormula } from "./formula.js";
 import { Pacer } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
-import { applyMessage, fitToLimits, isLive, load, messagesFor, save, stopTurn } from "./state.js";
+import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, stopTurn } from "./state.js";
 import { statusLine } from "./status.js";
 import { Connection } from "./transport.js";
 import { TurnView } from "./view.js";
@@ -45,8 +50,12 @@ const sendButton = /** @type {HTMLButtonElement} */ (byId("send"));
 const stopButton = /** @type {HTMLButtonElement} */ (byId("stop"));
 const statusBar = byId("status");
 const jumpButton = /** @type {HTMLButtonElement} */ (byId("jump"));
+const notice = byId("notice");
+const noticeText = byId("notice-text");
 
-const state = load(localStorage);
+const chats = loadChats(localStorage);
+const state = emptyState();
+state.turns = currentChat(chats).turns;
 /** @type {Map<Turn, TurnView>} */
 const views = new Map();
 /** The answer being written, if any. */
@@ -69,7 +78,21 @@ function showStatus() {
 }
 
 function persist() {
-  save(localStorage, state);
+  const dropped = saveChats(localStorage, chats);
+  const said = droppedNotice(dropped);
+  if (said) say(said);
+  else if (!dropped.saved) say("Your browser is not keeping chats (storage is full or switched off): this one will be lost on reload.");
+  if (dropped.turns) showChat(); // the open chat lost its oldest turns
+  chatList.render(chats);
+}
+
+/**
+ * A quiet notice above the composer, until it is dismissed or replaced.
+ * @param {string} text
+ */
+function say(text) {
+  noticeText.textContent = text;
+  notice.hidden = !text;
 }
 
 /**
@@ -85,7 +108,7 @@ function commit(turn, next) {
 
 /** @param {Turn} turn */
 function addView(turn) {
-  const view = new TurnView(turn, { copy, regenerate }, extras);
+  const view = new TurnView(turn, { copy, regenerate, resend }, extras);
   views.forEach((v) => (v.isLast = false));
   view.isLast = true;
   views.set(turn, view);
@@ -179,8 +202,25 @@ function ask(question) {
   stop();
   const turn = /** @type {Turn} */ ({ id: newId(), question, answer: "", status: "waiting", note: "", stats: "" });
   state.turns.push(turn);
+  touch(chats);
   persist();
   answer(turn);
+}
+
+/**
+ * The student edited an earlier question: it is asked again as edited, and the turns after it are dropped.
+ * @param {Turn} turn
+ * @param {string} question
+ */
+function resend(turn, question) {
+  const at = state.turns.indexOf(turn);
+  if (at === -1 || !question.trim()) return;
+  stop();
+  for (const dropped of state.turns.splice(at)) {
+    views.get(dropped)?.root.remove();
+    views.delete(dropped);
+  }
+  ask(question.trim());
 }
 
 /** @param {Turn} turn */
@@ -222,15 +262,50 @@ async function copyText(text, button) {
   setTimeout(() => (button.textContent = "Copy"), 1500);
 }
 
-function newChat() {
-  stop();
-  state.turns = [];
+/** Show the open chat's turns, as after a reload. */
+function showChat() {
+  state.turns = currentChat(chats).turns;
   views.clear();
   thread.replaceChildren();
-  persist();
+  for (const turn of state.turns) addView(turn).showFinished();
+  follow = true;
+  scrollToEnd();
   updateComposer();
+  showStatus();
+}
+
+function newChat() {
+  stop();
+  startChat(chats);
+  showChat();
+  persist();
   input.focus();
 }
+
+const chatList = new ChatList(byId("chats"), {
+  open(id) {
+    if (id === chats.current) return;
+    stop();
+    openChat(chats, id);
+    showChat();
+    persist();
+  },
+  rename(id, title) {
+    renameChat(chats, id, title);
+    persist();
+  },
+  remove(id) {
+    const chat = chats.chats.find((c) => c.id === id);
+    if (!chat) return;
+    const wasOpen = id === chats.current;
+    if (wasOpen) stop();
+    deleteChat(chats, id);
+    if (wasOpen) showChat();
+    persist();
+    say(`Deleted “${titleOf(chat)}”.`);
+  },
+  startNew: newChat,
+});
 
 // ---- events ----
 
@@ -271,6 +346,8 @@ thread.addEventListener("click", (event) => {
   if (button && code) copyText(code.textContent ?? "", /** @type {HTMLButtonElement} */ (button));
 });
 byId("new-chat").addEventListener("click", newChat);
+byId("chats-button").addEventListener("click", () => chatList.show(chats));
+byId("notice-close").addEventListener("click", () => say(""));
 
 thread.addEventListener("scroll", () => {
   follow = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 32;
@@ -287,9 +364,8 @@ window.addEventListener("pagehide", persist);
 
 // ---- start ----
 
-for (const turn of state.turns) addView(turn).showFinished();
-scrollToEnd();
-updateComposer();
-showStatus();
+showChat();
+chatList.render(chats);
+persist(); // a conversation kept by an older page moves into the chat list now
 connection.connect();
 input.focus();

@@ -105,11 +105,9 @@ export function stopTurn(turn, shown) {
   return { ...moveTo(turn, "stopped"), answer: shown, note: endText("cancelled") };
 }
 
-const STORAGE_KEY = "typewriter.conversation.v1";
-
 /**
  * @typedef {object} State
- * @property {Turn[]} turns
+ * @property {Turn[]} turns  the open chat's turns (chats.js keeps every chat and saves them)
  * @property {"connecting" | "open" | "reconnecting" | "warming" | "full"} connection
  * @property {number} retryInMs
  */
@@ -120,37 +118,22 @@ export function emptyState() {
 }
 
 /**
- * @param {Pick<Storage, "getItem">} storage
- * @returns {State}
+ * Turns as saved before a reload, checked one by one: a damaged one is left out, and an answer that was
+ * still live comes back as `interrupted`.
+ * @param {unknown} saved
+ * @returns {Turn[]}
  */
-export function load(storage) {
-  const state = emptyState();
-  let saved;
-  try {
-    saved = JSON.parse(storage.getItem(STORAGE_KEY) ?? "null");
-  } catch {
-    return state;
-  }
-  if (!saved || !Array.isArray(saved.turns)) return state;
-  for (const t of saved.turns) {
+export function restoreTurns(saved) {
+  /** @type {Turn[]} */
+  const turns = [];
+  if (!Array.isArray(saved)) return turns;
+  for (const t of saved) {
     if (!t || typeof t.question !== "string" || typeof t.answer !== "string" || !(t.status in NEXT)) continue;
     const status = isLive(t.status) ? "interrupted" : t.status;
     const note = status === "interrupted" && isLive(t.status) ? "The page was reloaded before this answer finished." : String(t.note ?? "");
-    state.turns.push({ id: String(t.id ?? ""), question: t.question, answer: t.answer, status, note, stats: String(t.stats ?? "") });
+    turns.push({ id: String(t.id ?? ""), question: t.question, answer: t.answer, status, note, stats: String(t.stats ?? "") });
   }
-  return state;
-}
-
-/**
- * @param {Pick<Storage, "setItem">} storage
- * @param {State} state
- */
-export function save(storage, state) {
-  try {
-    storage.setItem(STORAGE_KEY, JSON.stringify({ turns: state.turns }));
-  } catch {
-    // Storage full or disabled (private mode): the chat still works, it just will not survive a reload.
-  }
+  return turns;
 }
 
 /**

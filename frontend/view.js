@@ -1,7 +1,8 @@
 // @ts-check
 /**
- * The DOM of one turn: the student's question, the tutor's answer, and the line under it (how it ended,
- * stats, Copy, Regenerate). Questions are shown as plain text; answers are filled by a Writer.
+ * The DOM of one turn: the student's question (with Edit, to ask it again differently), the tutor's answer,
+ * and the line under it (how it ended, stats, Copy, Regenerate). Questions are shown as plain text; answers
+ * are filled by a Writer.
  */
 
 import { Writer } from "./writer.js";
@@ -23,15 +24,22 @@ function el(tag, className, text) {
 export class TurnView {
   /**
    * @param {Turn} turn
-   * @param {{copy: (turn: Turn, button: HTMLButtonElement) => void, regenerate: (turn: Turn) => void}} actions
+   * @param {{copy: (turn: Turn, button: HTMLButtonElement) => void, regenerate: (turn: Turn) => void,
+   *   resend: (turn: Turn, question: string) => void}} actions
    * @param {import("./render.js").Extras} [extras]  formulas and code colours for the answer
    */
   constructor(turn, actions, extras = {}) {
     this.turn = turn;
     this.root = el("li", "turn");
 
-    const question = el("section", "msg user");
-    question.append(el("h2", "visually-hidden", "You asked"), el("p", "bubble", turn.question));
+    this.actions = actions;
+    this.question = el("section", "msg user");
+    this.bubble = el("p", "bubble", turn.question);
+    this.editButton = /** @type {HTMLButtonElement} */ (el("button", "action edit", "Edit"));
+    this.editButton.type = "button";
+    this.editButton.setAttribute("aria-label", "Edit this question and ask it again");
+    this.editButton.addEventListener("click", () => this.startEditing());
+    this.question.append(el("h2", "visually-hidden", "You asked"), this.bubble, this.editButton);
 
     this.article = el("article", "msg tutor");
     this.answer = el("div", "answer md");
@@ -48,7 +56,7 @@ export class TurnView {
     meta.append(this.stats, this.copyButton, this.regenButton);
     this.article.append(el("h2", "visually-hidden", "Tutor answered"), this.answer, this.note, meta);
 
-    this.root.append(question, this.article);
+    this.root.append(this.question, this.article);
     this.writer = new Writer(this.answer, document, undefined, extras);
     /** The display is still catching up; it may outlast the answer's arrival by a few frames. */
     this.typing = true;
@@ -72,6 +80,46 @@ export class TurnView {
       "aria-label",
       status === "failed" || status === "interrupted" ? "Ask this question again" : "Write a new answer to this question",
     );
+  }
+
+  /** Swap the question for a box to edit it in; sending it drops this turn's answer and every later turn. */
+  startEditing() {
+    const form = /** @type {HTMLFormElement} */ (el("form", "edit-form"));
+    const box = /** @type {HTMLTextAreaElement} */ (el("textarea", "edit-box"));
+    box.value = this.turn.question;
+    box.rows = Math.min(8, box.value.split("\n").length + 1);
+    box.setAttribute("aria-label", "Your question, edited");
+    const send = /** @type {HTMLButtonElement} */ (el("button", "primary", "Send"));
+    send.type = "submit";
+    send.setAttribute("aria-label", "Send the edited question (later turns are dropped)");
+    const cancel = /** @type {HTMLButtonElement} */ (el("button", "quiet", "Cancel"));
+    cancel.type = "button";
+    const buttons = el("div", "edit-buttons");
+    buttons.append(cancel, send);
+    form.append(box, buttons);
+    const done = () => {
+      form.replaceWith(this.bubble);
+      this.editButton.hidden = false;
+      this.editButton.focus();
+    };
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (box.value.trim()) this.actions.resend(this.turn, box.value);
+    });
+    cancel.addEventListener("click", done);
+    box.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.stopPropagation(); // Esc leaves the editor; it does not stop the live answer
+        done();
+      } else if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        form.requestSubmit();
+      }
+    });
+    this.bubble.replaceWith(form);
+    this.editButton.hidden = true;
+    box.focus();
+    box.setSelectionRange(box.value.length, box.value.length);
   }
 
   /** Show a finished answer at once (after a reload). */

@@ -26,7 +26,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--no-first-run", "--disable-sync"]
 ANSWER_TIMEOUT_MS = 180_000
 GROWTH_TIMEOUT_MS = 30_000  # a streaming answer shows new text far more often than this
-STORAGE_KEY = "typewriter.conversation.v1"
+STORAGE_KEY = "typewriter.chats.v1"  # frontend/chats.js
 
 
 def _cancelled_total(base: str) -> float:
@@ -44,9 +44,12 @@ def _eventually(check, what: str, timeout_s: float = 10.0) -> None:
 
 
 def _saved_turns(page) -> list[dict]:
-    """The conversation as the page last saved it to localStorage."""
+    """The open chat's turns as the page last saved them to localStorage."""
     saved = page.evaluate("key => localStorage.getItem(key)", STORAGE_KEY)
-    return json.loads(saved)["turns"] if saved else []
+    if not saved:
+        return []
+    chats = json.loads(saved)
+    return next(c["turns"] for c in chats["chats"] if c["id"] == chats["current"])
 
 
 @pytest.fixture(scope="module")

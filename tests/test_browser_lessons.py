@@ -4,7 +4,7 @@ every test also fails on any page error, console error or CSP violation (see `op
 
 from __future__ import annotations
 
-import re
+import json
 
 import pytest
 from playwright.sync_api import expect
@@ -109,3 +109,126 @@ def test_code_is_coloured_labelled_and_copied_with_its_own_button(browser):
         box = python.locator(".code-copy").bounding_box()
         assert box and box["height"] >= 44 and box["width"] >= 44
         screenshot(page, "code-390x844-light")
+
+
+CHATS_KEY = "typewriter.chats.v1"
+
+
+def _titles(page) -> list[str]:
+    return page.locator("#chats .chat-title").all_inner_texts()
+
+
+def _questions(page) -> list[str]:
+    return page.locator(".turn .bubble").all_inner_texts()
+
+
+def test_chats_are_kept_named_opened_and_deleted_and_a_reload_keeps_them(browser):
+    with open_page(browser, PHONE, "dark") as (page, tutor, _):
+        tutor.answer = "Cells are the units of life."
+        ask(page, "What is a cell?")
+        wait_done(page)
+        page.click("#new-chat")
+        expect(page.locator(".turn")).to_have_count(0)
+        tutor.answer = "Atoms are tiny."
+        ask(page, "What is an atom?")
+        wait_done(page)
+        assert len(tutor.chats[-1]["messages"]) == 1, "a new chat starts without the old one's turns"
+
+        page.click("#chats-button")
+        dialog = page.locator("#chats")
+        expect(dialog).to_be_visible()
+        assert _titles(page) == ["What is an atom?", "What is a cell?"]
+        assert dialog.locator(".chat-open[aria-current=true] .chat-title").inner_text() == "What is an atom?"
+        box = dialog.bounding_box()
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
+        screenshot(page, "chats-390x844-dark")
+
+        dialog.locator(".chat-item").nth(1).locator(".chat-rename").click()
+        page.keyboard.press("Control+A")
+        page.keyboard.type("Biology")
+        page.keyboard.press("Enter")
+        assert _titles(page) == ["What is an atom?", "Biology"]
+        dialog.locator(".chat-item").nth(1).locator(".chat-open").click()
+        expect(dialog).to_be_hidden()
+        assert _questions(page) == ["What is a cell?"]
+        assert page.locator(".turn .answer").inner_text() == "Cells are the units of life."
+
+        page.reload()
+        page.wait_for_selector("#status[data-state=ok]")
+        assert _questions(page) == ["What is a cell?"], "the open chat stays open after a reload"
+        page.click("#chats-button")
+        assert _titles(page) == ["What is an atom?", "Biology"]
+        dialog.locator(".chat-item").first.locator(".chat-delete").click()
+        assert _titles(page) == ["Biology"]
+        page.keyboard.press("Escape")
+        expect(dialog).to_be_hidden()
+        expect(page.locator("#notice-text")).to_have_text("Deleted “What is an atom?”.")
+        page.reload()
+        page.wait_for_selector("#status[data-state=ok]")
+        page.click("#chats-button")
+        assert _titles(page) == ["Biology"]
+
+
+def test_editing_a_question_asks_it_again_and_drops_the_turns_after_it(browser):
+    with open_page(browser, DESKTOP, "light") as (page, tutor, _):
+        for q in ("First question?", "Second question?", "Third question?"):
+            tutor.answer = f"Answer to {q}"
+            ask(page, q)
+            wait_done(page)
+        page.locator(".turn").nth(1).locator(".edit").click()
+        editor = page.locator(".turn").nth(1).locator(".edit-box")
+        expect(editor).to_be_focused()
+        assert editor.input_value() == "Second question?"
+        editor.fill("Second question, better put?")
+        tutor.answer = "A better answer."
+        page.keyboard.press("Enter")
+        wait_done(page)
+        assert _questions(page) == ["First question?", "Second question, better put?"]
+        assert [m["content"] for m in tutor.chats[-1]["messages"]] == [
+            "First question?", "Answer to First question?", "Second question, better put?"]
+        page.reload()
+        page.wait_for_selector("#status[data-state=ok]")
+        assert _questions(page) == ["First question?", "Second question, better put?"]
+        assert page.locator(".turn").last.locator(".answer").inner_text() == "A better answer."
+        # Esc leaves an editor without sending, and without stopping anything.
+        page.locator(".turn").first.locator(".edit").click()
+        page.keyboard.press("Escape")
+        assert page.locator(".edit-box").count() == 0 and len(tutor.chats) == 4
+
+
+def test_when_the_list_is_full_the_oldest_chat_goes_first_and_a_notice_says_so(browser):
+    with open_page(browser, PHONE, "light") as (page, tutor, _):
+        chats = [{"id": f"old{i}", "title": "", "updated": 1000 + i,
+                  "turns": [{"id": "r", "question": f"Old question {i}", "answer": "old answer", "status": "done",
+                             "note": "", "stats": ""}]} for i in range(40)]
+        # The page saves its chats as it goes away, so the full list is written after that, on the way out.
+        page.evaluate("""([key, value]) => addEventListener("pagehide", () => localStorage.setItem(key, value))""",
+                      [CHATS_KEY, json.dumps({"current": "old39", "chats": chats})])
+        page.reload()
+        page.wait_for_selector("#status[data-state=ok]")
+        assert _questions(page) == ["Old question 39"]
+        page.click("#new-chat")
+        ask(page, "A new question")
+        wait_done(page)
+        expect(page.locator("#notice-text")).to_have_text("Your oldest chat, “Old question 0”, was removed to make room.")
+        page.click("#chats-button")
+        titles = _titles(page)
+        assert len(titles) == 40 and titles[0] == "A new question" and "Old question 0" not in titles
+        page.keyboard.press("Escape")
+        page.click("#notice-close")
+        expect(page.locator("#notice")).to_be_hidden()
+
+
+def test_a_quiet_note_under_the_answer_says_when_old_messages_were_left_out(browser):
+    with open_page(browser, PHONE, "dark") as (page, tutor, _):
+        tutor.dropped = 4
+        tutor.answer = "Here is the answer."
+        ask(page, "And one more thing?")
+        wait_done(page)
+        note = page.locator(".turn:last-child .note")
+        expect(note).to_have_text("The tutor no longer sees the first 4 messages of this chat.")
+        # Under the answer, not in place of it, and quiet: the muted colour, not the error one.
+        answer_box = page.locator(".turn:last-child .answer").bounding_box()
+        note_box = note.bounding_box()
+        assert answer_box and note_box and note_box["y"] >= answer_box["y"] + answer_box["height"]
+        assert note.get_attribute("role") != "alert"

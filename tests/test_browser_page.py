@@ -143,7 +143,7 @@ def end(rid: str, reason: str = "eos") -> dict:
             "timings": {"queue_ms": 0, "ttft_ms": 80, "total_ms": 900, "tokens_per_s": 33.3}}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # one Playwright at a time: each module (and test_browser.py) starts its own
 def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")

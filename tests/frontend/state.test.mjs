@@ -1,19 +1,9 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { applyMessage, fitToLimits, load, messagesFor, moveTo, save, stopTurn } from "../../frontend/state.js";
+import { applyMessage, fitToLimits, messagesFor, moveTo, restoreTurns, stopTurn } from "../../frontend/state.js";
 
 const turn = (question, answer, status = "done") => ({ id: "x", question, answer, status, note: "", stats: "" });
-
-class MemoryStorage {
-  items = new Map();
-  getItem(k) {
-    return this.items.get(k) ?? null;
-  }
-  setItem(k, v) {
-    this.items.set(k, v);
-  }
-}
 
 test("a turn moves forward only, and moving gives a new turn", () => {
   const waiting = turn("q", "", "waiting");
@@ -34,20 +24,15 @@ test("the whole conversation is sent, without answers that failed empty", () => 
   ]);
 });
 
-test("the conversation survives a reload; an unfinished answer comes back as interrupted", () => {
-  const storage = new MemoryStorage();
-  save(storage, { turns: [turn("a", "b"), turn("c", "partial", "streaming")], connection: "open", retryInMs: 0 });
-  const { turns } = load(storage);
+test("turns survive a reload; an unfinished answer comes back as interrupted", () => {
+  const turns = restoreTurns(JSON.parse(JSON.stringify([turn("a", "b"), turn("c", "partial", "streaming")])));
   assert.deepEqual(turns.map((t) => [t.question, t.answer, t.status]), [["a", "b", "done"], ["c", "partial", "interrupted"]]);
   assert.match(turns[1].note, /reloaded/);
 });
 
-test("damaged storage gives an empty conversation, not a broken page", () => {
-  const storage = new MemoryStorage();
-  storage.setItem("typewriter.conversation.v1", "{not json");
-  assert.deepEqual(load(storage).turns, []);
-  storage.setItem("typewriter.conversation.v1", JSON.stringify({ turns: [{ question: 1 }, null, turn("ok", "yes")] }));
-  assert.deepEqual(load(storage).turns.map((t) => t.question), ["ok"]);
+test("damaged turns are left out, not a broken page", () => {
+  assert.deepEqual(restoreTurns("{not json"), []);
+  assert.deepEqual(restoreTurns([{ question: 1 }, null, turn("ok", "yes"), turn("bad", "x", "flying")]).map((t) => t.question), ["ok"]);
 });
 
 test("a conversation over the server's limits loses its oldest exchanges, never the question", () => {
