@@ -63,6 +63,15 @@ class EngineStats:
     queued: int
 
 
+@dataclass(frozen=True)
+class StepStats:
+    """What one computing step cost, for an observer (the server's metrics): its seconds on the engine's clock
+    and the rows of its decode step (0 when it only prefilled)."""
+
+    seconds: float
+    decode_rows: int
+
+
 class Engine:
     def __init__(self, runner: ModelRunner, tokenizer, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
@@ -83,6 +92,8 @@ class Engine:
         self.clock = clock
         self.state = EngineState.IDLE
         self.steps = 0  # decode steps run, for tests and metrics
+        # Called on the engine thread after each step that ran the model; must be cheap and never block.
+        self.on_step: Callable[[StepStats], None] | None = None
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
         self._cancelled: set[str] = set()
         self._faulty_steps = 0  # consecutive steps with a failed runner call
@@ -176,6 +187,7 @@ class Engine:
 
     def step(self) -> None:
         """Decide, compute, take each token, emit. Runs on the engine thread (or a test's)."""
+        began = self.clock()
         with self._lock:
             cancelled, self._cancelled = self._cancelled, set()
             plan = self.scheduler.schedule(cancelled, self.clock())
@@ -210,6 +222,8 @@ class Engine:
                 self._take(chunk.seq, logits)
         if decode:
             faults += self._decode(decode)
+        if chunks or decode:
+            self._observe(StepStats(self.clock() - began, len(decode)))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")
@@ -265,6 +279,15 @@ class Engine:
             self.scheduler.finish(seq, reusable)
         self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
                                  seq.timings(self.clock()), error))
+
+    def _observe(self, stats: StepStats) -> None:
+        if (observer := self.on_step) is None:
+            return
+        try:
+            observer(stats)
+        except Exception:  # a broken observer loses its figures, never the engine
+            log.exception("the step observer failed; no more step figures")
+            self.on_step = None
 
     def _emit(self, seq: Sequence, event: Event) -> None:
         try:

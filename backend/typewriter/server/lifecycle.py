@@ -32,6 +32,7 @@ class EngineHandle(Protocol):
     max_active: int
     max_queue: int
     model_name: str
+    on_step: Callable | None  # called on the engine thread with each computing step's StepStats
 
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
     def cancel(self, request_id: str) -> bool: ...
@@ -167,6 +168,7 @@ class ServerState:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
         self.engine, self.tokenizer = engine, tokenizer
+        engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",
                  engine.model_name, engine.max_active, engine.max_queue, engine.max_context)

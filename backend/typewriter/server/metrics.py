@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from ..request import Finished, Started
 
+if TYPE_CHECKING:
+    from ..engine import StepStats
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _INTER_TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 _QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# A decode step costs 30-500 ms on a 2-core CPU (README, bench/steps.py), a prefill chunk beside it more.
+_STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
 class Metrics:
@@ -44,6 +51,18 @@ class Metrics:
         active.set_function(lambda: engine_counts()[0])
         queued = Gauge("typewriter_queued_requests", "Requests waiting for a slot.", registry=r)
         queued.set_function(lambda: engine_counts()[1])
+        self.step_seconds = Histogram(
+            "typewriter_engine_step_seconds", "One engine step that ran the model: prefill chunks and a decode step.",
+            buckets=_STEP_BUCKETS, registry=r)
+        self.batch_size = Histogram(
+            "typewriter_engine_batch_size", "Streams decoded together in one decode step.",
+            buckets=_BATCH_BUCKETS, registry=r)
+
+    def step(self, stats: StepStats) -> None:
+        """The engine's step observer (engine thread): two histogram observations, nothing that blocks."""
+        self.step_seconds.observe(stats.seconds)
+        if stats.decode_rows:
+            self.batch_size.observe(stats.decode_rows)
 
     def started(self, event: Started) -> None:
         self.queue_wait.observe(event.queue_ms / 1000)
