@@ -1,0 +1,138 @@
+"""Scale-out: Debian's nginx, with the repo's deploy/nginx/typewriter.conf (only its addresses changed), in front
+of two `typewriter serve` processes on loopback (the tiny model).
+
+Chats stream through nginx to both replicas (least connections: two sockets each). One replica gets SIGTERM
+while its sockets are chatting: every chat there ends with a terminal frame (`end` with reason `shutdown`, or the
+`shutdown` error for a chat sent once the drain began) and its sockets close with 1012, while the other
+replica's chats go on untouched; once it has exited, new sockets through nginx all reach the other one (nginx
+tries the stopped one, is refused, marks it failed and retries the next: its passive health check).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+from real_server import server_process
+from services import ChatLoop, free_port, metric, nginx
+
+pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.e2e]
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "deploy" / "nginx" / "typewriter.conf"
+SETTINGS = {
+    "TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_CONTEXT": "256", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "200",
+    "TYPEWRITER_MAX_ACTIVE": "4",
+    # No drain: an answer running at SIGTERM ends at once with `shutdown` (test_signals.py covers the drain)
+    "TYPEWRITER_DRAIN_S": "0",
+    # nginx is the peer of every socket: the limits count X-Forwarded-For instead, as in deploy/compose.scale.yml
+    "TYPEWRITER_TRUSTED_PROXIES": "127.0.0.1",
+    # the names the clients use, which nginx passes on in Host (here the replicas' defaults, said explicitly)
+    "TYPEWRITER_ALLOWED_HOSTS": "127.0.0.1,localhost",
+}
+SOCKETS_PER_REPLICA = 2
+LONG_ANSWER = 180  # tokens (the prompt is about 50 of the 256): each socket is nearly always mid-answer
+SHUTDOWN_CLOSE = 1012
+
+
+def local_conf(listen_port: int, replicas: list[str]) -> str:
+    """deploy/nginx/typewriter.conf with only its addresses changed: the listening port and the upstream servers."""
+    text = CONF.read_text()
+    servers = re.findall(r"^( +)server (\S+:\d+)( [^;]*)?;$", text, re.M)
+    assert servers, "no upstream servers in typewriter.conf"
+    indent, _, options = servers[0]
+    lines = "\n".join(f"{indent}server {address}{options};" for address in replicas)
+    text = re.sub(r"^ +server \S+:\d+( [^;]*)?;\n", "", text, flags=re.M)
+    text = text.replace("least_conn;\n", f"least_conn;\n{lines}\n", 1)
+    return text.replace("listen 80", f"listen 127.0.0.1:{listen_port}")
+
+
+def test_the_config_asks_for_what_long_streams_need():
+    text = CONF.read_text()
+    for directive in ("least_conn;", "proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;",
+                      "proxy_set_header Connection $connection_upgrade;", "proxy_buffering off;",
+                      "proxy_set_header Host $http_host;", "X-Forwarded-For $proxy_add_x_forwarded_for;"):
+        assert directive in text, directive
+    timeout = int(re.search(r"proxy_read_timeout (\d+)s;", text).group(1))
+    assert timeout >= 300 + 120  # request_timeout_s + queue_timeout_s: an SSE answer's longest silence and run
+    assert re.search(r"proxy_next_upstream [^;]*\berror\b[^;]*\bhttp_503\b", text)
+    assert re.search(r"server \S+ max_fails=\d+ fail_timeout=\d+s;", text)
+
+
+def opened_on(loop: ChatLoop, replicas: list[str], before: list[float]) -> int:
+    """Which replica took the socket `loop` just opened: the one whose open connections rose."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        now = [metric(base, "typewriter_open_connections") for base in replicas]
+        rose = [i for i, (a, b) in enumerate(zip(before, now)) if b > a]
+        if rose:
+            return rose[0]
+        time.sleep(0.05)
+    raise AssertionError(f"{loop.name}: no replica counted its socket")
+
+
+def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_chats(tmp_path, tiny_gguf):
+    env = SETTINGS | {"TYPEWRITER_MODEL_PATH": str(tiny_gguf)}
+    with ExitStack() as stack:
+        procs, replicas = [], []
+        for name in ("a", "b"):  # both load at once
+            proc, base = stack.enter_context(server_process(env, tmp_path / f"replica-{name}.log"))
+            procs.append(proc)
+            replicas.append(base)
+        conf = local_conf(free_port(), [base.removeprefix("http://") for base in replicas])
+        front = stack.enter_context(nginx(conf, tmp_path / "nginx"))
+        url = front.replace("http://", "ws://", 1) + "/ws"
+
+        loops: list[tuple[int, ChatLoop]] = []
+        for i in range(2 * SOCKETS_PER_REPLICA):
+            before = [metric(base, "typewriter_open_connections") for base in replicas]
+            loop = ChatLoop(url, f"s{i}", params={"max_new_tokens": LONG_ANSWER}).start()
+            loops.append((opened_on(loop, replicas, before), loop))
+        assert sorted(replica for replica, _ in loops) == [0, 0, 1, 1], "least_conn puts two sockets on each"
+        wait_until(lambda: all(metric(base, "typewriter_requests_total") >= 2 for base in replicas),
+                   "both replicas answering chats", timeout=60)
+
+        procs[0].send_signal(signal.SIGTERM)
+        stopped = [loop for replica, loop in loops if replica == 0]
+        running = [loop for replica, loop in loops if replica == 1]
+        for loop in stopped:
+            loop.join(timeout=30)  # the server closed its socket
+        assert procs[0].wait(30) == 0
+        b_before = metric(replicas[1], "typewriter_requests_total")
+        time.sleep(0.5)
+        assert metric(replicas[1], "typewriter_requests_total") > b_before, "the other replica stopped serving"
+
+        late = [ChatLoop(url, f"late{i}", params={"max_new_tokens": 8}).start() for i in range(3)]
+        time.sleep(1.0)
+        b_open = metric(replicas[1], "typewriter_open_connections")
+        for loop in running + late:
+            loop.stop()
+
+    lasts = []
+    for loop in stopped:
+        assert loop.close_code == SHUTDOWN_CLOSE, f"{loop.name} closed with {loop.close_code}"
+        assert all(chat[-1]["type"] in ("end", "error") for chat in loop.chats), loop.chats[-1]
+        assert all(c[-1]["type"] == "end" for c in loop.chats[:-1])  # before the signal, every chat was answered
+        last = loop.chats[-1][-1]
+        lasts.append((last["type"], last.get("reason", last.get("code"))))
+    # The chat running at SIGTERM ends with `shutdown`; one that had just ended (its socket between two chats)
+    # ended normally, and a chat sent once the drain began is refused with the error `shutdown`.
+    assert set(lasts) <= {("end", "shutdown"), ("error", "shutdown"), ("end", "eos"), ("end", "length")}, lasts
+    assert ("end", "shutdown") in lasts, lasts
+    for loop in running + late:
+        assert loop.close_code is None, f"{loop.name} was closed with {loop.close_code}"
+        assert loop.chats and all(chat[-1]["type"] == "end" and chat[-1]["reason"] in ("eos", "length")
+                                  for chat in loop.chats), loop.chats[-1]
+    assert b_open == len(running) + len(late), "the sockets opened after a left are b's"
+    # least_conn picked the stopped replica first (it held no sockets); the refused connection took it out of the
+    # pool and nginx retried the other: the passive health check at work
+    log = (tmp_path / "nginx" / "error.log").read_text()
+    a = replicas[0].removeprefix("http://")
+    assert "connect() failed (111: Connection refused) while connecting to upstream" in log and a in log, log[-2000:]
+    print(f"replica a's last chats ended with {lasts}; replica b served "
+          f"{sum(len(loop.chats) for loop in running + late)} chats, {len(late)} of its sockets opened after a left")
