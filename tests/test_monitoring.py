@@ -162,7 +162,8 @@ def test_the_dashboard_has_what_grafana_needs_to_load_it():
         assert panel["type"] in ("timeseries", "stat", "gauge", "bargauge", "row") and panel["title"]
         grid = panel["gridPos"]
         assert all(isinstance(grid[k], int) for k in "hwxy") and grid["x"] + grid["w"] <= 24, panel["title"]
-        here = {(x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])}
+        x0, y0 = grid["x"], grid["y"]
+        here = {(x, y) for x in range(x0, x0 + grid["w"]) for y in range(y0, y0 + grid["h"])}
         assert not here & cells, f"{panel['title']} overlaps another panel"
         cells |= here
         if panel["type"] == "row":

@@ -10,12 +10,14 @@ tries the stopped one, is refused, marks it failed and retries the next: its pas
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import httpx
 import pytest
 from helpers import wait_until
 from real_server import server_process
@@ -64,6 +66,22 @@ def test_the_config_asks_for_what_long_streams_need():
     assert re.search(r"server \S+ max_fails=\d+ fail_timeout=\d+s;", text)
 
 
+def sse_arrivals(front: str) -> list[float]:
+    """When each text chunk of one streamed /v1/chat/completions answer arrived through nginx."""
+    body = {"messages": [{"role": "user", "content": "question 1"}], "stream": True, "max_tokens": LONG_ANSWER,
+            "temperature": 0}
+    arrivals, done = [], False
+    with httpx.stream("POST", f"{front}/v1/chat/completions", json=body, timeout=60) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        for line in response.iter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: ") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                arrivals.append(time.monotonic())
+    assert done and arrivals, "the stream did not end with [DONE]"
+    return arrivals
+
+
 def opened_on(loop: ChatLoop, replicas: list[str], before: list[float]) -> int:
     """Which replica took the socket `loop` just opened: the one whose open connections rose."""
     deadline = time.monotonic() + 10
@@ -96,6 +114,10 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
         assert sorted(replica for replica, _ in loops) == [0, 0, 1, 1], "least_conn puts two sockets on each"
         wait_until(lambda: all(metric(base, "typewriter_requests_total") >= 2 for base in replicas),
                    "both replicas answering chats", timeout=60)
+
+        # SSE goes through unbuffered: the chunks arrive spread over the answer, not all at once at its end
+        arrivals = sse_arrivals(front)
+        assert len(arrivals) >= 5 and arrivals[-1] - arrivals[0] > 0.1, (len(arrivals), arrivals[-1] - arrivals[0])
 
         procs[0].send_signal(signal.SIGTERM)
         stopped = [loop for replica, loop in loops if replica == 0]
