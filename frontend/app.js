@@ -15,7 +15,7 @@ import { ChatList } from "./chatlist.js";
 import { currentChat, deleteChat, droppedNotice, loadChats, openChat, renameChat, saveChats, startChat, titleOf, touch } from "./chats.js";
 import { highlightCode, languageName } from "./code.js";
 import { renderFormula } from "./formula.js";
-import { Pacer } from "./pacing.js";
+import { Pacer, wholeWords } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
 import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, stopTurn } from "./state.js";
 import { statusLine } from "./status.js";
@@ -40,6 +40,8 @@ const wsPath = typeof settings.ws_path === "string" ? settings.ws_path : "/ws";
 /** @param {unknown} n */
 const limit = (n) => (typeof n === "number" && n > 0 ? n : Infinity);
 const encoder = new TextEncoder();
+/** With reduced motion the answer appears a word at a time, with no blinking caret (style.css). */
+const reducedMotion = matchMedia("(prefers-reduced-motion: reduce)");
 /** @type {import("./render.js").Extras} */
 const extras = { math: renderFormula, code: highlightCode, label: languageName };
 
@@ -138,8 +140,11 @@ async function answer(turn) {
   updateComposer();
   showStatus();
 
+  let unshown = ""; // released by the pacer, held back until its word is complete (reduced motion)
   const tick = (/** @type {number} */ now) => {
-    const text = pacer.take(now);
+    unshown = controller.signal.aborted ? "" : unshown + pacer.take(now); // Stop halts the display at once
+    const text = reducedMotion.matches && !pacer.done ? wholeWords(unshown) : unshown;
+    unshown = unshown.slice(text.length);
     if (text) {
       view.writer.feed(text);
       if (follow) scrollToEnd();

@@ -128,3 +128,16 @@ export class Pacer {
     this.held = "";
   }
 }
+
+/**
+ * The part of `text` that ends at a word's end: everything up to and including its last run of white space.
+ * With `prefers-reduced-motion`, the page shows an answer a whole word at a time rather than letter by letter,
+ * and holds the rest back until the word is complete (or the answer is).
+ * @param {string} text
+ * @returns {string}
+ */
+export function wholeWords(text) {
+  const lastSpace = text.search(/\s\S*$/);
+  if (lastSpace === -1) return "";
+  return text.slice(0, lastSpace + (/\s+/.exec(text.slice(lastSpace))?.[0].length ?? 1));
+}

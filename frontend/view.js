@@ -78,7 +78,7 @@ export class TurnView {
     this.regenButton.textContent = status === "failed" || status === "interrupted" ? "Try again" : "Regenerate";
     this.regenButton.setAttribute(
       "aria-label",
-      status === "failed" || status === "interrupted" ? "Ask this question again" : "Write a new answer to this question",
+      status === "failed" || status === "interrupted" ? "Try again: ask this question again" : "Regenerate: write a new answer to this question",
     );
   }
 

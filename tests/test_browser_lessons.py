@@ -232,3 +232,68 @@ def test_a_quiet_note_under_the_answer_says_when_old_messages_were_left_out(brow
         note_box = note.bounding_box()
         assert answer_box and note_box and note_box["y"] >= answer_box["y"] + answer_box["height"]
         assert note.get_attribute("role") != "alert"
+
+
+def test_with_reduced_motion_the_answer_comes_a_word_at_a_time_with_no_animation(browser):
+    with open_page(browser, PHONE, "light", reduced_motion="reduce") as (page, tutor, _):
+        tutor.reply = lambda frame: [start(frame["id"]), token(frame["id"], 0, "The mitochond")]
+        ask(page, "What is a mitochondrion?")
+        answer = page.locator(".turn:last-child .answer")
+        expect(answer).to_have_text("The")
+        assert answer.locator(".caret").evaluate("c => getComputedStyle(c).animationName") == "none"
+        page.wait_for_timeout(600)  # well past the pacer's 300 ms: the half word is held back, not typed out
+        assert answer.inner_text().strip() == "The"
+        rid = tutor.chats[-1]["id"]
+        tutor.send(token(rid, 1, "ria is the powerhouse"))
+        expect(answer).to_have_text("The mitochondria is the")
+        tutor.send(end(rid))
+        expect(answer).to_have_text("The mitochondria is the powerhouse")
+        wait_done(page)
+
+
+def test_in_high_contrast_mode_bubbles_code_and_the_caret_stay_visible(browser):
+    with open_page(browser, PHONE, "dark", forced_colors="active") as (page, tutor, _):
+        tutor.reply = lambda frame: [start(frame["id"]), token(frame["id"], 0, CODE_ANSWER + "\n\nAnd $x^2$, still")]
+        ask(page, "Show me code in high contrast.")
+        answer = page.locator(".turn:last-child .answer")
+        expect(answer).to_contain_text("still")
+        text_colour = page.evaluate("() => getComputedStyle(document.body).color")
+        caret = answer.locator(".caret").evaluate("c => getComputedStyle(c).backgroundColor")
+        assert caret == text_colour, "the caret vanished with the backgrounds"
+        bubble = page.locator(".turn:last-child .bubble").evaluate("b => getComputedStyle(b).borderTopColor")
+        assert bubble == text_colour, "the question bubble has no outline in high contrast"
+        figure = answer.locator("figure.code").first.evaluate("f => getComputedStyle(f).borderTopColor")
+        assert figure == text_colour
+        tutor.send(end(tutor.chats[-1]["id"]))
+        wait_done(page)
+        screenshot(page, "forced-colors-390x844")
+
+
+def _axe(page) -> list[dict]:
+    """axe-core's serious and critical violations on the page as it is now. The script is served from 'self'
+    (static/vendor/axe), as the CSP requires; axe.run is called from the test, not by the page."""
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.add_script_tag(url=f"{ORIGIN}/static/vendor/axe/axe.min.js")
+    result = page.evaluate("""() => axe.run(document, {resultTypes: ["violations"]})
+        .then(r => r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,
+                                           nodes: v.nodes.slice(0, 3).map(n => n.target.join(" "))})))""")
+    return [v for v in result if v["impact"] in ("serious", "critical")]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_no_serious_or_critical_accessibility_problem(browser, scheme):
+    with open_page(browser, PHONE, scheme) as (page, tutor, _):
+        assert not (found := _axe(page)), f"the empty page: {found}"
+        tutor.answer = CODE_ANSWER + "\n\n" + MATH_ANSWER + "\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n> a quote with [a link](https://example.org)"
+        tutor.dropped = 2
+        ask(page, "Everything at once, please.")
+        wait_done(page)
+        page.locator(".turn:last-child .edit").focus()
+        assert not (found := _axe(page)), f"a finished answer with code, formulas, a table, a note: {found}"
+        page.locator(".turn:last-child .edit").click()
+        assert not (found := _axe(page)), f"editing a question: {found}"
+        page.keyboard.press("Escape")
+        page.click("#chats-button")
+        assert not (found := _axe(page)), f"the chat list: {found}"
+        page.locator("#chats .chat-rename").first.click()
+        assert not (found := _axe(page)), f"renaming a chat: {found}"

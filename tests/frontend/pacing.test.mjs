@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { Pacer, graphemes } from "../../frontend/pacing.js";
+import { Pacer, graphemes, wholeWords } from "../../frontend/pacing.js";
 
 const FRAME = 1000 / 60;
 
@@ -98,4 +98,24 @@ test("no credit is saved up while idle, so the next token does not arrive as a b
   for (let i = 0; i <= 120; i++) pacer.take(i * FRAME);
   pacer.push("abcdefghijklmnopqrstuvwxyz!", 120 * FRAME);
   assert.ok(pacer.take(121 * FRAME).length <= 4);
+});
+
+test("with reduced motion, text is released whole words at a time", () => {
+  assert.equal(wholeWords("hello"), "", "a word still arriving waits");
+  assert.equal(wholeWords("hello wor"), "hello ");
+  assert.equal(wholeWords("a b  c"), "a b  ");
+  assert.equal(wholeWords("line one\nline"), "line one\n");
+  assert.equal(wholeWords("done. "), "done. ");
+  // Fed in pieces, the words shown add up to the text, and only ever end after white space.
+  const text = "The mitochondria is the powerhouse of the cell, they say.";
+  let held = "";
+  let shown = "";
+  for (const piece of text.match(/.{1,3}/gs)) {
+    held += piece;
+    const out = wholeWords(held);
+    held = held.slice(out.length);
+    assert.ok(out === "" || /\s$/.test(out), JSON.stringify(out));
+    shown += out;
+  }
+  assert.equal(shown + held, text);
 });
