@@ -296,3 +296,27 @@ def test_the_composer_stays_in_view_when_the_keyboard_takes_half_the_screen(brow
         assert box and send and box["y"] + box["height"] <= 430 and send["y"] + send["height"] <= 430
         assert overflow(page)["page"] == 390
         screenshot(page, "page-390x430-keyboard")
+
+
+def test_a_follow_up_sent_while_an_answer_streams_stops_it_and_is_answered(browser):
+    """As before this page was reworked: typing the next question and pressing Enter interrupts the answer."""
+    with open_page(browser, PHONE, "dark") as (page, tutor, _):
+        first = True
+
+        def reply(frame: dict) -> list[dict]:
+            nonlocal first
+            if first:  # the first answer streams and never ends by itself
+                first = False
+                return [start(frame["id"]), token(frame["id"], 0, "Photosynthesis is how plants ")]
+            return tutor.whole_answer(frame)
+
+        tutor.reply = reply
+        tutor.answer = "Chlorophyll is green."
+        ask(page, "What is photosynthesis?")
+        page.wait_for_selector(".turn:last-child .tutor[data-status=streaming]")
+        ask(page, "And chlorophyll?")
+        wait_done(page)
+        statuses = [t.get_attribute("data-status") for t in page.locator(".tutor").all()]
+        assert statuses == ["stopped", "done"]
+        assert tutor.stops == [tutor.chats[0]["id"]]
+        assert page.locator(".turn").last.locator(".answer").inner_text() == "Chlorophyll is green."
