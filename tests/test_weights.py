@@ -244,8 +244,18 @@ def test_an_unsupported_hf_architecture_is_named(tmp_path):
     cfg = CONFIGS["llama-tied"]
     path = write_hf_dir(tmp_path / "hf", cfg, random_weights(cfg))
     config = json.loads((path / "config.json").read_text())
-    (path / "config.json").write_text(json.dumps(config | {"architectures": ["GPT2LMHeadModel"]}))
-    with pytest.raises(ModelFormatError, match="architecture 'GPT2LMHeadModel' is not supported"):
+    (path / "config.json").write_text(json.dumps(config | {"architectures": ["FalconForCausalLM"]}))
+    with pytest.raises(ModelFormatError, match="architecture 'FalconForCausalLM' is not supported.*GPT2LMHeadModel"):
+        load_weights(path)
+
+
+def test_a_config_missing_a_field_is_named(tmp_path):
+    cfg = CONFIGS["llama-tied"]
+    path = write_hf_dir(tmp_path / "hf", cfg, random_weights(cfg))
+    config = json.loads((path / "config.json").read_text())
+    del config["hidden_size"]
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelFormatError, match="hf: the model config lacks 'hidden_size' or has it malformed"):
         load_weights(path)
 
 

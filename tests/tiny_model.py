@@ -346,3 +346,171 @@ def write_spm_tokenizer_dir(path: Path, form: str) -> Path:
     config = {"chat_template": LLAMA2_CHAT_TEMPLATE, "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
     (path / "tokenizer_config.json").write_text(json.dumps(config))
     return path
+
+
+# ---- GPT-2: its own names (llama.cpp's gpt2 tensors; HF GPT2LMHeadModel, Conv1D kept [in, out]) ----
+
+GPT2_GLOBAL_NAMES = {
+    "wte": ("token_embd.weight", "wte.weight"), "wpe": ("position_embd.weight", "wpe.weight"),
+    "ln_f.w": ("output_norm.weight", "ln_f.weight"), "ln_f.b": ("output_norm.bias", "ln_f.bias"),
+}
+GPT2_LAYER_NAMES = {
+    "ln_1.w": ("attn_norm.weight", "ln_1.weight"), "ln_1.b": ("attn_norm.bias", "ln_1.bias"),
+    "c_attn.w": ("attn_qkv.weight", "attn.c_attn.weight"), "c_attn.b": ("attn_qkv.bias", "attn.c_attn.bias"),
+    "attn_proj.w": ("attn_output.weight", "attn.c_proj.weight"), "attn_proj.b": ("attn_output.bias", "attn.c_proj.bias"),
+    "ln_2.w": ("ffn_norm.weight", "ln_2.weight"), "ln_2.b": ("ffn_norm.bias", "ln_2.bias"),
+    "c_fc.w": ("ffn_up.weight", "mlp.c_fc.weight"), "c_fc.b": ("ffn_up.bias", "mlp.c_fc.bias"),
+    "mlp_proj.w": ("ffn_down.weight", "mlp.c_proj.weight"), "mlp_proj.b": ("ffn_down.bias", "mlp.c_proj.bias"),
+}
+
+
+def gpt2_config(**changes) -> ModelConfig:
+    fields = dict(name="tiny-gpt2", family="gpt2", vocab_size=VOCAB_SIZE, dim=64, n_layers=2, n_heads=4,
+                  n_kv_heads=4, hidden_dim=256, norm_eps=1e-5, rope_theta=0.0, max_position=128,
+                  tie_embeddings=True, qkv_bias=True)
+    return ModelConfig(**(fields | changes))
+
+
+def random_gpt2_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """HF layout: "wte" [v, d], "wpe" [n_pos, d], and per layer "{i}.c_attn.w" [d, 3d] etc., Conv1D [in, out]."""
+    rng = np.random.default_rng(seed)
+    d, f = cfg.dim, cfg.hidden_dim
+
+    def conv1d(n_in, n_out):
+        return (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+
+    def vec(n, scale=0.3, mean=0.0):
+        return (mean + scale * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"wte": rng.standard_normal((cfg.vocab_size, d)).astype(np.float32),
+         "wpe": (0.5 * rng.standard_normal((cfg.max_position, d))).astype(np.float32),
+         "ln_f.w": vec(d, 0.1, 1.0), "ln_f.b": vec(d)}
+    for i in range(cfg.n_layers):
+        w |= {f"{i}.ln_1.w": vec(d, 0.1, 1.0), f"{i}.ln_1.b": vec(d), f"{i}.c_attn.w": conv1d(d, 3 * d),
+              f"{i}.c_attn.b": vec(3 * d), f"{i}.attn_proj.w": conv1d(d, d), f"{i}.attn_proj.b": vec(d),
+              f"{i}.ln_2.w": vec(d, 0.1, 1.0), f"{i}.ln_2.b": vec(d), f"{i}.c_fc.w": conv1d(d, f),
+              f"{i}.c_fc.b": vec(f), f"{i}.mlp_proj.w": conv1d(f, d), f"{i}.mlp_proj.b": vec(d)}
+    return w
+
+
+def _gpt2_stored(name: str, hf: bool) -> str:
+    if name in GPT2_GLOBAL_NAMES:
+        return GPT2_GLOBAL_NAMES[name][hf]
+    i, key = name.split(".", 1)
+    return f"h.{i}.{GPT2_LAYER_NAMES[key][1]}" if hf else f"blk.{i}.{GPT2_LAYER_NAMES[key][0]}"
+
+
+def write_gpt2_gguf(path: Path, cfg: ModelConfig, weights: Mapping[str, np.ndarray], quant: Q = Q.F32) -> Path:
+    """As llama.cpp's convert_hf_to_gguf writes GPT-2: Conv1D weights transposed to [out, in]."""
+    w = gguf.GGUFWriter(str(path), "gpt2")
+    w.add_name(cfg.name)
+    w.add_context_length(cfg.max_position)
+    w.add_embedding_length(cfg.dim)
+    w.add_feed_forward_length(cfg.hidden_dim)
+    w.add_block_count(cfg.n_layers)
+    w.add_head_count(cfg.n_heads)
+    w.add_layer_norm_eps(cfg.norm_eps)
+    add_bpe_tokenizer(w)
+    for name, x in weights.items():
+        if name.endswith(".w") and x.ndim == 2:
+            x = x.T  # [out, in]
+        if x.ndim == 1 or quant == Q.F32:
+            w.add_tensor(_gpt2_stored(name, hf=False), np.ascontiguousarray(x, np.float32))
+        else:
+            w.add_tensor(_gpt2_stored(name, hf=False), quantize(np.ascontiguousarray(x), quant), raw_dtype=quant)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_gpt2_hf_dir(path: Path, cfg: ModelConfig, weights: Mapping[str, np.ndarray], prefix: str = "") -> Path:
+    """GPT2LMHeadModel's files; `prefix` "transformer." as re-saved checkpoints name the tensors, "" as gpt2 and
+    distilgpt2 on the hub do."""
+    path.mkdir(parents=True, exist_ok=True)
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": cfg.vocab_size,
+              "n_embd": cfg.dim, "n_layer": cfg.n_layers, "n_head": cfg.n_heads, "n_inner": None,
+              "n_positions": cfg.max_position, "layer_norm_epsilon": cfg.norm_eps, "activation_function": "gelu_new",
+              "bos_token_id": IM_START, "eos_token_id": IM_END}
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    tensors = {prefix + _gpt2_stored(n, hf=True): x for n, x in weights.items()}
+    write_safetensors(path / "model.safetensors", tensors, "F32")
+    hf_tokenizer().save(str(path / "tokenizer.json"))
+    tokenizer_config = {"chat_template": CHAT_TEMPLATE, "bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
+    (path / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+    return path
+
+
+def gpt2_reference_logits(cfg: ModelConfig, w: Mapping[str, np.ndarray], tokens: list[int]) -> np.ndarray:
+    """Logits [t, v] in float64, as transformers' modeling_gpt2 computes them (GPT2Attention, GPT2MLP with
+    gelu_new, pre-LayerNorm blocks, ln_f, lm_head tied to wte)."""
+    w = {k: v.astype(np.float64) for k, v in w.items()}
+    t, h, e = len(tokens), cfg.n_heads, cfg.dim // cfg.n_heads
+
+    def layer_norm(x, g, b):
+        mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        return (x - mu) / np.sqrt(var + cfg.norm_eps) * g + b
+
+    def gelu_new(x):
+        return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+
+    x = w["wte"][tokens] + w["wpe"][np.arange(t)]
+    causal = np.tril(np.ones((t, t), bool))
+    for i in range(cfg.n_layers):
+        a = layer_norm(x, w[f"{i}.ln_1.w"], w[f"{i}.ln_1.b"]) @ w[f"{i}.c_attn.w"] + w[f"{i}.c_attn.b"]
+        q, k, v = (m.reshape(t, h, e).transpose(1, 0, 2) for m in np.split(a, 3, axis=-1))  # [h, t, e]
+        scores = np.where(causal, q @ k.transpose(0, 2, 1) / np.sqrt(e), -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        attended = (probs @ v).transpose(1, 0, 2).reshape(t, cfg.dim)
+        x = x + attended @ w[f"{i}.attn_proj.w"] + w[f"{i}.attn_proj.b"]
+        m = gelu_new(layer_norm(x, w[f"{i}.ln_2.w"], w[f"{i}.ln_2.b"]) @ w[f"{i}.c_fc.w"] + w[f"{i}.c_fc.b"])
+        x = x + m @ w[f"{i}.mlp_proj.w"] + w[f"{i}.mlp_proj.b"]
+    return layer_norm(x, w["ln_f.w"], w["ln_f.b"]) @ w["wte"].T
+
+
+# ---- Phi-3: the Llama block, its Q/K/V and gate/up projections fused ----
+
+
+def write_phi3_gguf(path: Path, cfg: ModelConfig, weights: Mapping[str, np.ndarray], sliding_window: int = 0,
+                    edit: Callable[[gguf.GGUFWriter], None] | None = None) -> Path:
+    """As llama.cpp's converter writes phi3: attn_qkv and ffn_up (gate rows, then up rows), Q/K unpermuted."""
+    def edit_phi3(w):
+        if sliding_window:
+            w.add_sliding_window(sliding_window)
+        if edit:
+            edit(w)
+
+        for name, x in _phi3_fused(cfg, weights, hf=False).items():
+            w.add_tensor(name, np.ascontiguousarray(x, np.float32))
+
+    unfused = {k: v for k, v in weights.items() if not k.endswith((".wq", ".wk", ".wv", ".w_gate", ".w_up"))}
+    return write_gguf(path, cfg, unfused, arch="phi3", tokenizer="spm", edit=edit_phi3)
+
+
+def _phi3_fused(cfg: ModelConfig, weights: Mapping[str, np.ndarray], hf: bool) -> dict[str, np.ndarray]:
+    out = {}
+    for i in range(cfg.n_layers):
+        w = {k: weights[f"layers.{i}.{k}"] for k in ("wq", "wk", "wv", "w_gate", "w_up")}
+        qkv, gate_up = np.concatenate([w["wq"], w["wk"], w["wv"]]), np.concatenate([w["w_gate"], w["w_up"]])
+        if hf:
+            out[f"model.layers.{i}.self_attn.qkv_proj.weight"] = qkv
+            out[f"model.layers.{i}.mlp.gate_up_proj.weight"] = gate_up
+        else:
+            out[f"blk.{i}.attn_qkv.weight"] = qkv
+            out[f"blk.{i}.ffn_up.weight"] = gate_up
+    return out
+
+
+def write_phi3_hf_dir(path: Path, cfg: ModelConfig, weights: Mapping[str, np.ndarray], sliding_window: int = 0,
+                      ) -> Path:
+    write_hf_dir(path, cfg, {}, tokenizer="legacy")
+    config = json.loads((path / "config.json").read_text())
+    config |= {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "rope_scaling": None,
+               "sliding_window": sliding_window or None, "attention_bias": False}
+    (path / "config.json").write_text(json.dumps(config, indent=1))
+    tensors = {stored_name(n, hf=True): x for n, x in weights.items()
+               if not n.endswith((".wq", ".wk", ".wv", ".w_gate", ".w_up"))}
+    write_safetensors(path / "model.safetensors", tensors | _phi3_fused(cfg, weights, hf=True), "F32")
+    return path

@@ -1,5 +1,9 @@
 """A Llama-family decoder in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU, tied or untied output.
 
+Other families (families/) subclass `Transformer` and override the block's pieces (`_embed`, `_qkv`,
+`_attention_output`, `_mlp`, `_logits`); `Transformer(cfg, ...)` builds the class of `cfg.family`. The cache and
+the entry points are shared, and the pieces are Python called while tracing: a family costs no work per step.
+
 The model is a pure function of its weights and its KV cache; it knows nothing of tokens as text, of requests
 or of compilation (runner.py compiles its two entry points per bucket). Weights arrive as canonical float32
 arrays in [out, in] layout with Q/K rows in rotate-half order (see weights/).
@@ -96,6 +100,13 @@ class KVCache(tf.Module):
 
 
 class Transformer(tf.Module):
+    def __new__(cls, cfg: ModelConfig, *args, **kwargs):
+        if cls is Transformer and cfg.family == "gpt2":  # every caller builds "a Transformer" of its config
+            from .families import model_class
+
+            cls = model_class(cfg.family)
+        return super().__new__(cls)
+
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
                  max_chunk: int = 1, kv_buckets=None):
         """`max_chunk`: the longest padded prefill chunk that `extend` will be given (its positions may run that
@@ -137,8 +148,8 @@ class Transformer(tf.Module):
 
     # ---- building blocks ----
 
-    def _embed(self, tokens: tf.Tensor) -> tf.Tensor:
-        """tokens [...] -> [..., d]"""
+    def _embed(self, tokens: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
+        """tokens [...] -> [..., d]; `positions` (of tokens' shape) serve families with learned positions."""
         if self.tok_embeddings is not None:
             return tf.gather(self.tok_embeddings, tokens)
         columns = tf.gather(self.output, tokens, axis=1)  # [d, ...]
@@ -182,6 +193,9 @@ class Transformer(tf.Module):
         out = tf.transpose(tf.reshape(out, [b, cfg.n_kv_heads, cfg.groups, t, cfg.head_dim]), [0, 3, 1, 2, 4])
         return tf.reshape(out, [b, t, cfg.n_heads * cfg.head_dim])
 
+    def _attention_output(self, layer: dict, attended: tf.Tensor) -> tf.Tensor:
+        return tf.matmul(attended, layer["wo"])  # [b, t, d]
+
     def _mlp(self, layer: dict, x: tf.Tensor) -> tf.Tensor:
         gate, up = tf.split(tf.matmul(self._rms_norm(x, layer["ffn_norm"]), layer["w_gate_up"]), 2, axis=-1)
         return tf.matmul(tf.nn.silu(gate) * up, layer["w_down"])
@@ -208,7 +222,7 @@ class Transformer(tf.Module):
         t = tokens.shape[1]
         positions = start + tf.range(t)  # [t]
         mask = (tf.range(kv_len)[None, :] <= positions[:, None])[None]  # causal over the cache [1, t, s]
-        x = self._embed(tokens)  # [1, t, d]
+        x = self._embed(tokens, positions[None])  # [1, t, d]
         body = _layer_body(self._extend_layer)
         for i, layer in enumerate(self.layers):
             x = body(layer, self.cache.layer(i), x, positions, slot, mask, kv_len)
@@ -223,7 +237,7 @@ class Transformer(tf.Module):
         keys, values = self.cache.gather(segments, slot[None], kv_len)  # this chunk included
         # one matmul over the joined segments: a 64-token chunk at 1,400 cached took 320 ms so, 427 ms per segment
         keys, values = [tf.concat(keys, axis=2)], [tf.concat(values, axis=2)]
-        x += tf.matmul(self._attend(q, keys, values, mask), layer["wo"])
+        x += self._attention_output(layer, self._attend(q, keys, values, mask))
         return x + self._mlp(layer, x)
 
     def decode(self, tokens: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor, kv_len: int) -> tf.Tensor:
@@ -242,7 +256,7 @@ class Transformer(tf.Module):
         else:
             rows = tf.minimum(slots, n_slots - 1)  # a padding row gathers some slot and its result is dropped
             mask = (tf.range(kv_len)[None, :] <= positions[:, None])[:, None, :]  # [b, 1, s]
-        x = self._embed(tokens)[:, None, :]  # [b, 1, d]
+        x = self._embed(tokens, positions)[:, None, :]  # [b, 1, d]
         body = _layer_body(self._decode_layer)
         for i, layer in enumerate(self.layers):
             x = body(layer, self.cache.layer(i), x, positions, slots, rows, mask, kv_len)
@@ -259,7 +273,7 @@ class Transformer(tf.Module):
         else:
             keys, values = self.cache.gather(segments, rows, kv_len)
             attended = self._attend(q, keys, values, mask)
-        x += tf.matmul(attended, layer["wo"])
+        x += self._attention_output(layer, attended)
         return x + self._mlp(layer, x)
 
 

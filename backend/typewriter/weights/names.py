@@ -58,3 +58,11 @@ def source_name(canonical: str, source: int) -> str:
         _, i, key = canonical.split(".", 2)
         return PER_LAYER[key][source].format(i=i)
     return GLOBAL[canonical][source]
+
+
+HF_TRANSPOSED: frozenset[str] = frozenset()  # every Llama-family tensor is stored [out, in]
+
+
+def source_names(canonical: str, source: int) -> tuple[str, ...]:
+    """Where `source` may keep the tensor, first choice first."""
+    return (source_name(canonical, source),)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelFormatError
+from ..families import LLAMA_BLOCK
 from ..model_config import ModelConfig
 from .names import expected_shapes
 
@@ -48,10 +49,14 @@ class SavedModelDir:
 
     def config(self) -> ModelConfig:
         try:
-            return ModelConfig(**self.manifest["model"])
+            cfg = ModelConfig(**self.manifest["model"])
         except (KeyError, TypeError, ValueError) as e:
             raise ModelFormatError(f"{self.path}: the manifest's model config is unusable ({e}); export it "
                                    "again") from None
+        if cfg.family not in LLAMA_BLOCK:  # `canonical` inverts the Llama block's variables only
+            raise ModelFormatError(f"{self.path}: an exported {cfg.family} model cannot be loaded back yet (supported: "
+                                   "the llama family); serve its GGUF file or Hugging Face directory instead")
+        return cfg
 
     def weights(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
         import tensorflow as tf

@@ -1,0 +1,63 @@
+"""Model families: what differs between a Llama, a GPT-2 and a Phi-3, each in its own small module.
+
+A family is a name table (canonical tensor name -> where GGUF and Hugging Face keep it, and its shape), a reader
+of its GGUF metadata and Hugging Face config.json into the one `ModelConfig`, and, where its block is not the
+Llama block, a `Transformer` subclass that overrides the block's pieces (norms, projections, MLP, embedding). The
+KV cache, the entry points (prefill, extend, decode), the compiled runner, its buckets and the engine are shared.
+
+    family = family_of_gguf("gpt2")          # or family_of_hf(["GPT2LMHeadModel"]); None: not supported
+    table = name_table(cfg.family)           # expected_shapes(cfg), source_names(canonical, GGUF | HF)
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+# GGUF `general.architecture` / Hugging Face `architectures` -> family
+GGUF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt2", "phi3": "phi3"}
+HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama",
+                    "GPT2LMHeadModel": "gpt2", "Phi3ForCausalLM": "phi3"}
+LLAMA_BLOCK = frozenset({"llama", "phi3"})  # families whose block is model.py's own
+
+
+def family_of_gguf(arch: str | None) -> str | None:
+    return GGUF_ARCHITECTURES.get(arch or "")
+
+
+def family_of_hf(archs: list[str]) -> str | None:
+    return next((HF_ARCHITECTURES[a] for a in archs if a in HF_ARCHITECTURES), None)
+
+
+def name_table(family: str) -> ModuleType:
+    """The family's name table module: `expected_shapes(cfg)`, `source_names(canonical, source)`,
+    `HF_TRANSPOSED` (canonical names Hugging Face stores [in, out]) and, where tensors are fused,
+    `fused_part(canonical, cfg)`."""
+    if family == "gpt2":
+        from . import gpt2_names
+
+        return gpt2_names
+    if family == "phi3":
+        from . import phi3_names
+
+        return phi3_names
+    from ..weights import names
+
+    return names
+
+
+def model_class(family: str) -> type:
+    """The Transformer (sub)class of the family's block (model.py's own for LLAMA_BLOCK); imports TensorFlow."""
+    if family == "gpt2":
+        from .gpt2_block import GPT2Transformer
+
+        return GPT2Transformer
+    from ..model import Transformer
+
+    return Transformer
+
+
+def supported() -> list[tuple[str, str, str]]:
+    """(family, GGUF architectures, Hugging Face architectures) for every family that loads."""
+    families = sorted(set(GGUF_ARCHITECTURES.values()) | set(HF_ARCHITECTURES.values()))
+    return [(f, ", ".join(a for a, g in GGUF_ARCHITECTURES.items() if g == f),
+             ", ".join(a for a, g in HF_ARCHITECTURES.items() if g == f)) for f in families]
