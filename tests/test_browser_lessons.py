@@ -297,3 +297,27 @@ def test_axe_finds_no_serious_or_critical_accessibility_problem(browser, scheme)
         assert not (found := _axe(page)), f"the chat list: {found}"
         page.locator("#chats .chat-rename").first.click()
         assert not (found := _axe(page)), f"renaming a chat: {found}"
+
+
+def test_the_keyboard_reaches_everything_in_reading_order(browser):
+    with open_page(browser, DESKTOP, "light") as (page, tutor, _):
+        tutor.answer = "```python\nprint('hi')\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+        ask(page, "Code and a table?")
+        wait_done(page)
+        page.focus("#chats-button")
+        order = ["chats-button"]
+        for _ in range(12):
+            page.keyboard.press("Tab")
+            order.append(page.evaluate("""() => { const e = document.activeElement;
+                return e.id || e.getAttribute('aria-label') || e.className || e.tagName; }"""))
+        expected = ["chats-button", "new-chat", "thread", "Edit this question and ask it again",
+                    "Copy the Python code", "pre", "Table", "Copy this answer",
+                    "Regenerate: write a new answer to this question", "question", "send"]
+        got = [("pre" if o == "PRE" else o) for o in order]
+        assert got[:len(expected)] == expected, got
+        # The chat list is a modal dialog: focus goes in, and back to its button when it closes.
+        page.focus("#chats-button")
+        page.keyboard.press("Enter")
+        assert page.evaluate("() => document.activeElement.classList.contains('chat-open')")
+        page.keyboard.press("Escape")
+        assert page.evaluate("() => document.activeElement.id") == "chats-button"
