@@ -12,7 +12,7 @@
  */
 
 import { ChatList } from "./chatlist.js";
-import { currentChat, deleteChat, droppedNotice, loadChats, openChat, renameChat, saveChats, startChat, titleOf, touch } from "./chats.js";
+import { CHATS_KEY, currentChat, deleteChat, droppedNotice, loadChats, openChat, renameChat, saveChats, startChat, titleOf, touch } from "./chats.js";
 import { highlightCode, languageName } from "./code.js";
 import { renderFormula } from "./formula.js";
 import { Pacer, wholeWords } from "./pacing.js";
@@ -365,6 +365,19 @@ jumpButton.addEventListener("click", () => {
 });
 
 window.addEventListener("online", () => connection.connect());
+// Another tab saved its chats: take them, so this tab's next save does not undo that tab's work. The open chat
+// stays open (if it still exists), and is redrawn only if its turns changed. While this tab is writing an
+// answer it keeps its own list, and its save at the end wins.
+window.addEventListener("storage", (event) => {
+  if (event.key !== CHATS_KEY || (live && isLive(live.turn.status))) return;
+  const fresh = loadChats(localStorage);
+  const before = JSON.stringify(state.turns);
+  chats.chats = fresh.chats;
+  if (!chats.chats.some((c) => c.id === chats.current)) chats.current = fresh.current;
+  if (JSON.stringify(currentChat(chats).turns) !== before) showChat();
+  else state.turns = currentChat(chats).turns;
+  chatList.render(chats);
+});
 window.addEventListener("pagehide", persist);
 
 // ---- start ----

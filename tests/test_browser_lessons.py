@@ -8,7 +8,8 @@ import json
 
 import pytest
 from playwright.sync_api import expect
-from test_browser_page import DESKTOP, PHONE, ORIGIN, ask, browser, end, open_page, screenshot, start, token, wait_done
+from test_browser_page import (DESKTOP, ORIGIN, PHONE, FakeTutor, ask, browser, end, open_page, screenshot, start, token,
+                               wait_done)
 
 pytestmark = [pytest.mark.browser]
 __all__ = ["browser"]  # the shared fixture
@@ -321,3 +322,27 @@ def test_the_keyboard_reaches_everything_in_reading_order(browser):
         assert page.evaluate("() => document.activeElement.classList.contains('chat-open')")
         page.keyboard.press("Escape")
         assert page.evaluate("() => document.activeElement.id") == "chats-button"
+
+
+def test_two_tabs_share_the_chat_list_without_undoing_each_other(browser):
+    with open_page(browser, DESKTOP, "dark") as (page, tutor, errors):
+        other = page.context.new_page()
+        other.on("pageerror", lambda e: errors.append(f"page error (second tab): {e}"))
+        other_tutor = FakeTutor()
+        other.route_web_socket("**/ws", other_tutor.attach)
+        other.goto(ORIGIN + "/")
+        other.wait_for_selector("#status[data-state=ok]")
+        ask(page, "Asked in the first tab")
+        wait_done(page)
+        other.click("#new-chat")
+        ask(other, "Asked in the second tab")
+        wait_done(other)
+        # The first tab saves again (a new chat): the second tab's chat must survive that.
+        page.click("#new-chat")
+        ask(page, "Asked in the first tab again")
+        wait_done(page)
+        page.reload()
+        page.wait_for_selector("#status[data-state=ok]")
+        page.click("#chats-button")
+        assert sorted(_titles(page)) == ["Asked in the first tab", "Asked in the first tab again", "Asked in the second tab"]
+        other.close()
