@@ -285,3 +285,17 @@ def test_a_tokenizer_the_detokenizer_cannot_stream_is_refused_at_load_with_a_nam
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "[UNK]"}))
     with pytest.raises(ModelFormatError, match=r"decoder .*WordPiece.* is not one the stream can follow.*Metaspace"):
         Tokenizer.load(tmp_path)
+
+
+def test_a_model_without_a_chat_template_gets_a_plain_transcript_not_a_failure_on_its_first_request(tmp_path):
+    from tiny_model import hf_tokenizer
+
+    hf_tokenizer().save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))  # as distilgpt2
+    tok = Tokenizer.load(tmp_path)
+    assert tok.plain_chat
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "why?"}]
+    assert tok.render_chat(messages, system="Be kind.") == (
+        "Be kind.\n\nStudent: hi\n\nTutor: hello\n\nStudent: why?\n\nTutor:")
+    assert tok.encode_chat(messages, system="") == tok.encode("Student: hi\n\nTutor: hello\n\nStudent: why?\n\nTutor:")

@@ -508,7 +508,7 @@ def write_phi3_hf_dir(path: Path, cfg: ModelConfig, weights: Mapping[str, np.nda
     write_hf_dir(path, cfg, {}, tokenizer="legacy")
     config = json.loads((path / "config.json").read_text())
     config |= {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "rope_scaling": None,
-               "sliding_window": sliding_window or None, "attention_bias": False}
+               "sliding_window": sliding_window or None, "attention_bias": False, "pad_token_id": 0}
     (path / "config.json").write_text(json.dumps(config, indent=1))
     tensors = {stored_name(n, hf=True): x for n, x in weights.items()
                if not n.endswith((".wq", ".wk", ".wv", ".w_gate", ".w_up"))}

@@ -36,6 +36,16 @@ END_OF_TURN_TOKENS = (
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|return|>", "<EOT>",
 )
 
+# For a model that ships no chat template (GPT-2, DistilGPT-2): a plain transcript the model continues after
+# "Tutor:". Such a model was never trained on turns, so its answers are continuations, not instructions followed.
+PLAIN_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{ message['content'] + '\n\n' }}"
+    "{% elif message['role'] == 'user' %}{{ 'Student: ' + message['content'] + '\n\n' }}"
+    "{% else %}{{ 'Tutor: ' + message['content'] + '\n\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Tutor:' }}{% endif %}"
+)
+
+
 class Tokenizer:
     """A loaded tokenizer: `encode`/`decode`, chat rendering, and the ids that end a turn."""
 
@@ -53,13 +63,14 @@ class Tokenizer:
     ):
         self.raw = raw
         self.name = name
+        self.plain_chat = chat_template is None  # PLAIN_CHAT_TEMPLATE stands in
         self.hf = PreTrainedTokenizerFast(
             tokenizer_object=raw,
             bos_token=bos_token,
             eos_token=eos_token,
             unk_token=unk_token,
             pad_token=pad_token,
-            chat_template=chat_template,
+            chat_template=PLAIN_CHAT_TEMPLATE if chat_template is None else chat_template,
             clean_up_tokenization_spaces=False,
         )
         self.vocab_size: int = raw.get_vocab_size(with_added_tokens=True)
@@ -188,8 +199,6 @@ class Tokenizer:
     def _conversation(self, messages: Sequence[dict[str, str]], system: str | None) -> list[dict[str, str]]:
         """The messages, with a system prompt first unless they bring their own: `system`, or the tutor's
         DEFAULT_SYSTEM_PROMPT when it is None (this is the one place that default is chosen); "" means none."""
-        if self.hf.chat_template is None:
-            raise ModelFormatError(f"{self.name}: the model ships no chat template")
         messages = list(messages)
         if system is None:
             system = DEFAULT_SYSTEM_PROMPT

@@ -61,3 +61,15 @@ def supported() -> list[tuple[str, str, str]]:
     families = sorted(set(GGUF_ARCHITECTURES.values()) | set(HF_ARCHITECTURES.values()))
     return [(f, ", ".join(a for a, g in GGUF_ARCHITECTURES.items() if g == f),
              ", ".join(a for a, g in HF_ARCHITECTURES.items() if g == f)) for f in families]
+
+
+def describe() -> str:
+    """What `--model` accepts, for `typewriter models` and the --model help."""
+    lines = ["--model takes a GGUF file, a Hugging Face model directory (config.json, *.safetensors, tokenizer.json)",
+             "or a directory from `typewriter export`; these families load:"]
+    for family, gguf, hf in supported():
+        lines.append(f"  {family:6} GGUF general.architecture: {gguf}; Hugging Face architectures: {hf}")
+    lines += ["tokenizers: byte-level BPE (GGUF 'gpt2', tokenizer.json ByteLevel) and SentencePiece BPE with byte",
+              "fallback (GGUF 'llama', tokenizer.json Metaspace or the legacy normalizer); RoPE: plain only (a",
+              "rope scaling type is refused at load); GGUF types: F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K-Q6_K"]
+    return "\n".join(lines)
