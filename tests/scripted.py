@@ -144,6 +144,17 @@ class ScriptTokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         return self.pieces[token_id].encode() if token_id < self.eos else b""
 
+    @property
+    def special_ids(self) -> frozenset[int]:
+        return frozenset({self.eos})
+
+    @property
+    def token_text(self):
+        """What the detokenizer reads: each id's bytes, leading spaces kept (as byte-level BPE does)."""
+        from typewriter.tokenizer import LeadingSpace, TokenText
+
+        return TokenText([self.token_bytes(i) for i in range(self.vocab_size)], LeadingSpace.KEEP)
+
     def follow(self, token: int) -> int:
         """A prompt token starts the answer; each piece is followed by the next; the last by eos."""
         return 0 if token > self.eos else min(token + 1, self.eos)
