@@ -1,7 +1,8 @@
 """`python -m typewriter serve` as a subprocess, for end-to-end tests against the real model.
 
 The server binds a free port (`--port 0`) and prints `Typewriter on http://HOST:PORT/` once bound, so there is
-no window in which another process can take the port. `real_server` waits for /readyz to answer 200, fails at
+no window in which another process can take the port (with `--grpc-port 0` in `args`, `grpc_address` reads the
+`gRPC on HOST:PORT` line likewise). `real_server` waits for /readyz to answer 200, fails at
 once with the server's log if the process exits first, and stops it with SIGINT (as Ctrl-C would) on the way
 out, failing if it does not exit cleanly.
 """
@@ -16,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,6 +28,7 @@ READY_TIMEOUT_S = 600.0  # loading and compiling the model cold on a small CPU t
 STOP_TIMEOUT_S = 30.0
 CLEAN_EXIT = 0  # after SIGINT or SIGTERM the server drains and exits 0
 _BOUND = re.compile(r"Typewriter on (http://\S+?)/? ")
+_GRPC_BOUND = re.compile(r"^gRPC on (\S+)$", re.M)
 _POLL = re.compile(r'"GET /(readyz|metrics) HTTP')
 
 
@@ -41,22 +43,22 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
 
 
 @contextmanager
-def real_server(env: Mapping[str, str], log_path: Path,
-                ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[str]:
-    """Start the server with `env` over this process's environment; yield its base URL once it is ready.
-    Its stdout and stderr go to `log_path`."""
-    with server_process(env, log_path, ready_timeout_s) as (_, base):
+def real_server(env: Mapping[str, str], log_path: Path, ready_timeout_s: float = READY_TIMEOUT_S,
+                args: Sequence[str] = ()) -> Iterator[str]:
+    """Start the server with `env` over this process's environment and `args` after `serve --port 0`; yield its
+    base URL once it is ready. Its stdout and stderr go to `log_path`."""
+    with server_process(env, log_path, ready_timeout_s, args) as (_, base):
         yield base
 
 
 @contextmanager
-def server_process(env: Mapping[str, str], log_path: Path,
-                   ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[tuple[subprocess.Popen, str]]:
+def server_process(env: Mapping[str, str], log_path: Path, ready_timeout_s: float = READY_TIMEOUT_S,
+                   args: Sequence[str] = ()) -> Iterator[tuple[subprocess.Popen, str]]:
     """As real_server, but yields the process too (a test may signal it); stops it if it still runs."""
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("TYPEWRITER_TEST_")}  # not settings
     child_env |= {"PYTHONUNBUFFERED": "1", **env}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "typewriter", "serve", "--port", "0"],
+        proc = subprocess.Popen([sys.executable, "-m", "typewriter", "serve", "--port", "0", *args],
                                 cwd=ROOT, env=child_env, stdout=log, stderr=subprocess.STDOUT)
     try:
         yield proc, _wait_until_ready(proc, log_path, ready_timeout_s)
@@ -64,6 +66,14 @@ def server_process(env: Mapping[str, str], log_path: Path,
         _stop(proc, log_path, check=False)  # the failure that got here is the one to report
         raise
     _stop(proc, log_path, check=True)
+
+
+def grpc_address(log_path: Path) -> str:
+    """HOST:PORT from the `gRPC on` line of a server started with `--grpc-port` (printed before it is ready)."""
+    bound = _GRPC_BOUND.search(log_path.read_text())
+    if bound is None:
+        pytest.fail(f"the server printed no 'gRPC on' line:\n{_tail(log_path)}")
+    return bound.group(1)
 
 
 def _wait_until_ready(proc: subprocess.Popen, log_path: Path, timeout_s: float) -> str:

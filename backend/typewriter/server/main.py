@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 import uvicorn
 from websockets.exceptions import InvalidState
@@ -12,6 +13,11 @@ from websockets.exceptions import InvalidState
 from ..config import Settings
 from .app import create_app
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
+
+if TYPE_CHECKING:
+    from .grpc_server import GrpcServer
+
+GRPC_GRACE_S = 1.0
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
@@ -25,7 +31,7 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
     config = uvicorn_config(app, settings)
     server = Server(config, app.state.server)
     server.run()
-    return 1 if server.load_failed or server.engine_failed else 0
+    return 1 if server.load_failed or server.engine_failed or server.grpc_failed else 0
 
 
 def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
@@ -44,22 +50,40 @@ def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, plus: print the URL once bound, exit if the model fails to load, and end every chat
-    with reason `shutdown` before uvicorn closes the sockets (it would otherwise drop them with 1012)."""
+    """uvicorn's server, plus: print the URL once bound, serve gRPC beside it (`grpc_port`), exit if the model
+    fails to load, and end every chat with reason `shutdown` before uvicorn closes the sockets (it would
+    otherwise drop them with 1012) and the gRPC server stops."""
 
     def __init__(self, config: uvicorn.Config, state: ServerState):
         super().__init__(config)
         self.state = state
+        self.grpc: GrpcServer | None = None
         self.load_failed = False
         self.engine_failed = False
+        self.grpc_failed = False
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
-            shown = f"[{host}]" if ":" in host else host
-            print(f"Typewriter on http://{shown}:{port}/ (loading the model; /readyz says when it is ready)",
+            print(f"Typewriter on http://{_shown(host)}:{port}/ (loading the model; /readyz says when it is ready)",
                   flush=True)
+            grpc_port = self.state.settings.grpc_port
+            if grpc_port is not None:
+                await self._start_grpc(self.config.host, grpc_port)  # beside HTTP, on its address
+
+    async def _start_grpc(self, host: str, port: int) -> None:
+        from .grpc_server import GrpcServer  # grpcio is imported only when gRPC is on
+
+        self.grpc = GrpcServer(self.state)
+        try:
+            port = await self.grpc.start(host, port)
+        except RuntimeError as e:
+            print(f"typewriter: error: gRPC cannot listen on {_shown(host)}:{port} ({e})", file=sys.stderr,
+                  flush=True)
+            self.grpc_failed = self.should_exit = True  # shutdown still runs: the HTTP server is already up
+            return
+        print(f"gRPC on {_shown(host)}:{port}", flush=True)
 
     async def on_tick(self, counter: int) -> bool:
         if self.state.phase is Phase.FAILED:
@@ -83,9 +107,15 @@ class Server(uvicorn.Server):
 
     async def shutdown(self, sockets=None) -> None:
         await self.state.drain(hurry=lambda: self.force_exit)
+        if self.grpc is not None:  # its chats have ended; what still runs (a health watch) gets a moment
+            await self.grpc.stop(GRPC_GRACE_S)
         for connection in list(self.server_state.connections):
             _tolerate_closing(connection)
         await super().shutdown(sockets)
+
+
+def _shown(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
 
 def _tolerate_closing(connection) -> None:

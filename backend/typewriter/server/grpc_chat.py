@@ -1,0 +1,199 @@
+"""The gRPC front door: `typewriter.v1.Chat/Stream` (proto/typewriter/v1/chat.proto, docs/grpc.md).
+
+One RPC is one chat. Its first message is the chat request, which goes through protocol v1's own parser and
+`open_chat` as a socket's `chat` frame does; later messages may stop it. Its events become `ServerEvent`s made
+from protocol v1's frames, so both front doors say the same thing. A refusal or a failure ends the RPC with a
+gRPC status whose trailing metadata `typewriter-error-code` (and the start of its details) is the protocol v1
+code. An RPC that is cancelled, passes its deadline or loses its peer cancels its chat within a step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import math
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+
+from ..request import Event, Finished, FinishReason, Queued, Started
+from . import protocol as p
+from .auth import presented_key
+from .chats import Cancel, ChatStream, StreamState, open_chat
+from .grpc_gen import chat_pb2 as pb
+from .grpc_gen import chat_pb2_grpc
+from .lifecycle import Phase, ServerState
+from .limits import client_address
+
+log = logging.getLogger("typewriter.server")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Chat"].full_name  # typewriter.v1.Chat
+ERROR_CODE_KEY = "typewriter-error-code"  # trailing metadata: the protocol v1 code of a refusal or failure
+RETRY_AFTER_KEY = "retry-after"  # trailing metadata of rate_limited: seconds until a chat would be taken
+UNAUTHORIZED = "unauthorized"  # the code the HTTP routes use for a missing key, too
+
+Status = grpc.StatusCode
+STATUS = {
+    "invalid_json": Status.INVALID_ARGUMENT,
+    "invalid_request": Status.INVALID_ARGUMENT,
+    "system_prompt_not_allowed": Status.INVALID_ARGUMENT,
+    "prompt_too_long": Status.INVALID_ARGUMENT,
+    "busy": Status.FAILED_PRECONDITION,
+    "overloaded": Status.RESOURCE_EXHAUSTED,
+    "not_found": Status.NOT_FOUND,
+    "rate_limited": Status.RESOURCE_EXHAUSTED,
+    "shutdown": Status.UNAVAILABLE,
+    "internal": Status.INTERNAL,
+    UNAUTHORIZED: Status.UNAUTHENTICATED,
+}
+
+
+class ChatService(chat_pb2_grpc.ChatServicer):
+    """typewriter.v1.Chat over one server state: what the socket's handshake and session do, for one chat."""
+
+    def __init__(self, state: ServerState):
+        self.server = state
+
+    async def Stream(self, requests: AsyncIterator[pb.ClientMessage],
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ServerEvent]:
+        metadata = {m.key: m.value for m in context.invocation_metadata() or ()}
+        await self._admit(metadata, context)
+        limits = self.server.limits
+        client = client_address(peer_address(context.peer()), metadata, limits.trusted)
+        refused = limits.connect(client)  # a stream counts like a socket
+        if refused:
+            await abort(context, "overloaded", refused)
+        context.add_done_callback(lambda _: limits.disconnect(client))  # also when it ends while we wait to send
+        try:
+            async for event in self._chat(requests, context, client):
+                yield event
+        except p.ProtocolError as e:
+            self.server.metrics.rejected.labels(code=e.code).inc()
+            await abort(context, e.code, e.message, e.retry_after_s)
+
+    async def _admit(self, metadata: Mapping[str, Any], context: grpc.aio.ServicerContext) -> None:
+        """Refuse the RPC as the socket's handshake would: without the key, while draining, while not ready."""
+        key = self.server.settings.api_key
+        if key:
+            given = presented_key({b"authorization": str(metadata.get("authorization", "")).encode()})
+            if given is None or not hmac.compare_digest(given.encode(), key.encode()):
+                await abort(context, UNAUTHORIZED, "this server needs its API key: send the metadata "
+                                                   "'authorization: Bearer <key>' (TYPEWRITER_API_KEY on the server)")
+        if self.server.phase is Phase.STOPPING:
+            await abort(context, "shutdown", "the server is shutting down; reconnect in a moment")
+        if not self.server.ready:
+            reason = ("the model is still loading; retry when the health service says SERVING (or /readyz is 200)"
+                      if self.server.phase is Phase.LOADING else "the server is not serving chats; see /readyz")
+            await context.abort(Status.UNAVAILABLE, reason)  # no protocol code: the socket's close 1013
+
+    async def _chat(self, requests: AsyncIterator[pb.ClientMessage], context: grpc.aio.ServicerContext,
+                    client: str) -> AsyncIterator[pb.ServerEvent]:
+        first = await anext(aiter(requests), None)
+        kind = first.WhichOneof("kind") if first is not None else None
+        if kind == "stop":
+            raise p.ProtocolError("not_found", "no chat is running on this stream: send the chat first",
+                                  first.stop.id or None)
+        if kind != "chat":
+            raise p.ProtocolError("invalid_request", "a stream's first message must be a chat request")
+        chat = parse_chat(first.chat, self.server.settings.max_messages)
+        stream = await open_chat(self.server, chat, client)
+        reader = asyncio.create_task(self._read(requests, stream), name=f"grpc-read-{stream.engine_id}")
+
+        def gone(_=None) -> None:  # the RPC ended: at once when it is cancelled, whatever the handler awaits
+            reader.cancel()
+            if stream.state is not StreamState.ENDED:
+                stream.cancel(Cancel.DISCONNECT)
+                stream.end()
+
+        context.add_done_callback(gone)
+        try:
+            while True:
+                event = await stream.next_event()
+                refusal = reader.result() if reader.done() else None  # it ends the RPC once the chat ended
+                if isinstance(event, Finished):
+                    stream.end()
+                    if refusal is not None:
+                        raise refusal
+                    if event.reason is FinishReason.ERROR:
+                        await abort(context, "internal", f"generation failed: {event.error}")
+                    yield server_event(p.end(chat.id, event))
+                    return
+                message = None if refusal is not None else event_message(stream, event)
+                if message is not None:
+                    yield message
+        finally:
+            gone()
+
+    async def _read(self, requests: AsyncIterator[pb.ClientMessage], stream: ChatStream) -> p.ProtocolError | None:
+        """After the chat request: a stop stops it; anything else cancels it, and the error returned ends the RPC
+        once the chat has ended."""
+        chat_id = stream.client_id
+        try:
+            async for message in requests:
+                kind = message.WhichOneof("kind")
+                if kind == "stop" and message.stop.id in ("", chat_id):
+                    if stream.cancelled is None:  # a flood of stops costs the engine nothing
+                        stream.cancel(Cancel.STOP)
+                    continue
+                if kind == "stop":
+                    error = p.ProtocolError("not_found", f"no chat with id {message.stop.id!r} is running on this "
+                                                         f"stream (its chat is {chat_id!r})", message.stop.id)
+                elif kind == "chat":
+                    error = p.ProtocolError("busy", f"chat {chat_id!r} is running on this stream: a stream carries "
+                                                    "one chat; open another stream", message.chat.id or None)
+                else:
+                    error = p.ProtocolError("invalid_request", "a message must carry a chat or a stop", chat_id)
+                stream.cancel(Cancel.DISCONNECT)
+                return error
+        except grpc.RpcError as e:  # the call broke; the handler hears of it from gRPC
+            log.debug("chat %s: reading its stream failed: %s", stream.engine_id, e)
+        return None
+
+
+def parse_chat(request: pb.ChatRequest, max_messages: int) -> p.Chat:
+    """The request as protocol v1's `chat` frame, checked by protocol v1's own rules (the unset params are not
+    given; `stop` is given when it is not empty)."""
+    params = {field.name: list(value) if field.is_repeated else value
+              for field, value in request.params.ListFields()}
+    frame = {"type": "chat", "id": request.id, "params": params,
+             "messages": [{"role": m.role, "content": m.content} for m in request.messages]}
+    return p._parse_chat(frame, p._readable_id(request.id), max_messages)
+
+
+def event_message(stream: ChatStream, event: Event) -> pb.ServerEvent | None:
+    """A queued, start or token event as its message; None for a token not to show (see ChatStream.shows)."""
+    if isinstance(event, Queued):
+        return server_event(p.queued(stream.client_id, event.position))
+    if isinstance(event, Started):
+        return server_event(p.start(stream.client_id, event.prompt_tokens, event.cached_tokens,
+                                    stream.dropped_messages))
+    if stream.shows(event):
+        return server_event(p.token(stream.client_id, event.index, event.text))
+    return None
+
+
+def server_event(frame: dict[str, Any]) -> pb.ServerEvent:
+    """A protocol v1 frame as its message: `type` names the oneof field, the other fields keep their names."""
+    fields = dict(frame)
+    kind, chat_id = fields.pop("type"), fields.pop("id")
+    return pb.ServerEvent(id=chat_id, **{kind: fields})
+
+
+def peer_address(peer: str) -> str | None:
+    """The IP address in gRPC's peer string ('ipv4:127.0.0.1:5123', 'ipv6:[::1]:5123'); None for others."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return None
+    return rest.rpartition(":")[0].strip("[]") or None
+
+
+async def abort(context: grpc.aio.ServicerContext, code: str, message: str,
+                retry_after_s: float | None = None) -> None:
+    """End the RPC with `code`'s status (and, for rate_limited, `retry-after`: whole seconds, as in HTTP); raises,
+    as `context.abort` does."""
+    metadata = [(ERROR_CODE_KEY, code)]
+    if retry_after_s is not None:
+        metadata.append((RETRY_AFTER_KEY, str(max(1, math.ceil(retry_after_s)))))
+    await context.abort(STATUS[code], f"{code}: {message}", trailing_metadata=tuple(metadata))

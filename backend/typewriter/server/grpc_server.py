@@ -1,0 +1,83 @@
+"""The gRPC server beside uvicorn, on the same event loop and engine: `typewriter.v1.Chat` (grpc_chat.py), the
+standard health service (`grpc.health.v1.Health`) and server reflection, so grpcurl and load balancers work.
+
+Health says SERVING while the server state is ready and NOT_SERVING while it loads, after it failed, once its
+engine stopped and from the start of a drain; it follows the state by polling it, a few times a second. Health
+and reflection need no API key, as /healthz and /readyz need none (and the schema is public).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from .grpc_chat import SERVICE_NAME, ChatService
+from .grpc_gen import chat_pb2_grpc
+from .lifecycle import ServerState
+
+HEALTH_POLL_S = 0.2
+OVERALL = ""  # the health service's name for the whole server
+SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+class GrpcServer:
+    def __init__(self, state: ServerState):
+        self.state = state
+        self.health = health.aio.HealthServicer()
+        self._status: int | None = None
+        self._server: grpc.aio.Server | None = None
+        self._watch: asyncio.Task | None = None
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on host:port (0 picks a free port) and serve; returns the bound port. Raises RuntimeError when
+        the address cannot be bound (in use: SO_REUSEPORT is off, so a second server cannot share it)."""
+        settings = self.state.settings
+        options = [("grpc.so_reuseport", 0),
+                   ("grpc.max_receive_message_length", settings.max_message_bytes)]  # as a socket's frame
+        if settings.ping_interval_s and settings.ping_timeout_s:  # a dead peer loses its chat, as on the socket
+            options += [("grpc.keepalive_time_ms", round(settings.ping_interval_s * 1000)),
+                        ("grpc.keepalive_timeout_ms", round(settings.ping_timeout_s * 1000)),
+                        ("grpc.http2.max_pings_without_data", 0)]  # also while a chat waits in the queue
+        server = grpc.aio.server(options=options)
+        chat_pb2_grpc.add_ChatServicer_to_server(ChatService(self.state), server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
+            server)
+        await self._follow_state()  # NOT_SERVING from the first check on, unless already ready
+        try:
+            bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        except RuntimeError:
+            await server.stop(None)
+            raise
+        await server.start()
+        self._server = server
+        self._watch = asyncio.create_task(self._watch_state(), name="grpc-health")
+        return bound
+
+    async def stop(self, grace_s: float) -> None:
+        """NOT_SERVING, then refuse new RPCs and give running ones `grace_s` before cancelling them. Call it once
+        the drain has ended the chats, so their streams have sent their end."""
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        await self.health.enter_graceful_shutdown()  # health watchers hear NOT_SERVING before they are cut off
+        if self._server is not None:
+            await self._server.stop(grace_s)
+
+    async def _watch_state(self) -> None:
+        while True:
+            await asyncio.sleep(HEALTH_POLL_S)
+            await self._follow_state()
+
+    async def _follow_state(self) -> None:
+        status = SERVING if self.state.ready else NOT_SERVING
+        if status != self._status:
+            self._status = status
+            for service in (OVERALL, SERVICE_NAME):
+                await self.health.set(service, status)
