@@ -84,8 +84,17 @@ function persist() {
   const said = droppedNotice(dropped);
   if (said) say(said);
   else if (!dropped.saved) say("Your browser is not keeping chats (storage is full or switched off): this one will be lost on reload.");
-  if (dropped.turns) showChat(); // the open chat lost its oldest turns
+  if (dropped.turns) dropLostViews(); // the open chat lost its oldest turns
   chatList.render(chats);
+}
+
+/** Remove the views of turns no longer in the open chat (the live one, always the last, keeps its view). */
+function dropLostViews() {
+  for (const [turn, view] of views) {
+    if (state.turns.includes(turn)) continue;
+    view.root.remove();
+    views.delete(turn);
+  }
 }
 
 /**
