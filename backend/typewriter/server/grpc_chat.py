@@ -159,7 +159,7 @@ def parse_chat(request: pb.ChatRequest, max_messages: int) -> p.Chat:
               for field, value in request.params.ListFields()}
     frame = {"type": "chat", "id": request.id, "params": params,
              "messages": [{"role": m.role, "content": m.content} for m in request.messages]}
-    return p._parse_chat(frame, p._readable_id(request.id), max_messages)
+    return p.parse_chat(frame, max_messages)
 
 
 def event_message(stream: ChatStream, event: Event) -> pb.ServerEvent | None:

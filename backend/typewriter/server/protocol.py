@@ -87,6 +87,12 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
                         request_id)
 
 
+def parse_chat(frame: dict[str, Any], max_messages: int) -> Chat:
+    """A chat frame already decoded from its transport (gRPC builds one from its message), checked by the same
+    rules as a socket's."""
+    return _parse_chat(frame, _readable_id(frame.get("id")), max_messages)
+
+
 def sampling_params(chat: Chat, default_max_new_tokens: int, max_new_tokens_cap: int,
                     timeout_s: float | None) -> SamplingParams:
     """The chat's params over the server's defaults; an out-of-range value is `invalid_request`, never clamped."""
