@@ -54,6 +54,9 @@ const statusBar = byId("status");
 const jumpButton = /** @type {HTMLButtonElement} */ (byId("jump"));
 const notice = byId("notice");
 const noticeText = byId("notice-text");
+const undoButton = /** @type {HTMLButtonElement} */ (byId("notice-undo"));
+/** What the notice's Undo button does, if it shows one. */
+let undo = /** @type {(() => void) | null} */ (null);
 
 const chats = loadChats(localStorage);
 const state = emptyState();
@@ -98,12 +101,15 @@ function dropLostViews() {
 }
 
 /**
- * A quiet notice above the composer, until it is dismissed or replaced.
+ * A quiet notice above the composer, until it is dismissed or replaced; with `onUndo`, it offers Undo.
  * @param {string} text
+ * @param {(() => void) | null} [onUndo]
  */
-function say(text) {
+function say(text, onUndo = null) {
   noticeText.textContent = text;
   notice.hidden = !text;
+  undo = onUndo;
+  undoButton.hidden = !onUndo;
 }
 
 /**
@@ -312,11 +318,25 @@ const chatList = new ChatList(byId("chats"), {
     const chat = chats.chats.find((c) => c.id === id);
     if (!chat) return;
     const wasOpen = id === chats.current;
+    const wasOnly = chats.chats.length === 1;
+    const at = chats.chats.indexOf(chat);
     if (wasOpen) stop();
     deleteChat(chats, id);
+    const filler = wasOnly ? chats.chats[0] : null; // the empty chat that took the last one's place
     if (wasOpen) showChat();
     persist();
-    say(`Deleted “${titleOf(chat)}”.`);
+    // A mistaken tap on a phone costs nothing: the chat comes back where it was.
+    say(`Deleted “${titleOf(chat)}”.`, () => {
+      const open = chats.current;
+      if (filler && !filler.turns.length && !filler.title) chats.chats = chats.chats.filter((c) => c !== filler);
+      chats.chats.splice(Math.min(at, chats.chats.length), 0, chat);
+      if (wasOpen || !chats.chats.some((c) => c.id === chats.current)) chats.current = chat.id;
+      if (chats.current !== open) {
+        stop();
+        showChat();
+      }
+      persist();
+    });
   },
   startNew: newChat,
 });
@@ -362,6 +382,11 @@ thread.addEventListener("click", (event) => {
 byId("new-chat").addEventListener("click", newChat);
 byId("chats-button").addEventListener("click", () => chatList.show(chats));
 byId("notice-close").addEventListener("click", () => say(""));
+undoButton.addEventListener("click", () => {
+  const action = undo;
+  say("");
+  action?.();
+});
 
 thread.addEventListener("scroll", () => {
   follow = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 32;

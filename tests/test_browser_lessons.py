@@ -164,6 +164,13 @@ def test_chats_are_kept_named_opened_and_deleted_and_a_reload_keeps_them(browser
         page.keyboard.press("Escape")
         expect(dialog).to_be_hidden()
         expect(page.locator("#notice-text")).to_have_text("Deleted “What is an atom?”.")
+        # A mistaken tap is undone from the notice; then deleted for good.
+        page.click("#notice-undo")
+        expect(page.locator("#notice")).to_be_hidden()
+        page.click("#chats-button")
+        assert _titles(page) == ["What is an atom?", "Biology"]
+        dialog.locator(".chat-item").first.locator(".chat-delete").click()
+        page.keyboard.press("Escape")
         page.reload()
         page.wait_for_selector("#status[data-state=ok]")
         page.click("#chats-button")
@@ -346,3 +353,18 @@ def test_two_tabs_share_the_chat_list_without_undoing_each_other(browser):
         page.click("#chats-button")
         assert sorted(_titles(page)) == ["Asked in the first tab", "Asked in the first tab again", "Asked in the second tab"]
         other.close()
+
+
+def test_undo_brings_back_the_only_chat_deleted_while_it_was_open(browser):
+    with open_page(browser, PHONE, "light") as (page, tutor, _):
+        ask(page, "My only chat")
+        wait_done(page)
+        page.click("#chats-button")
+        page.locator("#chats .chat-delete").click()
+        assert _titles(page) == ["New chat"]
+        page.keyboard.press("Escape")
+        assert _questions(page) == []
+        page.click("#notice-undo")
+        assert _questions(page) == ["My only chat"]
+        page.click("#chats-button")
+        assert _titles(page) == ["My only chat"], "the empty chat that stood in for it is gone again"
