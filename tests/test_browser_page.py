@@ -271,11 +271,21 @@ def test_on_a_phone_every_control_is_on_screen_big_enough_to_tap_and_apart(brows
         tutor.answer = LONG_ANSWER
         ask(page, "Something wide again?")
         wait_done(page)
-        controls = boxes(page, "header button, .composer button, .composer textarea, .turn:last-child .meta button")
+        sizes = overflow(page)
+        assert sizes["page"] == sizes["screen"] == width and not sizes["outside"], sizes
+        controls = boxes(page, "header button, .composer button, .composer textarea, .turn:last-child button")
         assert len(controls) >= 4, controls
         for c in controls:
             assert c["h"] >= 44 and c["w"] >= 44, f"too small to tap: {c}"
             assert c["x"] >= 0 and c["x"] + c["w"] <= width + 0.5, f"off screen: {c}"
+        page.click("#chats-button")
+        in_dialog = boxes(page, "#chats button")
+        assert len(in_dialog) >= 4
+        for c in in_dialog:
+            assert c["h"] >= 44 and c["w"] >= 44 and c["x"] >= 0 and c["x"] + c["w"] <= width + 0.5, c
+        for a, b in ((a, b) for i, a in enumerate(in_dialog) for b in in_dialog[i + 1:]):
+            assert not _overlap(a, b), f"{a} overlaps {b}"
+        page.keyboard.press("Escape")
         for group in ("header > *", ".composer > :not(.hint)", ".turn:last-child .meta > *"):
             items = boxes(page, group)
             for i, a in enumerate(items):
