@@ -4,10 +4,13 @@ response shapes, the parameter mapping, and every refusal in OpenAI's error shap
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import re
 
 import pytest
-from helpers import serving
+from helpers import serving, small_settings
 
 BODY = {"model": "scripted-model", "messages": [{"role": "user", "content": "say hello"}]}
 
@@ -201,3 +204,107 @@ def test_with_an_api_key_the_api_needs_it():
         refused = completion(client)
         allowed = client.post("/v1/chat/completions", json=BODY, headers={"authorization": "Bearer sesame"})
     assert refused.status_code == 401 and allowed.status_code == 200
+
+
+# ---- over raw ASGI, where a send can block as it does when a real client stops reading ----
+
+
+def _asgi_request(body: dict):
+    """(scope, receive) of a POST /v1/chat/completions whose client sends its body, then waits (never leaves)."""
+    raw = json.dumps(body).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+             "query_string": b"", "root_path": "", "client": ("127.0.0.1", 5000), "server": ("testserver", 80),
+             "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(raw)).encode())]}
+    messages = [{"type": "http.request", "body": raw, "more_body": False}]
+    left = asyncio.Event()
+
+    async def receive():
+        if messages:
+            return messages.pop(0)
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    return scope, receive, left
+
+
+def test_a_stream_whose_client_stops_reading_is_cancelled_by_the_backlog(caplog):
+    from scripted import factory, script_engine
+    from starlette.requests import Request
+
+    from typewriter.server.lifecycle import ServerState
+    from typewriter.server.openai_api import OpenAI
+
+    engine = script_engine(["x"] * 1000, step_s=0.001, max_context=4096)
+
+    async def scenario():
+        state = ServerState(small_settings(send_backlog=8, max_new_tokens_cap=1000), factory(engine))
+        state.start_loading()
+        while not state.ready:
+            await asyncio.sleep(0.01)
+        scope, receive, left = _asgi_request(BODY | {"stream": True, "max_tokens": 1000})
+        answer = await OpenAI(state).chat_completions(Request(scope, receive))
+        sent, stalled = [], asyncio.Event()
+
+        async def send(message):  # the headers and the first event go out, then the client reads no more
+            sent.append(message)
+            if len(sent) >= 2:
+                await stalled.wait()
+                raise OSError("the client went away")  # as uvicorn's send does once the peer is gone
+
+        running = asyncio.create_task(answer(scope, receive, send))
+        while engine.stats().active or not answer.stream.cancelled:
+            await asyncio.sleep(0.005)
+        waiting = answer.stream.events.qsize()
+        left.set()  # now the client goes away
+        stalled.set()
+        await asyncio.wait_for(running, 10)
+        return answer.stream.cancelled, waiting, state.metrics.render().decode()
+
+    with caplog.at_level(logging.INFO):
+        cancelled, waiting, metrics = asyncio.run(scenario())
+    assert cancelled.value == "backlog" and waiting <= 8 + 2
+    generated = float(re.search(r"^typewriter_generated_tokens_total (\S+)$", metrics, re.M).group(1))
+    assert generated < 100  # cancelled within a step or two of the backlog filling, not run to 1,000
+    assert "the client is not reading" in caplog.text
+
+
+def test_a_client_that_leaves_while_its_chat_is_queued_frees_its_place_at_once():
+    from scripted import factory, script_engine
+    from starlette.requests import Request
+
+    from typewriter.server.lifecycle import ServerState
+    from typewriter.server.openai_api import OpenAI
+
+    engine = script_engine(["x"] * 1000, step_s=0.002, slots=1, max_queue=2, max_context=4096)
+
+    async def scenario():
+        state = ServerState(small_settings(max_new_tokens_cap=1000), factory(engine))
+        state.start_loading()
+        while not state.ready:
+            await asyncio.sleep(0.01)
+        api = OpenAI(state)
+        holder_scope, holder_receive, holder_left = _asgi_request(BODY | {"stream": True, "max_tokens": 1000})
+        holder = await api.chat_completions(Request(holder_scope, holder_receive))
+        waiter_scope, waiter_receive, waiter_left = _asgi_request(BODY | {"stream": True, "max_tokens": 5})
+        waiter = await api.chat_completions(Request(waiter_scope, waiter_receive))
+        sent = []
+
+        async def record(message):
+            sent.append(message)
+
+        tasks = [asyncio.create_task(holder(holder_scope, holder_receive, record)),
+                 asyncio.create_task(waiter(waiter_scope, waiter_receive, record))]
+        while engine.stats().queued != 1:
+            await asyncio.sleep(0.005)
+        waiter_left.set()  # the queued client hangs up: nothing was sent to it but the headers
+        while engine.stats().queued:
+            await asyncio.sleep(0.005)
+        still_running = engine.stats().active
+        holder_left.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 10)
+        return waiter.stream.cancelled, still_running
+
+    cancelled, still_running = asyncio.run(scenario())
+    assert cancelled.value == "disconnect" and still_running == 1
