@@ -13,8 +13,10 @@
 
 import { ChatList } from "./chatlist.js";
 import { CHATS_KEY, currentChat, deleteChat, droppedNotice, loadChats, openChat, renameChat, saveChats, startChat, titleOf, touch } from "./chats.js";
+import { copyText } from "./clipboard.js";
 import { highlightCode, languageName } from "./code.js";
 import { renderFormula } from "./formula.js";
+import { Notice } from "./notice.js";
 import { Pacer, wholeWords } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
 import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, stopTurn } from "./state.js";
@@ -52,11 +54,8 @@ const sendButton = /** @type {HTMLButtonElement} */ (byId("send"));
 const stopButton = /** @type {HTMLButtonElement} */ (byId("stop"));
 const statusBar = byId("status");
 const jumpButton = /** @type {HTMLButtonElement} */ (byId("jump"));
-const notice = byId("notice");
-const noticeText = byId("notice-text");
-const undoButton = /** @type {HTMLButtonElement} */ (byId("notice-undo"));
-/** What the notice's Undo button does, if it shows one. */
-let undo = /** @type {(() => void) | null} */ (null);
+const notice = new Notice(byId("notice"));
+const say = notice.say.bind(notice);
 
 const chats = loadChats(localStorage);
 const state = emptyState();
@@ -98,18 +97,6 @@ function dropLostViews() {
     view.root.remove();
     views.delete(turn);
   }
-}
-
-/**
- * A quiet notice above the composer, until it is dismissed or replaced; with `onUndo`, it offers Undo.
- * @param {string} text
- * @param {(() => void) | null} [onUndo]
- */
-function say(text, onUndo = null) {
-  noticeText.textContent = text;
-  notice.hidden = !text;
-  undo = onUndo;
-  undoButton.hidden = !onUndo;
 }
 
 /**
@@ -260,28 +247,6 @@ function copy(turn, button) {
   return copyText(turn.answer, button);
 }
 
-/**
- * @param {string} text
- * @param {HTMLButtonElement} button  says "Copied" for a moment
- */
-async function copyText(text, button) {
-  try {
-    await navigator.clipboard.writeText(text);
-  } catch {
-    // No async clipboard outside a secure context: fall back to a selection and the copy command.
-    const area = document.createElement("textarea");
-    area.value = text;
-    area.setAttribute("readonly", "");
-    area.className = "visually-hidden";
-    document.body.append(area);
-    area.select();
-    document.execCommand("copy");
-    area.remove();
-  }
-  button.textContent = "Copied";
-  setTimeout(() => (button.textContent = "Copy"), 1500);
-}
-
 /** Show the open chat's turns, as after a reload. */
 function showChat() {
   state.turns = currentChat(chats).turns;
@@ -381,12 +346,6 @@ thread.addEventListener("click", (event) => {
 });
 byId("new-chat").addEventListener("click", newChat);
 byId("chats-button").addEventListener("click", () => chatList.show(chats));
-byId("notice-close").addEventListener("click", () => say(""));
-undoButton.addEventListener("click", () => {
-  const action = undo;
-  say("");
-  action?.();
-});
 
 thread.addEventListener("scroll", () => {
   follow = thread.scrollHeight - thread.scrollTop - thread.clientHeight < 32;
