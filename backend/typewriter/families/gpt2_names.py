@@ -77,12 +77,15 @@ def gguf_config(file: Any, vocab: int) -> ModelConfig:
 
 def hf_config(name: str, c: dict) -> ModelConfig:
     """From GPT2Config's keys (n_embd, n_layer, n_head, n_inner, n_positions, layer_norm_epsilon)."""
+    from ..errors import ModelFormatError
+
     dim, heads = int(c["n_embd"]), int(c["n_head"])
     if c.get("activation_function", "gelu_new") not in ("gelu_new", "gelu_pytorch_tanh"):
-        from ..errors import ModelFormatError
-
         raise ModelFormatError(f"{name}/config.json: activation_function {c['activation_function']!r} is not "
                                "supported (supported: gelu_new, gelu_pytorch_tanh: GELU with the tanh approximation)")
+    if c.get("scale_attn_by_inverse_layer_idx") or c.get("scale_attn_weights") is False:
+        raise ModelFormatError(f"{name}/config.json: attention scaling other than 1/sqrt(head_dim) "
+                               "(scale_attn_by_inverse_layer_idx, scale_attn_weights) is not supported")
     return ModelConfig(
         name=name, family="gpt2", vocab_size=int(c["vocab_size"]), dim=dim, n_layers=int(c["n_layer"]),
         n_heads=heads, n_kv_heads=heads, hidden_dim=int(c.get("n_inner") or 4 * dim),

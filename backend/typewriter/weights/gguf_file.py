@@ -1,4 +1,4 @@
-"""Read a Llama-family GGUF file: its ModelConfig and its tensors, dequantized to float32.
+"""Read a GGUF file of any family in families/: its ModelConfig and its tensors, dequantized to float32.
 
 The file is memory-mapped (gguf_reader.py); a tensor is dequantized, by gguf-py, only when asked for.
 llama.cpp's converter stores the Q and K projections of `llama` models permuted for its interleaved

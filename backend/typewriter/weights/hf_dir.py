@@ -1,4 +1,4 @@
-"""Read a Hugging Face model directory of the Llama family: config.json and *.safetensors (memory-mapped)."""
+"""Read a Hugging Face model directory of any family in families/: config.json and *.safetensors (memory-mapped)."""
 
 from __future__ import annotations
 
