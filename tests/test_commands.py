@@ -230,3 +230,13 @@ def test_chat_ctrl_c_stops_an_answer_and_the_next_question_finds_the_one_slot_fr
     answers = stdout.getvalue().split("tutor> ")[1:]
     assert answers[0].startswith("\n[stopped]") and answers[1].startswith("Stopping")
     assert loads.engine.tokenizer.calls[1][0][1] == {"role": "assistant", "content": "Stop"}  # what was shown
+
+
+def test_models_lists_every_family_that_loads(capsys):
+    from typewriter.families import supported
+
+    assert cli.main(["models"]) == 0
+    out = capsys.readouterr().out
+    for family, gguf, hf in supported():
+        assert family in out and hf.split(",")[0] in out
+    assert "SentencePiece" in out and "typewriter export" in out

@@ -1,4 +1,4 @@
-"""The `typewriter` command: generate, chat, bench, loadtest, serve and export.
+"""The `typewriter` command: generate, chat, bench, loadtest, serve, export and models.
 
 Each subcommand is a module in commands/ with `add_arguments(parser)` and `run(args)`. Building the parser
 imports no TensorFlow (a command's `run` loads it), so `--help` and bad options answer at once.
@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from .commands import bench, chat, export, generate, loadtest, serve
+from .commands import bench, chat, export, generate, loadtest, models, serve
 from .config import ConfigError, xla_cache_dir
 from .errors import TypewriterError
 from .quiet_import import prepare_environment, release_stderr
@@ -22,6 +22,7 @@ COMMANDS = {
     "loadtest": (loadtest, "drive a running server's WebSocket with concurrent chats and measure it"),
     "serve": (serve, "start the WebSocket chat server"),
     "export": (export, "write the model as a TensorFlow SavedModel (prefill and decode-step signatures)"),
+    "models": (models, "list the model formats, families and tokenizers --model accepts"),
 }
 
 

@@ -26,7 +26,7 @@ from .tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
 from .weights.gguf_file import GGUFFile
 from .weights.load import open_source
-from .weights.saved_model import EXTRA, FORMAT, MANIFEST, TOKENIZER, VERSION
+from .weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
 
 PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chunk size
 
@@ -39,6 +39,9 @@ def export(model_path: str | Path | None, out: Path, max_context: int,
     progress(f"loading {path}")
     source, _ = open_source(path)
     cfg, weights = load_weights(source)
+    if cfg.family not in LLAMA_BLOCK:
+        raise ExportError(f"{path}: a {cfg.family} model cannot be exported yet (supported: the llama family); "
+                          "serve its GGUF file or Hugging Face directory instead")
     tokenizer = Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
     max_context = min(max_context, cfg.max_position)
     chunk = min(PREFILL_CHUNK, max_context)

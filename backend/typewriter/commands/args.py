@@ -39,7 +39,7 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False)
     context = setting_default("max_context")
     model_var, context_var = (f"; {ENV_PREFIX}MODEL_PATH", f"; {ENV_PREFIX}MAX_CONTEXT") if from_settings else ("", "")
     p.add_argument("--model", metavar="PATH", help="a GGUF file, a Hugging Face model directory or a SavedModel "
-                   "from `typewriter export` "
+                   "from `typewriter export`; `typewriter models` lists the families that load "
                    f"(default: the embedded SmolLM2-135M-Instruct{model_var})")
     p.add_argument("--max-context", type=int, default=None if from_settings else context, metavar="N",
                    help=f"tokens of KV cache per stream (default {context}{context_var})")
