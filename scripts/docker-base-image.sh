@@ -38,8 +38,10 @@ if ! command -v debootstrap >/dev/null; then
 fi
 
 # The Debian mirror this machine's apt uses (deb822 or one-line sources), so debootstrap goes where apt goes.
-mirror=$(grep -hs -m1 -E '^URIs:' /etc/apt/sources.list.d/*.sources | awk '{ print $2 }' || true)
-[[ -n $mirror ]] || mirror=$(awk '$1 == "deb" && $2 !~ /^\[/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '$1 == "URIs:" { print $2; exit }')
+if [[ -z $mirror ]]; then
+    mirror=$(awk '$1 == "deb" && $2 !~ /^\[/ { print $2; exit }' /etc/apt/sources.list 2>/dev/null || true)
+fi
 mirror=${mirror:-http://deb.debian.org/debian}
 
 root=$(mktemp -d /var/tmp/typewriter-base.XXXXXX)

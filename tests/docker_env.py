@@ -31,7 +31,7 @@ READY_TIMEOUT_S = 600.0
 def sh(args: Sequence[str], timeout: float = 120.0, env: Mapping[str, str] | None = None,
        check: bool = True) -> subprocess.CompletedProcess:
     """Run a command; its stdout and stderr are captured (text) and shown in full when `check` fails."""
-    done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=env)
+    done = subprocess.run(list(args), capture_output=True, text=True, timeout=timeout, env=env, check=False)
     if check and done.returncode != 0:
         raise AssertionError(f"{' '.join(args)} exited {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n"
                              f"--- stderr\n{done.stderr[-4000:]}")
@@ -43,9 +43,18 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def start_engine() -> bool:
+    """Make a Docker engine answer; True when this call started it (then `stop_engine()` it when done)."""
+    return last_line(sh([str(ENGINE_SCRIPT)], timeout=900).stdout).startswith("started")
+
+
+def stop_engine() -> None:
+    sh([str(ENGINE_SCRIPT), "stop"], timeout=120)
+
+
 def compose_command() -> list[str]:
     """Compose v2 (`docker compose`) where the plugin is there, else v1 (`docker-compose`, Debian's package)."""
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+    if subprocess.run(["docker", "compose", "version"], capture_output=True, check=False).returncode == 0:
         return ["docker", "compose"]
     return ["docker-compose"]
 

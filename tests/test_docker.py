@@ -15,8 +15,8 @@ import subprocess
 import time
 
 import pytest
-from docker_env import (BASE_IMAGE_SCRIPT, BUILD_TIMEOUT_S, ENGINE_SCRIPT, ROOT, ComposeProject, free_port,
-                        host_network_compose, http_status, image_size, inspect, last_line, sh, wait_ready)
+from docker_env import (BASE_IMAGE_SCRIPT, BUILD_TIMEOUT_S, ROOT, ComposeProject, free_port, host_network_compose,
+                        http_status, image_size, inspect, last_line, sh, start_engine, stop_engine, wait_ready)
 from websockets.sync.client import connect
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -30,10 +30,10 @@ MEASURED = ROOT / "artifacts" / "docker.json"
 @pytest.fixture(scope="session")
 def docker_engine():
     """A Docker engine that answers; stopped at the end only if this session started it."""
-    started = last_line(sh([str(ENGINE_SCRIPT)], timeout=900).stdout).startswith("started")
+    started = start_engine()
     yield
     if started:
-        sh([str(ENGINE_SCRIPT), "stop"], timeout=120)
+        stop_engine()
 
 
 @pytest.fixture(scope="module")
