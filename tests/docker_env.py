@@ -112,7 +112,8 @@ def host_network_compose(path: Path, serve_image: str, dev_image: str, jupyter_p
     for service in compose["services"].values():
         service.pop("ports", None)
         service["network_mode"] = "host"
-        service["build"]["network"] = "host"
+        if "build" in service:
+            service["build"]["network"] = "host"
     serve, dev = compose["services"]["typewriter"], compose["services"]["dev"]
     serve["image"], dev["image"] = serve_image, dev_image
     serve["restart"] = "no"
