@@ -107,3 +107,21 @@ def test_a_drain_lets_a_running_chat_finish_within_its_deadline_while_new_socket
     assert (closed.value.code, closed.value.reason) == (1012, "shutdown")
     assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "length")
     assert len([f for f in frames if f["type"] == "token"]) == 40
+
+
+def test_readyz_is_503_full_while_every_slot_and_the_queue_are_taken_so_a_balancer_looks_elsewhere():
+    engine = script_engine(["x"] * 400, step_s=0.01, slots=1, max_queue=0, max_context=1024)
+    with serving(engine, max_new_tokens_cap=500) as (client, _):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat("long", max_new_tokens=400))
+            assert receive(ws)["type"] == "start"
+            full = client.get("/readyz")
+            ws.send_json({"type": "stop", "id": "long"})
+            while receive(ws)["type"] != "end":
+                pass
+        wait_until(lambda: client.get("/readyz").status_code == 200, "ready again once the slot is free")
+        ready = client.get("/readyz").json()
+    assert full.status_code == 503
+    body = full.json()
+    assert body["status"] == "full" and body["load"] == {"active": 1, "queued": 0} and "overloaded" in body["detail"]
+    assert ready["status"] == "ready" and ready["load"] == {"active": 0, "queued": 0}

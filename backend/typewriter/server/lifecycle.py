@@ -113,10 +113,13 @@ class ServerState:
         return True, {"status": "ok"}
 
     def readiness(self) -> tuple[bool, dict]:
-        """The /readyz body: why it is not ready, or the model and the limits a client must respect."""
+        """The /readyz body: why it is not ready, or the model and the limits a client must respect. A server
+        whose slots and wait queue are all taken answers 503 "full": a balancer's health check (Kubernetes
+        readiness, an active check) then sends new chats to another replica until one frees."""
         if self.ready:
             s, engine = self.settings, self.engine
-            return True, {
+            stats = engine.stats()
+            body = {
                 "status": "ready",
                 "model": engine.model_name,
                 "tokenizer": self.tokenizer.name,
@@ -126,9 +129,14 @@ class ServerState:
                     "max_new_tokens_cap": s.max_new_tokens_cap, "max_messages": s.max_messages,
                     "max_message_bytes": s.max_message_bytes,
                 },
+                "load": {"active": stats.active, "queued": stats.queued},
                 # still compiling in the background: chats are served meanwhile, some more slowly
                 "programs": engine.compile_status(),
             }
+            if stats.active >= engine.max_active and stats.queued >= engine.max_queue:
+                return False, body | {"status": "full", "detail": "every slot is busy and the wait queue is full; "
+                                                                  "new chats get overloaded until one frees"}
+            return True, body
         if self.phase is Phase.READY:
             return False, {"status": "engine_stopped", "detail": "the engine thread has died; see the server log"}
         body = {"status": self.phase.value}
