@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import absl.logging
 import pytest
 from tiny_model import random_weights, tiny_config, write_gguf
 
 from typewriter.weights.load import embedded_model_path as find_embedded_model
+
+
+# absl's handler (TensorFlow installs it) writes to the sys.stderr of the moment it is made, and closes that stream
+# when logging.config.dictConfig (every uvicorn.Config) clears the handlers, unless it is one of the process's own.
+# Under pytest's capture it would be the capture's buffer: closing that ended the whole run ("lost sys.stderr").
+absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 
 @pytest.fixture(scope="session")
