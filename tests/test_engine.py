@@ -15,7 +15,9 @@ import threading
 import pytest
 from helpers import Recorder, wait_until
 from scripted import letter_runner, letters
-from tiny_model import IM_END, VOCAB_SIZE, byte_token, prefill_all, random_weights, tiny_config, write_gguf, write_hf_dir
+from tiny_model import (
+    IM_END, VOCAB_SIZE, byte_token, greedy_loop, random_weights, tiny_config, write_gguf, write_hf_dir,
+)
 
 from typewriter import runtime
 from typewriter.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
@@ -575,16 +577,6 @@ def tiny_engine(tiny_gguf):
     engine.shutdown()
 
 
-def _greedy_loop(model, prompt, n, eos_ids):
-    """Argmax of a full prefill of everything so far, one token at a time: no cache involved."""
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(prefill_all(model, ids)[-1].argmax()))
-        if ids[-1] in eos_ids:
-            break
-    return ids[len(prompt) :]
-
-
 def test_tiny_model_answers_concurrently_exactly_as_a_cacheless_greedy_loop(tiny_engine, tiny_gguf):
     engine, tokenizer = tiny_engine
     cfg, weights = load_weights(tiny_gguf)
@@ -598,7 +590,7 @@ def test_tiny_model_answers_concurrently_exactly_as_a_cacheless_greedy_loop(tiny
     for name, ids in prompts.items():
         finished = recs[name].wait()
         assert finished.reason in (FinishReason.LENGTH, FinishReason.EOS)
-        expected = _greedy_loop(model, ids, 12, tokenizer.eos_token_ids)
+        expected = greedy_loop(model, ids, 12, tokenizer.eos_token_ids)
         assert [t.token_id for t in recs[name].tokens] == expected, name
     assert engine.runner.tracing_counts().get("decode/2x64") == 1  # the two answers shared decode steps
 

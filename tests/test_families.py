@@ -12,7 +12,7 @@ from helpers import Recorder
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 from tiny_model import (
-    SPM_VOCAB_SIZE, TOLERANCE, gpt2_config, gpt2_reference_logits, prefill_all, random_gpt2_weights,
+    SPM_VOCAB_SIZE, TOLERANCE, gpt2_config, gpt2_reference_logits, greedy_loop, prefill_all, random_gpt2_weights,
     random_weights, tiny_config, write_gguf, write_gpt2_gguf, write_gpt2_hf_dir, write_hf_dir, write_phi3_gguf,
     write_phi3_hf_dir,
 )
@@ -26,15 +26,6 @@ from typewriter.weights import load_weights
 
 COMPILE_WAIT_S = 120  # the first answer compiles its programs (compile="lazy")
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0, repetition_penalty=1.0)
-
-
-def greedy_loop(model, prompt, n, eos_ids):
-    ids = list(prompt)
-    for _ in range(n):
-        ids.append(int(prefill_all(model, ids)[-1].argmax()))
-        if ids[-1] in eos_ids:
-            break
-    return ids[len(prompt) :]
 
 
 def answer(path, messages):

@@ -72,6 +72,16 @@ def prefill_all(model, tokens, slot=0) -> np.ndarray:
     return model.prefill(ids, tf.constant(len(tokens)), tf.constant(slot), all_logits=True).numpy()[0]
 
 
+def greedy_loop(model, prompt, n: int, eos_ids) -> list[int]:
+    """Argmax of a full prefill of everything so far, one token at a time: the answer with no cache involved."""
+    ids = list(prompt)
+    for _ in range(n):
+        ids.append(int(prefill_all(model, ids)[-1].argmax()))
+        if ids[-1] in eos_ids:
+            break
+    return ids[len(prompt) :]
+
+
 def tiny_config(**changes) -> ModelConfig:
     fields = dict(
         name="tiny", vocab_size=VOCAB_SIZE, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, hidden_dim=128,
