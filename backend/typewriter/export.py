@@ -22,10 +22,8 @@ from pathlib import Path
 from . import __version__
 from .errors import ExportError
 from .quiet_import import import_tensorflow
-from .tokenizer import Tokenizer
-from .weights import load_weights, resolve_model_path
-from .weights.gguf_file import GGUFFile
-from .weights.load import open_source
+from .runtime import read_model
+from .weights import resolve_model_path
 from .weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
 
 PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chunk size
@@ -37,12 +35,10 @@ def export(model_path: str | Path | None, out: Path, max_context: int,
         raise ExportError(f"{out}: already exists and is not an empty folder; choose another --out or remove it")
     path = resolve_model_path(model_path)
     progress(f"loading {path}")
-    source, _ = open_source(path)
-    cfg, weights = load_weights(source)
+    cfg, weights, tokenizer = read_model(path)
     if cfg.family not in LLAMA_BLOCK:
         raise ExportError(f"{path}: a {cfg.family} model cannot be exported yet (supported: the llama family); "
                           "serve its GGUF file or Hugging Face directory instead")
-    tokenizer = Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
     max_context = min(max_context, cfg.max_position)
     chunk = min(PREFILL_CHUNK, max_context)
     tf = import_tensorflow()

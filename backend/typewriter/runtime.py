@@ -39,6 +39,15 @@ def batch_buckets(slots: int) -> tuple[int, ...]:
     return tuple(sorted({b for b in (1, 2, 4, *range(8, slots + 1, 4)) if b < slots} | {slots}))
 
 
+def read_model(path: Path, weight_progress=None) -> tuple[ModelConfig, dict, Tokenizer]:
+    """The config, canonical weights and tokenizer of a resolved model path; a GGUF file is parsed once, for the
+    weights and the tokenizer."""
+    source, _ = open_source(path)
+    cfg, weights = load_weights(source, weight_progress)
+    tokenizer = Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
+    return cfg, weights, tokenizer
+
+
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
     """Buckets trade compile time (each is one XLA program, a few seconds here) against padding waste: prompt
     chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
@@ -87,9 +96,7 @@ def load(
         if done == total or done % max(1, total // 10) == 0:
             progress(f"weights {done}/{total}")
 
-    source, _ = open_source(path)  # a GGUF file is parsed once, for the weights and the tokenizer
-    cfg, weights = load_weights(source, weight_progress)
-    tokenizer = Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
+    cfg, weights, tokenizer = read_model(path, weight_progress)
     runner = build_runner(cfg, weights, slots, max_context)
     del weights
     load_s = time.perf_counter() - t0
