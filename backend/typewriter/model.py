@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from .model_config import ModelConfig
+from .quantized import columns, dense, matrix
 
 
 # A decode step reads every slot's cache in place (no copy, but idle slots too) once its rows are at least this
@@ -108,11 +109,13 @@ class Transformer(tf.Module):
         return super().__new__(cls)
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
-                 max_chunk: int = 1, kv_buckets=None):
+                 max_chunk: int = 1, kv_buckets=None, weight_format: str = "fp32"):
         """`max_chunk`: the longest padded prefill chunk that `extend` will be given (its positions may run that
-        far past max_len); `kv_buckets`: the attention lengths that calls will ask for (the cache's segments)."""
+        far past max_len); `kv_buckets`: the attention lengths that calls will ask for (the cache's segments);
+        `weight_format`: how the matrices are held (quantized.FORMATS; norms and biases stay float32)."""
         super().__init__(name="transformer")
         self.cfg = cfg
+        self.weight_format = weight_format
         self.max_chunk = max(1, max_chunk)
         self.cache = KVCache(cfg, slots, max_len, kv_buckets)
 
@@ -121,7 +124,10 @@ class Transformer(tf.Module):
 
         # Stored [d, v]: XLA's CPU matmul is up to 2x slower with a transposed operand once b > 1. Tied, it is
         # the embedding table too (its columns), so the largest matrix is held once.
-        self.output = var(weights["tok_embeddings" if cfg.tie_embeddings else "output"].T, "output")  # [d, v]
+        def mat(x, name):
+            return matrix(x, name, weight_format)
+
+        self.output = mat(weights["tok_embeddings" if cfg.tie_embeddings else "output"].T, "output")  # [d, v]
         self.tok_embeddings = None if cfg.tie_embeddings else var(weights["tok_embeddings"], "tok_embeddings")
         self.norm = var(weights["norm"], "norm")
         self.layers = []
@@ -131,11 +137,11 @@ class Transformer(tf.Module):
                 "attention_norm": var(w["attention_norm"], f"l{i}_attention_norm"),
                 "ffn_norm": var(w["ffn_norm"], f"l{i}_ffn_norm"),
                 # one matmul for q, k and v: [d, (h + 2k) * e]
-                "wqkv": var(np.concatenate([w["wq"], w["wk"], w["wv"]]).T, f"l{i}_wqkv"),
-                "wo": var(w["wo"].T, f"l{i}_wo"),  # [h * e, d]
+                "wqkv": mat(np.concatenate([w["wq"], w["wk"], w["wv"]]).T, f"l{i}_wqkv"),
+                "wo": mat(w["wo"].T, f"l{i}_wo"),  # [h * e, d]
                 # one matmul for gate and up: [d, 2 * hidden]
-                "w_gate_up": var(np.concatenate([w["w_gate"], w["w_up"]]).T, f"l{i}_w_gate_up"),
-                "w_down": var(w["w_down"].T, f"l{i}_w_down"),  # [hidden, d]
+                "w_gate_up": mat(np.concatenate([w["w_gate"], w["w_up"]]).T, f"l{i}_w_gate_up"),
+                "w_down": mat(w["w_down"].T, f"l{i}_w_down"),  # [hidden, d]
             }
             if cfg.qkv_bias:
                 layer["bqkv"] = var(np.concatenate([w["bq"], w["bk"], w["bv"]]), f"l{i}_bqkv")
@@ -152,8 +158,8 @@ class Transformer(tf.Module):
         """tokens [...] -> [..., d]; `positions` (of tokens' shape) serve families with learned positions."""
         if self.tok_embeddings is not None:
             return tf.gather(self.tok_embeddings, tokens)
-        columns = tf.gather(self.output, tokens, axis=1)  # [d, ...]
-        return tf.transpose(columns, [*range(1, columns.shape.rank), 0])
+        table = columns(self.output, tokens)  # [d, ...]
+        return tf.transpose(table, [*range(1, table.shape.rank), 0])
 
     def _rms_norm(self, x: tf.Tensor, weight: tf.Variable) -> tf.Tensor:
         return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + self.cfg.norm_eps) * weight
@@ -168,7 +174,7 @@ class Transformer(tf.Module):
     def _qkv(self, layer: dict, x: tf.Tensor, positions: tf.Tensor):
         cfg = self.cfg
         b, t = tf.shape(x)[0], tf.shape(x)[1]
-        qkv = tf.matmul(self._rms_norm(x, layer["attention_norm"]), layer["wqkv"])  # [b, t, (h + 2k) * e]
+        qkv = dense(self._rms_norm(x, layer["attention_norm"]), layer["wqkv"])  # [b, t, (h + 2k) * e]
         if "bqkv" in layer:
             qkv += layer["bqkv"]
         q, k, v = tf.split(qkv, [cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim,
@@ -194,14 +200,14 @@ class Transformer(tf.Module):
         return tf.reshape(out, [b, t, cfg.n_heads * cfg.head_dim])
 
     def _attention_output(self, layer: dict, attended: tf.Tensor) -> tf.Tensor:
-        return tf.matmul(attended, layer["wo"])  # [b, t, d]
+        return dense(attended, layer["wo"])  # [b, t, d]
 
     def _mlp(self, layer: dict, x: tf.Tensor) -> tf.Tensor:
-        gate, up = tf.split(tf.matmul(self._rms_norm(x, layer["ffn_norm"]), layer["w_gate_up"]), 2, axis=-1)
-        return tf.matmul(tf.nn.silu(gate) * up, layer["w_down"])
+        gate, up = tf.split(dense(self._rms_norm(x, layer["ffn_norm"]), layer["w_gate_up"]), 2, axis=-1)
+        return dense(tf.nn.silu(gate) * up, layer["w_down"])
 
     def _logits(self, x: tf.Tensor) -> tf.Tensor:
-        return tf.matmul(self._rms_norm(x, self.norm), self.output)  # [..., v]
+        return dense(self._rms_norm(x, self.norm), self.output)  # [..., v]
 
     # ---- entry points (compiled by runner.py) ----
 

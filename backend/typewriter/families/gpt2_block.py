@@ -13,20 +13,22 @@ import tensorflow as tf
 
 from ..model import KVCache, Transformer
 from ..model_config import ModelConfig
+from ..quantized import dense, matrix
 
 
 class GPT2Transformer(Transformer):
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
-                 max_chunk: int = 1, kv_buckets=None):
+                 max_chunk: int = 1, kv_buckets=None, weight_format: str = "fp32"):
         tf.Module.__init__(self, name="transformer")
         self.cfg = cfg
+        self.weight_format = weight_format
         self.max_chunk = max(1, max_chunk)
         self.cache = KVCache(cfg, slots, max_len, kv_buckets)
 
         def var(x, name):
             return tf.Variable(np.ascontiguousarray(x, dtype=np.float32), trainable=False, name=name)
 
-        self.output = var(weights["tok_embeddings"].T, "output")  # [d, v], the embedding table too (tied)
+        self.output = matrix(weights["tok_embeddings"].T, "output", weight_format)  # [d, v], the embedding table too (tied)
         self.tok_embeddings = None
         self.pos_embeddings = var(weights["pos_embeddings"], "pos_embeddings")  # [max_position, d]
         self.norm, self.norm_bias = var(weights["norm"], "norm"), var(weights["norm_bias"], "norm_bias")
@@ -34,7 +36,8 @@ class GPT2Transformer(Transformer):
         for i in range(cfg.n_layers):
             w = {k.split(".", 2)[2]: a for k, a in weights.items() if k.startswith(f"layers.{i}.")}
             transposed = {"wqkv", "wo", "w_up", "w_down"}  # held [in, out] for x @ w
-            self.layers.append({k: var(a.T if k in transposed else a, f"l{i}_{k}") for k, a in w.items()})
+            self.layers.append({k: matrix(a.T, f"l{i}_{k}", weight_format) if k in transposed else var(a, f"l{i}_{k}")
+                                for k, a in w.items()})
 
     def _embed(self, tokens: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
         # A padding position may lie past the table (a chunk's tail, a padding row at max_len): its result is
@@ -50,17 +53,17 @@ class GPT2Transformer(Transformer):
         cfg = self.cfg
         b, t = tf.shape(x)[0], tf.shape(x)[1]
         h = self._layer_norm(x, layer["attention_norm"], layer["attention_norm_bias"])
-        qkv = tf.matmul(h, layer["wqkv"]) + layer["bqkv"]  # [b, t, 3 * h * e]
+        qkv = dense(h, layer["wqkv"]) + layer["bqkv"]  # [b, t, 3 * h * e]
         q, k, v = (tf.reshape(part, [b, t, cfg.n_heads, cfg.head_dim]) for part in tf.split(qkv, 3, axis=-1))
         return q, k, v  # each [b, t, h, e]
 
     def _attention_output(self, layer: dict, attended: tf.Tensor) -> tf.Tensor:
-        return tf.matmul(attended, layer["wo"]) + layer["bo"]
+        return dense(attended, layer["wo"]) + layer["bo"]
 
     def _mlp(self, layer: dict, x: tf.Tensor) -> tf.Tensor:
         h = self._layer_norm(x, layer["ffn_norm"], layer["ffn_norm_bias"])
-        h = tf.nn.gelu(tf.matmul(h, layer["w_up"]) + layer["b_up"], approximate=True)  # [b, t, hidden]
-        return tf.matmul(h, layer["w_down"]) + layer["b_down"]
+        h = tf.nn.gelu(dense(h, layer["w_up"]) + layer["b_up"], approximate=True)  # [b, t, hidden]
+        return dense(h, layer["w_down"]) + layer["b_down"]
 
     def _logits(self, x: tf.Tensor) -> tf.Tensor:
-        return tf.matmul(self._layer_norm(x, self.norm, self.norm_bias), self.output)  # [..., v]
+        return dense(self._layer_norm(x, self.norm, self.norm_bias), self.output)  # [..., v]
