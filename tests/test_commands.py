@@ -147,6 +147,10 @@ def test_serve_reads_its_options_into_settings_and_refuses_a_bad_one_by_name(mon
     settings = settings_from_args(parse("serve", "--model", "m.gguf", "--max-queue", "5"))
     assert (settings.model_path, settings.max_queue, settings.max_active) == ("m.gguf", 5, 3)
     assert settings.max_context == Settings().max_context
+    assert settings.weights == Settings().weights
+    monkeypatch.setenv("TYPEWRITER_WEIGHTS", "int8")
+    assert settings_from_args(parse("serve")).weights == "int8"
+    assert settings_from_args(parse("serve", "--weights", "fp32")).weights == "fp32"  # the flag wins
     code, _, err = typewriter(capsys, "serve", "--port", "70000")
     assert code == 2 and err.startswith("typewriter: error: TYPEWRITER_PORT: must be at most 65535")
 
@@ -162,7 +166,8 @@ def test_generate_json_streams_tokens_then_the_end_on_a_single_slot_that_never_q
     (call,) = loads.calls
     assert call | {"progress": None} == {"model_path": "m.gguf", "slots": 1, "max_context": Settings().max_context,
                                          "max_queue": 0, "prefill_budget": Settings().prefill_budget, "progress": None,
-                                         "compile": "lazy"}  # the CLI compiles only what its request needs
+                                         "compile": "lazy", "weight_format": Settings().weights}
+    # the CLI compiles only what its request needs
     assert [t["text"] for t in lines[:-1]] == ["Hello", ",", " world", "!", ""]  # the eos token has no text
     assert [t["index"] for t in lines[:-1]] == [0, 1, 2, 3, 4]
     assert lines[-1]["type"] == "end" and lines[-1]["reason"] == "eos"
@@ -240,3 +245,13 @@ def test_models_lists_every_family_that_loads(capsys):
     for family, gguf, hf in supported():
         assert family in out and hf.split(",")[0] in out
     assert "SentencePiece" in out and "typewriter export" in out
+
+
+def test_generate_passes_the_weight_format_it_was_given_and_refuses_an_unknown_one(loads, capsys):
+    loads.engine = script_engine(slots=1, max_queue=0)
+    code, _, _ = typewriter(capsys, "generate", "--weights", "int8", "--model", "m.gguf", "why?")
+    assert code == 0
+    assert loads.calls[0]["weight_format"] == "int8"
+    code, _, err = typewriter(capsys, "generate", "--weights", "q4", "why?")
+    assert code == 2
+    assert "invalid choice: 'q4'" in err

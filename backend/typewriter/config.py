@@ -23,6 +23,7 @@ XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFl
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
+WEIGHT_FORMATS = ("fp32", "int8")  # see Settings.weights and quantized.py
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
@@ -38,6 +39,10 @@ class Settings:
     # None is off, 0 picks a free port. It listens on `host` too.
     grpc_port: int | None = None
     model_path: str | None = None  # None: the embedded model
+    # How the model's matrices are held and multiplied (WEIGHT_FORMATS; README, "Weight formats"). fp32 is the
+    # file's weights exactly; int8 (quantized.py) holds a quarter of the bytes and decodes 2-8 rows 1.5-1.8x faster,
+    # but one row 1.2x slower, long prefill chunks 1.2x slower, and its KL from fp32 is 1.65x llama.cpp's.
+    weights: str = "fp32"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
     max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s
     max_queue: int = 32
@@ -128,6 +133,8 @@ class Settings:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{_env(name)}: must be greater than 0 (or none), got {value}")
+        if self.weights not in WEIGHT_FORMATS:
+            raise ConfigError(f"{_env('weights')}: must be one of {', '.join(WEIGHT_FORMATS)}, got {self.weights!r}")
         if self.client_system_prompt not in CLIENT_SYSTEM_PROMPT:
             raise ConfigError(f"{_env('client_system_prompt')}: must be one of {', '.join(CLIENT_SYSTEM_PROMPT)}, got "
                               f"{self.client_system_prompt!r}")

@@ -48,8 +48,8 @@ def read_model(path: Path, weight_progress=None) -> tuple[ModelConfig, dict, Tok
     return cfg, weights, tokenizer
 
 
-def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
-    """Buckets trade compile time (each is one XLA program, a few seconds here) against padding waste: prompt
+def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight_format: str | None = None):
+    """`weight_format`: quantized.FORMATS, None for Settings' default. Buckets trade compile time (each is one XLA program, a few seconds here) against padding waste: prompt
     chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
     batch_buckets(slots) rows."""
     from .quiet_import import import_tensorflow
@@ -58,10 +58,13 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int):
     from .model import Transformer
     from .runner import ModelRunner, power_of_two_buckets
 
+    from .config import Settings
+
     max_context = min(max_context, cfg.max_position)
     chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
     model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1],
-                        kv_buckets=power_of_two_buckets(min(256, max_context), max_context))
+                        kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
+                        weight_format=weight_format or Settings.weights)
     return ModelRunner(model, chunk_buckets=chunks, batch_buckets=batch_buckets(slots))
 
 
@@ -70,7 +73,8 @@ def load_engine(settings, progress: Progress = lambda _: None) -> tuple[Engine, 
     ready once its first programs are compiled (the others follow in the background)."""
     engine, tokenizer, _ = load(settings.model_path, slots=settings.max_active, max_context=settings.max_context,
                                 max_queue=settings.max_queue, prefill_budget=settings.prefill_budget,
-                                progress=progress, compile="start", queue_timeout_s=settings.queue_timeout_s)
+                                progress=progress, compile="start", queue_timeout_s=settings.queue_timeout_s,
+                                weight_format=settings.weights)
     return engine, tokenizer
 
 
@@ -84,9 +88,11 @@ def load(
     progress: Progress = lambda _: None,
     compile: Compile = "all",
     queue_timeout_s: float | None = None,
+    weight_format: str | None = None,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
     """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
-    `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding. No
+    `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding, matrices in
+    `weight_format` (None: Settings'). No other
     defaults: the server's come from Settings, and each command says why its own fit."""
     t0 = time.perf_counter()
     path = resolve_model_path(model_path)
@@ -97,7 +103,7 @@ def load(
             progress(f"weights {done}/{total}")
 
     cfg, weights, tokenizer = read_model(path, weight_progress)
-    runner = build_runner(cfg, weights, slots, max_context)
+    runner = build_runner(cfg, weights, slots, max_context, weight_format)
     del weights
     load_s = time.perf_counter() - t0
     progress(f"loaded {cfg.name} in {load_s:.1f}s")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import ENV_PREFIX, Settings
+from ..config import ENV_PREFIX, WEIGHT_FORMATS, Settings
 from ..request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
 
 # The SamplingParams fields that are options; each option's dest is the field's name.
@@ -33,16 +33,21 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False) -> None:
-    """--model and --max-context. With `from_settings` both stay None when not given, so Settings fills them
-    from TYPEWRITER_* variables or its own defaults."""
-    context = setting_default("max_context")
-    model_var, context_var = (f"; {ENV_PREFIX}MODEL_PATH", f"; {ENV_PREFIX}MAX_CONTEXT") if from_settings else ("", "")
+def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False, weights: bool = True) -> None:
+    """--model, --max-context and --weights. With `from_settings` they stay None when not given, so Settings
+    fills them from TYPEWRITER_* variables or its own defaults. `weights` False leaves --weights out."""
+    context, default_weights = setting_default("max_context"), setting_default("weights")
+    model_var, context_var, weights_var = ((f"; {ENV_PREFIX}MODEL_PATH", f"; {ENV_PREFIX}MAX_CONTEXT",
+                                            f"; {ENV_PREFIX}WEIGHTS") if from_settings else ("", "", ""))
     p.add_argument("--model", metavar="PATH", help="a GGUF file, a Hugging Face model directory or a SavedModel "
                    "from `typewriter export`; `typewriter models` lists the families that load "
                    f"(default: the embedded SmolLM2-135M-Instruct{model_var})")
     p.add_argument("--max-context", type=int, default=None if from_settings else context, metavar="N",
                    help=f"tokens of KV cache per stream (default {context}{context_var})")
+    if weights:
+        p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None if from_settings else default_weights,
+                       help=f"how the matrices are held: int8 is faster and smaller, fp32 exactly the file's "
+                       f"(default {default_weights}{weights_var})")
 
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:

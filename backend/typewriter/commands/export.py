@@ -13,7 +13,7 @@ from .args import add_model_arguments
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR",
                         help="a new (or empty) folder for the SavedModel")
-    add_model_arguments(parser)
+    add_model_arguments(parser, weights=False)  # a SavedModel holds the file's weights; --weights applies on load
 
 
 def run(args: argparse.Namespace) -> int:

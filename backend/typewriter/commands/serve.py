@@ -29,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     """Raises ConfigError, naming the variable or option, for a value Settings refuses."""
     return Settings.from_env(host=args.host, port=args.port, grpc_port=args.grpc_port, model_path=args.model, max_active=args.max_active,
-                             max_queue=args.max_queue, max_context=args.max_context, log_level=args.log_level)
+                             max_queue=args.max_queue, max_context=args.max_context, weights=args.weights,
+                             log_level=args.log_level)
 
 
 def run(args: argparse.Namespace) -> int:
