@@ -1,11 +1,12 @@
 """What one compiled call costs: a prefill chunk by size and start, a decode step by batch and position, and a
 cache copy. The numbers behind the prefill budget and the limits the README names.
 
-    .venv/bin/python bench/steps.py           # 8 slots, 2,048 positions (the server's defaults)
+    .venv/bin/python bench/steps.py [--weights fp32|int8]   # 8 slots, 2,048 positions (the server's defaults)
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 
@@ -21,6 +22,9 @@ def median_ms(call, repeats: int = 9) -> float:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--weights", help="weight format (default: the server's)")
+    args = parser.parse_args()
     from typewriter.quiet_import import prepare_environment
 
     prepare_environment(None)
@@ -29,16 +33,16 @@ def main() -> None:
     from typewriter.weights.load import embedded_model_path
 
     cfg, weights = load_weights(embedded_model_path())
-    runner = build_runner(cfg, weights, slots=8, max_context=2048)
+    runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
     ids = list(range(100, 400))
     for chunk in runner.chunk_buckets:
         for start in (0, 1400):
             ms = median_ms(lambda: runner.extend(1, start, ids[:chunk]))
-            print(json.dumps({"call": "prefill chunk", "tokens": chunk, "start": start, "ms": ms}), flush=True)
-    for rows in (1, 4, 8):
+            print(json.dumps({"weights": runner.model.weight_format, "call": "prefill chunk", "tokens": chunk, "start": start, "ms": ms}), flush=True)
+    for rows in (1, 2, 4, 8):
         for position in (100, 1500):
             ms = median_ms(lambda: runner.decode(list(range(rows)), [5] * rows, [position] * rows))
-            print(json.dumps({"call": "decode", "rows": rows, "position": position, "ms": ms}), flush=True)
+            print(json.dumps({"weights": runner.model.weight_format, "call": "decode", "rows": rows, "position": position, "ms": ms}), flush=True)
     print(json.dumps({"call": "cache copy", "ms": median_ms(lambda: runner.copy_slot(0, 1))}), flush=True)
 
 

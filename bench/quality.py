@@ -1,0 +1,99 @@
+"""What a weight format costs in quality: the next-token distributions of each format against fp32, on a text
+that nothing was tuned on (bench/data/heldout.txt), with llama.cpp on the same GGUF file as the reference point.
+
+The embedded file is Q4_1, so our fp32 holds exactly its dequantized weights: what llama.cpp loses against it is
+its 8-bit activations and its own arithmetic, what our int8 loses is requantizing the weights to 8 bits a column
+and quantizing activations to 8 bits a row. Reported per format, over every position of the text:
+KL(fp32 || format) mean and p99 (nats), top-1 agreement with fp32, and perplexity on the text.
+
+    .venv/bin/python bench/quality.py [--formats fp32,int8] [--no-peer] [--json artifacts/quality.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CHUNK = 256
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)
+    z -= z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def our_logits(cfg, weights, ids: list[int], fmt: str) -> np.ndarray:
+    """Logits at every position of `ids` [n, v] from our model in weight format `fmt`, prefilled in chunks."""
+    import tensorflow as tf
+
+    from typewriter.model import Transformer
+
+    max_len = -(-len(ids) // CHUNK) * CHUNK
+    model = Transformer(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK, weight_format=fmt)
+    extend = tf.function(lambda tokens, start, length: model.extend(tokens, start, length, tf.constant(0), max_len,
+                                                                    all_logits=True), jit_compile=True)
+    out = []
+    for start in range(0, len(ids), CHUNK):
+        chunk = ids[start:start + CHUNK]
+        padded = tf.constant([chunk + [0] * (CHUNK - len(chunk))], tf.int32)
+        out.append(extend(padded, tf.constant(start), tf.constant(len(chunk))).numpy()[0, :len(chunk)])
+    return np.concatenate(out)
+
+
+def llama_logits(path: str, ids: list[int]) -> np.ndarray:
+    from llama_cpp_peer import open_model
+
+    llm = open_model(path, n_ctx=len(ids) + 8, logits_all=True)
+    llm.eval(ids)
+    return np.array(llm.scores[:len(ids)], dtype=np.float32)
+
+
+def compare(reference: np.ndarray, logits: np.ndarray, ids: list[int]) -> dict:
+    """reference, logits [n, v] at positions 0..n-1; position i predicts ids[i + 1]."""
+    p, q = log_softmax(reference[:-1]), log_softmax(logits[:-1])
+    kl = (np.exp(p) * (p - q)).sum(axis=-1)
+    nll = -q[np.arange(len(ids) - 1), ids[1:]]
+    return {"kl_mean": round(float(kl.mean()), 5), "kl_p99": round(float(np.percentile(kl, 99)), 5),
+            "top1_agree": round(float((p.argmax(-1) == q.argmax(-1)).mean()), 4),
+            "perplexity": round(float(np.exp(nll.mean())), 3), "positions": len(ids) - 1}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--formats", default="fp32,int8")
+    parser.add_argument("--no-peer", action="store_true", help="leave llama.cpp out")
+    parser.add_argument("--text", default=str(HERE / "data" / "heldout.txt"))
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    from typewriter.quiet_import import prepare_environment
+
+    prepare_environment(None)
+    from typewriter.runtime import read_model
+    from typewriter.weights.load import embedded_model_path
+
+    path = embedded_model_path()
+    cfg, weights, tokenizer = read_model(path)
+    ids = tokenizer.encode(Path(args.text).read_text())
+    reference = our_logits(cfg, weights, ids, "fp32")
+    rows = {}
+    for fmt in args.formats.split(","):
+        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt)
+        rows[f"typewriter {fmt}"] = compare(reference, logits, ids)
+        print(json.dumps({"model": f"typewriter {fmt}", **rows[f"typewriter {fmt}"]}), flush=True)
+    if not args.no_peer:
+        rows["llama.cpp Q4_1"] = compare(reference, llama_logits(str(path), ids), ids)
+        print(json.dumps({"model": "llama.cpp Q4_1", **rows["llama.cpp Q4_1"]}), flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"text": args.text, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
