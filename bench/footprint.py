@@ -1,6 +1,6 @@
 """What the server's memory is made of, at its defaults (8 slots, 2,048 tokens of context each).
 
-    .venv/bin/python bench/footprint.py [--programs 4]
+    .venv/bin/python bench/footprint.py [--programs 4] [--weights fp32|int8]
 
 Loads the embedded model as `typewriter serve` does, in steps, printing the process's resident memory after
 each (after handing freed heap back with malloc_trim, so it is what stays): Python and TensorFlow imported, the
@@ -30,6 +30,7 @@ def rss_mb() -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--programs", type=int, default=4, help="programs to compile (default %(default)s)")
+    parser.add_argument("--weights", help="weight format (default: the server's)")
     args = parser.parse_args()
     from typewriter.quiet_import import import_tensorflow, prepare_environment
 
@@ -48,7 +49,7 @@ def main() -> int:
     tokenizer = Tokenizer.from_gguf(path, source.fields)
     rows.append(("weights read (float32 numpy) and the tokenizer", rss_mb(),
                  f"{sum(w.nbytes for w in weights.values()) / 2**20:.0f} MiB of arrays"))
-    runner = build_runner(cfg, weights, slots=8, max_context=2048)
+    runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
     cache = {id(v): v for layer in runner.model.cache.k + runner.model.cache.v for v in layer}
     everything = runner.model.variables
 
@@ -56,7 +57,8 @@ def main() -> int:
         return sum(int(tf.size(v)) * v.dtype.size for v in variables) / 2**20
 
     cache_mb, weight_mb = mib(cache.values()), mib(v for v in everything if id(v) not in cache)
-    rows.append(("TensorFlow variables made", rss_mb(), f"weights {weight_mb:.0f} MiB + K/V cache {cache_mb:.0f} MiB"))
+    rows.append(("TensorFlow variables made", rss_mb(),
+                 f"weights ({runner.model.weight_format}) {weight_mb:.0f} MiB + K/V cache {cache_mb:.0f} MiB"))
     del weights, source
     rows.append(("numpy weights dropped", rss_mb(), ""))
     for key in runner.programs()[: args.programs]:

@@ -1,0 +1,77 @@
+"""One student alone: idle time to first token for the tutoring prompt and decode tokens/s, for each of our
+weight formats (`typewriter bench --streams 1`, a process each) and for llama.cpp through llama-cpp-python on the
+same GGUF file, in this process's main thread (from another Python thread it decoded about 3x slower here), with
+2 threads. Ratios are taken within the run.
+
+    .venv/bin/python bench/single_stream.py [--formats fp32,int8] [--tokens 128] [--json artifacts/single.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def ours(fmt: str, tokens: int) -> dict:
+    done = subprocess.run([sys.executable, "-m", "typewriter", "bench", "--json", "--streams", "1", "--tokens",
+                           str(tokens), "--weights", fmt], stdout=subprocess.PIPE, text=True, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"ttft_ms": result["ttft_ms"], "tokens_per_s": result["single_tokens_per_s"],
+            "prompt_tokens": result["prompt_tokens"]}
+
+
+def llama(path: str, prompt: list[int], tokens: int) -> dict:
+    from llama_cpp_peer import open_model
+
+    llm = open_model(path, n_ctx=len(prompt) + tokens + 8)
+    ttfts = []
+    for _ in range(6):  # the first is a warm-up
+        llm.reset()
+        start = time.perf_counter()
+        next(iter(llm.generate(prompt, top_k=1, temp=0.0, reset=True)))
+        ttfts.append((time.perf_counter() - start) * 1000)
+    llm.reset()
+    stream = llm.generate(prompt, top_k=1, temp=0.0, reset=True)
+    next(stream)
+    start = time.perf_counter()
+    for _ in range(tokens - 1):
+        next(stream)
+    return {"ttft_ms": round(statistics.median(ttfts[1:]), 1),
+            "tokens_per_s": round((tokens - 1) / (time.perf_counter() - start), 2), "prompt_tokens": len(prompt)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--formats", default="fp32,int8")
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--json", help="also write the report here")
+    args = parser.parse_args()
+    sys.path.insert(0, str(HERE))
+    from typewriter.commands.bench import TUTOR_QUESTION
+    from typewriter.tokenizer import Tokenizer
+    from typewriter.weights.load import embedded_model_path
+
+    path = embedded_model_path()
+    prompt = Tokenizer.from_gguf(path).encode_chat([{"role": "user", "content": TUTOR_QUESTION}])
+    rows = {"llama.cpp (llama-cpp-python)": llama(str(path), prompt, args.tokens)}
+    for fmt in args.formats.split(","):
+        rows[f"typewriter {fmt}"] = ours(fmt, args.tokens)
+    peer = rows["llama.cpp (llama-cpp-python)"]
+    for name, row in rows.items():
+        row |= {"tokens_per_s_ratio": round(row["tokens_per_s"] / peer["tokens_per_s"], 2),
+                "ttft_ratio": round(row["ttft_ms"] / peer["ttft_ms"], 2)}
+        print(json.dumps({"engine": name, **row}), flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
