@@ -35,14 +35,17 @@ def main() -> None:
     cfg, weights = load_weights(embedded_model_path())
     runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
     ids = list(range(100, 400))
+    fmt = runner.model.weight_format
     for chunk in runner.chunk_buckets:
         for start in (0, 1400):
             ms = median_ms(lambda: runner.extend(1, start, ids[:chunk]))
-            print(json.dumps({"weights": runner.model.weight_format, "call": "prefill chunk", "tokens": chunk, "start": start, "ms": ms}), flush=True)
+            print(json.dumps({"weights": fmt, "call": "prefill chunk", "tokens": chunk, "start": start, "ms": ms}),
+                  flush=True)
     for rows in (1, 2, 4, 8):
         for position in (100, 1500):
             ms = median_ms(lambda: runner.decode(list(range(rows)), [5] * rows, [position] * rows))
-            print(json.dumps({"weights": runner.model.weight_format, "call": "decode", "rows": rows, "position": position, "ms": ms}), flush=True)
+            print(json.dumps({"weights": fmt, "call": "decode", "rows": rows, "position": position, "ms": ms}),
+                  flush=True)
     print(json.dumps({"call": "cache copy", "ms": median_ms(lambda: runner.copy_slot(0, 1))}), flush=True)
 
 

@@ -49,9 +49,9 @@ def read_model(path: Path, weight_progress=None) -> tuple[ModelConfig, dict, Tok
 
 
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight_format: str | None = None):
-    """`weight_format`: quantized.FORMATS, None for Settings' default. Buckets trade compile time (each is one XLA program, a few seconds here) against padding waste: prompt
-    chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
-    batch_buckets(slots) rows."""
+    """`weight_format`: one of quantized.FORMATS, None for Settings' default. Buckets trade compile time (each is
+    one XLA program, a few seconds here) against padding waste: prompt chunks pad to CHUNK_BUCKETS, attention reads
+    256/512/1024/... cached positions, and a decode step runs one of batch_buckets(slots) rows."""
     from .quiet_import import import_tensorflow
 
     import_tensorflow()

@@ -33,8 +33,9 @@ def run(args: argparse.Namespace) -> int:
     streams = args.streams
     progress = StderrProgress("bench")
     # The batched run submits its N streams to N slots, so every one finds a slot free and none waits.
-    engine, tokenizer, times = load(args.model, weight_format=args.weights, slots=streams, max_context=args.max_context, max_queue=0,
-                                    prefill_budget=setting_default("prefill_budget"), progress=progress)
+    engine, tokenizer, times = load(args.model, slots=streams, max_context=args.max_context, max_queue=0,
+                                    prefill_budget=setting_default("prefill_budget"), progress=progress,
+                                    weight_format=args.weights)
     try:
         prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])  # the tutor's system prompt
         progress("time to first token (median of 5)")

@@ -26,9 +26,9 @@ def run(args: argparse.Namespace) -> int:
     sampling_params(args)  # bad values fail before the model loads
     # One question at a time, and a stopped answer has ended before the next question is sent, so the one
     # slot is always free and nothing ever waits in a queue.
-    engine, tokenizer, _ = load(args.model, weight_format=args.weights, slots=1, max_context=args.max_context, max_queue=0,
+    engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
                                 prefill_budget=setting_default("prefill_budget"), progress=StderrProgress(),
-                                compile="lazy")  # only what this request needs
+                                compile="lazy", weight_format=args.weights)  # only what this request needs
     history: list[dict[str, str]] = []
     print("Type a question. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
     try:

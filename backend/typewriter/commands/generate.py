@@ -27,9 +27,9 @@ def run(args: argparse.Namespace) -> int:
     sampling_params(args)  # bad values fail before the model loads
     t0 = time.perf_counter()
     # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
-    engine, tokenizer, _ = load(args.model, weight_format=args.weights, slots=1, max_context=args.max_context, max_queue=0,
+    engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
                                 prefill_budget=setting_default("prefill_budget"), progress=StderrProgress(),
-                                compile="lazy")  # only what this request needs
+                                compile="lazy", weight_format=args.weights)  # only what this request needs
     try:
         if args.raw:
             prompt_ids = tokenizer.encode(args.prompt)

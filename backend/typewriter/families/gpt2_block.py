@@ -28,7 +28,8 @@ class GPT2Transformer(Transformer):
         def var(x, name):
             return tf.Variable(np.ascontiguousarray(x, dtype=np.float32), trainable=False, name=name)
 
-        self.output = matrix(weights["tok_embeddings"].T, "output", weight_format)  # [d, v], the embedding table too (tied)
+        # [d, v], the embedding table too (tied)
+        self.output = matrix(weights["tok_embeddings"].T, "output", weight_format)
         self.tok_embeddings = None
         self.pos_embeddings = var(weights["pos_embeddings"], "pos_embeddings")  # [max_position, d]
         self.norm, self.norm_bias = var(weights["norm"], "norm"), var(weights["norm_bias"], "norm_bias")
