@@ -41,7 +41,7 @@ class Settings:
     model_path: str | None = None  # None: the embedded model
     # How the model's matrices are held and multiplied (WEIGHT_FORMATS; README, "Weight formats"). fp32 is the
     # file's weights exactly; int8 (quantized.py) holds a quarter of the bytes and decodes 2-8 rows 1.5-1.8x faster,
-    # but one row 1.2x slower, long prefill chunks 1.2x slower, and its KL from fp32 is 1.65x llama.cpp's.
+    # but one row 1.2x slower, long prefill chunks 1.2-1.3x slower, and its KL from fp32 is 1.65x llama.cpp's.
     weights: str = "fp32"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
     max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s

@@ -8,17 +8,20 @@ rows: XLA's one-row int8 dot is a slow loop (5x the two-row call).
 One scale per row loses what a few large channels leave to the rest: KL from fp32 0.034 nats a token on
 bench/data/heldout.txt. So both sides are rotated first (as QuaRot does): x @ w = (x @ R) @ (R^T @ w) for an
 orthogonal R, which spreads a large channel over all of them. R = A (x) H, a random orthogonal A over blocks and
-a Hadamard H inside each block of up to 64 channels, costs two small matmuls a call; KL 0.0054 (bench/quality.py).
+a Hadamard H inside each block of up to 64 channels, costs two small matmuls a call; KL 0.0043 (bench/quality.py).
 
-Only the model imports this; which format a matrix gets is the caller's choice (`matrix(..., fmt)`).
+Only the model (and its families) imports this; which format a matrix gets is the caller's choice (`matrix(..., fmt)`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import tensorflow as tf
 
 from .config import WEIGHT_FORMATS as FORMATS
+
 INT8_MAX = 127.0
 
 
@@ -44,6 +47,12 @@ class Rotation:
         self.a = n // self.b
         self.inner = _hadamard(self.b).astype(np.float32)
         self.outer = _orthogonal(self.a).astype(np.float32) if self.a > 1 else None
+
+    @staticmethod
+    @functools.cache
+    def of(n: int) -> Rotation:
+        """The one Rotation of n channels, shared by every matrix with n inputs."""
+        return Rotation(n)
 
     def numpy(self, x: np.ndarray) -> np.ndarray:
         y = x.reshape(-1, self.a, self.b) @ self.inner
@@ -82,7 +91,7 @@ class Int8Matrix(tf.Module):
     def __init__(self, w: np.ndarray, name: str):
         super().__init__(name=name)
         w = np.asarray(w, dtype=np.float32)
-        self.rotation = Rotation(w.shape[0])
+        self.rotation = Rotation.of(w.shape[0])
         q, scale = quantize_int8(self.rotation.numpy(w.T).T)  # R^T @ w = (w^T @ R)^T
         self.q = tf.Variable(q, trainable=False, name=f"{name}_q")
         self.scale = tf.Variable(scale, trainable=False, name=f"{name}_scale")
