@@ -401,6 +401,25 @@ def test_health_is_not_serving_while_loading_serving_once_ready_and_not_serving_
     assert while_draining[:2] == (grpc.StatusCode.UNAVAILABLE, "shutdown")
 
 
+def test_a_health_check_answers_the_state_as_it_is_not_as_last_polled(monkeypatch):
+    monkeypatch.setattr("typewriter.server.grpc_server.HEALTH_POLL_S", 3600)  # the watch poll never comes round
+
+    async def scenario():
+        gate = threading.Event()
+        async with serving(gate=gate, wait_ready=False) as s:
+            loading = await health_of(s.channel)
+            gate.set()
+            await until(lambda: s.state.ready, "the server is ready")  # what /readyz answers from
+            ready = [await health_of(s.channel), await health_of(s.channel, "typewriter.v1.Chat")]
+            s.state.begin_drain()
+            return loading, ready, await health_of(s.channel)
+
+    loading, ready, draining = run(scenario())
+    assert loading == Health.NOT_SERVING
+    assert ready == [Health.SERVING] * 2
+    assert draining == Health.NOT_SERVING
+
+
 def test_reflection_lists_the_chat_and_health_services_and_describes_the_chat_service():
     async def scenario():
         async with serving() as s:

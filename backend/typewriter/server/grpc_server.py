@@ -2,7 +2,8 @@
 standard health service (`grpc.health.v1.Health`) and server reflection, so grpcurl and load balancers work.
 
 Health says SERVING while the server state is ready and NOT_SERVING while it loads, after it failed, once its
-engine stopped and from the start of a drain; it follows the state by polling it, a few times a second. Health
+engine stopped and from the start of a drain. A Check reads the state as it is answered, so it never lags /readyz;
+Watch streams follow it by polling, a few times a second. Health
 and reflection need no API key, as /healthz and /readyz need none (and the schema is public).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -24,10 +26,22 @@ OVERALL = ""  # the health service's name for the whole server
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
+class _LiveHealth(health.aio.HealthServicer):
+    """The standard servicer, whose Check first brings the status up to date with the server state."""
+
+    def __init__(self, follow: Callable[[], Awaitable[None]]):
+        super().__init__()
+        self._follow = follow
+
+    async def Check(self, request, context):
+        await self._follow()
+        return await super().Check(request, context)
+
+
 class GrpcServer:
     def __init__(self, state: ServerState):
         self.state = state
-        self.health = health.aio.HealthServicer()
+        self.health = _LiveHealth(self._follow_state)
         self._status: int | None = None
         self._server: grpc.aio.Server | None = None
         self._watch: asyncio.Task | None = None
