@@ -16,6 +16,7 @@ from tiny_model import random_weights, stored_name, tiny_config, write_gguf, wri
 
 from typewriter.errors import ModelFormatError
 from typewriter.weights import load_weights
+from typewriter.weights.dequantize import dequantize as dequantize_fast
 from typewriter.weights.gguf_file import permute_rotary
 from typewriter.weights.gguf_reader import GGUFReader
 
@@ -199,6 +200,23 @@ def test_k_quant_blocks_load_as_ggmls_layout_says(tmp_path, kind, reference):
     assert np.abs(expected).max() > 0.1
     np.testing.assert_allclose(loaded["layers.1.w_down"], expected, rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(loaded["layers.0.w_down"], weights["layers.0.w_down"])
+
+
+@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_the_whole_tensor_dequantizer_equals_gguf_pys_on_every_byte_and_scale(kind):
+    """Every quant byte value, and scales of every sign and size (subnormal, zero, large), bit for bit."""
+    size = gguf.GGML_QUANT_SIZES[kind][1]
+    rng = np.random.default_rng(7)
+    blocks = rng.integers(0, 256, (4096, size), dtype=np.uint8)
+    blocks[:256, -1] = np.arange(256)  # every value of a quant byte (its high nibble too)
+    halves = np.array([0.0, -0.0, 6e-8, -3e-5, 1e-3, -0.5, 2.0, 65504.0], np.float16).view(np.uint8).reshape(-1, 2)
+    heads = 4 if kind == Q.Q4_1 else 2  # d (and Q4_1's m) lead each block
+    blocks[:, :heads] = np.tile(halves, (4096 // len(halves), heads // 2))
+    got = dequantize_fast(blocks, kind)
+    assert got.dtype == np.float32 and got.shape == (4096 * 32,)
+    np.testing.assert_array_equal(got, dequantize(blocks, kind).reshape(-1))
+    with pytest.raises(ValueError, match="whole"):
+        dequantize_fast(blocks.reshape(-1)[:-1], kind)
 
 
 # ---- malformed sources ----

@@ -1,6 +1,6 @@
 """Read a GGUF file of any family in families/: its ModelConfig and its tensors, dequantized to float32.
 
-The file is memory-mapped (gguf_reader.py); a tensor is dequantized, by gguf-py, only when asked for.
+The file is memory-mapped (gguf_reader.py); a tensor is dequantized (dequantize.py) only when asked for.
 llama.cpp's converter stores the Q and K projections of `llama` models permuted for its interleaved
 rotary layout; we undo that so every source reaches the model in Hugging Face's rotate-half order.
 """
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
-from gguf.quants import dequantize
 
 from ..errors import ModelFormatError
 from ..families import GGUF_ARCHITECTURES, family_of_gguf
 from ..model_config import ModelConfig
+from .dequantize import dequantize
 from .gguf_reader import GGUFReader
 
 SUPPORTED_ARCHITECTURES = set(GGUF_ARCHITECTURES)
@@ -118,7 +118,7 @@ class GGUFFile:
                 f"(supported: {', '.join(sorted(q.name for q in SUPPORTED_TYPES))})"
             )
         shape = tuple(int(d) for d in reversed(t.shape))
-        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(shape)
+        w = dequantize(t.data, t.tensor_type).reshape(shape)
         if self.arch in PERMUTED_QK and (".attn_q." in name or ".attn_k." in name):
             heads = cfg.n_heads if ".attn_q." in name else cfg.n_kv_heads
             w = unpermute_rotary(w, heads)
