@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from .host_memory import variable, zeros_variable
 from .model_config import ModelConfig
 from .quantized import columns, dense, matrix
 
@@ -46,8 +47,8 @@ class KVCache(tf.Module):
         self.starts = (0, *bounds[:-1])
 
         def segments(kind: str, layer: int) -> list[tf.Variable]:
-            return [tf.Variable(tf.zeros([slots, cfg.n_kv_heads, end - start, cfg.head_dim], dtype),
-                                trainable=False, name=f"{kind}{layer}_{start}")
+            return [zeros_variable([slots, cfg.n_kv_heads, end - start, cfg.head_dim], dtype.as_numpy_dtype,
+                                   f"{kind}{layer}_{start}")
                     for start, end in zip(self.starts, bounds)]
 
         self.k = [segments("k", i) for i in range(cfg.n_layers)]
@@ -120,7 +121,7 @@ class Transformer(tf.Module):
         self.cache = KVCache(cfg, slots, max_len, kv_buckets)
 
         def var(x, name):
-            return tf.Variable(np.ascontiguousarray(x, dtype=np.float32), trainable=False, name=name)
+            return variable(x, name, np.float32)
 
         # Stored [d, v]: XLA's CPU matmul is up to 2x slower with a transposed operand once b > 1. Tied, it is
         # the embedding table too (its columns), so the largest matrix is held once.
@@ -137,10 +138,10 @@ class Transformer(tf.Module):
                 "attention_norm": var(w["attention_norm"], f"l{i}_attention_norm"),
                 "ffn_norm": var(w["ffn_norm"], f"l{i}_ffn_norm"),
                 # one matmul for q, k and v: [d, (h + 2k) * e]
-                "wqkv": mat(np.concatenate([w["wq"], w["wk"], w["wv"]]).T, f"l{i}_wqkv"),
+                "wqkv": mat(_joined_t(w["wq"], w["wk"], w["wv"]), f"l{i}_wqkv"),
                 "wo": mat(w["wo"].T, f"l{i}_wo"),  # [h * e, d]
                 # one matmul for gate and up: [d, 2 * hidden]
-                "w_gate_up": mat(np.concatenate([w["w_gate"], w["w_up"]]).T, f"l{i}_w_gate_up"),
+                "w_gate_up": mat(_joined_t(w["w_gate"], w["w_up"]), f"l{i}_w_gate_up"),
                 "w_down": mat(w["w_down"].T, f"l{i}_w_down"),  # [hidden, d]
             }
             if cfg.qkv_bias:
@@ -281,6 +282,11 @@ class Transformer(tf.Module):
             attended = self._attend(q, keys, values, mask)
         x += self._attention_output(layer, attended)
         return x + self._mlp(layer, x)
+
+
+def _joined_t(*parts: np.ndarray) -> np.ndarray:
+    """[out_i, in] parts -> [in, sum(out_i)], written once (not joined, then transposed into a second copy)."""
+    return np.concatenate([p.T for p in parts], axis=1)
 
 
 def _layer_body(layer_fn):

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from .config import WEIGHT_FORMATS as FORMATS
+from .host_memory import variable
 
 INT8_MAX = 127.0
 
@@ -93,8 +94,8 @@ class Int8Matrix(tf.Module):
         w = np.asarray(w, dtype=np.float32)
         self.rotation = Rotation.of(w.shape[0])
         q, scale = quantize_int8(self.rotation.numpy(w.T).T)  # R^T @ w = (w^T @ R)^T
-        self.q = tf.Variable(q, trainable=False, name=f"{name}_q")
-        self.scale = tf.Variable(scale, trainable=False, name=f"{name}_scale")
+        self.q = variable(q, f"{name}_q")
+        self.scale = variable(scale, f"{name}_scale")
 
     @property
     def shape(self) -> tf.TensorShape:
@@ -106,7 +107,7 @@ def matrix(w: np.ndarray, name: str, fmt: str):
     if fmt == "int8":
         return Int8Matrix(w, name)
     if fmt == "fp32":
-        return tf.Variable(np.ascontiguousarray(w, dtype=np.float32), trainable=False, name=name)
+        return variable(w, name, np.float32)
     raise ValueError(f"unknown weight format {fmt!r}; one of {', '.join(FORMATS)}")
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from ..model import KVCache, Transformer
+from ..host_memory import variable
 from ..model_config import ModelConfig
 from ..quantized import dense, matrix
 
@@ -26,7 +27,7 @@ class GPT2Transformer(Transformer):
         self.cache = KVCache(cfg, slots, max_len, kv_buckets)
 
         def var(x, name):
-            return tf.Variable(np.ascontiguousarray(x, dtype=np.float32), trainable=False, name=name)
+            return variable(x, name, np.float32)
 
         # [d, v], the embedding table too (tied)
         self.output = matrix(weights["tok_embeddings"].T, "output", weight_format)
