@@ -1,11 +1,16 @@
 """TensorFlow variables over numpy memory, without a copy.
 
-`tf.Variable(array)` copies the array into a tensor and then, here, took 1.7 s for the embedded model's 513 MiB
-of weights and 1.3 s to fill 720 MiB of K/V cache with zeros. A variable made from a tensor that shares an
-array's memory (through DLPack) keeps that memory instead: each weight is copied once, straight into the layout
-the model wants, and the cache starts as zero pages that the system hands out only when a position is first
-written, so an idle slot costs no memory. TensorFlow requires its buffers aligned to 64 bytes (Eigen's widest
-vector) and aborts the process on one that is not, so every array is placed here, never taken as it comes.
+`tf.Variable(array)` copies the array into a tensor, and that into the variable: with the transposes before it,
+three copies of each weight, 1.7 s for the embedded model's 513 MiB here. A variable made from a tensor that
+shares an array's memory (through DLPack) keeps that memory instead, so each weight is copied once, straight
+into the layout the model wants. TensorFlow requires its buffers aligned to 64 bytes (Eigen's widest vector) and
+aborts the process on one that is not, so every array is placed here, never taken as it comes.
+
+The first write to such a variable makes TensorFlow copy the buffer into one of its own (its refcount logic does
+not take over foreign memory). So `zeros_variable` defers rather than saves: the K/V cache starts as zero pages
+that nobody has touched, and each segment becomes TensorFlow's own at its first write, by the first program that
+reaches that length. Making the cache (720 MiB at the defaults, 1.4 s of `tf.zeros` here) then costs nothing
+before the server is ready, whose first programs write only the first segment.
 """
 
 from __future__ import annotations
@@ -17,10 +22,10 @@ ALIGN = 64
 
 
 def aligned(shape, dtype, zeros: bool = False) -> np.ndarray:
-    """An uninitialized (or zeroed, lazily by the system) C-contiguous array whose data starts at ALIGN bytes."""
+    """An uninitialized (or zeroed) C-contiguous array whose data starts at a multiple of ALIGN bytes."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = (np.zeros if zeros else np.empty)(nbytes + ALIGN, np.uint8)
+    raw = (np.zeros if zeros else np.empty)(nbytes + ALIGN, np.uint8)  # large zeros: pages the system zeroes
     start = -raw.ctypes.data % ALIGN
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
@@ -35,7 +40,7 @@ def variable(array: np.ndarray, name: str, dtype=None) -> tf.Variable:
 
 
 def zeros_variable(shape, dtype, name: str) -> tf.Variable:
-    """A zero variable whose pages are taken from the system only as they are written."""
+    """A zero variable whose memory is not touched until its first write (see above)."""
     return _adopt(aligned(shape, dtype, zeros=True), name)
 
 
@@ -43,4 +48,4 @@ def _adopt(array: np.ndarray, name: str) -> tf.Variable:
     if array.size == 0:  # DLPack has nothing to share
         return tf.Variable(array, trainable=False, name=name)
     shared = tf.experimental.dlpack.from_dlpack(array.__dlpack__())  # keeps `array` alive
-    return tf.Variable(shared, trainable=False, name=name)
+    return tf.Variable(shared, trainable=False, name=name)  # takes the buffer over: no copy
