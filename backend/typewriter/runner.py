@@ -143,22 +143,26 @@ class ModelRunner:
         return fn
 
     def _function(self, key: Key):
+        # autograph=False: the model's Python branches are on static shapes, and converting its source took more
+        # than half of tracing a decode program (2.5 s against 0.9 s without)
         kind, size, kv_len = key
         model, i32 = self.model, tf.int32
         if kind == "copy":
-            return tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False,
+            return tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False, autograph=False,
                                input_signature=[tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
         if kind == "prefill":
             def prefill_chunk(tokens, start, length, slot):
                 return model.extend(tokens, start, length, slot, kv_len)
 
-            return tf.function(prefill_chunk, jit_compile=True, reduce_retracing=False, input_signature=[
-                tf.TensorSpec([1, size], i32), tf.TensorSpec([], i32), tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
+            return tf.function(prefill_chunk, jit_compile=True, reduce_retracing=False, autograph=False,
+                               input_signature=[tf.TensorSpec([1, size], i32), tf.TensorSpec([], i32),
+                                                tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
 
         def decode_step(tokens, positions, slots):
             return model.decode(tokens, positions, slots, kv_len)
 
-        return tf.function(decode_step, jit_compile=True, input_signature=[tf.TensorSpec([size], i32)] * 3)
+        return tf.function(decode_step, jit_compile=True, autograph=False,
+                           input_signature=[tf.TensorSpec([size], i32)] * 3)
 
     def _idle_args(self, key: Key) -> tuple:
         """Arguments that compile and run a program without touching any slot's cache: slot `slots` and position
