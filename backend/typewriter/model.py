@@ -285,7 +285,7 @@ class Transformer(tf.Module):
 
 
 def _joined_t(*parts: np.ndarray) -> np.ndarray:
-    """[out_i, in] parts -> [in, sum(out_i)], written once (not joined, then transposed into a second copy)."""
+    """[out_i, in] parts -> [in, sum(out_i)] in one pass (joining, then transposing, took two)."""
     return np.concatenate([p.T for p in parts], axis=1)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from ..model import KVCache, Transformer
 from ..host_memory import variable
+from ..model import KVCache, Transformer
 from ..model_config import ModelConfig
 from ..quantized import dense, matrix
 
