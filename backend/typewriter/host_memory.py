@@ -3,7 +3,7 @@
 `tf.Variable(array)` copies the array into a tensor, and that into the variable: with the transposes before it,
 three copies of each weight, 1.7 s for the embedded model's 513 MiB here. A variable made from a tensor that
 shares an array's memory (through DLPack) keeps that memory instead, so each weight is copied once, straight
-into the layout the model wants. TensorFlow requires its buffers aligned to 64 bytes (Eigen's widest vector) and
+into the layout the model wants (the matrices the model joins, q/k/v and gate/up, twice: joined, then placed). TensorFlow requires its buffers aligned to 64 bytes (Eigen's widest vector) and
 aborts the process on one that is not, so every array is placed here, never taken as it comes.
 
 The first write to such a variable makes TensorFlow copy the buffer into one of its own (its refcount logic does

@@ -3,8 +3,8 @@ standard health service (`grpc.health.v1.Health`) and server reflection, so grpc
 
 Health says SERVING while the server state is ready and NOT_SERVING while it loads, after it failed, once its
 engine stopped and from the start of a drain. A Check reads the state as it is answered, so it never lags /readyz;
-Watch streams follow it by polling, a few times a second. Health
-and reflection need no API key, as /healthz and /readyz need none (and the schema is public).
+Watch streams follow it by polling, a few times a second. Health and reflection need no API key, as /healthz and
+/readyz need none (and the schema is public).
 """
 
 from __future__ import annotations

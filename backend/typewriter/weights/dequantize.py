@@ -7,6 +7,7 @@ The values are the same bit for bit (tests/test_weights.py).
 from __future__ import annotations
 
 import numpy as np
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize as gguf_dequantize
 
@@ -48,15 +49,15 @@ def _q8_0(blocks: np.ndarray) -> np.ndarray:  # {f16 d; i8 qs[32]}: q * d
     return out
 
 
-_BLOCKS = {Q.Q4_0: (18, _q4_0), Q.Q4_1: (20, _q4_1), Q.Q8_0: (34, _q8_0)}  # bytes a block, its decoder
+_DECODERS = {Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q8_0: _q8_0}
 
 
 def dequantize(data: np.ndarray, kind: Q) -> np.ndarray:
     """A tensor's data as the mapped file holds it -> float32, flat."""
-    if kind not in _BLOCKS:
+    if kind not in _DECODERS:
         return np.asarray(gguf_dequantize(data, kind), dtype=np.float32).reshape(-1)
-    size, decode = _BLOCKS[kind]
+    size = GGML_QUANT_SIZES[kind][1]  # bytes a block
     raw = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
     if raw.size % size:
         raise ValueError(f"{kind.name} data of {raw.size} bytes is not whole {size}-byte blocks")
-    return decode(raw.reshape(-1, size)).reshape(-1)
+    return _DECODERS[kind](raw.reshape(-1, size)).reshape(-1)
