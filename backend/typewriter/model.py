@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from . import native_ops
 from .host_memory import variable, zeros_variable
 from .model_config import ModelConfig
 from .quantized import columns, dense, matrix
@@ -60,9 +61,12 @@ class KVCache(tf.Module):
         return [(j, min(end, kv_len) - start) for j, (start, end) in enumerate(zip(self.starts, self.bounds))
                 if start < kv_len]
 
-    def layer(self, i: int) -> tuple[list[tf.Variable], list[tf.Variable]]:
-        """Layer i's K and V segments, the `segments` argument of the methods below."""
-        return self.k[i], self.v[i]
+    def layer(self, i: int, kv_len: int) -> tuple[list[tf.Variable], list[tf.Variable]]:
+        """Layer i's K and V segments that the first kv_len positions use, the `segments` argument of the methods
+        below. Only these become a program's parameters: a variable handed to a layer's function is an argument of
+        every call, used or not."""
+        n = len(self.used(kv_len))
+        return self.k[i][:n], self.v[i][:n]
 
     def write(self, segments, slots: tf.Tensor, positions: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
               kv_len: int) -> None:
@@ -163,7 +167,7 @@ class Transformer(tf.Module):
         return tf.transpose(table, [*range(1, table.shape.rank), 0])
 
     def _rms_norm(self, x: tf.Tensor, weight: tf.Variable) -> tf.Tensor:
-        return x * tf.math.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + self.cfg.norm_eps) * weight
+        return x * native_ops.rsqrt(tf.reduce_mean(tf.square(x), axis=-1, keepdims=True) + self.cfg.norm_eps) * weight
 
     def _rope(self, x: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
         """x [b, t, heads, e], positions [b, t]: rotate-half RoPE (Hugging Face layout)."""
@@ -194,7 +198,7 @@ class Transformer(tf.Module):
         q = tf.reshape(tf.transpose(q, [0, 2, 3, 1, 4]), [b, cfg.n_kv_heads, cfg.groups * t, cfg.head_dim])
         scores = tf.concat([tf.matmul(q, k, transpose_b=True) for k in keys], -1) * (cfg.head_dim**-0.5)
         scores = tf.reshape(scores, [b, cfg.n_kv_heads, cfg.groups, t, -1])  # [b, k, g, t, s]
-        probs = tf.nn.softmax(tf.where(mask[:, None, None], scores, tf.float32.min), axis=-1)
+        probs = native_ops.softmax(tf.where(mask[:, None, None], scores, tf.float32.min))
         probs = tf.split(tf.reshape(probs, [b, cfg.n_kv_heads, cfg.groups * t, -1]), [k.shape[2] for k in keys], -1)
         out = tf.add_n([tf.matmul(p, v) for p, v in zip(probs, values)])  # [b, k, g * t, e]
         out = tf.transpose(tf.reshape(out, [b, cfg.n_kv_heads, cfg.groups, t, cfg.head_dim]), [0, 3, 1, 2, 4])
@@ -205,7 +209,7 @@ class Transformer(tf.Module):
 
     def _mlp(self, layer: dict, x: tf.Tensor) -> tf.Tensor:
         gate, up = tf.split(dense(self._rms_norm(x, layer["ffn_norm"]), layer["w_gate_up"]), 2, axis=-1)
-        return dense(tf.nn.silu(gate) * up, layer["w_down"])
+        return dense(native_ops.silu(gate) * up, layer["w_down"])
 
     def _logits(self, x: tf.Tensor) -> tf.Tensor:
         return dense(self._rms_norm(x, self.norm), self.output)  # [..., v]
@@ -232,7 +236,7 @@ class Transformer(tf.Module):
         x = self._embed(tokens, positions[None])  # [1, t, d]
         body = _layer_body(self._extend_layer)
         for i, layer in enumerate(self.layers):
-            x = body(layer, self.cache.layer(i), x, positions, slot, mask, kv_len)
+            x = body(layer, self.cache.layer(i, kv_len), x, positions, slot, mask, kv_len)
         if all_logits:
             return self._logits(x)
         return self._logits(tf.gather(x, [length - 1], axis=1)[:, 0])
@@ -266,7 +270,7 @@ class Transformer(tf.Module):
         x = self._embed(tokens, positions)[:, None, :]  # [b, 1, d]
         body = _layer_body(self._decode_layer)
         for i, layer in enumerate(self.layers):
-            x = body(layer, self.cache.layer(i), x, positions, slots, rows, mask, kv_len)
+            x = body(layer, self.cache.layer(i, kv_len), x, positions, slots, rows, mask, kv_len)
         return self._logits(x[:, 0])
 
     def _decode_layer(self, layer: dict, segments, x, positions, slots, rows, mask, kv_len: int) -> tf.Tensor:

@@ -20,6 +20,7 @@ import functools
 import numpy as np
 import tensorflow as tf
 
+from . import native_ops
 from .config import WEIGHT_FORMATS as FORMATS
 from .host_memory import variable
 
@@ -121,7 +122,7 @@ def dense(x: tf.Tensor, w) -> tf.Tensor:
     rows = w.rotation(rows)
     if one_row:
         rows = tf.concat([rows, tf.zeros_like(rows)], axis=0)
-    row_scale = tf.reduce_max(tf.abs(rows), axis=-1, keepdims=True) / INT8_MAX  # [m, 1]
+    row_scale = tf.reduce_max(native_ops.abs(rows), axis=-1, keepdims=True) / INT8_MAX  # [m, 1]
     row_scale = tf.where(row_scale > 0, row_scale, 1.0)
     rows_q = tf.cast(tf.clip_by_value(tf.round(rows / row_scale), -INT8_MAX, INT8_MAX), tf.int8)
     y = tf.cast(tf.linalg.matmul(rows_q, w.q, output_type=tf.int32), tf.float32) * row_scale * w.scale

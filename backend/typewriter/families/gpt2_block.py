@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from .. import native_ops
 from ..host_memory import variable
 from ..model import KVCache, Transformer
 from ..model_config import ModelConfig
@@ -49,7 +50,7 @@ class GPT2Transformer(Transformer):
 
     def _layer_norm(self, x: tf.Tensor, weight: tf.Variable, bias: tf.Variable) -> tf.Tensor:
         mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        return (x - mean) * tf.math.rsqrt(variance + self.cfg.norm_eps) * weight + bias
+        return (x - mean) * native_ops.rsqrt(variance + self.cfg.norm_eps) * weight + bias
 
     def _qkv(self, layer: dict, x: tf.Tensor, positions: tf.Tensor):
         cfg = self.cfg
@@ -64,7 +65,7 @@ class GPT2Transformer(Transformer):
 
     def _mlp(self, layer: dict, x: tf.Tensor) -> tf.Tensor:
         h = self._layer_norm(x, layer["ffn_norm"], layer["ffn_norm_bias"])
-        h = tf.nn.gelu(dense(h, layer["w_up"]) + layer["b_up"], approximate=True)  # [b, t, hidden]
+        h = native_ops.gelu_tanh(dense(h, layer["w_up"]) + layer["b_up"])  # [b, t, hidden]
         return dense(h, layer["w_down"]) + layer["b_down"]
 
     def _logits(self, x: tf.Tensor) -> tf.Tensor:

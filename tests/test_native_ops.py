@@ -1,0 +1,79 @@
+"""The model's non-linear functions equal TensorFlow's own, eagerly and compiled, and no compiled program holds an
+op that TensorFlow lowers to XLA one op at a time through MLIR (each cost about 15 ms of every program's start)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tiny_model import gpt2_config, random_gpt2_weights, random_weights, tiny_config, write_gpt2_gguf
+
+from typewriter import native_ops
+from typewriter.model import Transformer
+from typewriter.runner import ModelRunner
+from typewriter.weights import load_weights
+
+# The ops a model could plausibly use that tf2xla registers with MlirXlaOpKernel (TensorFlow 2.21's
+# tf2xla/kernels: unary_ops.cc, softmax_op.cc, relu_op.cc, gather_op.cc).
+LOWERED_THROUGH_MLIR = {
+    "Exp", "Expm1", "Log1p", "Rsqrt", "Sqrt", "Reciprocal", "Sigmoid", "Tanh", "Cos", "Cosh", "Sinh", "Abs",
+    "Floor", "Ceil", "Sign", "Softmax", "LogSoftmax", "Relu", "Relu6", "Gather",
+}
+
+X = np.concatenate([np.linspace(-40, 40, 161), [-1e4, -88.0, 0.0, 1e-6, 88.0, 1e4]]).astype(np.float32)
+
+
+def _both(fn):
+    """fn eagerly and under XLA."""
+    return fn, tf.function(fn, jit_compile=True, autograph=False)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_silu_and_gelu_equal_tensorflows(compiled):
+    silu, gelu = (_both(f)[compiled] for f in (native_ops.silu, native_ops.gelu_tanh))
+    np.testing.assert_allclose(silu(X), tf.nn.silu(X), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(gelu(X), tf.nn.gelu(X, approximate=True), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_rsqrt_equals_tensorflows(compiled):
+    rsqrt = _both(native_ops.rsqrt)[compiled]
+    x = np.abs(X) + 1e-6
+    np.testing.assert_allclose(rsqrt(x), tf.math.rsqrt(x), rtol=2e-7)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_softmax_equals_tensorflows_over_the_last_axis_with_masked_scores(compiled):
+    softmax = _both(native_ops.softmax)[compiled]
+    rng = np.random.default_rng(0)
+    scores = rng.normal(0, 8, [2, 3, 4, 5, 37]).astype(np.float32)
+    scores[..., 20:] = np.finfo(np.float32).min  # masked positions, as the model's attention writes them
+    scores[0, 0, 0, 0, :] = np.finfo(np.float32).min  # a row with nothing to attend to: uniform, not NaN
+    out = softmax(scores).numpy()
+    assert out.shape == scores.shape
+    np.testing.assert_allclose(out, tf.nn.softmax(scores, axis=-1), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out[0, 0, 0, 0], 1 / 37, rtol=1e-6)
+    assert np.all(out[..., 20:].reshape(-1, 17)[1:] == 0)
+
+
+def _ops(concrete) -> set[str]:
+    graph = concrete.graph.as_graph_def()
+    return {n.op for n in graph.node} | {n.op for f in graph.library.function for n in f.node_def}
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("weight_format", ["fp32", "int8"])
+def test_no_program_holds_an_op_lowered_one_at_a_time_through_mlir(family, weight_format, tmp_path):
+    if family == "llama":
+        cfg = tiny_config()
+        weights = random_weights(cfg)
+    else:  # through a file: the canonical names are the loader's
+        path = write_gpt2_gguf(tmp_path / "gpt2.gguf", gpt2_config(), random_gpt2_weights(gpt2_config()))
+        cfg, weights = load_weights(path)
+    model = Transformer(cfg, weights, slots=4, max_len=32, max_chunk=8, kv_buckets=(16, 32),
+                        weight_format=weight_format)
+    runner = ModelRunner(model, chunk_buckets=(8,), batch_buckets=(1, 4))
+    for key in runner.programs():
+        ops = _ops(runner._fn(key).get_concrete_function(*runner._idle_args(key)))
+        assert "SoftplusGrad" in ops or key[0] == "copy"  # the check sees into the layers' functions
+        assert not ops & LOWERED_THROUGH_MLIR, key
