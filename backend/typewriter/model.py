@@ -178,7 +178,7 @@ class Transformer(tf.Module):
 
     def _qkv(self, layer: dict, x: tf.Tensor, positions: tf.Tensor):
         cfg = self.cfg
-        b, t = tf.shape(x)[0], tf.shape(x)[1]
+        b, t = dims(x)[:2]
         qkv = dense(self._rms_norm(x, layer["attention_norm"]), layer["wqkv"])  # [b, t, (h + 2k) * e]
         if "bqkv" in layer:
             qkv += layer["bqkv"]
@@ -193,7 +193,7 @@ class Transformer(tf.Module):
         """q [b, t, h, e]; keys, values: segments [b, k, s_j, e] that together hold s positions; mask [b, t, s]
         (True = may attend) -> [b, t, h * e]. Scores are taken per segment and joined for one softmax."""
         cfg = self.cfg
-        b, t = tf.shape(q)[0], q.shape[1]
+        b, t = dims(q)[:2]
         q = tf.reshape(q, [b, t, cfg.n_kv_heads, cfg.groups, cfg.head_dim])
         q = tf.reshape(tf.transpose(q, [0, 2, 3, 1, 4]), [b, cfg.n_kv_heads, cfg.groups * t, cfg.head_dim])
         scores = tf.concat([tf.matmul(q, k, transpose_b=True) for k in keys], -1) * (cfg.head_dim**-0.5)
@@ -286,6 +286,12 @@ class Transformer(tf.Module):
             attended = self._attend(q, keys, values, mask)
         x += self._attention_output(layer, attended)
         return x + self._mlp(layer, x)
+
+
+def dims(x: tf.Tensor) -> list:
+    """x's dimensions, each a Python int where the shape is static (every compiled program's is), else a tensor:
+    static reshapes leave TensorFlow's constant folding nothing to evaluate before XLA sees the graph."""
+    return [d if d is not None else tf.shape(x)[i] for i, d in enumerate(x.shape.as_list())]
 
 
 def _joined_t(*parts: np.ndarray) -> np.ndarray:

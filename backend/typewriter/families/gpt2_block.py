@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from .. import native_ops
 from ..host_memory import variable
-from ..model import KVCache, Transformer
+from ..model import KVCache, Transformer, dims
 from ..model_config import ModelConfig
 from ..quantized import dense, matrix
 
@@ -54,7 +54,7 @@ class GPT2Transformer(Transformer):
 
     def _qkv(self, layer: dict, x: tf.Tensor, positions: tf.Tensor):
         cfg = self.cfg
-        b, t = tf.shape(x)[0], tf.shape(x)[1]
+        b, t = dims(x)[:2]
         h = self._layer_norm(x, layer["attention_norm"], layer["attention_norm_bias"])
         qkv = dense(h, layer["wqkv"]) + layer["bqkv"]  # [b, t, 3 * h * e]
         q, k, v = (tf.reshape(part, [b, t, cfg.n_heads, cfg.head_dim]) for part in tf.split(qkv, 3, axis=-1))
