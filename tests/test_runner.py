@@ -204,3 +204,37 @@ def test_while_the_background_compiles_calls_make_do_with_compiled_programs_and_
     assert runner.compile_status() == {"compiled": len(runner.programs()), "total": len(runner.programs()),
                                        "compiling": []}
     assert set(runner.tracing_counts().values()) == {1}
+
+
+def test_a_server_is_ready_after_one_prefill_program_which_serves_decode_rows_until_theirs_compile(weights):
+    cfg, w = weights
+    runner = make_runner(cfg, w)
+    assert runner.first_programs() == [("prefill", 8, 16)]
+    runner.compile_all(runner.first_programs())
+    started, gate = threading.Event(), threading.Event()
+    real_compile = runner.compile
+
+    def held_compile(key):  # the background is still on its first program
+        started.set()
+        gate.wait(60)
+        real_compile(key)
+
+    runner.compile = held_compile
+    thread = runner.compile_in_background()
+    assert started.wait(60)
+    assert runner.can_run("decode", 2, 14)
+    tokens = np.random.default_rng(5).integers(0, cfg.vocab_size, 14).tolist()
+    expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)
+    for slot in (0, 1):
+        runner.extend(slot, 0, tokens[:12])
+    got = runner.decode([0, 1], [tokens[12]] * 2, [12, 12])  # rows of one-token chunks, K/V written as decode does
+    np.testing.assert_allclose(got, [expected[12]] * 2, atol=TOLERANCE)
+    got = runner.decode([1], [tokens[13]], [13])  # reads the K/V that the chunk wrote
+    np.testing.assert_allclose(got, [expected[13]], atol=TOLERANCE)
+    assert set(runner.tracing_counts()) == {"prefill/8x16"}
+    assert runner._queue[0] == ("decode", 1, 16)  # what the rows lacked compiles next
+    assert not runner.can_run("decode", 1, 20)  # past the compiled program's attention length: its own is needed
+    gate.set()
+    thread.join(120)
+    np.testing.assert_allclose(runner.decode([1], [tokens[13]], [13]), [expected[13]], atol=TOLERANCE)
+    assert "decode/1x16" in runner.tracing_counts()

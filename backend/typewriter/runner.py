@@ -119,9 +119,12 @@ class ModelRunner:
         return tuple(dict.fromkeys(order))
 
     def first_programs(self) -> list[Key]:
-        """What a server compiles before it reports ready: one prefill chunk and one-row decode at the shortest
-        attention length. Everything else can wait for the background (or a call that needs it)."""
-        return list(self._programs[:2])
+        """What a server compiles before it reports ready: a middle prefill chunk at the shortest attention
+        length, which also serves decode rows (a one-token chunk each, at about 4x a one-row step's cost) until
+        the one-row decode program, compiled next in the background, is ready. Everything else can wait for the
+        background (or a call that needs it)."""
+        mid = self.chunk_buckets[(len(self.chunk_buckets) - 1) // 2]
+        return [("prefill", mid, self.kv_buckets[0])]
 
     def extend_fn(self, t: int, kv_len: int):
         return self._fn(("prefill", t, kv_len))
@@ -289,28 +292,36 @@ class ModelRunner:
             self._closed = True
             self._queue.clear()
 
-    def _choose(self, kind: str, sizes: Sequence[int], n: int, kv_len: int) -> tuple[int, int]:
-        """(size, attention length) of the program to run n rows or tokens over kv_len positions: its own
-        bucket if compiled; while the background compiles, the compiled one of that kind that needs the fewest
-        calls (then the shortest attention, then the smallest size), and its own goes next in the queue;
-        otherwise its own bucket, compiled now."""
+    def _choose(self, kind: str, sizes: Sequence[int], n: int, kv_len: int) -> Key:
+        """The program to run n rows or tokens over kv_len positions: its own bucket if compiled; while the
+        background compiles, the compiled one of that kind that needs the fewest calls (then the shortest
+        attention, then the smallest size), or for decode rows, when no decode program is compiled, a prefill
+        program (a one-token chunk per row); its own goes next in the queue. Otherwise its own bucket, compiled
+        now."""
         exact = (kind, bucket(sizes, n), kv_len)
         with self._cond:
             if exact in self._ready:
-                return exact[1:]
-            served = [k for k in self._ready if k[0] == kind and k[2] >= kv_len] if self._background else []
+                return exact
+            served = self._serving(kind, kv_len) if self._background else []
             self._put_first(exact)
             if served:
-                return min(served, key=lambda k: (-(-n // k[1]), k[2], k[1]))[1:]
+                return min(served, key=lambda k: (-(-n // k[1]) if k[0] == kind else n, k[2], k[1]))
         self._compile_on_demand(exact)
-        return exact[1:]
+        return exact
+
+    def _serving(self, kind: str, kv_len: int) -> list[Key]:
+        """Compiled programs that can run `kind` over kv_len positions. Caller holds the lock."""
+        served = [k for k in self._ready if k[0] == kind and k[2] >= kv_len]
+        if not served and kind == "decode":  # a decode row is a one-token prefill chunk at its position
+            served = [k for k in self._ready if k[0] == "prefill" and k[2] >= kv_len]
+        return served
 
     def can_run(self, kind: str, n: int, length: int) -> bool:
         """Whether n rows (decode) or tokens (prefill) reaching `length` positions can run without waiting for
         a compile (always, unless the background compiles); if not, the program they need is compiled next."""
         kv_len = bucket(self.kv_buckets, length)
         with self._cond:
-            if not self._background or any(k[0] == kind and k[2] >= kv_len for k in self._ready):
+            if not self._background or self._serving(kind, kv_len):
                 return True
             sizes = self.chunk_buckets if kind == "prefill" else self.batch_buckets
             self._put_first((kind, bucket(sizes, min(n, sizes[-1])), kv_len))
@@ -333,8 +344,11 @@ class ModelRunner:
         """Write `token_ids` (at most max_chunk) into `slot` at positions start.., after the cached positions
         0..start-1; returns the logits [v] after the last of them."""
         n = len(token_ids)
-        t, kv_len = self._choose("prefill", self.chunk_buckets, n, bucket(self.kv_buckets, start + n))
-        fn = self._fn(("prefill", t, kv_len))
+        key = self._choose("prefill", self.chunk_buckets, n, bucket(self.kv_buckets, start + n))
+        return self._extend(key, slot, start, token_ids)
+
+    def _extend(self, key: Key, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
+        fn, t, n = self._fn(key), key[1], len(token_ids)
         for i in range(0, n, t):  # one call, unless only a smaller chunk is compiled yet
             piece = token_ids[i:i + t]
             tokens = np.zeros([1, t], np.int32)
@@ -352,8 +366,11 @@ class ModelRunner:
         """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v].
         The batch is padded to a bucket with rows of no slot, whose writes the model drops."""
         n = len(tokens)
-        b, kv_len = self._choose("decode", self.batch_buckets, n, bucket(self.kv_buckets, int(max(positions)) + 1))
-        fn = self._fn(("decode", b, kv_len))
+        key = self._choose("decode", self.batch_buckets, n, bucket(self.kv_buckets, int(max(positions)) + 1))
+        if key[0] == "prefill":  # no decode program yet: each row a one-token chunk (its K/V written alike)
+            return np.stack([self._extend(key, int(slot), int(pos), [int(token)])
+                             for slot, token, pos in zip(slots, tokens, positions)])
+        fn, b = self._fn(key), key[1]
         out = []
         for i in range(0, n, b):  # one call, unless only a smaller batch is compiled yet
             rows = slice(i, min(n, i + b))
