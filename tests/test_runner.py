@@ -206,11 +206,10 @@ def test_while_the_background_compiles_calls_make_do_with_compiled_programs_and_
     assert set(runner.tracing_counts().values()) == {1}
 
 
-def test_a_server_is_ready_after_one_prefill_program_which_serves_decode_rows_until_theirs_compile(weights):
+def test_a_prefill_program_alone_serves_decode_rows_until_theirs_compile(weights):
     cfg, w = weights
     runner = make_runner(cfg, w)
-    assert runner.first_programs() == [("prefill", 8, 16)]
-    runner.compile_all(runner.first_programs())
+    runner.compile_all([("prefill", 8, 16)])
     started, gate = threading.Event(), threading.Event()
     real_compile = runner.compile
 
