@@ -45,8 +45,9 @@ def rsqrt(x: tf.Tensor) -> tf.Tensor:
 
 def softmax(x: tf.Tensor) -> tf.Tensor:
     """Softmax over the last axis."""
-    rows = tf.reshape(x, [-1, tf.shape(x)[-1]])  # the op takes [rows, classes]
+    shape = tf.shape(x)
+    rows = tf.reshape(x, [-1, shape[-1]])  # the op takes [rows, classes]
     _, probs = tf.raw_ops.SoftmaxCrossEntropyWithLogits(features=rows, labels=tf.zeros_like(rows))
-    probs = tf.reshape(probs, tf.shape(x))
+    probs = tf.reshape(probs, shape)
     probs.set_shape(x.shape)
     return probs

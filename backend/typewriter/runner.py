@@ -120,10 +120,9 @@ class ModelRunner:
 
     def first_programs(self) -> list[Key]:
         """What a server compiles before it reports ready: one-row decode and a middle prefill chunk at the
-        shortest attention length. Everything else can wait for the background (or a call that needs it). (A
-        prefill program alone could serve decode rows too, see `_serving`; ready after it alone measured 18.6
-        against 25.1 s cold, but is not the default until a fresh-clone failure of the two-student server test
-        is understood: see the issue 9 note.)"""
+        shortest attention length. Everything else can wait for the background (or a call that needs it). The
+        prefill program alone could serve decode rows too (`_serving`): ready 18.6 against 25.1 s cold, not yet
+        the default (README, "Start-up and memory")."""
         return list(self._programs[:2])
 
     def extend_fn(self, t: int, kv_len: int):

@@ -114,8 +114,8 @@ def load(
     elif compile == "start":
         first, total = runner.first_programs(), runner.compile_status()["total"]
         runner.compile_all(first, lambda i, n, label: progress(f"compiled {i}/{total}: {label}"))
-        programs = f"{len(first)} program{'s' * (len(first) != 1)}"
-        progress(f"compiled {programs} in {time.perf_counter() - t1:.1f}s; the rest follow in the background")
+        progress(f"compiled {len(first)} programs in {time.perf_counter() - t1:.1f}s; the rest follow in the "
+                 "background")
         runner.compile_in_background(lambda i, n, label: log.info("compiled %d/%d in the background: %s", i, n,
                                                                    label))
     else:
