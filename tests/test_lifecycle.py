@@ -88,9 +88,13 @@ def test_a_drain_past_its_deadline_ends_running_chats_with_reason_shutdown_and_r
             frames = until_terminal(lambda: receive(ws))
             ws.send_json(chat("late"))
             refused = receive(ws)
+            # then the socket closes at once: a client that retries at once gets 1012 (reconnect), never a
+            # stream of refusals that its own retries turn into a frame flood (1008)
+            closed = receive(ws)
         assert client.get("/readyz").json() == {"status": "stopping"}
     assert (frames[-1]["type"], frames[-1]["reason"]) == ("end", "shutdown")
     assert (refused["type"], refused["code"], refused["id"]) == ("error", "shutdown", "late")
+    assert (closed["type"], closed["code"], closed["reason"]) == ("websocket.close", 1012, "shutdown")
 
 
 def test_a_drain_lets_a_running_chat_finish_within_its_deadline_while_new_sockets_get_1012():

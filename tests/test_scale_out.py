@@ -36,6 +36,9 @@ SETTINGS = {
     "TYPEWRITER_TRUSTED_PROXIES": "127.0.0.1",
     # the names the clients use, which nginx passes on in Host (here the replicas' defaults, said explicitly)
     "TYPEWRITER_ALLOWED_HOSTS": "127.0.0.1,localhost",
+    # The clients chat back to back as fast as the tiny model answers (a chat every 10-20 ms on a fast machine),
+    # all from one forwarded address: far past a person's frame and chat rates, which test_limits.py covers
+    "TYPEWRITER_FRAMES_PER_SECOND": "1000", "TYPEWRITER_CHATS_PER_MINUTE": "1000000",
 }
 SOCKETS_PER_REPLICA = 2
 LONG_ANSWER = 180  # tokens (the prompt is about 50 of the 256): each socket is nearly always mid-answer
@@ -141,7 +144,10 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
             loop.stop()
 
     # Per socket on a: answered chats, then the one running at SIGTERM ends with `end` reason `shutdown` (unless
-    # the socket was between two chats), then any chat sent before the socket closed gets the error `shutdown`.
+    # it finished first, or the socket was between two chats), then a chat sent before the socket closed gets the
+    # error `shutdown`, after which it closes at once. Whether a chat is cut is a race here: the tiny model often
+    # ends an answer with eos within 10 ms, less than the server's 0.1 s tick before the drain (test_signals.py
+    # cuts a long answer for sure).
     afters = []
     for loop in stopped:
         assert loop.close_code == SHUTDOWN_CLOSE, f"{loop.name} closed with {loop.close_code}"
@@ -150,11 +156,11 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
         while answered < len(ends) and ends[answered] in (("end", "eos"), ("end", "length")):
             answered += 1
         after = ends[answered:]
-        assert answered and after, f"{loop.name}: {ends}"
+        assert after, f"{loop.name}: {ends}"  # answered may be none: a first chat still running at SIGTERM
         assert set(after) <= {("end", "shutdown"), ("error", "shutdown")}, f"{loop.name}: {ends}"
         assert after.count(("end", "shutdown")) <= 1 and after[1:].count(("end", "shutdown")) == 0, ends
+        assert after.count(("error", "shutdown")) <= 1, f"{loop.name}: refused again and again, not closed: {ends}"
         afters.append(after)
-    assert any(("end", "shutdown") in after for after in afters), afters
     for loop in running + late:
         assert loop.close_code is None, f"{loop.name} was closed with {loop.close_code}"
         assert loop.chats and all(chat[-1]["type"] == "end" and chat[-1]["reason"] in ("eos", "length")

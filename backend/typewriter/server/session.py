@@ -72,6 +72,9 @@ class Session:
             except p.ProtocolError as e:
                 self.server.metrics.rejected.labels(code=e.code).inc()
                 await self._send(p.error(e.code, e.message, e.request_id))
+                if e.code == "shutdown":  # draining: this server takes no more chats, so the client reconnects
+                    await self._close(p.CLOSE_SERVICE_RESTART, "shutdown")  # now, not after a flood of refusals
+                    return
 
     async def _handle(self, message: p.ClientMessage) -> None:
         if isinstance(message, p.Ping):
