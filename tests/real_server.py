@@ -30,6 +30,7 @@ CLEAN_EXIT = 0  # after SIGINT or SIGTERM the server drains and exits 0
 _BOUND = re.compile(r"Typewriter on (http://\S+?)/? ")
 _GRPC_BOUND = re.compile(r"^gRPC on (\S+)$", re.M)
 _POLL = re.compile(r'"GET /(readyz|metrics) HTTP')
+_NATIVE_ERROR = re.compile(r"^[EF]\d{4} \d\d:\d\d:.*$", re.M)  # absl's ERROR and FATAL lines (TensorFlow, XLA)
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
@@ -109,6 +110,8 @@ def _stop(proc: subprocess.Popen, log_path: Path, check: bool) -> None:
                 pytest.fail(f"the server did not stop within {STOP_TIMEOUT_S:.0f} s of SIGINT:\n{_tail(log_path)}")
     if check and proc.returncode != CLEAN_EXIT:
         pytest.fail(f"the server exited with {proc.returncode} after SIGINT:\n{_tail(log_path)}")
+    if check and (errors := _NATIVE_ERROR.findall(log_path.read_text(errors="replace"))):
+        pytest.fail(f"a normal run logged {len(errors)} native error lines, the first: {errors[0][:300]}")
 
 
 def _tail(log_path: Path, chars: int = 4000) -> str:

@@ -134,6 +134,25 @@ def test_quiet_compiles_drops_only_the_cache_read_notice_and_passes_everything_e
     assert capfd.readouterr().err == "real error one\nreal error two\npartial line\n"
 
 
+def test_quiet_compiles_drops_the_loaders_tuning_flag_false_alarm_but_not_a_missing_instruction_set(capfd):
+    import os
+
+    from typewriter.quiet_import import quiet_compiles
+
+    def mismatch(feature: str) -> bytes:  # as XLA 2.21's cpu_aot_loader.cc logs it reading a cached program
+        return (f"E0000 00:00:1796230146.137988   26298 cpu_aot_loader.cc:220] Loading XLA:CPU AOT result. Target "
+                f"machine feature {feature} is not  supported on the host machine. Machine type used for XLA:CPU "
+                f"compilation doesn't match the machine type for execution. Compile machine features: [+avx2,"
+                f"+prefer-no-scatter,+prefer-no-gather] vs host machine features: [avx2]. This could lead to "
+                f"execution errors such as SIGILL.\n").encode()
+
+    with quiet_compiles():
+        os.write(2, mismatch("+prefer-no-scatter") + mismatch("+prefer-no-gather") + mismatch("+fast-gather"))
+        os.write(2, mismatch("+avx512f"))
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and "Target machine feature +avx512f is not" in err
+
+
 def test_a_true_or_false_setting_reads_the_usual_words():
     assert [Settings.from_env({"TYPEWRITER_API_KEY_PAGE": w}).api_key_page for w in ("true", "1", "Yes", "off", "0")] \
         == [True, True, True, False, False]

@@ -61,13 +61,19 @@ def one_at_a_time(model) -> list[str]:
 def test_two_students_at_once_get_the_answers_the_engine_gives_one_at_a_time(make, tmp_path):
     model = make(tmp_path)
     expected = one_at_a_time(model)
+    # A whole prompt prefills in the step it arrives in, beside the other's decoding: a tiny model's answer can end
+    # (eos) after 3 tokens, before a second prompt prefilled 16 tokens a step would start decoding
     settings = {"TYPEWRITER_MODEL_PATH": str(model), "TYPEWRITER_MAX_CONTEXT": "128", "TYPEWRITER_MAX_ACTIVE": "2",
-                "TYPEWRITER_SYSTEM_PROMPT": SYSTEM}
+                "TYPEWRITER_SYSTEM_PROMPT": SYSTEM, "TYPEWRITER_PREFILL_BUDGET": "128"}
     with real_server(settings, tmp_path / "server.log") as base:
         answers: dict[int, str] = {}
+        # Both sockets open before either sends: on a fast machine the tiny model answers in a few milliseconds,
+        # less than a connection's set-up, so one student could finish before the other's chat arrived
+        both_open = threading.Barrier(len(QUESTIONS), timeout=60)
 
         def student(i: int) -> None:
             with connect(base.replace("http", "ws") + "/ws") as ws:
+                both_open.wait()
                 ws.send(json.dumps({"type": "chat", "id": f"s{i}", "params": PARAMS,
                                     "messages": [{"role": "user", "content": QUESTIONS[i]}]}))
                 text, frame = [], {"type": ""}

@@ -25,9 +25,16 @@ _NOTICES = (
 # TensorFlow's XLA disk cache reads each entry first as a text-format proto, then, when that fails, as the binary
 # proto it wrote (ReadTextOrBinaryProto): protobuf logs the failed text parse as an error every time, and the
 # entry then loads. absl adds its notice before its first log line.
+# And on AMD Zen 4/5, XLA 2.21's loader (cpu_aot_loader.cc) logs an error per cached program, for every feature the
+# program was compiled with that the host's feature list lacks: LLVM's tuning flags "+prefer-no-gather" and
+# "+prefer-no-scatter" are among the compile features but never among a host's. Later XLA skips features named
+# "prefer-*" and "fast-*" in that check, as this filter does; a missing instruction set (a cache folder copied from
+# another kind of machine) is still reported.
 _CACHE_READ_NOTICES = (
     "Error parsing text-format tensorflow.XlaSerializedCacheEntry",
     "All log messages before absl::InitializeLog() is called are written to STDERR",
+    "Loading XLA:CPU AOT result. Target machine feature +prefer-",
+    "Loading XLA:CPU AOT result. Target machine feature +fast-",
 )
 
 
