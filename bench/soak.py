@@ -99,7 +99,9 @@ async def until(ws, rid: str, tally: Tally, done) -> dict:
     """Frames until one satisfies `done`; every frame is tallied on the way."""
     while True:
         frame = json.loads(await asyncio.wait_for(ws.recv(), 120))
-        if frame["type"] in ("end", "error") and frame.get("id"):
+        # a `not_found` answers a stop that crossed its chat's `end` on the wire (an 8-token answer can end
+        # within 10 ms): it ends no chat, so it is not a second terminal frame
+        if frame["type"] in ("end", "error") and frame.get("id") and frame.get("code") != "not_found":
             tally.terminals[frame["id"]] += 1
         if frame["type"] == "error":
             tally.errors[frame["code"]] += 1
