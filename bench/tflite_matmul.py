@@ -17,6 +17,7 @@ import json
 import time
 
 import numpy as np
+from steps import median_ms
 
 LAYERS = 30
 # (inputs, outputs) of each layer's matrices in the order a layer uses them: qkv, o, gate, up, down
@@ -98,17 +99,6 @@ def tflite_program(weights, rows: int) -> bytes:
     return bytes(builder.Output())
 
 
-def median_ms(call, repeats: int = 15) -> float:
-    call()
-    call()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return round(sorted(times)[repeats // 2] * 1000, 1)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="1,2,8,64", help="comma-separated rows per call")
@@ -134,7 +124,7 @@ def main() -> None:
             interpreter.set_tensor(index, x)
             interpreter.invoke()
 
-        xla_ms, lite_ms = median_ms(lambda: xla(tf.constant(x)).numpy()), median_ms(lite)
+        xla_ms, lite_ms = median_ms(lambda: xla(tf.constant(x)).numpy(), 15), median_ms(lite, 15)
         print(json.dumps({"rows": rows, "xla_fp32_ms": xla_ms, "tflite_int8_ms": lite_ms,
                           "ratio": round(xla_ms / lite_ms, 2), "tflite_build_s": round(t1 - t0, 2),
                           "tflite_load_s": round(t2 - t1, 2), "tflite_mb": round(len(flatbuffer) / 1e6)}),
