@@ -6,7 +6,7 @@ its 8-bit activations and its own arithmetic, what our int8 loses is requantizin
 and quantizing activations to 8 bits a row. Reported per format, over every position of the text:
 KL(fp32 || format) mean and p99 (nats), top-1 agreement with fp32, and perplexity on the text.
 
-    .venv/bin/python bench/quality.py [--formats fp32,int8] [--no-peer] [--json artifacts/quality.json]
+    .venv/bin/python bench/quality.py [--formats fp32,int8,int8-lite] [--no-peer] [--json artifacts/quality.json]
 """
 
 from __future__ import annotations
@@ -32,9 +32,16 @@ def our_logits(cfg, weights, ids: list[int], fmt: str) -> np.ndarray:
     """Logits at every position of `ids` [n, v] from our model in weight format `fmt`, prefilled in chunks."""
     import tensorflow as tf
 
+    from typewriter.lite.runner import FORMAT as LITE
     from typewriter.model import Transformer
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
+    if fmt == LITE:
+        from typewriter.lite.runner import LiteRunner
+
+        runner = LiteRunner(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK)
+        return np.concatenate([runner.extend(0, start, ids[start:start + CHUNK], all_logits=True)
+                               for start in range(0, len(ids), CHUNK)])
     model = Transformer(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK, weight_format=fmt)
     extend = tf.function(lambda tokens, start, length: model.extend(tokens, start, length, tf.constant(0), max_len,
                                                                     all_logits=True), jit_compile=True)

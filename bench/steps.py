@@ -1,7 +1,7 @@
 """What one compiled call costs: a prefill chunk by size and start, a decode step by batch and position, and a
 cache copy. The numbers behind the prefill budget and the limits the README names.
 
-    .venv/bin/python bench/steps.py [--weights fp32|int8]   # 8 slots, 2,048 positions (the server's defaults)
+    .venv/bin/python bench/steps.py [--weights fp32|int8|int8-lite]   # 8 slots, 2,048 positions (the server's defaults)
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ def main() -> None:
     cfg, weights = load_weights(embedded_model_path())
     runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
     ids = list(range(100, 400))
-    fmt = runner.model.weight_format
-    for chunk in runner.chunk_buckets:
+    from typewriter.runtime import CHUNK_BUCKETS
+
+    fmt = runner.weight_format if hasattr(runner, "weight_format") else runner.model.weight_format
+    for chunk in CHUNK_BUCKETS:
         for start in (0, 1400):
             ms = median_ms(lambda: runner.extend(1, start, ids[:chunk]))
             print(json.dumps({"weights": fmt, "call": "prefill chunk", "tokens": chunk, "start": start, "ms": ms}),

@@ -23,7 +23,7 @@ XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFl
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
-WEIGHT_FORMATS = ("fp32", "int8")  # see Settings.weights and quantized.py
+WEIGHT_FORMATS = ("fp32", "int8", "int8-lite")  # see Settings.weights, quantized.py and lite/
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 

@@ -140,3 +140,25 @@ def quiet_compiles() -> Iterator[None]:
 def release_stderr() -> None:
     """Before ending the process directly: pass on whatever the filter still holds and restore stderr."""
     _compile_filter.release()
+
+
+# TensorFlow Lite prints a line to stderr (C++) for every interpreter it hands to XNNPACK, and tf.lite.Interpreter
+# warns that it moves to the ai_edge_litert package in a later TensorFlow (2.21 still ships it).
+_LITE_NOTICES = ("Created TensorFlow Lite XNNPACK delegate for CPU",)
+_lite_filter = _StderrFilter(_LITE_NOTICES)
+
+
+def lite_interpreter(content: bytes, threads: int):
+    """A TensorFlow Lite interpreter of a flatbuffer, XNNPACK on `threads` threads, without its notices."""
+    import warnings
+
+    tf = import_tensorflow()
+    _lite_filter.enter()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
+            interpreter = tf.lite.Interpreter(model_content=content, num_threads=threads)
+            interpreter.allocate_tensors()
+    finally:
+        _lite_filter.exit()
+    return interpreter

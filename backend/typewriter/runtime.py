@@ -59,12 +59,17 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     from .runner import ModelRunner, power_of_two_buckets
 
     from .config import Settings
+    from .lite.runner import FORMAT as LITE
+    from .lite.runner import LiteRunner
 
     max_context = min(max_context, cfg.max_position)
     chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
+    weight_format = weight_format or Settings.weights
+    if weight_format == LITE:
+        return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1])
     model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1],
                         kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
-                        weight_format=weight_format or Settings.weights)
+                        weight_format=weight_format)
     return ModelRunner(model, chunk_buckets=chunks, batch_buckets=batch_buckets(slots))
 
 

@@ -1,0 +1,95 @@
+"""RoPE, the K/V cache and attention on the host, in numpy, between a layer's TensorFlow Lite programs.
+
+The cache never crosses into TensorFlow Lite (copying it into a program's inputs each step cost more than the
+matmuls at long contexts): only a layer's qkv rows come out of one program and its attention output goes into
+the next. Each row reads only its own slot's positions so far, so a short conversation never pays for the
+whole cache, and a padded row does not exist: the programs are resized to the rows a call has.
+
+Shapes: n rows, t chunk tokens, h query heads, k kv heads, g = h // k, e head dim, s cached positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model_config import ModelConfig
+
+
+class HostCache:
+    def __init__(self, cfg: ModelConfig, slots: int, max_len: int):
+        self.cfg, self.slots, self.max_len = cfg, slots, max_len
+        shape = (slots, cfg.n_kv_heads, max_len, cfg.head_dim)  # [slots, k, max_len, e]
+        self.k = [np.zeros(shape, np.float32) for _ in range(cfg.n_layers)]  # zeros: pages untouched until used
+        self.v = [np.zeros(shape, np.float32) for _ in range(cfg.n_layers)]
+        half = cfg.head_dim // 2
+        inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
+        angles = np.arange(max_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # [max_len, e/2]
+        self.cos, self.sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+    def _split(self, qkv: np.ndarray, positions: np.ndarray):
+        """qkv [n, (h + 2k) * e] -> q [n, h, e], k [n, k, e] with RoPE at `positions` [n], v [n, k, e]."""
+        cfg, n = self.cfg, qkv.shape[0]
+        heads = cfg.n_heads + cfg.n_kv_heads
+        qk = _rope(qkv[:, :heads * cfg.head_dim].reshape(n, heads, cfg.head_dim),
+                   self.cos[positions][:, None], self.sin[positions][:, None])  # cos/sin [n, 1, e/2]
+        v = qkv[:, heads * cfg.head_dim:].reshape(n, cfg.n_kv_heads, cfg.head_dim)
+        return qk[:, :cfg.n_heads], qk[:, cfg.n_heads:], v
+
+    def decode(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """One token per row at (slot, position), attending to its slot's positions 0..position -> [n, h * e]."""
+        cfg = self.cfg
+        q, k, v = self._split(qkv, positions)
+        keys, values = self.k[layer], self.v[layer]
+        keys[slots, :, positions] = k
+        values[slots, :, positions] = v
+        out = np.empty((qkv.shape[0], cfg.n_kv_heads, cfg.groups, cfg.head_dim), np.float32)
+        q = q.reshape(-1, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
+        for row, (slot, position) in enumerate(zip(slots, positions)):
+            s = position + 1
+            scores = q[row] @ keys[slot, :, :s].transpose(0, 2, 1)  # [k, g, s]
+            out[row] = _softmax(scores) @ values[slot, :, :s]  # [k, g, e]
+        return out.reshape(qkv.shape[0], -1)
+
+    def extend(self, layer: int, qkv: np.ndarray, slot: int, start: int) -> np.ndarray:
+        """A prompt chunk of t tokens at slot positions start..start+t-1, each attending to the slot's positions
+        up to its own -> [t, h * e]."""
+        cfg, t = self.cfg, qkv.shape[0]
+        end = start + t
+        q, k, v = self._split(qkv, np.arange(start, end))
+        keys, values = self.k[layer], self.v[layer]
+        keys[slot, :, start:end] = k.transpose(1, 0, 2)
+        values[slot, :, start:end] = v.transpose(1, 0, 2)
+        q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim).transpose(1, 2, 0, 3)  # [k, g, t, e]
+        q = q.reshape(cfg.n_kv_heads, cfg.groups * t, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
+        scores = (q @ keys[slot, :, :end].transpose(0, 2, 1)).reshape(cfg.n_kv_heads, cfg.groups, t, end)
+        scores[..., start:] += np.triu(np.full((t, t), -np.inf, np.float32), 1)  # causal within the chunk
+        probs = _softmax(scores).reshape(cfg.n_kv_heads, cfg.groups * t, end)
+        out = (probs @ values[slot, :, :end]).reshape(cfg.n_kv_heads, cfg.groups, t, cfg.head_dim)
+        return out.transpose(2, 0, 1, 3).reshape(t, -1)  # [t, h * e], heads in q's order
+
+    def copy_slot(self, source: int, target: int) -> None:
+        for buffers in (self.k, self.v):
+            for layer in buffers:
+                layer[target] = layer[source]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.k + self.v)
+
+
+def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+    """Rotate-half RoPE (Hugging Face layout): x [n, heads, e], cos/sin [n, 1, e/2]."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = np.empty(x.shape, np.float32)
+    np.subtract(x1 * cos, x2 * sin, out=out[..., :half])
+    np.add(x2 * cos, x1 * sin, out=out[..., half:])
+    return out
+
+
+def _softmax(scores: np.ndarray) -> np.ndarray:
+    """In place, over the last axis."""
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return scores

@@ -1,0 +1,137 @@
+"""A TensorFlow Lite program written directly as a flatbuffer, with TensorFlow's own schema classes.
+
+`tf.lite.TFLiteConverter` took about a minute per program here; writing the few ops a decoder layer needs takes a
+second. Every tensor is float32 except the int8 weights (one scale per output channel), which FULLY_CONNECTED
+multiplies by float inputs that XNNPACK quantizes to 8 bits a row as it goes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _schema():
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    return schema
+
+
+class Program:
+    """One subgraph under construction; each method adds an op and returns its output tensor's index.
+
+    The first dimension of every activation is `rows`, which the interpreter may resize later."""
+
+    def __init__(self, rows: int):
+        s = self.s = _schema()
+        self.rows = rows
+        self.model = s.ModelT()
+        self.model.version = 3
+        self.model.operatorCodes, self.model.buffers = [], [s.BufferT()]  # buffer 0: "no data"
+        self._codes: dict[int, int] = {}
+        self.graph = s.SubGraphT()
+        self.graph.tensors, self.graph.operators = [], []
+        self.inputs: list[int] = []
+
+    # ---- tensors ----
+
+    def _tensor(self, shape, kind, data: np.ndarray | None = None, quantization=None) -> int:
+        t = self.s.TensorT()
+        t.shape, t.type, t.name = list(shape), kind, f"t{len(self.graph.tensors)}"
+        t.buffer, t.quantization = 0, quantization
+        if data is not None:
+            buffer = self.s.BufferT()
+            buffer.data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            self.model.buffers.append(buffer)
+            t.buffer = len(self.model.buffers) - 1
+        self.graph.tensors.append(t)
+        return len(self.graph.tensors) - 1
+
+    def input(self, width: int) -> int:
+        """A float input [rows, width]."""
+        index = self._tensor([self.rows, width], self.s.TensorType.FLOAT32)
+        self.inputs.append(index)
+        return index
+
+    def const(self, value) -> int:
+        value = np.asarray(value)
+        kinds = {np.dtype(np.float32): self.s.TensorType.FLOAT32, np.dtype(np.int32): self.s.TensorType.INT32}
+        return self._tensor(value.shape, kinds[value.dtype], value)
+
+    def shape(self, tensor: int) -> list[int]:
+        return list(self.graph.tensors[tensor].shape)
+
+    # ---- ops ----
+
+    def _op(self, code: int, inputs, shape, options_type=None, options=None) -> int:
+        if code not in self._codes:
+            c = self.s.OperatorCodeT()
+            c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
+            self._codes[code] = len(self.model.operatorCodes)
+            self.model.operatorCodes.append(c)
+        out = self._tensor(shape, self.s.TensorType.FLOAT32)
+        op = self.s.OperatorT()
+        op.opcodeIndex, op.inputs, op.outputs = self._codes[code], list(inputs), [out]
+        if options_type is not None:
+            op.builtinOptionsType, op.builtinOptions = options_type, options
+        self.graph.operators.append(op)
+        return out
+
+    def int8_matmul(self, x: int, q: np.ndarray, scale: np.ndarray) -> int:
+        """x [rows, in] @ (q * scale): q int8 [in, out], scale float32 [out]."""
+        s = self.s
+        quant = s.QuantizationParametersT()
+        quant.scale, quant.zeroPoint, quant.quantizedDimension = scale.tolist(), [0] * len(scale), 0
+        w = self._tensor(q.shape[::-1], s.TensorType.INT8, np.ascontiguousarray(q.T), quant)  # [out, in]
+        options = s.FullyConnectedOptionsT()
+        options.asymmetricQuantizeInputs = True
+        return self._op(s.BuiltinOperator.FULLY_CONNECTED, [x, w, -1], [self.shape(x)[0], q.shape[1]],
+                        s.BuiltinOptions.FullyConnectedOptions, options)
+
+    def matmul(self, x: int, w: np.ndarray) -> int:
+        """x [n, in] @ w [in, out], float32 weights."""
+        s = self.s
+        return self._op(s.BuiltinOperator.FULLY_CONNECTED, [x, self.const(np.ascontiguousarray(w.T)), -1],
+                        [self.shape(x)[0], w.shape[1]], s.BuiltinOptions.FullyConnectedOptions,
+                        s.FullyConnectedOptionsT())
+
+    def add(self, a: int, b: int) -> int:
+        return self._op(self.s.BuiltinOperator.ADD, [a, b], self.shape(a), self.s.BuiltinOptions.AddOptions,
+                        self.s.AddOptionsT())
+
+    def mul(self, a: int, b: int) -> int:
+        return self._op(self.s.BuiltinOperator.MUL, [a, b], self.shape(a), self.s.BuiltinOptions.MulOptions,
+                        self.s.MulOptionsT())
+
+    def sigmoid(self, x: int) -> int:
+        return self._op(self.s.BuiltinOperator.LOGISTIC, [x], self.shape(x))
+
+    def reshape(self, x: int, shape: list[int]) -> int:
+        """shape may hold one -1 (the rows, which the interpreter may resize)."""
+        s = self.s
+        options = s.ReshapeOptionsT()
+        options.newShape = list(shape)
+        known = [n for n in shape if n != -1]
+        size = int(np.prod(self.shape(x)))
+        static = [size // int(np.prod(known)) if n == -1 else n for n in shape]
+        return self._op(s.BuiltinOperator.RESHAPE, [x, self.const(np.array(shape, np.int32))], static,
+                        s.BuiltinOptions.ReshapeOptions, options)
+
+    def rms(self, x: int, eps: float) -> int:
+        """x * rsqrt(mean(x^2) + eps) over the last axis (no weight: callers fold it into the next matrix)."""
+        s = self.s
+        options = s.ReducerOptionsT()
+        options.keepDims = True
+        mean = self._op(s.BuiltinOperator.MEAN, [self.mul(x, x), self.const(np.array([1], np.int32))],
+                        [self.shape(x)[0], 1], s.BuiltinOptions.ReducerOptions, options)
+        scale = self._op(s.BuiltinOperator.RSQRT, [self.add(mean, self.const(np.array([eps], np.float32)))],
+                         [self.shape(x)[0], 1])
+        return self.mul(x, scale)
+
+    def finish(self, outputs: list[int]) -> bytes:
+        import flatbuffers
+
+        self.graph.inputs, self.graph.outputs = self.inputs, list(outputs)
+        self.model.subgraphs = [self.graph]
+        builder = flatbuffers.Builder(1 << 20)
+        builder.Finish(self.model.Pack(builder), file_identifier=b"TFL3")
+        return bytes(builder.Output())

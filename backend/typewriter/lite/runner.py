@@ -1,0 +1,149 @@
+"""The `int8-lite` runner: one TensorFlow Lite interpreter per layer (int8 matmuls, XNNPACK), attention and the
+K/V cache on the host between them (attention.py).
+
+It answers the engine as runner.ModelRunner does (`extend`, `decode`, `copy_slot` and the compile-status calls),
+but has nothing to compile: the programs are written and loaded in seconds at start, and each call resizes them
+to its own rows (a few milliseconds, only when the row count changes), so no call pays for padding rows or waits
+for a program. The calls run on the engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..model_config import ModelConfig
+from .attention import HostCache
+from .layers import first_program, fold, layer_program, logits_program
+
+log = logging.getLogger("typewriter.lite")
+FORMAT = "int8-lite"
+
+
+class _Program:
+    """One interpreter and its inputs and outputs, resized to `rows` when a call has another count."""
+
+    def __init__(self, content: bytes, threads: int):
+        from ..quiet_import import lite_interpreter
+
+        self.it = lite_interpreter(content, threads)
+        self.inputs = [d["index"] for d in self.it.get_input_details()]
+        self.widths = [int(d["shape"][1]) for d in self.it.get_input_details()]
+        self.outputs = [d["index"] for d in self.it.get_output_details()]
+        self.rows = int(self.it.get_input_details()[0]["shape"][0])
+        self.it.allocate_tensors()
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        rows = inputs[0].shape[0]
+        if rows != self.rows:
+            for index, width in zip(self.inputs, self.widths):
+                self.it.resize_tensor_input(index, [rows, width])
+            self.it.allocate_tensors()
+            self.rows = rows
+        for index, x in zip(self.inputs, inputs):
+            self.it.set_tensor(index, np.ascontiguousarray(x, np.float32))
+        self.it.invoke()
+        return [self.it.get_tensor(index) for index in self.outputs]
+
+
+class LiteRunner:
+    weight_format = FORMAT
+
+    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
+                 max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None):
+        if cfg.family != "llama":
+            raise ValueError(f"the {FORMAT} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
+        t0 = time.perf_counter()
+        self.cfg, self._max_chunk = cfg, max_chunk
+        folded = fold(cfg, weights)
+        self.embeddings = folded.embeddings  # [v, d] float16, rows already rotated
+        self.first = _Program(first_program(cfg, folded), threads)
+        self.layers = []
+        for i in range(cfg.n_layers):
+            self.layers.append(_Program(layer_program(cfg, folded, i), threads))
+            progress(f"int8 program {i + 1}/{cfg.n_layers}")
+        self.logits = _Program(logits_program(cfg, folded), threads)
+        self.cache = HostCache(cfg, slots, max_len)
+        self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
+        log.info("%s programs ready in %.1fs", FORMAT, time.perf_counter() - t0)
+
+    @property
+    def slots(self) -> int:
+        return self.cache.slots
+
+    @property
+    def max_len(self) -> int:
+        return self.cache.max_len
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg.vocab_size
+
+    @property
+    def max_chunk(self) -> int:
+        return self._max_chunk
+
+    # ---- what ModelRunner compiles: here everything is ready once the runner exists ----
+
+    def programs(self) -> list:
+        return []
+
+    def first_programs(self) -> list:
+        return []
+
+    def compile_all(self, keys: Sequence, progress=None, threads: int = 2) -> None:
+        pass
+
+    def warmup(self, progress=None, threads: int = 2) -> None:
+        pass
+
+    def compile_in_background(self, progress=None, keys=None) -> None:
+        pass
+
+    def compile_for_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        pass
+
+    def compile_status(self) -> dict:
+        return {"compiled": 0, "total": 0, "compiling": []}
+
+    def can_run(self, kind: str, n: int, length: int) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+    # ---- calls ----
+
+    def _forward(self, token_ids: Sequence[int], attend: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
+        """The residual stream [n, d] after every layer, for tokens whose attention `attend(layer, qkv)` gives."""
+        x = self.embeddings[np.asarray(token_ids, np.int64)].astype(np.float32)  # [n, d]
+        (qkv,) = self.first(x)
+        for i, layer in enumerate(self.layers):
+            out = layer(x, attend(i, qkv))
+            x, qkv = out[0], (out[1] if len(out) > 1 else None)
+        return x
+
+    def extend(self, slot: int, start: int, token_ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
+        """Write `token_ids` into `slot` at positions start.., after the cached positions 0..start-1; returns the
+        logits [v] after the last of them (with all_logits, [n, v] after each)."""
+        if start + len(token_ids) > self.max_len:
+            raise ValueError(f"positions {start}..{start + len(token_ids) - 1} run past the cache's {self.max_len}")
+        x = self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start))
+        if all_logits:
+            return self.logits(x)[0]
+        return self.logits(x[-1:])[0][0]
+
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v]."""
+        slots, positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
+        if positions.max() >= self.max_len:
+            raise ValueError(f"position {positions.max()} is past the cache's {self.max_len}")
+        x = self._forward(tokens, lambda i, qkv: self.cache.decode(i, qkv, slots, positions))
+        return self.logits(x)[0]
+
+    def copy_slot(self, source: int, target: int) -> None:
+        """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
+        self.cache.copy_slot(source, target)

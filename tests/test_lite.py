@@ -1,0 +1,135 @@
+"""The int8-lite weight format (lite/): TensorFlow Lite int8 programs with attention on the host, against fp32
+and against itself (rows alone or together, cached or from scratch), and through the engine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import Recorder
+from tiny_model import gpt2_config, prefill_all, random_weights, tiny_config
+
+from typewriter import runtime
+from typewriter.config import ConfigError, Settings
+from typewriter.lite.flatbuffer import Program
+from typewriter.lite.runner import LiteRunner
+from typewriter.model import Transformer
+from typewriter.quiet_import import lite_interpreter
+from typewriter.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.weights import load_weights
+
+
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z.astype(np.float64) - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["llama", "qkv-bias"])
+def pair(request):
+    cfg = tiny_config(qkv_bias=request.param, tie_embeddings=not request.param)
+    weights = random_weights(cfg, seed=11)
+    return cfg, weights, Transformer(cfg, weights, slots=1, max_len=64), LiteRunner(cfg, weights, 3, 64, 16)
+
+
+IDS = [5, 9, 40, 77, 100, 3, 8, 12, 200, 31, 64, 65, 66]
+
+
+def test_an_int8_matmul_program_resizes_to_any_rows_and_each_row_is_its_own():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((96, 40)).astype(np.float32)
+    q = np.clip(np.round(w / (np.abs(w).max(0) / 127)), -127, 127).astype(np.int8)
+    scale = (np.abs(w).max(0) / 127).astype(np.float32)
+    p = Program(rows=1)
+    x_in = p.input(96)
+    it = lite_interpreter(p.finish([p.int8_matmul(x_in, q, scale)]), threads=2)
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    x[:, 7] *= 30
+    outs = []
+    for rows in (5, 1):
+        it.resize_tensor_input(it.get_input_details()[0]["index"], [rows, 96])
+        it.allocate_tensors()
+        it.set_tensor(it.get_input_details()[0]["index"], x[:rows])
+        it.invoke()
+        outs.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    want = x @ (q * scale)
+    assert outs[0].shape == (5, 40) and outs[1].shape == (1, 40)
+    assert np.abs(outs[0] - want).max() < 0.03 * np.abs(want).max()  # 8-bit rows: close, not equal
+    np.testing.assert_array_equal(outs[1], outs[0][:1])
+
+
+def test_int8_lite_logits_stay_close_to_fp32(pair):
+    cfg, _, fp32, lite = pair
+    want = prefill_all(fp32, IDS)
+    got = lite.extend(0, 0, IDS, all_logits=True)
+    p, q = log_softmax(want), log_softmax(got)
+    kl = (np.exp(p) * (p - q)).sum(-1)
+    assert got.shape == want.shape == (len(IDS), cfg.vocab_size)
+    assert kl.mean() < 0.02 and kl.max() < 0.1, kl
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
+
+
+def test_decoding_from_the_cache_gives_what_one_prefill_of_everything_gives(pair):
+    _, _, _, lite = pair
+    everything = lite.extend(2, 0, IDS, all_logits=True)
+    lite.extend(1, 0, IDS[:5])
+    lite.extend(1, 5, IDS[5:8])  # a second chunk after the first
+    steps = [lite.decode([1], [t], [8 + j])[0] for j, t in enumerate(IDS[8:])]
+    np.testing.assert_allclose(np.stack(steps), everything[8:], rtol=1e-4, atol=1e-4)
+
+
+def test_rows_decoded_together_give_what_each_gives_alone(pair):
+    _, _, _, lite = pair
+    for slot in (0, 1):
+        lite.extend(slot, 0, IDS[:6 + slot])
+    alone = [lite.decode([s], [7], [6 + s])[0] for s in (0, 1)]
+    together = lite.decode([0, 1], [7, 7], [6, 7])  # overwrites the same positions with the same K/V
+    np.testing.assert_allclose(together, np.stack(alone), rtol=1e-4, atol=1e-4)
+
+
+def test_a_copied_slot_continues_as_the_original(pair):
+    _, _, _, lite = pair
+    lite.extend(0, 0, IDS[:9])
+    lite.copy_slot(0, 2)
+    np.testing.assert_array_equal(lite.decode([2], [4], [9]), lite.decode([0], [4], [9]))
+
+
+def test_positions_past_the_cache_are_refused_by_name(pair):
+    _, _, _, lite = pair
+    with pytest.raises(ValueError, match="past the cache's 64"):
+        lite.extend(0, 60, IDS[:6])
+    with pytest.raises(ValueError, match="past the cache's 64"):
+        lite.decode([0], [1], [64])
+
+
+def test_the_format_is_a_setting_and_other_families_are_refused_by_name():
+    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite"}).weights == "int8-lite"
+    with pytest.raises(ConfigError, match="int8-lite"):
+        Settings.from_env({"TYPEWRITER_WEIGHTS": "int4"})
+    cfg = gpt2_config()
+    with pytest.raises(ValueError, match="int8-lite weight format runs Llama-family models.*gpt2"):
+        runtime.build_runner(cfg, random_weights(tiny_config()), slots=1, max_context=32, weight_format="int8-lite")
+
+
+def test_the_engine_answers_concurrently_as_one_cacheless_prefill_per_token(tiny_gguf, capfd):
+    engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
+                                        compile="start", weight_format="int8-lite")
+    try:
+        assert isinstance(engine.runner, LiteRunner)
+        reference = LiteRunner(*load_weights(tiny_gguf), slots=1, max_len=64, max_chunk=64)
+        prompts = {"chat": tokenizer.encode_chat([{"role": "user", "content": "hello"}], system=""),
+                   "raw": tokenizer.encode("or")}
+        greedy = SamplingParams(max_new_tokens=12, temperature=0.0, repetition_penalty=1.0)
+        recs = {name: Recorder() for name in prompts}
+        for name, ids in prompts.items():
+            engine.submit(GenerationRequest(name, ids, greedy), recs[name])
+        for name, ids in prompts.items():
+            assert recs[name].wait().reason in (FinishReason.LENGTH, FinishReason.EOS)
+            expected, seq = [], list(ids)
+            for _ in range(12):
+                seq.append(int(reference.extend(0, 0, seq).argmax()))
+                expected.append(seq[-1])
+                if seq[-1] in tokenizer.eos_token_ids:
+                    break
+            assert [t.token_id for t in recs[name].tokens] == expected, name
+    finally:
+        engine.shutdown()
+    assert "XNNPACK" not in capfd.readouterr().err  # its notice per interpreter is filtered
