@@ -10,6 +10,7 @@ from tiny_model import gpt2_config, prefill_all, random_weights, tiny_config
 
 from typewriter import runtime
 from typewriter.config import ConfigError, Settings
+from typewriter.lite import attention
 from typewriter.lite.flatbuffer import Program
 from typewriter.lite.runner import LiteRunner
 from typewriter.model import Transformer
@@ -76,8 +77,10 @@ def test_decoding_from_the_cache_gives_what_one_prefill_of_everything_gives(pair
     np.testing.assert_allclose(np.stack(steps), everything[8:], rtol=1e-4, atol=1e-4)
 
 
-def test_rows_decoded_together_give_what_each_gives_alone(pair):
+@pytest.mark.parametrize("split", [False, True], ids=["one-thread", "two-threads"])
+def test_rows_decoded_together_give_what_each_gives_alone(pair, split, monkeypatch):
     _, _, _, lite = pair
+    monkeypatch.setattr(attention, "SPLIT_POSITIONS", 0 if split else 10**9)
     for slot in (0, 1):
         lite.extend(slot, 0, IDS[:6 + slot])
     alone = [lite.decode([s], [7], [6 + s])[0] for s in (0, 1)]
