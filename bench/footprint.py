@@ -1,6 +1,6 @@
 """What the server's memory is made of, at its defaults (8 slots, 2,048 tokens of context each).
 
-    .venv/bin/python bench/footprint.py [--programs 4] [--weights fp32|int8]
+    .venv/bin/python bench/footprint.py [--programs 4] [--weights fp32|int8|int8-lite]
 
 Loads the embedded model as `typewriter serve` does, in steps, printing the process's resident memory after
 each (after handing freed heap back with malloc_trim, so it is what stays): Python and TensorFlow imported, the
@@ -50,6 +50,8 @@ def main() -> int:
     rows.append(("weights read (float32 numpy) and the tokenizer", rss_mb(),
                  f"{sum(w.nbytes for w in weights.values()) / 2**20:.0f} MiB of arrays"))
     runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
+    if getattr(runner, "weight_format", None) == "int8-lite":
+        return lite_rows(runner, rows, weights, source, tokenizer)
     cache = {id(v): v for layer in runner.model.cache.k + runner.model.cache.v for v in layer}
     everything = runner.model.variables
 
@@ -64,13 +66,38 @@ def main() -> int:
     for key in runner.programs()[: args.programs]:
         runner.compile(key)
         rows.append((f"compiled {key[0]} {key[1]} x {key[2]}", rss_mb(), ""))
+    show(rows)
+    del tokenizer
+    return 0
+
+
+def lite_rows(runner, rows, weights, source, tokenizer) -> int:
+    """int8-lite: no variables and no programs to compile; its calls grow the programs' buffers and the cache."""
+    matrices = sum(w.nbytes for k, w in weights.items() if w.ndim == 2) / 4 / 2**20  # int8: a quarter of fp32
+    rows.append(("int8-lite programs made", rss_mb(), f"int8 matrices {matrices:.0f} MiB (each in the program and "
+                 f"packed by XNNPACK), embeddings float16 {runner.embeddings.nbytes / 2**20:.0f} MiB, K/V cache "
+                 f"{runner.cache.nbytes / 2**20:.0f} MiB not yet touched"))
+    del weights, source
+    rows.append(("numpy weights dropped", rss_mb(), ""))
+    ids = list(range(100, 164))
+    calls = [("prefill 64 tokens at 0", lambda: runner.extend(0, 0, ids)),
+             ("decode 1 row at 64", lambda: runner.decode([0], [5], [64])),
+             ("decode 8 rows at 64", lambda: runner.decode(list(range(8)), [5] * 8, [64] * 8)),
+             ("cache copy (only the positions written)", lambda: runner.copy_slot(0, 1))]
+    for name, call in calls:
+        call()
+        rows.append((name, rss_mb(), ""))
+    show(rows)
+    del tokenizer
+    return 0
+
+
+def show(rows) -> None:
     width = max(len(r[0]) for r in rows)
     before = rows[0][1]
     for name, rss, note in rows:
         print(f"{name:<{width}}  {rss:6d} MB  {rss - before:+6d}  {note}")
         before = rss
-    del tokenizer
-    return 0
 
 
 if __name__ == "__main__":

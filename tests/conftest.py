@@ -48,9 +48,10 @@ def real_tokenizer(embedded_model_path):
 
 @pytest.fixture(scope="session")
 def real_runner(real_weights):
-    """The embedded model's compiled runner: one slot, a 256-token context, buckets compiled on first use.
+    """The embedded model's compiled fp32 runner (the file's weights exactly, for the golden logits): one slot, a
+    256-token context, buckets compiled on first use.
     Whoever starts an Engine on it shuts that engine down before the module ends: one thread owns a runner."""
     from typewriter.runtime import build_runner
 
     cfg, weights = real_weights
-    return build_runner(cfg, weights, slots=1, max_context=256)
+    return build_runner(cfg, weights, slots=1, max_context=256, weight_format="fp32")

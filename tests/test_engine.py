@@ -572,7 +572,7 @@ def test_steps_that_keep_failing_end_every_request_and_the_engine_refuses_new_on
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_gguf):
     engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
-                                      compile="lazy")
+                                      compile="lazy", weight_format="fp32")  # XLA's (test_lite.py: int8-lite)
     yield engine, tokenizer
     engine.shutdown()
 
@@ -603,7 +603,7 @@ def test_tiny_model_answers_from_its_cache_exactly_as_from_scratch(tiny_gguf):
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0, repetition_penalty=1.0, ignore_eos=True)
 
     def engine():
-        runner = runtime.build_runner(cfg, weights, slots=2, max_context=64)
+        runner = runtime.build_runner(cfg, weights, slots=2, max_context=64, weight_format="fp32")
         return Engine(runner, tokenizer, max_queue=2, prefill_budget=8)
 
     def ask(engine, rid, ids) -> Recorder:

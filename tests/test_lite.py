@@ -136,3 +136,10 @@ def test_the_engine_answers_concurrently_as_one_cacheless_prefill_per_token(tiny
     finally:
         engine.shutdown()
     assert "XNNPACK" not in capfd.readouterr().err  # its notice per interpreter is filtered
+
+
+def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
+    assert Settings().weights == "auto"
+    assert runtime.resolve_format(tiny_config(), "auto") == "int8-lite"
+    assert runtime.resolve_format(gpt2_config(), "auto") == "fp32"
+    assert runtime.resolve_format(tiny_config(), "fp32") == "fp32"

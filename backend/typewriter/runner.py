@@ -15,8 +15,6 @@ the program it lacked compiles next. The calls run on the engine thread; compili
 from __future__ import annotations
 
 import bisect
-import ctypes
-import functools
 import itertools
 import logging
 import threading
@@ -27,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tensorflow as tf
 
+from .host_memory import return_freed_memory
 from .model import Transformer
 from .program_names import stable_names
 from .quiet_import import quiet_compiles
@@ -214,7 +213,7 @@ class ModelRunner:
                     if key in self._queue:
                         self._queue.remove(key)
                 self._cond.notify_all()
-        _return_freed_memory()
+        return_freed_memory()
         log.debug("compiled %s in %.1fs", label(key), time.perf_counter() - t0)
 
     def compile_all(self, keys: Sequence[Key], progress: CompileProgress | None = None, threads: int = 2) -> None:
@@ -380,20 +379,6 @@ class ModelRunner:
             tok[:m], pos[:m], slot[:m] = tokens[rows], positions[rows], slots[rows]
             out.append(fn(tok, pos, slot).numpy()[:m])
         return out[0] if len(out) == 1 else np.concatenate(out)
-
-
-@functools.cache
-def _malloc_trim():
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-def _return_freed_memory() -> None:
-    """A compile leaves some 60 MB freed on glibc's heap, which glibc keeps: hand it back to the system."""
-    if trim := _malloc_trim():
-        trim(0)
 
 
 def bucket(buckets: Sequence[int], n: int) -> int:

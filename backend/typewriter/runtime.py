@@ -31,6 +31,9 @@ class LoadTimes:
 
 
 CHUNK_BUCKETS = (16, 64, 256)  # prompt tokens per prefill call, padded up to one of these
+# int8-lite's longest prefill call: 256 tokens took about as long a token as 64 (1.2-1.6 ms at the start of a
+# prompt), but each of its 32 programs keeps buffers for the most rows it ran: +310 MiB after one 256-token call.
+LITE_CHUNK = 64
 
 
 def batch_buckets(slots: int) -> tuple[int, ...]:
@@ -48,12 +51,25 @@ def read_model(path: Path, weight_progress=None) -> tuple[ModelConfig, dict, Tok
     return cfg, weights, tokenizer
 
 
-def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight_format: str | None = None):
-    """`weight_format`: one of quantized.FORMATS, None for Settings' default. Buckets trade compile time (each is
-    one XLA program, a few seconds here) against padding waste: prompt chunks pad to CHUNK_BUCKETS, attention reads
-    256/512/1024/... cached positions, and a decode step runs one of batch_buckets(slots) rows."""
+def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
+    """"auto": int8-lite where it runs (Llama-family models), fp32 elsewhere; any other format as it is."""
+    if weight_format != "auto":
+        return weight_format
+    return "int8-lite" if cfg.family == "llama" else "fp32"
+
+
+def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight_format: str | None = None,
+                 progress: Progress = lambda _: None):
+    """`weight_format`: one of config.WEIGHT_FORMATS, None for Settings' default. For XLA's formats, buckets trade
+    compile time (each is one XLA program, a few seconds here) against padding waste: prompt chunks pad to
+    CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
+    batch_buckets(slots) rows. int8-lite has no buckets (lite/runner.py)."""
+    import sys
+
     from .quiet_import import import_tensorflow
 
+    if "tensorflow" not in sys.modules:
+        progress("starting TensorFlow")  # some 5 s here
     import_tensorflow()
     from .model import Transformer
     from .runner import ModelRunner, power_of_two_buckets
@@ -64,9 +80,10 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
 
     max_context = min(max_context, cfg.max_position)
     chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
-    weight_format = weight_format or Settings.weights
+    weight_format = resolve_format(cfg, weight_format or Settings.weights)
     if weight_format == LITE:
-        return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1])
+        return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(LITE_CHUNK, chunks[-1]),
+                          progress=progress)
     model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1],
                         kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
                         weight_format=weight_format)
@@ -108,12 +125,17 @@ def load(
             progress(f"weights {done}/{total}")
 
     cfg, weights, tokenizer = read_model(path, weight_progress)
-    runner = build_runner(cfg, weights, slots, max_context, weight_format)
+    runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
     del weights
+    from .host_memory import return_freed_memory  # imports TensorFlow, as build_runner did
+
+    return_freed_memory()
     load_s = time.perf_counter() - t0
     progress(f"loaded {cfg.name} in {load_s:.1f}s")
     t1 = time.perf_counter()
-    if compile == "all":
+    if not runner.compile_status()["total"]:
+        pass  # int8-lite: its programs were made with the runner, nothing compiles
+    elif compile == "all":
         runner.warmup(lambda i, n, label: progress(f"compiled {i}/{n}: {label}"))
         progress(f"compiled every program in {time.perf_counter() - t1:.1f}s")
     elif compile == "start":

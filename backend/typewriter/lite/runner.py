@@ -58,14 +58,17 @@ class LiteRunner:
             raise ValueError(f"the {FORMAT} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         t0 = time.perf_counter()
         self.cfg, self._max_chunk = cfg, max_chunk
+        progress(f"{FORMAT}: rotating the weights")
         folded = fold(cfg, weights)
         self.embeddings = folded.embeddings  # [v, d] float16, rows already rotated
         self.first = _Program(first_program(cfg, folded), threads)
         self.layers = []
         for i in range(cfg.n_layers):
             self.layers.append(_Program(layer_program(cfg, folded, i), threads))
-            progress(f"int8 program {i + 1}/{cfg.n_layers}")
+            if (i + 1) % max(1, cfg.n_layers // 5) == 0 or i + 1 == cfg.n_layers:
+                progress(f"{FORMAT}: program {i + 1}/{cfg.n_layers + 2}")
         self.logits = _Program(logits_program(cfg, folded), threads)
+        progress(f"{FORMAT}: program {cfg.n_layers + 2}/{cfg.n_layers + 2}")
         self.cache = HostCache(cfg, slots, max_len)
         self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
         log.info("%s programs ready in %.1fs", FORMAT, time.perf_counter() - t0)
