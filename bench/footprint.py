@@ -77,7 +77,8 @@ def lite_rows(runner, rows, weights, source, tokenizer) -> int:
     rows.append(("int8-lite programs made", rss_mb(), f"int8 matrices {matrices:.0f} MiB (each in the program and "
                  f"packed by XNNPACK), embeddings float16 {runner.embeddings.nbytes / 2**20:.0f} MiB, K/V cache "
                  f"{runner.cache.nbytes / 2**20:.0f} MiB not yet touched"))
-    del weights, source
+    weights.clear()  # the caller's dict: its arrays go now
+    del source
     rows.append(("numpy weights dropped", rss_mb(), ""))
     ids = list(range(100, 164))
     calls = [("prefill 64 tokens at 0", lambda: runner.extend(0, 0, ids)),
