@@ -41,8 +41,8 @@ class Settings:
     model_path: str | None = None  # None: the embedded model
     # How the model's matrices are held and multiplied (WEIGHT_FORMATS; README, "Weight formats"). fp32 is the
     # file's weights exactly, in XLA. int8-lite (lite/) runs int8 matmuls in TensorFlow Lite with nothing to
-    # compile: decode 2.4-4x and prefill 2-4x faster than fp32, ready sooner, a smaller footprint, at a KL from
-    # fp32 of 0.0057 (llama.cpp's own 0.0026) and the same perplexity. int8 (quantized.py) is XLA's int8.
+    # compile: decode 1.3-5.5x and prefill 1.3-4.4x faster than fp32 here, ready sooner, a smaller footprint, at a
+    # KL from fp32 of 0.0058 (llama.cpp's own 0.0027) and about fp32's perplexity. int8 (quantized.py) is XLA's.
     # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
     weights: str = "auto"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
