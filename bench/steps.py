@@ -37,7 +37,7 @@ def main() -> None:
     ids = list(range(100, 400))
     from typewriter.runtime import CHUNK_BUCKETS
 
-    fmt = runner.weight_format if hasattr(runner, "weight_format") else runner.model.weight_format
+    fmt = runner.weight_format
     for chunk in CHUNK_BUCKETS:
         for start in (0, 1400):
             ms = median_ms(lambda: runner.extend(1, start, ids[:chunk]))

@@ -151,9 +151,7 @@ class Transformer(tf.Module):
             if cfg.qkv_bias:
                 layer["bqkv"] = var(np.concatenate([w["bq"], w["bk"], w["bv"]]), f"l{i}_bqkv")
             self.layers.append(layer)
-        half = cfg.head_dim // 2
-        inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
-        angles = np.arange(max_len + self.max_chunk, dtype=np.float64)[:, None] * inv_freq[None, :]  # [s+t, e/2]
+        angles = cfg.rope_angles(max_len + self.max_chunk)  # [s+t, e/2]
         self.rope_cos = tf.constant(np.cos(angles), tf.float32)
         self.rope_sin = tf.constant(np.sin(angles), tf.float32)
 

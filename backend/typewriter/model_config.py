@@ -32,3 +32,11 @@ class ModelConfig:
     @property
     def groups(self) -> int:
         return self.n_heads // self.n_kv_heads
+
+    def rope_angles(self, positions: int):
+        """RoPE's angles [positions, head_dim / 2] in float64, for positions 0..positions-1."""
+        import numpy as np
+
+        half = self.head_dim // 2
+        inv_freq = 1.0 / (self.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / self.head_dim))
+        return np.arange(positions, dtype=np.float64)[:, None] * inv_freq[None, :]

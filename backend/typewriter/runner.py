@@ -95,6 +95,10 @@ class ModelRunner:
         return self.model.cfg.vocab_size
 
     @property
+    def weight_format(self) -> str:
+        return self.model.weight_format
+
+    @property
     def max_chunk(self) -> int:
         return self.chunk_buckets[-1]
 

@@ -31,9 +31,7 @@ class HostCache:
         self.k = [_untouched_zeros(shape) for _ in range(cfg.n_layers)]
         self.v = [_untouched_zeros(shape) for _ in range(cfg.n_layers)]
         self.filled = np.zeros(slots, np.int64)  # per slot: positions below this may have been written
-        half = cfg.head_dim // 2
-        inv_freq = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / cfg.head_dim))
-        angles = np.arange(max_len, dtype=np.float64)[:, None] * inv_freq[None, :]  # [max_len, e/2]
+        angles = cfg.rope_angles(max_len)  # [max_len, e/2]
         self.cos, self.sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
 
     def _split(self, qkv: np.ndarray, positions: np.ndarray):
