@@ -109,8 +109,28 @@ def letters(eos_after_z: bool = False) -> Callable[[int], int]:
     return follow
 
 
-def letter_runner(eos_after_z: bool = False, **options) -> ChainRunner:
-    return ChainRunner(letters(eos_after_z), VOCAB_SIZE, **options)
+class OnePassChainRunner(ChainRunner):
+    """A ChainRunner that takes a whole engine step in one call, as the int8-lite runner does."""
+
+    one_pass = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.failures["step"] = []
+
+    def step(self, slots, tokens, positions, chunks=()):
+        self._maybe_fail("step")
+        chunk_slots = [slot for slot, _, _ in chunks]
+        assert len(set(chunk_slots)) == len(chunk_slots), f"two chunks for one slot: {chunk_slots}"
+        assert not set(chunk_slots) & set(slots), f"a slot both prefills and decodes: {chunk_slots}, {slots}"
+        self.calls.append(("step", tuple(slots), tuple((slot, start, len(ids)) for slot, start, ids in chunks)))
+        prefilled = [self.extend(slot, start, ids) for slot, start, ids in chunks]
+        decoded = self.decode(slots, tokens, positions) if slots else np.zeros((0, self.vocab_size), np.float32)
+        return decoded, prefilled
+
+
+def letter_runner(eos_after_z: bool = False, one_pass: bool = False, **options) -> ChainRunner:
+    return (OnePassChainRunner if one_pass else ChainRunner)(letters(eos_after_z), VOCAB_SIZE, **options)
 
 
 # ---- a fixed answer, for server tests ----

@@ -446,6 +446,39 @@ def test_a_failed_decode_step_ends_the_requests_in_it_while_a_prefill_in_the_sam
     assert again.text == "bcd" and again.of(Started)[0].cached_tokens == 0  # a's half-written slot is not reused
 
 
+def test_a_one_pass_runner_gets_each_step_in_one_call_and_answers_as_separate_calls_do(make_engine, tokenizer):
+    texts = {"a": "a", "b": "klmnopqrstuvwxyzabcd", "c": "x"}  # b's 20 tokens take three steps of budget 8
+    answers = {}
+    for one_pass in (False, True):
+        engine = make_engine(slots=3, one_pass=one_pass)
+        recs = {rid: submit(engine, tokenizer, rid, text, max_new_tokens=7) for rid, text in texts.items()}
+        steps = steps_until(engine, *recs.values())
+        answers[one_pass] = {rid: [t.token_id for t in rec.tokens] for rid, rec in recs.items()}
+        calls = [c for c in engine.runner.calls if c[0] == "step"]
+        if one_pass:
+            assert len(calls) == steps and any(decoding and chunks for _, decoding, chunks in calls)
+        else:
+            assert not calls
+    assert answers[True] == answers[False]
+    assert {rid: tokenizer.decode(ids) for rid, ids in answers[True].items()}["b"] == "efghijk"
+
+
+def test_a_failed_one_pass_step_ends_every_request_in_it_and_the_engine_goes_on(make_engine, tokenizer, caplog):
+    engine = make_engine(slots=2, one_pass=True)
+    a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
+    b = submit(engine, tokenizer, "b", "m", max_new_tokens=5)
+    engine.runner.fail("step", RuntimeError("XLA said no"))
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
+        engine.step()  # b's chunk and a's decode row in one call, which fails
+    for rec in (a, b):
+        assert (rec.wait().reason, rec.wait().error) == (FinishReason.ERROR, "a step failed on the server")
+    assert caplog.text.count("Traceback") == 1 and "a step failed for b, a" in caplog.text
+    again = submit(engine, tokenizer, "again", "a", max_new_tokens=3)
+    steps_until(engine, again)
+    assert again.text == "bcd" and again.of(Started)[0].cached_tokens == 0  # no half-written slot is reused
+    assert engine.state is EngineState.IDLE
+
+
 def test_a_failed_prefill_chunk_ends_only_its_request(make_engine, tokenizer):
     engine = make_engine(slots=2)
     a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)

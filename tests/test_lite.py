@@ -88,6 +88,18 @@ def test_rows_decoded_together_give_what_each_gives_alone(pair, split, monkeypat
     np.testing.assert_allclose(together, np.stack(alone), rtol=1e-4, atol=1e-4)
 
 
+def test_one_pass_of_a_whole_step_gives_what_its_separate_calls_give(pair):
+    _, _, _, lite = pair
+    lite.extend(0, 0, IDS[:6])
+    lite.extend(1, 0, IDS[:4])
+    alone = lite.decode([0], [7], [6])[0], lite.extend(1, 4, IDS[4:9]), lite.extend(2, 0, IDS[:3])
+    decoded, prefilled = lite.step([0], [7], [6], [(1, 4, IDS[4:9]), (2, 0, IDS[:3])])  # the same K/V again
+    assert decoded.shape == (1, lite.vocab_size) and len(prefilled) == 2
+    np.testing.assert_allclose(np.stack([decoded[0], *prefilled]), np.stack(alone), rtol=1e-5, atol=1e-5)
+    later = lite.decode([1, 2], [4, 4], [9, 3])  # each slot goes on from what the one pass wrote
+    np.testing.assert_allclose(later[0], lite.extend(1, 0, [*IDS[:9], 4]), rtol=1e-4, atol=1e-4)
+
+
 def test_a_copied_slot_continues_as_the_original(pair):
     _, _, _, lite = pair
     lite.extend(0, 0, IDS[:9])

@@ -1,8 +1,9 @@
 """The engine: one thread owns the model and calls `step()`; callers submit requests from any thread.
 
 `step()` is the whole engine: the scheduler decides (cancellations, deadlines, admission, queue positions, which
-prompt chunks fit the step's budget), the runner computes (prefill chunks, one batched decode step), each
-sequence takes its token and says what text is now certain and whether it is done, and the events go out. The thread only waits for work and calls
+prompt chunks fit the step's budget), the runner computes (prefill chunks, one batched decode step; a runner
+with `one_pass` takes them all in one call, over its weights once), each sequence takes its token and says what
+text is now certain and whether it is done, and the events go out. The thread only waits for work and calls
 `step()`; tests call it directly. Events reach each request's `on_event` callback on the engine thread; the
 callback must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows
 nothing about chat templates or sockets.
@@ -208,20 +209,13 @@ class Engine:
             except Exception:
                 faults += self._fail([by_slot[target]], "a cache copy")
         chunks, decode = self._runnable(plan)
-        for chunk in chunks:
-            if chunk.seq.status is Status.FINISHED:  # its copy failed
-                continue
-            try:
-                logits = self.runner.extend(chunk.seq.slot, chunk.start, chunk.token_ids)  # [vocab]
-            except Exception:
-                faults += self._fail([chunk.seq], "a prefill chunk")
-                continue
-            with self._lock:
-                self.scheduler.prefilled(chunk)
-            if chunk.last:
-                self._take(chunk.seq, logits)
-        if decode:
-            faults += self._decode(decode)
+        chunks = [c for c in chunks if c.seq.status is not Status.FINISHED]  # not those whose copy failed
+        if getattr(self.runner, "one_pass", False):
+            faults += self._one_pass(chunks, decode)
+        else:
+            faults += self._chunks(chunks)
+            if decode:
+                faults += self._decode(decode)
         if chunks or decode:
             self._observe(StepStats(self.clock() - began, len(decode)))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
@@ -237,6 +231,43 @@ class Engine:
         if not chunks and not rows:
             return plan.chunks, plan.decode
         return chunks, rows
+
+    def _chunks(self, chunks: list[Chunk]) -> int:
+        """Prefill each chunk in its own call; returns how many failed."""
+        faults = 0
+        for chunk in chunks:
+            try:
+                logits = self.runner.extend(chunk.seq.slot, chunk.start, chunk.token_ids)  # [vocab]
+            except Exception:
+                faults += self._fail([chunk.seq], "a prefill chunk")
+                continue
+            self._prefilled(chunk, logits)
+        return faults
+
+    def _one_pass(self, chunks: list[Chunk], batch: list[Sequence]) -> int:
+        """The chunks and the decode rows in one runner call (one pass over the weights for all of them);
+        returns 1 if it failed, which ends every request in it."""
+        if not chunks and not batch:
+            return 0
+        try:
+            decoded, prefilled = self.runner.step(
+                [seq.slot for seq in batch], [seq.output_ids[-1] for seq in batch],
+                [seq.num_tokens - 1 for seq in batch], [(c.seq.slot, c.start, c.token_ids) for c in chunks])
+        except Exception:
+            return self._fail([c.seq for c in chunks] + batch, "a step")
+        for chunk, logits in zip(chunks, prefilled):
+            self._prefilled(chunk, logits)
+        if batch:
+            self.steps += 1
+        for seq, row in zip(batch, decoded):
+            self._take(seq, row)
+        return 0
+
+    def _prefilled(self, chunk: Chunk, logits: np.ndarray) -> None:
+        with self._lock:
+            self.scheduler.prefilled(chunk)
+        if chunk.last:
+            self._take(chunk.seq, logits)
 
     def _decode(self, batch: list[Sequence]) -> int:
         """Returns 1 if the decode step failed, else 0."""

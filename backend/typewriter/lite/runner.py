@@ -2,7 +2,9 @@
 K/V cache on the host between them (attention.py).
 
 It answers the engine as runner.ModelRunner does (`extend`, `decode`, `copy_slot` and the compile-status calls),
-but has nothing to compile: the programs are written and loaded in seconds at start, and each call resizes them
+and also takes a whole engine step in one call (`step`: the decode rows and the prompt chunks go through each
+layer's program together, so a step reads the weights once however many prompts it prefills). It has nothing to
+compile: the programs are written and loaded in seconds at start, and each call resizes them
 to its own rows (a few milliseconds, only when the row count changes), so no call pays for padding rows or waits
 for a program. The calls run on the engine thread.
 """
@@ -50,6 +52,7 @@ class _Program:
 
 class LiteRunner:
     weight_format = FORMAT
+    one_pass = True  # the engine hands it a whole step at once (`step`)
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None):
@@ -128,23 +131,44 @@ class LiteRunner:
             x, qkv = out[0], (out[1] if len(out) > 1 else None)
         return x
 
+    def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
+             chunks: Sequence[tuple[int, int, Sequence[int]]] = ()) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One engine step in one pass of the programs, so the weights are read once for all of it: a decode row
+        per `slots[i]` (feeding `tokens[i]` at `positions[i]`) and every prompt chunk (slot, start, token_ids),
+        each written at positions start.. after its slot's cached ones. -> (decode logits [n, v], each chunk's
+        logits [v] after its last token). One chunk per slot, and no slot both decodes and prefills."""
+        n = len(slots)
+        slots, positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
+        if n and positions.max() >= self.max_len:
+            raise ValueError(f"position {positions.max()} is past the cache's {self.max_len}")
+        spans, end = [], n
+        for slot, start, ids in chunks:
+            if start + len(ids) > self.max_len:
+                raise ValueError(f"positions {start}..{start + len(ids) - 1} run past the cache's {self.max_len}")
+            spans.append((slot, start, end, end + len(ids)))
+            end += len(ids)
+
+        def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
+            parts = [self.cache.decode(layer, qkv[:n], slots, positions)] if n else []
+            parts += [self.cache.extend(layer, qkv[a:b], slot, start) for slot, start, a, b in spans]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+        x = self._forward([*tokens, *(t for _, _, ids in chunks for t in ids)], attend)
+        logits = self.logits(x[[*range(n), *(b - 1 for _, _, _, b in spans)]])[0]
+        return logits[:n], list(logits[n:])
+
     def extend(self, slot: int, start: int, token_ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Write `token_ids` into `slot` at positions start.., after the cached positions 0..start-1; returns the
         logits [v] after the last of them (with all_logits, [n, v] after each)."""
+        if not all_logits:
+            return self.step([], [], [], [(slot, start, token_ids)])[1][0]
         if start + len(token_ids) > self.max_len:
             raise ValueError(f"positions {start}..{start + len(token_ids) - 1} run past the cache's {self.max_len}")
-        x = self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start))
-        if all_logits:
-            return self.logits(x)[0]
-        return self.logits(x[-1:])[0][0]
+        return self.logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)))[0]
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v]."""
-        slots, positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
-        if positions.max() >= self.max_len:
-            raise ValueError(f"position {positions.max()} is past the cache's {self.max_len}")
-        x = self._forward(tokens, lambda i, qkv: self.cache.decode(i, qkv, slots, positions))
-        return self.logits(x)[0]
+        return self.step(slots, tokens, positions)[0]
 
     def copy_slot(self, source: int, target: int) -> None:
         """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
