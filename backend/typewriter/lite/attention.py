@@ -10,6 +10,7 @@ Shapes: n rows, t chunk tokens, h query heads, k kv heads, g = h // k, e head di
 
 from __future__ import annotations
 
+import functools
 import mmap
 from concurrent.futures import ThreadPoolExecutor
 
@@ -58,7 +59,7 @@ class HostCache:
         def rows(part: range) -> None:
             for row in part:
                 s = positions[row] + 1
-                scores = q[row] @ keys[slots[row], :, :s].transpose(0, 2, 1)  # [k, g, s]
+                scores = _scores(q[row], keys[slots[row], :, :s])  # [k, g, s]
                 weights, total = _exp(scores)
                 out[row] = (weights @ values[slots[row], :, :s]) / total  # [k, g, e]
 
@@ -83,8 +84,8 @@ class HostCache:
         self.filled[slot] = max(self.filled[slot], end)
         q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim).transpose(1, 2, 0, 3)  # [k, g, t, e]
         q = q.reshape(cfg.n_kv_heads, cfg.groups * t, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
-        scores = (q @ keys[slot, :, :end].transpose(0, 2, 1)).reshape(cfg.n_kv_heads, cfg.groups, t, end)
-        scores[..., start:] += np.triu(np.full((t, t), -np.inf, np.float32), 1)  # causal within the chunk
+        scores = _scores(q, keys[slot, :, :end]).reshape(cfg.n_kv_heads, cfg.groups, t, end)
+        scores[..., start:] += _causal(t)
         weights, total = _exp(scores.reshape(cfg.n_kv_heads, cfg.groups * t, end))
         out = ((weights @ values[slot, :, :end]) / total).reshape(cfg.n_kv_heads, cfg.groups, t, cfg.head_dim)
         return out.transpose(2, 0, 1, 3).reshape(t, -1)  # [t, h * e], heads in q's order
@@ -114,6 +115,25 @@ def _balanced_half(positions: np.ndarray) -> int:
     """The row that splits the rows' cached positions most evenly in two."""
     work = np.cumsum(positions + 1)
     return int(np.clip(np.searchsorted(work, work[-1] / 2), 1, len(positions) - 1))
+
+
+# A query block of at most this many rows gets its scores as keys @ q^T, transposed: OpenBLAS multiplies a few
+# rows by the transposed keys slowly (3 rows by 1,500 positions: 0.32 ms, against 0.18 ms so); from 24 rows on the
+# direct product is faster.
+FEW_ROWS = 12
+
+
+def _scores(q: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """q [k, m, e] against keys [k, s, e] -> [k, m, s]."""
+    if q.shape[1] <= FEW_ROWS:
+        return np.ascontiguousarray((keys @ q.transpose(0, 2, 1)).transpose(0, 2, 1))
+    return q @ keys.transpose(0, 2, 1)
+
+
+@functools.lru_cache(maxsize=128)
+def _causal(t: int) -> np.ndarray:
+    """What a chunk of t tokens adds to its scores over its own positions: -inf above the diagonal [t, t]."""
+    return np.triu(np.full((t, t), -np.inf, np.float32), 1)
 
 
 def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
