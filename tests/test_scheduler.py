@@ -75,6 +75,31 @@ def test_with_answers_decoding_a_step_prefills_at_most_the_budget_and_alone_up_t
     assert plan.decode == [other] and [(c.start, c.length) for c in plan.chunks] == [(24, 4)]
 
 
+def test_while_answers_stream_a_chunk_far_into_its_context_gets_fewer_tokens_and_alone_it_does_not():
+    def chunks_of(long: Sequence, streaming: bool) -> list[tuple[int, int]]:
+        scheduler = Scheduler(3, 4, max_chunk=64, budget=16, idle_budget=64, long_context=100)
+        if streaming:
+            scheduler.add(seq("running"))
+            run(scheduler, scheduler.schedule(set(), 0.0))  # from here an answer streams
+        scheduler.add(long)
+        chunks = []
+        while long.status is not Status.RUNNING:
+            plan = scheduler.schedule(set(), 0.0)
+            assert bool(plan.decode) == streaming
+            chunks += [(c.start, c.length) for c in plan.chunks if c.seq is long]
+            run(scheduler, plan)
+        assert chunks[-1][0] + chunks[-1][1] == 1000
+        assert all(b == a + n for (a, n), (b, _) in zip(chunks, chunks[1:]))  # no gap, no overlap
+        return chunks
+
+    alone = chunks_of(seq("long", prompt=range(10, 1010)), streaming=False)  # a 1,000-token prompt
+    assert all(n == 64 for _, n in alone[:-1])  # nothing decodes: the idle budget, however far in
+    streaming = chunks_of(seq("long", prompt=range(10, 1010)), streaming=True)
+    assert streaming[:7] == [(0, 16), (16, 16), (32, 16), (48, 16), (64, 16), (80, 16), (96, 16)]
+    assert all(n == max(4, 16 * 100 // start) for start, n in streaming[7:-1])  # 14, 12, ... and at least 4
+    assert streaming[7][1] == 14 and streaming[-2][1] == 4
+
+
 def test_overloaded_once_the_queue_is_full_counting_those_who_will_take_a_free_slot():
     scheduler, _ = scheduler_with(2, 1, "a", "b", "c")  # two will take the free slots, one waits
     with pytest.raises(Overloaded, match=r"full \(1 waiting\)"):
