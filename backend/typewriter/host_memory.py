@@ -15,9 +15,6 @@ before the server is ready, whose first programs write only the first segment.
 
 from __future__ import annotations
 
-import ctypes
-import functools
-
 import numpy as np
 import tensorflow as tf
 
@@ -52,18 +49,3 @@ def _adopt(array: np.ndarray, name: str) -> tf.Variable:
         return tf.Variable(array, trainable=False, name=name)
     shared = tf.experimental.dlpack.from_dlpack(array.__dlpack__())  # keeps `array` alive
     return tf.Variable(shared, trainable=False, name=name)  # takes the buffer over: no copy
-
-
-@functools.cache
-def _malloc_trim():
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
-        return None
-
-
-def return_freed_memory() -> None:
-    """Hand what glibc keeps of freed memory back to the system: a compile leaves some 60 MB freed on its heap,
-    and the int8-lite programs' making about 700 MB (the float weights it folded)."""
-    if trim := _malloc_trim():
-        trim(0)

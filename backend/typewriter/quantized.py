@@ -15,76 +15,13 @@ Only the model (and its families) imports this; which format a matrix gets is th
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import tensorflow as tf
 
 from . import native_ops
 from .config import WEIGHT_FORMATS as FORMATS
 from .host_memory import variable
-
-INT8_MAX = 127.0
-
-
-def _hadamard(n: int) -> np.ndarray:
-    h = np.ones((1, 1))
-    while h.shape[0] < n:
-        h = np.block([[h, h], [h, -h]])
-    return h / np.sqrt(n)
-
-
-def _orthogonal(n: int) -> np.ndarray:
-    """A fixed random orthogonal matrix (the same in every process: the weights and inputs must agree)."""
-    q, r = np.linalg.qr(np.random.default_rng(n).standard_normal((n, n)))
-    return q * np.sign(np.diag(r))
-
-
-class Rotation:
-    """x -> x @ R for x [..., n], R = A (x) H: n = a * b channels as a blocks of b = the largest power of two up
-    to 64 that divides n, H (Hadamard) inside each block, A (orthogonal) across them."""
-
-    def __init__(self, n: int):
-        self.b = int(np.gcd(n, 64))
-        self.a = n // self.b
-        self.inner = _hadamard(self.b).astype(np.float32)
-        self.outer = _orthogonal(self.a).astype(np.float32) if self.a > 1 else None
-
-    @staticmethod
-    @functools.cache
-    def of(n: int) -> Rotation:
-        """The one Rotation of n channels, shared by every matrix with n inputs."""
-        return Rotation(n)
-
-    def numpy(self, x: np.ndarray) -> np.ndarray:
-        y = x.reshape(-1, self.a, self.b) @ self.inner
-        if self.outer is not None:
-            y = np.einsum("mij,ik->mkj", y, self.outer)
-        return y.reshape(x.shape)
-
-    def __call__(self, rows: tf.Tensor) -> tf.Tensor:
-        """rows [m, n] -> rows @ R"""
-        y = tf.reshape(rows, [-1, self.a, self.b]) @ self.inner
-        if self.outer is not None:
-            y = tf.einsum("mij,ik->mkj", y, self.outer)
-        return tf.reshape(y, tf.shape(rows))
-
-    def inverse(self, rows: tf.Tensor) -> tf.Tensor:
-        """rows [m, n] -> rows @ R^T (R is orthogonal)"""
-        y = tf.reshape(rows, [-1, self.a, self.b])
-        if self.outer is not None:
-            y = tf.einsum("mkj,ik->mij", y, self.outer)
-        return tf.reshape(y @ self.inner.T, tf.shape(rows))
-
-
-def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """w [in, out] -> (int8 [in, out], float32 scale [out]) with w ~ q * scale, symmetric per output column."""
-    w = np.asarray(w, dtype=np.float32)
-    scale = np.abs(w).max(axis=0) / INT8_MAX
-    scale[scale == 0] = 1.0  # an all-zero column stays zero
-    q = np.clip(np.rint(w / scale), -INT8_MAX, INT8_MAX).astype(np.int8)
-    return q, scale.astype(np.float32)
-
+from .rotation import INT8_MAX, Rotation, quantize_int8
 
 class Int8Matrix(tf.Module):
     """A [in, out] matrix w held rotated, R^T @ w (see Rotation), as int8 values and a float32 scale per output

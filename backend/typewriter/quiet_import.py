@@ -142,23 +142,21 @@ def release_stderr() -> None:
     _compile_filter.release()
 
 
-# TensorFlow Lite prints a line to stderr (C++) for every interpreter it hands to XNNPACK, and tf.lite.Interpreter
-# warns that it moves to the ai_edge_litert package in a later TensorFlow (2.21 still ships it).
+# LiteRT (TensorFlow Lite) prints a line to stderr (C++) for every interpreter it hands to XNNPACK.
 _LITE_NOTICES = ("Created TensorFlow Lite XNNPACK delegate for CPU",)
 _lite_filter = _StderrFilter(_LITE_NOTICES)
 
 
 def lite_interpreter(content: bytes, threads: int):
-    """A TensorFlow Lite interpreter of a flatbuffer, XNNPACK on `threads` threads, without its notices."""
-    import warnings
+    """A LiteRT (TensorFlow Lite) interpreter of a flatbuffer, XNNPACK on `threads` threads, without its notices.
+    LiteRT is tf.lite.Interpreter's successor (deprecated since TensorFlow 2.20), a 0.1 s import against
+    TensorFlow's 4-5 s."""
+    from ai_edge_litert.interpreter import Interpreter
 
-    tf = import_tensorflow()
     _lite_filter.enter()
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated", category=UserWarning)
-            interpreter = tf.lite.Interpreter(model_content=content, num_threads=threads)
-            interpreter.allocate_tensors()
+        interpreter = Interpreter(model_content=content, num_threads=threads)
+        interpreter.allocate_tensors()
     finally:
         _lite_filter.exit()
     return interpreter

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from .engine import Engine
+from .heap import return_freed_memory
 from .model_config import ModelConfig
 from .tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
@@ -63,16 +64,9 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     """`weight_format`: one of config.WEIGHT_FORMATS, None for Settings' default. For XLA's formats, buckets trade
     compile time (each is one XLA program, a few seconds here) against padding waste: prompt chunks pad to
     CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
-    batch_buckets(slots) rows. int8-lite has no buckets (lite/runner.py)."""
+    batch_buckets(slots) rows. int8-lite has no buckets (lite/runner.py), and runs on LiteRT alone: it never
+    imports TensorFlow (some 5 s and 300 MB here)."""
     import sys
-
-    from .quiet_import import import_tensorflow
-
-    if "tensorflow" not in sys.modules:
-        progress("starting TensorFlow")  # some 5 s here
-    import_tensorflow()
-    from .model import Transformer
-    from .runner import ModelRunner, power_of_two_buckets
 
     from .config import Settings
     from .lite.runner import FORMAT as LITE
@@ -84,6 +78,14 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     if weight_format == LITE:
         return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(LITE_CHUNK, chunks[-1]),
                           progress=progress)
+    from .quiet_import import import_tensorflow
+
+    if "tensorflow" not in sys.modules:
+        progress("starting TensorFlow")  # some 5 s here
+    import_tensorflow()
+    from .model import Transformer
+    from .runner import ModelRunner, power_of_two_buckets
+
     model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1],
                         kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
                         weight_format=weight_format)
@@ -127,8 +129,6 @@ def load(
     cfg, weights, tokenizer = read_model(path, weight_progress)
     runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
     del weights
-    from .host_memory import return_freed_memory  # imports TensorFlow, as build_runner did
-
     return_freed_memory()
     load_s = time.perf_counter() - t0
     progress(f"loaded {cfg.name} in {load_s:.1f}s")

@@ -11,7 +11,7 @@ import numpy as np
 
 
 def _schema():
-    from tensorflow.lite.python import schema_py_generated as schema
+    from ai_edge_litert import schema_py_generated as schema  # TensorFlow Lite's schema, as LiteRT ships it
 
     return schema
 

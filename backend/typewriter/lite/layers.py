@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..model_config import ModelConfig
-from ..quantized import Rotation, quantize_int8
+from ..rotation import Rotation, quantize_int8
 from .flatbuffer import Program
 
 
