@@ -14,8 +14,6 @@ layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from ..model_config import ModelConfig
@@ -23,58 +21,58 @@ from ..rotation import Rotation, quantize_int8
 from .flatbuffer import Program
 
 
-def _matrix(rotation: Rotation) -> np.ndarray:
-    """R [n, n] with x @ R = rotation.numpy(x)."""
-    n = rotation.a * rotation.b
-    return rotation.numpy(np.eye(n, dtype=np.float32))
+class Folder:
+    """Folds the rotations into the weights, one layer at a time (so only a layer or two of rotated float copies
+    exist at once): `layer(i)` gives layer i's matrices [in, out] q/k/v joined, o, gate, up, down (and the qkv
+    bias); `output()` the logits matrix; `embeddings()` the rotated embedding rows (float16). Each rotation is
+    applied by blocks (rotation.py), not as a dense matrix."""
 
+    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray]):
+        self.cfg, self.weights = cfg, weights
+        self.stream = Rotation.of(cfg.dim)
+        self.head = Rotation.of(cfg.head_dim).inner  # a Hadamard inside each head
+        self.down_block = Rotation.of(cfg.hidden_dim).inner  # the down projection's online rotation, [b, b]
 
-def _block_diag(block: np.ndarray, times: int) -> np.ndarray:
-    return np.kron(np.eye(times, dtype=np.float32), block)
+    def _into(self, w: np.ndarray, g: np.ndarray) -> np.ndarray:
+        """R^T diag(g) W for a matrix W [d, out] that reads a norm's output."""
+        return self.stream.numpy(np.ascontiguousarray((g[:, None] * w).T)).T
 
-
-@dataclass
-class Folded:
-    """The rotated weights: per layer q/k/v, o, gate, up, down [in, out] (and qkv bias), the output matrix,
-    the embedding rows x~ (float16), and the down projection's online block rotation."""
-    layers: list[dict]
-    output: np.ndarray
-    embeddings: np.ndarray
-    down_block: np.ndarray
-
-
-def fold(cfg: ModelConfig, weights: dict[str, np.ndarray]) -> Folded:
-    d, e = cfg.dim, cfg.head_dim
-    r = _matrix(Rotation.of(d))
-    head = _matrix(Rotation.of(e))
-    heads_out = _block_diag(head, cfg.n_heads)  # the attention output's rotation, [h * e, h * e]
-    down = Rotation.of(cfg.hidden_dim)
-    down_block = down.inner  # [b, b], symmetric Hadamard
-    down_rot = _block_diag(down_block, down.a)
-
-    def into(w_in_out, g):  # a matrix that reads a norm's output: R^T diag(g) W
-        return r.T @ (g[:, None] * w_in_out)
-
-    layers = []
-    for i in range(cfg.n_layers):
-        w = {k.split(".", 2)[2]: a.astype(np.float32) for k, a in weights.items() if k.startswith(f"layers.{i}.")}
+    def layer(self, i: int) -> dict:
+        cfg = self.cfg
+        w = {k.split(".", 2)[2]: a.astype(np.float32) for k, a in self.weights.items()
+             if k.startswith(f"layers.{i}.")}
         g1, g2 = w["attention_norm"], w["ffn_norm"]
-        wv = w["wv"].T @ _block_diag(head, cfg.n_kv_heads)  # [d, k * e], each head's V rotated
+        wv = _times_blocks(w["wv"].T, self.head)  # [d, k * e], each head's V rotated
         layer = {
-            "qkv": into(np.concatenate([w["wq"].T, w["wk"].T, wv], axis=1), g1),
-            "o": heads_out.T @ w["wo"].T @ r,
-            "gate": into(w["w_gate"].T, g2),
-            "up": into(w["w_up"].T, g2),
-            "down": down_rot.T @ w["w_down"].T @ r,
+            "qkv": self._into(np.concatenate([w["wq"].T, w["wk"].T, wv], axis=1), g1),
+            "o": self.stream.numpy(_blocks_times(self.head, w["wo"].T)),  # takes each head's rotation back
+            "gate": self._into(w["w_gate"].T, g2),
+            "up": self._into(w["w_up"].T, g2),
+            "down": self.stream.numpy(_blocks_times(self.down_block, w["w_down"].T)),
         }
         if cfg.qkv_bias:
-            bv = w["bv"] @ _block_diag(head, cfg.n_kv_heads)
+            bv = _times_blocks(w["bv"][None], self.head)[0]
             layer["bqkv"] = np.concatenate([w["bq"], w["bk"], bv]).astype(np.float32)
-        layers.append(layer)
-    table = weights["tok_embeddings"].astype(np.float32)
-    out = weights["tok_embeddings" if cfg.tie_embeddings else "output"].astype(np.float32)
-    return Folded(layers, into(out.T, weights["norm"].astype(np.float32)), (table @ r).astype(np.float16),
-                  down_block)
+        return layer
+
+    def output(self) -> np.ndarray:
+        out = self.weights["tok_embeddings" if self.cfg.tie_embeddings else "output"]
+        return self._into(out.astype(np.float32).T, self.weights["norm"].astype(np.float32))
+
+    def embeddings(self) -> np.ndarray:
+        return self.stream.numpy(self.weights["tok_embeddings"].astype(np.float32)).astype(np.float16)
+
+
+def _blocks_times(block: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """diag(block, block, ...)^T @ m for m [times * b, out]."""
+    b = block.shape[0]
+    return (block.T @ m.reshape(-1, b, m.shape[1])).reshape(m.shape)
+
+
+def _times_blocks(m: np.ndarray, block: np.ndarray) -> np.ndarray:
+    """m @ diag(block, block, ...) for m [n, times * b]."""
+    b = block.shape[0]
+    return (m.reshape(m.shape[0], -1, b) @ block).reshape(m.shape)
 
 
 def _int8(p: Program, x: int, w: np.ndarray) -> int:
@@ -86,28 +84,29 @@ def _qkv(p: Program, cfg: ModelConfig, x: int, layer: dict) -> int:
     return p.add(y, p.const(layer["bqkv"])) if "bqkv" in layer else y
 
 
-def first_program(cfg: ModelConfig, folded: Folded, rows: int = 1) -> bytes:
+def first_program(cfg: ModelConfig, layer0: dict, rows: int = 1) -> bytes:
     p = Program(rows)
-    return p.finish([_qkv(p, cfg, p.input(cfg.dim), folded.layers[0])])
+    return p.finish([_qkv(p, cfg, p.input(cfg.dim), layer0)])
 
 
-def layer_program(cfg: ModelConfig, folded: Folded, i: int, rows: int = 1) -> bytes:
+def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_block: np.ndarray,
+                  rows: int = 1) -> bytes:
+    """A layer's program; `following` is the next layer's folded weights (None for the last layer)."""
     p = Program(rows)
     x, attended = p.input(cfg.dim), p.input(cfg.n_heads * cfg.head_dim)
-    layer = folded.layers[i]
     h = p.add(x, _int8(p, attended, layer["o"]))
     n = p.rms(h, cfg.norm_eps)
     gate, up = _int8(p, n, layer["gate"]), _int8(p, n, layer["up"])
     act = p.mul(p.mul(gate, p.sigmoid(gate)), up)  # SiLU(gate) * up, [rows, hidden]
-    b = folded.down_block.shape[0]
-    act = p.reshape(p.matmul(p.reshape(act, [-1, b]), folded.down_block), [-1, cfg.hidden_dim])  # rotated
+    b = down_block.shape[0]
+    act = p.reshape(p.matmul(p.reshape(act, [-1, b]), down_block), [-1, cfg.hidden_dim])  # rotated
     # inside blocks of b: [rows * hidden / b, b] -> [rows, hidden]
     x = p.add(h, _int8(p, act, layer["down"]))
-    if i + 1 == cfg.n_layers:
+    if following is None:
         return p.finish([x])
-    return p.finish([x, _qkv(p, cfg, x, folded.layers[i + 1])])
+    return p.finish([x, _qkv(p, cfg, x, following)])
 
 
-def logits_program(cfg: ModelConfig, folded: Folded, rows: int = 1) -> bytes:
+def logits_program(cfg: ModelConfig, output: np.ndarray, rows: int = 1) -> bytes:
     p = Program(rows)
-    return p.finish([_int8(p, p.rms(p.input(cfg.dim), cfg.norm_eps), folded.output)])
+    return p.finish([_int8(p, p.rms(p.input(cfg.dim), cfg.norm_eps), output)])

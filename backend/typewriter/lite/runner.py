@@ -19,7 +19,7 @@ import numpy as np
 
 from ..model_config import ModelConfig
 from .attention import HostCache
-from .layers import first_program, fold, layer_program, logits_program
+from .layers import Folder, first_program, layer_program, logits_program
 
 log = logging.getLogger("typewriter.lite")
 FORMAT = "int8-lite"
@@ -61,15 +61,18 @@ class LiteRunner:
         t0 = time.perf_counter()
         self.cfg, self._max_chunk = cfg, max_chunk
         progress(f"{FORMAT}: rotating the weights")
-        folded = fold(cfg, weights)
-        self.embeddings = folded.embeddings  # [v, d] float16, rows already rotated
-        self.first = _Program(first_program(cfg, folded), threads)
+        folder = Folder(cfg, weights)
+        self.embeddings = folder.embeddings()  # [v, d] float16, rows already rotated
+        layer = folder.layer(0)
+        self.first = _Program(first_program(cfg, layer), threads)
         self.layers = []
         for i in range(cfg.n_layers):
-            self.layers.append(_Program(layer_program(cfg, folded, i), threads))
+            following = folder.layer(i + 1) if i + 1 < cfg.n_layers else None
+            self.layers.append(_Program(layer_program(cfg, layer, following, folder.down_block), threads))
+            layer = following
             if (i + 1) % max(1, cfg.n_layers // 5) == 0 or i + 1 == cfg.n_layers:
                 progress(f"{FORMAT}: program {i + 1}/{cfg.n_layers + 2}")
-        self.logits = _Program(logits_program(cfg, folded), threads)
+        self.logits = _Program(logits_program(cfg, folder.output()), threads)
         progress(f"{FORMAT}: program {cfg.n_layers + 2}/{cfg.n_layers + 2}")
         self.cache = HostCache(cfg, slots, max_len)
         self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
