@@ -23,6 +23,7 @@ RUN useradd --create-home --uid 1000 typewriter \
     && mkdir -p /var/cache/typewriter && chown typewriter /var/cache/typewriter
 # Compiled XLA programs: docker-compose.yml keeps this folder on a named volume, so a restart compiles little.
 ENV TYPEWRITER_XLA_CACHE=/var/cache/typewriter/xla
+ENV TYPEWRITER_LITE_CACHE=/var/cache/typewriter/lite
 VOLUME /var/cache/typewriter
 
 

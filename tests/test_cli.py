@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,14 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--max-context", "256"]  # fewer buckets to compile
 
 
-def typewriter(*args: str, stdin: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def typewriter(*args: str, stdin: str | None = None, timeout: float = 600,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "typewriter", *args], cwd=ROOT, input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=os.environ | (env or {}))
 
 
-def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer():
+def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer(tmp_path):
+    cache = {"TYPEWRITER_LITE_CACHE": str(tmp_path / "lite")}
     run = typewriter("generate", "--json", "--temperature", "0", "--raw", "--max-new-tokens", "12", *SMALL,
-                     "The capital of France is")
+                     "The capital of France is", env=cache)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [json.loads(line) for line in run.stdout.splitlines()]
     tokens, end = lines[:-1], lines[-1]
@@ -33,18 +36,28 @@ def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer():
     assert end["type"] == "end" and end["reason"] == "length"
     assert end["usage"] == {"prompt_tokens": 5, "completion_tokens": 12}
     assert end["timings"]["ttft_ms"] > 0 and end["timings"]["tokens_per_s"] > 0 and end["timings"]["load_ms"] > 0
-    assert "loaded" in run.stderr and "int8-lite: program" in run.stderr  # progress while loading and preparing
+    assert "loaded" in run.stderr and "int8-lite: program 32/32" in run.stderr  # progress while making them
+    again = typewriter("generate", "--json", "--temperature", "0", "--raw", "--max-new-tokens", "12", *SMALL,
+                       "The capital of France is", env=cache)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"int8-lite: programs from {tmp_path / 'lite'}" in again.stderr and "weights" not in again.stderr
+    assert again.stdout.splitlines()[:-1] == run.stdout.splitlines()[:-1]  # the same tokens from the cached ones
 
 
 def test_generate_stops_at_a_stop_sequence_without_printing_it():
-    run = typewriter("generate", "--json", "--temperature", "0", "--repetition-penalty", "1", "--raw", "--stop",
-                     "answer", *SMALL,
-                     "The capital of France is")
-    assert run.returncode == 0, run.stderr[-2000:]
-    lines = [json.loads(line) for line in run.stdout.splitlines()]
-    answer = "".join(t["text"] for t in lines[:-1])
-    assert lines[-1]["reason"] == "stop_sequence"
-    assert answer == " Paris.\n\nThe "  # the golden continuation, cut before "answer"
+    def answer(*extra: str) -> tuple[str, str]:
+        run = typewriter("generate", "--json", "--temperature", "0", "--repetition-penalty", "1", "--raw",
+                         "--max-new-tokens", "12", *extra, *SMALL, "The capital of France is")
+        assert run.returncode == 0, run.stderr[-2000:]
+        lines = [json.loads(line) for line in run.stdout.splitlines()]
+        return "".join(t["text"] for t in lines[:-1]), lines[-1]["reason"]
+
+    full, reason = answer()
+    assert reason == "length" and full.startswith(" Paris.")
+    stop = full.split()[2]  # the third word of the greedy answer, whatever the weights make it
+    cut, reason = answer("--stop", stop)
+    assert reason == "stop_sequence"
+    assert cut == full[:full.index(stop)]  # everything before it, and not the stop sequence itself
 
 
 def test_generate_rejects_a_bad_sampling_value_with_a_named_error():

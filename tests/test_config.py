@@ -85,6 +85,17 @@ def test_answer_length_limits_follow_a_smaller_context_unless_set():
     assert Settings(max_context=512, max_new_tokens=100).max_new_tokens == 100
 
 
+def test_the_lite_program_cache_is_on_by_default_beside_the_xla_one_and_off_means_none():
+    from typewriter.config import Settings, lite_cache_dir
+
+    assert lite_cache_dir({"XDG_CACHE_HOME": "/c"}) == "/c/typewriter/lite"
+    assert lite_cache_dir({}).endswith("/.cache/typewriter/lite") and not lite_cache_dir({}).startswith("~")
+    for off in ("off", "none", " ", "OFF"):
+        assert lite_cache_dir({"TYPEWRITER_LITE_CACHE": off}) is None
+    assert lite_cache_dir({"TYPEWRITER_LITE_CACHE": "/srv/lite"}) == "/srv/lite"
+    Settings.from_env({"TYPEWRITER_LITE_CACHE": "/srv/lite"})  # a known variable, not a stray one
+
+
 def test_the_xla_cache_is_on_by_default_in_the_users_cache_folder_and_none_or_off_means_no_cache(tmp_path):
     from typewriter.config import xla_cache_dir
 

@@ -134,6 +134,7 @@ def test_the_pod_runs_as_a_user_who_can_write_the_xla_cache_and_nothing_more(kub
     (mount,) = container["volumeMounts"]
     assert mount["mountPath"] == "/var/cache/typewriter"
     assert env(container)["TYPEWRITER_XLA_CACHE"].startswith(mount["mountPath"] + "/")
+    assert env(container)["TYPEWRITER_LITE_CACHE"].startswith(mount["mountPath"] + "/")
     (volume,) = pod["volumes"]
     assert volume["name"] == mount["name"] and ("emptyDir" in volume or "persistentVolumeClaim" in volume)
     assert {"cpu", "memory"} <= container["resources"]["requests"].keys()

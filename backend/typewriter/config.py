@@ -19,6 +19,7 @@ from .request import DEFAULT_MAX_NEW_TOKENS
 
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
+LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 # Read by clients (the notebook, examples/), not by the server; a shell that sets them may still start one.
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
@@ -150,7 +151,7 @@ class Settings:
         unknown = sorted(k for k in overrides if k not in fields)
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(unknown)}")
-        known_vars = {_env(name) for name in fields} | {XLA_CACHE_VAR, *CLIENT_VARS}
+        known_vars = {_env(name) for name in fields} | {XLA_CACHE_VAR, LITE_CACHE_VAR, *CLIENT_VARS}
         stray = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known_vars)
         if stray:
             raise ConfigError(f"{stray[0]}: not a setting; known: {', '.join(sorted(known_vars))}")
@@ -212,10 +213,21 @@ def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
     """The folder for compiled XLA programs, so a restart skips most compiling: `TYPEWRITER_XLA_CACHE`, by
     default `typewriter/xla` in the user's cache folder ($XDG_CACHE_HOME or ~/.cache); None when set to off,
     none or empty. Read before TensorFlow loads, so it is not a Settings field."""
-    if XLA_CACHE_VAR not in environ:
+    return _cache_dir(XLA_CACHE_VAR, "xla", environ)
+
+
+def lite_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The folder for int8-lite's programs (lite/programs.py), so a restart skips making them:
+    `TYPEWRITER_LITE_CACHE`, by default `typewriter/lite` in the user's cache folder; None when set to off, none or
+    empty. Every command that loads a model uses it, so like the XLA cache it is not a Settings field."""
+    return _cache_dir(LITE_CACHE_VAR, "lite", environ)
+
+
+def _cache_dir(var: str, name: str, environ: Mapping[str, str]) -> str | None:
+    if var not in environ:
         base = environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
-        return os.path.join(base, "typewriter", "xla")
-    cache = environ[XLA_CACHE_VAR].strip()
+        return os.path.join(base, "typewriter", name)
+    cache = environ[var].strip()
     if not cache or cache.lower() in ("none", "off"):
         return None
     return os.path.expanduser(cache)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .config import lite_cache_dir
 from .engine import Engine
 from .heap import return_freed_memory
 from .model_config import ModelConfig
@@ -48,8 +49,31 @@ def read_model(path: Path, weight_progress=None) -> tuple[ModelConfig, dict, Tok
     weights and the tokenizer."""
     source, _ = open_source(path)
     cfg, weights = load_weights(source, weight_progress)
-    tokenizer = Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
-    return cfg, weights, tokenizer
+    return cfg, weights, _tokenizer(path, source)
+
+
+def _tokenizer(path: Path, source) -> Tokenizer:
+    return Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
+
+
+def _cached_lite(path: Path, weight_format: str | None, program_cache: str | None):
+    """(config, tokenizer, programs) when `path` is a model file whose int8-lite programs are in `program_cache`;
+    None otherwise (then the weights are read and the programs made as usual)."""
+    from .config import Settings
+    from .lite.programs import ProgramCache, cache_key
+    from .lite.runner import FORMAT as LITE
+
+    if program_cache is None or not path.is_file():
+        return None
+    source, _ = open_source(path)
+    try:
+        cfg = source.config()
+    except (KeyError, TypeError, ValueError):  # load_weights names the problem
+        return None
+    if resolve_format(cfg, weight_format or Settings.weights) != LITE:
+        return None
+    programs = ProgramCache(program_cache).load(cache_key(path, cfg), cfg.n_layers)
+    return (cfg, _tokenizer(path, source), programs) if programs else None
 
 
 def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
@@ -60,12 +84,13 @@ def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
 
 
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight_format: str | None = None,
-                 progress: Progress = lambda _: None):
+                 progress: Progress = lambda _: None, programs=None):
     """`weight_format`: one of config.WEIGHT_FORMATS, None for Settings' default. For XLA's formats, buckets trade
     compile time (each is one XLA program, a few seconds here) against padding waste: prompt chunks pad to
     CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
     batch_buckets(slots) rows. int8-lite has no buckets (lite/runner.py), and runs on LiteRT alone: it never
-    imports TensorFlow (some 5 s and 300 MB here)."""
+    imports TensorFlow (some 5 s and 300 MB here); `programs` are its programs made before (then `weights` may be
+    None)."""
     import sys
 
     from .config import Settings
@@ -77,7 +102,7 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     weight_format = resolve_format(cfg, weight_format or Settings.weights)
     if weight_format == LITE:
         return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(LITE_CHUNK, chunks[-1]),
-                          progress=progress)
+                          progress=progress, programs=programs)
     from .quiet_import import import_tensorflow
 
     if "tensorflow" not in sys.modules:
@@ -98,7 +123,7 @@ def load_engine(settings, progress: Progress = lambda _: None) -> tuple[Engine, 
     engine, tokenizer, _ = load(settings.model_path, slots=settings.max_active, max_context=settings.max_context,
                                 max_queue=settings.max_queue, prefill_budget=settings.prefill_budget,
                                 progress=progress, compile="start", queue_timeout_s=settings.queue_timeout_s,
-                                weight_format=settings.weights)
+                                weight_format=settings.weights, program_cache=lite_cache_dir())
     return engine, tokenizer
 
 
@@ -113,11 +138,13 @@ def load(
     compile: Compile = "all",
     queue_timeout_s: float | None = None,
     weight_format: str | None = None,
+    program_cache: str | None = None,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
     """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
     `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding, matrices in
-    `weight_format` (None: Settings'). No other
-    defaults: the server's come from Settings, and each command says why its own fit."""
+    `weight_format` (None: Settings'), int8-lite's programs kept in the folder `program_cache` (None: made every
+    time; config.lite_cache_dir is the commands' default). No other defaults: the server's come from Settings, and
+    each command says why its own fit."""
     t0 = time.perf_counter()
     path = resolve_model_path(model_path)
     progress(f"loading {path}")
@@ -126,9 +153,18 @@ def load(
         if done == total or done % max(1, total // 10) == 0:
             progress(f"weights {done}/{total}")
 
-    cfg, weights, tokenizer = read_model(path, weight_progress)
-    runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
-    del weights
+    if cached := _cached_lite(path, weight_format, program_cache):
+        cfg, tokenizer, programs = cached
+        progress(f"int8-lite: programs from {program_cache}")
+        runner = build_runner(cfg, None, slots, max_context, weight_format, progress, programs)
+    else:
+        cfg, weights, tokenizer = read_model(path, weight_progress)
+        runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
+        del weights
+        if program_cache is not None and (made := getattr(runner, "programs", None)) is not None:
+            from .lite.programs import ProgramCache, cache_key
+
+            ProgramCache(program_cache).save(cache_key(path, cfg), made, path)
     return_freed_memory()
     load_s = time.perf_counter() - t0
     progress(f"loaded {cfg.name} in {load_s:.1f}s")

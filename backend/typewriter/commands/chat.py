@@ -21,6 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config import lite_cache_dir
     from ..runtime import load
 
     sampling_params(args)  # bad values fail before the model loads
@@ -28,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     # slot is always free and nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
                                 prefill_budget=setting_default("prefill_budget"), progress=StderrProgress(),
-                                compile="lazy", weight_format=args.weights)  # only what this request needs
+                                compile="lazy", weight_format=args.weights,  # only what this request needs
+                                program_cache=lite_cache_dir())
     history: list[dict[str, str]] = []
     print("Type a question. Ctrl-C stops an answer, Ctrl-D leaves.", file=sys.stderr)
     try:

@@ -22,6 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..config import lite_cache_dir
     from ..runtime import load
 
     sampling_params(args)  # bad values fail before the model loads
@@ -29,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
                                 prefill_budget=setting_default("prefill_budget"), progress=StderrProgress(),
-                                compile="lazy", weight_format=args.weights)  # only what this request needs
+                                compile="lazy", weight_format=args.weights,  # only what this request needs
+                                program_cache=lite_cache_dir())
     try:
         if args.raw:
             prompt_ids = tokenizer.encode(args.prompt)

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..model_config import ModelConfig
 from .attention import HostCache
-from .layers import Folder, first_program, layer_program, logits_program
+from .programs import Programs, make_programs
 
 log = logging.getLogger("typewriter.lite")
 FORMAT = "int8-lite"
@@ -54,29 +54,23 @@ class LiteRunner:
     weight_format = FORMAT
     one_pass = True  # the engine hands it a whole step at once (`step`)
 
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
-                 max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray] | None, slots: int, max_len: int,
+                 max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
+                 programs: Programs | None = None):
+        """From the model's `weights`, or from `programs` made before (programs.py's cache)."""
         if cfg.family != "llama":
             raise ValueError(f"the {FORMAT} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         t0 = time.perf_counter()
         self.cfg, self._max_chunk = cfg, max_chunk
-        progress(f"{FORMAT}: rotating the weights")
-        folder = Folder(cfg, weights)
-        self.embeddings = folder.embeddings()  # [v, d] float16, rows already rotated
-        layer = folder.layer(0)
-        self.first = _Program(first_program(cfg, layer), threads)
-        self.layers = []
-        for i in range(cfg.n_layers):
-            following = folder.layer(i + 1) if i + 1 < cfg.n_layers else None
-            self.layers.append(_Program(layer_program(cfg, layer, following, folder.down_block), threads))
-            layer = following
-            if (i + 1) % max(1, cfg.n_layers // 5) == 0 or i + 1 == cfg.n_layers:
-                progress(f"{FORMAT}: program {i + 1}/{cfg.n_layers + 2}")
-        self.logits = _Program(logits_program(cfg, folder.output()), threads)
-        progress(f"{FORMAT}: program {cfg.n_layers + 2}/{cfg.n_layers + 2}")
+        self.programs = programs or make_programs(cfg, weights, lambda i, n: _report(progress, i, n))
+        self.embeddings = self.programs.embeddings  # [v, d] float16, rows already rotated
+        self.first = _Program(self.programs.first, threads)
+        self.layers = [_Program(layer, threads) for layer in self.programs.layers]
+        self.logits = _Program(self.programs.logits, threads)
         self.cache = HostCache(cfg, slots, max_len)
         self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
         log.info("%s programs ready in %.1fs", FORMAT, time.perf_counter() - t0)
+
 
     @property
     def slots(self) -> int:
@@ -176,3 +170,10 @@ class LiteRunner:
     def copy_slot(self, source: int, target: int) -> None:
         """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
         self.cache.copy_slot(source, target)
+
+
+def _report(progress: Callable[[str], None], done: int, total: int) -> None:
+    if done == 0:
+        progress(f"{FORMAT}: rotating the weights")
+    elif done % max(1, total // 5) == 0 or done == total:
+        progress(f"{FORMAT}: program {done}/{total}")

@@ -1,0 +1,135 @@
+"""int8-lite's programs: made from the weights (layers.py), and kept on disk so that a restart skips reading the
+weights, folding them and writing the programs (about 4 s of a 5-6 s load here).
+
+A cache entry is a folder named by `cache_key`: the model file's path, size and modification time, the model's
+config and FORMAT_VERSION, so a changed file or a changed program layout is a miss, never a stale program. An entry
+is written to a temporary folder and renamed into place, so a reader sees a whole entry or none, and two servers
+starting together both succeed. An unreadable or partial entry is a miss (logged), never an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..model_config import ModelConfig
+from .layers import Folder, first_program, layer_program, logits_program
+
+log = logging.getLogger("typewriter.lite")
+# Bump when what layers.py or flatbuffer.py write changes: every older entry becomes a miss.
+FORMAT_VERSION = 1
+STALE_STAGING_S = 3600  # a staging folder this old belongs to no save still running
+
+
+@dataclass
+class Programs:
+    first: bytes  # flatbuffer: x~ -> qkv of layer 0
+    layers: list[bytes]  # one flatbuffer per layer
+    logits: bytes
+    embeddings: np.ndarray  # [v, d] float16, rotated
+
+    @property
+    def count(self) -> int:
+        return len(self.layers) + 2
+
+
+def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
+                  progress: Callable[[int, int], None] = lambda done, total: None) -> Programs:
+    """Fold the weights a layer at a time into the programs; `progress(done, total)` after each program."""
+    total = cfg.n_layers + 2
+    progress(0, total)
+    folder = Folder(cfg, weights)
+    embeddings = folder.embeddings()
+    layer = folder.layer(0)
+    first = first_program(cfg, layer)
+    layers = []
+    for i in range(cfg.n_layers):
+        following = folder.layer(i + 1) if i + 1 < cfg.n_layers else None
+        layers.append(layer_program(cfg, layer, following, folder.down_block))
+        layer = following
+        progress(i + 1, total)
+    logits = logits_program(cfg, folder.output())
+    progress(total, total)
+    return Programs(first, layers, logits, embeddings)
+
+
+def cache_key(model_file: Path, cfg: ModelConfig) -> str:
+    stat = model_file.stat()
+    identity = [FORMAT_VERSION, str(model_file.resolve()), stat.st_size, stat.st_mtime_ns, dataclasses.asdict(cfg)]
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+
+
+class ProgramCache:
+    """Programs by cache key under `root` (None: no cache, every load is a miss and nothing is saved)."""
+
+    def __init__(self, root: str | os.PathLike | None):
+        self.root = Path(root) if root else None
+
+    def load(self, key: str, n_layers: int) -> Programs | None:
+        if self.root is None or not (entry := self.root / key).is_dir():
+            return None
+        try:
+            return Programs((entry / "first.tflite").read_bytes(),
+                            [(entry / f"layer{i}.tflite").read_bytes() for i in range(n_layers)],
+                            (entry / "logits.tflite").read_bytes(), np.load(entry / "embeddings.npy"))
+        except (OSError, ValueError) as e:
+            log.warning("the int8-lite program cache %s is unreadable (%s); making the programs again", entry, e)
+            return None
+
+    def save(self, key: str, programs: Programs, model_file: Path) -> None:
+        """Best effort: a cache that cannot be written is logged and skipped. Entries made before for the same model
+        file (it changed since, or the program layout did) are removed: each holds some 190 MB."""
+        if self.root is None or (self.root / key).is_dir():
+            return
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=self.root))
+            try:
+                (staging / "source.json").write_text(json.dumps({"model_file": str(model_file.resolve())}))
+                (staging / "first.tflite").write_bytes(programs.first)
+                for i, layer in enumerate(programs.layers):
+                    (staging / f"layer{i}.tflite").write_bytes(layer)
+                (staging / "logits.tflite").write_bytes(programs.logits)
+                np.save(staging / "embeddings.npy", programs.embeddings)
+                staging.rename(self.root / key)
+            except BaseException:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
+        except OSError as e:
+            if not (self.root / key).is_dir():  # another process saving the same entry first is no failure
+                log.warning("could not save the int8-lite programs to %s (%s); the next start makes them again",
+                            self.root, e)
+            return
+        self._remove_older(key, model_file)
+
+    def _remove_older(self, key: str, model_file: Path) -> None:
+        for entry in self.root.iterdir():
+            if entry.name.startswith(".") and _age_s(entry) > STALE_STAGING_S:  # a save that was killed midway
+                shutil.rmtree(entry, ignore_errors=True)
+            if entry.name == key or entry.name.startswith("."):
+                continue
+            try:
+                source = json.loads((entry / "source.json").read_text())["model_file"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # not ours to judge
+            if source == str(model_file.resolve()):
+                log.info("removing the int8-lite programs %s, made before %s changed", entry, model_file.name)
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _age_s(path: Path) -> float:
+    try:
+        return time.time() - path.stat().st_mtime
+    except OSError:
+        return 0.0
