@@ -15,7 +15,7 @@ from scripted import script_engine
 from typewriter import cli
 from typewriter.commands.args import sampling_params
 from typewriter.commands.serve import settings_from_args
-from typewriter.config import Settings
+from typewriter.config import Settings, lite_cache_dir
 from typewriter.errors import PromptTooLong
 from typewriter.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams
 
@@ -166,7 +166,8 @@ def test_generate_json_streams_tokens_then_the_end_on_a_single_slot_that_never_q
     (call,) = loads.calls
     assert call | {"progress": None} == {"model_path": "m.gguf", "slots": 1, "max_context": Settings().max_context,
                                          "max_queue": 0, "prefill_budget": Settings().prefill_budget, "progress": None,
-                                         "compile": "lazy", "weight_format": Settings().weights}
+                                         "compile": "lazy", "weight_format": Settings().weights,
+                                         "program_cache": lite_cache_dir()}
     # the CLI compiles only what its request needs
     assert [t["text"] for t in lines[:-1]] == ["Hello", ",", " world", "!", ""]  # the eos token has no text
     assert [t["index"] for t in lines[:-1]] == [0, 1, 2, 3, 4]

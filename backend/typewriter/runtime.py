@@ -161,7 +161,7 @@ def load(
         cfg, weights, tokenizer = read_model(path, weight_progress)
         runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
         del weights
-        if program_cache is not None and (made := getattr(runner, "programs", None)) is not None:
+        if program_cache is not None and (made := getattr(runner, "flatbuffers", None)) is not None:
             from .lite.programs import ProgramCache, cache_key
 
             ProgramCache(program_cache).save(cache_key(path, cfg), made, path)

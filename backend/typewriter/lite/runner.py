@@ -62,11 +62,12 @@ class LiteRunner:
             raise ValueError(f"the {FORMAT} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         t0 = time.perf_counter()
         self.cfg, self._max_chunk = cfg, max_chunk
-        self.programs = programs or make_programs(cfg, weights, lambda i, n: _report(progress, i, n))
-        self.embeddings = self.programs.embeddings  # [v, d] float16, rows already rotated
-        self.first = _Program(self.programs.first, threads)
-        self.layers = [_Program(layer, threads) for layer in self.programs.layers]
-        self.logits = _Program(self.programs.logits, threads)
+        # The flatbuffers, for a cache to keep (`programs()` is the compile interface, empty here).
+        self.flatbuffers = programs or make_programs(cfg, weights, lambda i, n: _report(progress, i, n))
+        self.embeddings = self.flatbuffers.embeddings  # [v, d] float16, rows already rotated
+        self.first = _Program(self.flatbuffers.first, threads)
+        self.layers = [_Program(layer, threads) for layer in self.flatbuffers.layers]
+        self.logits = _Program(self.flatbuffers.logits, threads)
         self.cache = HostCache(cfg, slots, max_len)
         self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
         log.info("%s programs ready in %.1fs", FORMAT, time.perf_counter() - t0)
