@@ -10,7 +10,6 @@ Shapes: n rows, t chunk tokens, h query heads, k kv heads, g = h // k, e head di
 
 from __future__ import annotations
 
-import functools
 import mmap
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,6 +17,11 @@ import numpy as np
 
 from ..model_config import ModelConfig
 
+# A chunk's attention works in tiles of this many cached positions, with at least MIN_ROWS query rows (_attend):
+# OpenBLAS multiplies fewer rows another way, whose last bits differ (measured here: 3-9 rows one way, 12 and more
+# the other, alike whatever the count).
+TILE = 128
+MIN_ROWS = 12
 # A decode step splits its rows between two threads (numpy leaves the GIL in its matmuls) once they read at least
 # this many cached positions in all: 8 rows at 1,500 positions took 3.4-3.9 ms a layer so, 6.3 ms in one thread;
 # below it the hand-off (tens of microseconds a layer) costs more than it saves.
@@ -28,7 +32,8 @@ class HostCache:
     def __init__(self, cfg: ModelConfig, slots: int, max_len: int):
         self.cfg, self.slots, self.max_len = cfg, slots, max_len
         self._helper = ThreadPoolExecutor(1, thread_name_prefix="typewriter-attention")
-        shape = (slots, cfg.n_kv_heads, max_len, cfg.head_dim)  # [slots, k, max_len, e]
+        padded = -(-max_len // TILE) * TILE  # whole tiles; the pages past max_len are never written
+        shape = (slots, cfg.n_kv_heads, padded, cfg.head_dim)  # [slots, k, padded, e]
         self.k = [_untouched_zeros(shape) for _ in range(cfg.n_layers)]
         self.v = [_untouched_zeros(shape) for _ in range(cfg.n_layers)]
         self.filled = np.zeros(slots, np.int64)  # per slot: positions below this may have been written
@@ -56,10 +61,10 @@ class HostCache:
         out = np.empty((n, cfg.n_kv_heads, cfg.groups, cfg.head_dim), np.float32)
         q = q.reshape(n, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
 
-        def rows(part: range) -> None:
+        def rows(part: range) -> None:  # each row alone, so a row's result never depends on the others
             for row in part:
                 s = positions[row] + 1
-                scores = _scores(q[row], keys[slots[row], :, :s])  # [k, g, s]
+                scores = _few_scores(q[row], keys[slots[row], :, :s])  # [k, g, s]
                 weights, total = _exp(scores)
                 out[row] = (weights @ values[slots[row], :, :s]) / total  # [k, g, e]
 
@@ -82,13 +87,8 @@ class HostCache:
         keys[slot, :, start:end] = k.transpose(1, 0, 2)
         values[slot, :, start:end] = v.transpose(1, 0, 2)
         self.filled[slot] = max(self.filled[slot], end)
-        q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim).transpose(1, 2, 0, 3)  # [k, g, t, e]
-        q = q.reshape(cfg.n_kv_heads, cfg.groups * t, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
-        scores = _scores(q, keys[slot, :, :end]).reshape(cfg.n_kv_heads, cfg.groups, t, end)
-        scores[..., start:] += _causal(t)
-        weights, total = _exp(scores.reshape(cfg.n_kv_heads, cfg.groups * t, end))
-        out = ((weights @ values[slot, :, :end]) / total).reshape(cfg.n_kv_heads, cfg.groups, t, cfg.head_dim)
-        return out.transpose(2, 0, 1, 3).reshape(t, -1)  # [t, h * e], heads in q's order
+        q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
+        return _attend(q, keys[slot], values[slot], np.arange(start, end)).reshape(t, -1)  # heads in q's order
 
     def copy_slot(self, source: int, target: int) -> None:
         """Every position of slot `source` written so far into slot `target` (a shared prefix)."""
@@ -117,23 +117,39 @@ def _balanced_half(positions: np.ndarray) -> int:
     return int(np.clip(np.searchsorted(work, work[-1] / 2), 1, len(positions) - 1))
 
 
-# A query block of at most this many rows gets its scores as keys @ q^T, transposed: OpenBLAS multiplies a few
-# rows by the transposed keys slowly (3 rows by 1,500 positions: 0.32 ms, against 0.18 ms so); from 24 rows on the
-# direct product is faster.
-FEW_ROWS = 12
+def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """A chunk's tokens at `positions` [t], each attending to its slot's positions up to its own: q [t, k, g, e]
+    (scaled) against the slot's keys/values [k, padded, e] -> [t, k, g, e].
+
+    A token's result is the same bits in a chunk of any size at any start: the int8 rows of the next program turn
+    a last-bit difference into another rounding now and then, and with it another greedy answer (the same prompt
+    asked again, all but its last token reused, answered differently). So every product has a fixed inner shape:
+    the chunk's rows (padded to at least MIN_ROWS) against one tile of TILE positions, and their weights of one
+    tile against its values; positions past a token's own weigh exactly 0, so the tiles past its own add exactly
+    nothing; and the tiles' sums are added in order."""
+    t, k, g, e = q.shape
+    rows, tiles = max(t * g, MIN_ROWS), int(positions[-1]) // TILE + 1
+    block = np.zeros((k, rows, e), np.float32)  # rows in (token, group) order
+    block[:, :t * g] = q.transpose(1, 0, 2, 3).reshape(k, t * g, e)
+    at = np.full(rows, positions[-1])  # a padding row attends as the last token does
+    at[:t * g] = np.repeat(positions, g)
+    # Scores in one product per kv head: a row's scores are the same bits whatever the other rows (12 or more)
+    # and however many tiles of positions follow (measured).
+    scores = block @ keys[:, :tiles * TILE].transpose(0, 2, 1)  # [k, rows, tiles * TILE]
+    scores += np.where(np.arange(tiles * TILE) > at[:, None], np.float32(-np.inf), np.float32(0))
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    by_tile = scores.reshape(k, rows, tiles, TILE)
+    total = np.cumsum(by_tile.sum(axis=-1), axis=-1)[..., -1]  # each tile's sum, then tile after tile
+    weighted = by_tile.transpose(0, 2, 1, 3) @ values[:, :tiles * TILE].reshape(k, tiles, TILE, e)  # [k, tiles, rows, e]
+    out = (weighted.sum(axis=1) / total[..., None])[:, :t * g]  # tile after tile: an outer axis adds in order
+    return out.reshape(k, t, g, e).transpose(1, 0, 2, 3)
 
 
-def _scores(q: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """q [k, m, e] against keys [k, s, e] -> [k, m, s]."""
-    if q.shape[1] <= FEW_ROWS:
-        return np.ascontiguousarray((keys @ q.transpose(0, 2, 1)).transpose(0, 2, 1))
-    return q @ keys.transpose(0, 2, 1)
-
-
-@functools.lru_cache(maxsize=128)
-def _causal(t: int) -> np.ndarray:
-    """What a chunk of t tokens adds to its scores over its own positions: -inf above the diagonal [t, t]."""
-    return np.triu(np.full((t, t), -np.inf, np.float32), 1)
+def _few_scores(q: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """A decode row's scores, q [k, g, e] against keys [k, s, e] -> [k, g, s], as keys @ q^T transposed: OpenBLAS
+    multiplies a few rows by the transposed keys slowly (3 rows by 1,500 positions: 0.32 ms against 0.18 ms so)."""
+    return np.ascontiguousarray((keys @ q.transpose(0, 2, 1)).transpose(0, 2, 1))
 
 
 def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
