@@ -2,8 +2,9 @@
 
 The cache never crosses into TensorFlow Lite (copying it into a program's inputs each step cost more than the
 matmuls at long contexts): only a layer's qkv rows come out of one program and its attention output goes into
-the next. Each row reads only its own slot's positions so far, so a short conversation never pays for the
-whole cache, and a padded row does not exist: the programs are resized to the rows a call has.
+the next. Each row reads only its own slot's positions so far (a chunk: in whole tiles), so a short conversation
+never pays for the whole cache, and the programs never compute a padded row: they are resized to the rows a call
+has.
 
 Shapes: n rows, t chunk tokens, h query heads, k kv heads, g = h // k, e head dim, s cached positions.
 """
@@ -123,10 +124,11 @@ def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.n
 
     A token's result is the same bits in a chunk of any size at any start: the int8 rows of the next program turn
     a last-bit difference into another rounding now and then, and with it another greedy answer (the same prompt
-    asked again, all but its last token reused, answered differently). So every product has a fixed inner shape:
-    the chunk's rows (padded to at least MIN_ROWS) against one tile of TILE positions, and their weights of one
-    tile against its values; positions past a token's own weigh exactly 0, so the tiles past its own add exactly
-    nothing; and the tiles' sums are added in order."""
+    asked again, all but its last token reused, answered differently). So the rows are padded to at least
+    MIN_ROWS (a row's scores are then the same bits whatever the other rows and however many whole tiles of
+    positions follow, measured); positions past a token's own weigh exactly 0; and what the softmax and the
+    values add up is added within fixed tiles of TILE positions, then tile after tile, so the tiles past a
+    token's own add exactly nothing."""
     t, k, g, e = q.shape
     rows, tiles = max(t * g, MIN_ROWS), int(positions[-1]) // TILE + 1
     block = np.zeros((k, rows, e), np.float32)  # rows in (token, group) order
