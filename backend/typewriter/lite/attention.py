@@ -138,7 +138,8 @@ def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.n
     # Scores in one product per kv head: a row's scores are the same bits whatever the other rows (12 or more)
     # and however many tiles of positions follow (measured).
     scores = block @ keys[:, :tiles * TILE].transpose(0, 2, 1)  # [k, rows, tiles * TILE]
-    scores += np.where(np.arange(tiles * TILE) > at[:, None], np.float32(-np.inf), np.float32(0))
+    first = int(positions[0])  # every row sees the positions before the chunk's first
+    scores[:, :, first:] += np.where(np.arange(first, tiles * TILE) > at[:, None], np.float32(-np.inf), np.float32(0))
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     by_tile = scores.reshape(k, rows, tiles, TILE)
