@@ -50,8 +50,9 @@ class Settings:
     max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s
     max_queue: int = 32
     max_context: int = 2048
-    # Prompt tokens prefilled per step while answers stream: bench/stall.py measured a running answer's longest
-    # gap at 5.7x its steady inter-token time with 16, 12x with 64 (README, "Measured").
+    # Prompt tokens prefilled per step while answers stream: with int8-lite's one pass a step, bench/stall.py
+    # measured a running answer's longest gap at 3.3x and 4.8x its steady inter-token time with 16, against 4.1x
+    # and 6.0x with 8 (two runs; README, "int8-lite: one pass a step").
     prefill_budget: int = 16
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
     # None: derived from max_context (the cap is at most half of it, the default at most the cap).

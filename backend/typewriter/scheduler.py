@@ -6,7 +6,8 @@ past their deadline), which running ones take the decode step, and which prompt 
 same step. Prompt tokens per step are bounded by `budget` while answers are being decoded, so a long prompt is
 prefilled over several steps and running answers never stall for long; with nothing to decode the bound is
 `idle_budget`. A chunk attends to every position its slot holds, so while answers stream, one that starts past
-`long_context` positions gets proportionally fewer tokens (never fewer than MIN_CHUNK). Prefills continue first come, first served; newcomers then take free slots while budget is
+`long_context` positions gets proportionally fewer tokens (never fewer than MIN_CHUNK). Prefills continue first
+come, first served; newcomers then take free slots while budget is
 left, each starting from the longest prefix of its prompt already cached (see prefix_cache.py).
 """
 
@@ -23,8 +24,8 @@ from .sequence import Sequence, Status
 
 
 # While answers stream, a chunk starting at position p > LONG_CONTEXT gets at most budget * LONG_CONTEXT / p tokens.
-# Its attention reads every cached position: with int8-lite, at 1,400-1,500 cached positions 16 tokens' attention
-# took 1.5 ms a layer and 4 tokens' 0.6 ms, beside a 15-20 ms decode step in all (/tmp probes on the embedded model).
+# Its attention reads every cached position: with int8-lite, at 1,400 cached positions 16 tokens' attention took
+# 1.9-2.7 ms a layer and 4 tokens' 0.6-1.0 ms, beside a 15-25 ms decode step in all (/tmp probes, embedded model).
 LONG_CONTEXT = 512
 MIN_CHUNK = 4
 

@@ -72,7 +72,6 @@ class LiteRunner:
         self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
         log.info("%s programs ready in %.1fs", FORMAT, time.perf_counter() - t0)
 
-
     @property
     def slots(self) -> int:
         return self.cache.slots
