@@ -52,7 +52,7 @@ def test_programs_read_back_from_the_cache_are_the_ones_saved_and_decode_alike(t
     np.testing.assert_array_equal(fresh.extend(0, 0, IDS), cached.extend(0, 0, IDS))
 
 
-def test_a_changed_model_file_misses_and_its_older_entry_is_removed_when_the_new_one_is_saved(tmp_path):
+def test_a_changed_model_file_misses_and_stale_entries_are_removed_when_a_new_one_is_saved(tmp_path):
     cfg = tiny_config()
     made = make_programs(cfg, random_weights(cfg, seed=3))
     model_file, other_file = tmp_path / "model.gguf", tmp_path / "other.gguf"
@@ -69,6 +69,11 @@ def test_a_changed_model_file_misses_and_its_older_entry_is_removed_when_the_new
     assert cache_key(model_file, tiny_config(n_layers=3)) != new_key  # another config, another entry
     cache.save(new_key, made, model_file)
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([new_key, other_key])
+    other_file.unlink()  # a model that is gone: its programs go with the next save
+    third = tmp_path / "third.gguf"
+    third.write_bytes(b"a third model")
+    cache.save(cache_key(third, cfg), made, third)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([new_key, cache_key(third, cfg)])
 
 
 def test_a_broken_entry_is_a_miss_with_a_warning_and_an_unwritable_folder_only_a_warning(tmp_path, caplog):

@@ -4,7 +4,8 @@ weights, folding them and writing the programs (about 4 s of a 5-6 s load here).
 A cache entry is a folder named by `cache_key`: the model file's path, size and modification time, the model's
 config and FORMAT_VERSION, so a changed file or a changed program layout is a miss, never a stale program. An entry
 is written to a temporary folder and renamed into place, so a reader sees a whole entry or none, and two servers
-starting together both succeed. An unreadable or partial entry is a miss (logged), never an error.
+starting together both succeed. An unreadable or partial entry is a miss (logged), never an error. Saving an
+entry removes the same file's older ones and those of model files that are gone.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class ProgramCache:
 
     def save(self, key: str, programs: Programs, model_file: Path) -> None:
         """Best effort: a cache that cannot be written is logged and skipped. Entries made before for the same model
-        file (it changed since, or the program layout did) are removed: each holds some 190 MB."""
+        file (it changed since, or the program layout did) and those whose model file is gone are removed: the
+        embedded model's holds some 190 MB."""
         if self.root is None or (self.root / key).is_dir():
             return
         try:
@@ -125,6 +127,9 @@ class ProgramCache:
                 continue  # not ours to judge
             if source == str(model_file.resolve()):
                 log.info("removing the int8-lite programs %s, made before %s changed", entry, model_file.name)
+                shutil.rmtree(entry, ignore_errors=True)
+            elif not Path(source).exists():
+                log.info("removing the int8-lite programs %s: their model file %s is gone", entry, source)
                 shutil.rmtree(entry, ignore_errors=True)
 
 
