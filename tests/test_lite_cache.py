@@ -121,3 +121,24 @@ def test_a_second_load_reads_the_programs_from_the_cache_and_answers_the_same(ti
         assert greedy(engine, tokenizer.encode("or")) == first
     finally:
         engine.shutdown()
+
+
+@pytest.mark.slow
+def test_a_cached_program_that_does_not_load_is_made_again_and_replaced(tiny_gguf, tmp_path, caplog):
+    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite")
+    try:
+        first = greedy(engine, tokenizer.encode("or"))
+    finally:
+        engine.shutdown()
+    (entry,) = (tmp_path / "lite").iterdir()
+    (entry / "layer1.tflite").write_bytes(b"not a flatbuffer at all")
+    said: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="typewriter.runtime"):
+        engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
+    try:
+        assert greedy(engine, tokenizer.encode("or")) == first
+    finally:
+        engine.shutdown()
+    assert "did not load" in caplog.text and any("making them again" in line for line in said)
+    assert (entry / "layer1.tflite").read_bytes() != b"not a flatbuffer at all"  # saved anew
+

@@ -153,11 +153,19 @@ def load(
         if done == total or done % max(1, total // 10) == 0:
             progress(f"weights {done}/{total}")
 
+    runner = None
     if cached := _cached_lite(path, weight_format, program_cache):
         cfg, tokenizer, programs = cached
         progress(f"int8-lite: programs from {program_cache}")
-        runner = build_runner(cfg, None, slots, max_context, weight_format, progress, programs)
-    else:
+        try:
+            runner = build_runner(cfg, None, slots, max_context, weight_format, progress, programs)
+        except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
+            from .lite.programs import ProgramCache, cache_key
+
+            log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
+            progress("int8-lite: the cached programs did not load; making them again")
+            ProgramCache(program_cache).discard(cache_key(path, cfg))
+    if runner is None:
         cfg, weights, tokenizer = read_model(path, weight_progress)
         runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
         del weights

@@ -88,6 +88,11 @@ class ProgramCache:
             log.warning("the int8-lite program cache %s is unreadable (%s); making the programs again", entry, e)
             return None
 
+    def discard(self, key: str) -> None:
+        """Remove an entry that turned out unusable."""
+        if self.root is not None:
+            shutil.rmtree(self.root / key, ignore_errors=True)
+
     def save(self, key: str, programs: Programs, model_file: Path) -> None:
         """Best effort: a cache that cannot be written is logged and skipped. Entries made before for the same model
         file (it changed since, or the program layout did) and those whose model file is gone are removed: the
