@@ -7,11 +7,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from .config import lite_cache_dir
 from .engine import Engine
 from .heap import return_freed_memory
+from .lite.programs import ProgramCache, cache_key
 from .model_config import ModelConfig
 from .tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
@@ -56,24 +57,27 @@ def _tokenizer(path: Path, source) -> Tokenizer:
     return Tokenizer.from_gguf(path, source.fields) if isinstance(source, GGUFFile) else Tokenizer.load(path)
 
 
-def _cached_lite(path: Path, weight_format: str | None, program_cache: str | None):
-    """(config, tokenizer, programs) when `path` is a model file whose int8-lite programs are in `program_cache`;
-    None otherwise (then the weights are read and the programs made as usual)."""
+class _LiteEntry(NamedTuple):
+    cache: ProgramCache
+    key: str
+    cfg: ModelConfig
+
+
+def _lite_entry(path: Path, source, weight_format: str | None, program_cache: str | None) -> _LiteEntry | None:
+    """Where int8-lite's programs for this model file are kept; None without a cache, for a model directory, or
+    for a model that does not run as int8-lite (a bad config too: load_weights names the problem)."""
     from .config import Settings
-    from .lite.programs import ProgramCache, cache_key
     from .lite.runner import FORMAT as LITE
 
     if program_cache is None or not path.is_file():
         return None
-    source, _ = open_source(path)
     try:
         cfg = source.config()
-    except (KeyError, TypeError, ValueError):  # load_weights names the problem
+    except (KeyError, TypeError, ValueError):
         return None
     if resolve_format(cfg, weight_format or Settings.weights) != LITE:
         return None
-    programs = ProgramCache(program_cache).load(cache_key(path, cfg), cfg.n_layers)
-    return (cfg, _tokenizer(path, source), programs) if programs else None
+    return _LiteEntry(ProgramCache(program_cache), cache_key(path, cfg), cfg)
 
 
 def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
@@ -153,26 +157,24 @@ def load(
         if done == total or done % max(1, total // 10) == 0:
             progress(f"weights {done}/{total}")
 
-    runner = None
-    if cached := _cached_lite(path, weight_format, program_cache):
-        cfg, tokenizer, programs = cached
+    source, _ = open_source(path)  # parsed once, for the cache's key, the weights and the tokenizer
+    entry, runner = _lite_entry(path, source, weight_format, program_cache), None
+    if entry and (programs := entry.cache.load(entry.key, entry.cfg.n_layers)):
         progress(f"int8-lite: programs from {program_cache}")
         try:
-            runner = build_runner(cfg, None, slots, max_context, weight_format, progress, programs)
+            runner = build_runner(entry.cfg, None, slots, max_context, weight_format, progress, programs)
+            cfg, tokenizer = entry.cfg, _tokenizer(path, source)
         except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
-            from .lite.programs import ProgramCache, cache_key
-
             log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
             progress("int8-lite: the cached programs did not load; making them again")
-            ProgramCache(program_cache).discard(cache_key(path, cfg))
+            entry.cache.discard(entry.key)
     if runner is None:
-        cfg, weights, tokenizer = read_model(path, weight_progress)
+        cfg, weights = load_weights(source, weight_progress)
+        tokenizer = _tokenizer(path, source)
         runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
         del weights
-        if program_cache is not None and (made := getattr(runner, "flatbuffers", None)) is not None:
-            from .lite.programs import ProgramCache, cache_key
-
-            ProgramCache(program_cache).save(cache_key(path, cfg), made, path)
+        if entry:
+            entry.cache.save(entry.key, runner.flatbuffers, path)
     return_freed_memory()
     load_s = time.perf_counter() - t0
     progress(f"loaded {cfg.name} in {load_s:.1f}s")

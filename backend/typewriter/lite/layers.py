@@ -39,8 +39,8 @@ class Folder:
 
     def layer(self, i: int) -> dict:
         cfg = self.cfg
-        w = {k.split(".", 2)[2]: a.astype(np.float32) for k, a in self.weights.items()
-             if k.startswith(f"layers.{i}.")}
+        w = {k.split(".", 2)[2]: np.asarray(a, np.float32) for k, a in self.weights.items()
+             if k.startswith(f"layers.{i}.")}  # asarray: the file's float32 arrays are read, never copied
         g1, g2 = w["attention_norm"], w["ffn_norm"]
         wv = _times_blocks(w["wv"].T, self.head)  # [d, k * e], each head's V rotated
         layer = {
@@ -57,10 +57,10 @@ class Folder:
 
     def output(self) -> np.ndarray:
         out = self.weights["tok_embeddings" if self.cfg.tie_embeddings else "output"]
-        return self._into(out.astype(np.float32).T, self.weights["norm"].astype(np.float32))
+        return self._into(np.asarray(out, np.float32).T, np.asarray(self.weights["norm"], np.float32))
 
     def embeddings(self) -> np.ndarray:
-        return self.stream.numpy(self.weights["tok_embeddings"].astype(np.float32)).astype(np.float16)
+        return self.stream.numpy(np.asarray(self.weights["tok_embeddings"], np.float32)).astype(np.float16)
 
 
 def _blocks_times(block: np.ndarray, m: np.ndarray) -> np.ndarray:

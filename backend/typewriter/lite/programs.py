@@ -40,10 +40,6 @@ class Programs:
     logits: bytes
     embeddings: np.ndarray  # [v, d] float16, rotated
 
-    @property
-    def count(self) -> int:
-        return len(self.layers) + 2
-
 
 def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
                   progress: Callable[[int, int], None] = lambda done, total: None) -> Programs:

@@ -140,8 +140,7 @@ class LiteRunner:
             raise ValueError(f"position {positions.max()} is past the cache's {self.max_len}")
         spans, end = [], n
         for slot, start, ids in chunks:
-            if start + len(ids) > self.max_len:
-                raise ValueError(f"positions {start}..{start + len(ids) - 1} run past the cache's {self.max_len}")
+            self._check_chunk(start, len(ids))
             spans.append((slot, start, end, end + len(ids)))
             end += len(ids)
 
@@ -159,13 +158,16 @@ class LiteRunner:
         logits [v] after the last of them (with all_logits, [n, v] after each)."""
         if not all_logits:
             return self.step([], [], [], [(slot, start, token_ids)])[1][0]
-        if start + len(token_ids) > self.max_len:
-            raise ValueError(f"positions {start}..{start + len(token_ids) - 1} run past the cache's {self.max_len}")
+        self._check_chunk(start, len(token_ids))
         return self.logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)))[0]
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v]."""
         return self.step(slots, tokens, positions)[0]
+
+    def _check_chunk(self, start: int, n: int) -> None:
+        if start + n > self.max_len:
+            raise ValueError(f"positions {start}..{start + n - 1} run past the cache's {self.max_len}")
 
     def copy_slot(self, source: int, target: int) -> None:
         """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
