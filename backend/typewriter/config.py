@@ -41,9 +41,9 @@ class Settings:
     grpc_port: int | None = None
     model_path: str | None = None  # None: the embedded model
     # How the model's matrices are held and multiplied (WEIGHT_FORMATS; README, "Weight formats"). fp32 is the
-    # file's weights exactly, in XLA. int8-lite (lite/) runs int8 matmuls in TensorFlow Lite with nothing to
-    # compile: decode 1.3-5.5x and prefill 1.3-4.4x faster than fp32 here, ready sooner, a smaller footprint, at a
-    # KL from fp32 of 0.0058 (llama.cpp's own 0.0027) and about fp32's perplexity. int8 (quantized.py) is XLA's.
+    # file's weights exactly, in XLA. int8-lite (lite/) runs int8 matmuls on LiteRT with nothing to compile:
+    # decode 1.3-5.5x and prefill 1.3-4.4x faster than fp32 here, ready sooner, a smaller footprint, at a KL from
+    # fp32 of 0.0058-0.0060 (llama.cpp's own 0.0027) and about fp32's perplexity. int8 (quantized.py) is XLA's.
     # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
     weights: str = "auto"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
