@@ -88,11 +88,13 @@ def test_rows_decoded_together_give_what_each_gives_alone(pair, split, monkeypat
     np.testing.assert_array_equal(together, np.stack(alone))  # the same bits: each row is computed alone
 
 
-def test_a_prompt_prefilled_in_chunks_of_any_sizes_gives_the_same_bits(pair):
+@pytest.mark.parametrize("attention", ["kernel", "numpy"])
+def test_a_prompt_prefilled_in_chunks_of_any_sizes_gives_the_same_bits(pair, attention):
     """Greedy answers must not depend on how the scheduler cut a prompt (its budget, what was reused): with int8
     rows a last-bit difference in attention can round an activation the other way and change the answer."""
     cfg, weights, _, _ = pair
-    lite = LiteRunner(cfg, weights, 2, 400, 64)  # 400 positions: attention over several tiles
+    lite = LiteRunner(cfg, weights, 2, 400, 64, kernel="auto" if attention == "kernel" else None)  # several tiles
+    assert (lite.cache.kernel is not None) == (attention == "kernel")
     ids = [int(i) for i in np.random.default_rng(5).integers(0, cfg.vocab_size, 330)]
     cuts = {0: [64] * 5 + [10], 1: [1, 7, 64, 13, 2, 64, 50, 3, 64, 40, 22]}
     last, later = {}, {}
@@ -106,7 +108,35 @@ def test_a_prompt_prefilled_in_chunks_of_any_sizes_gives_the_same_bits(pair):
     np.testing.assert_array_equal(last[0], last[1])
     np.testing.assert_array_equal(later[0], later[1])
     for layer in range(cfg.n_layers):
-        np.testing.assert_array_equal(lite.cache.k[layer][0, :, :331], lite.cache.k[layer][1, :, :331])
+        np.testing.assert_array_equal(lite.cache.k[layer][0], lite.cache.k[layer][1])
+        np.testing.assert_array_equal(lite.cache.v[layer][0, :, :331], lite.cache.v[layer][1, :, :331])
+
+
+def test_with_the_kernel_a_decoded_token_is_the_same_bits_as_that_token_prefilled(pair):
+    """So a conversation's next turn, which reuses the answer as it was decoded, goes on exactly as the same
+    history sent fresh would (issue 8: greedy output identical with and without reuse)."""
+    cfg, weights, _, _ = pair
+    lite = LiteRunner(cfg, weights, 3, 400, 64)
+    assert lite.cache.kernel is not None
+    ids = [int(i) for i in np.random.default_rng(6).integers(0, cfg.vocab_size, 300)]
+    lite.extend(0, 0, ids[:290])
+    decoded = [lite.decode([0, 2], [ids[p], ids[p]], [p, p - 290])[0] for p in range(290, 300)]  # beside another
+    np.testing.assert_array_equal(np.stack(decoded[:-1]), lite.extend(1, 0, ids[:299], all_logits=True)[290:])
+    np.testing.assert_array_equal(decoded[-1], lite.step([], [], [], [(1, 299, ids[299:])])[1][0])
+    for layer in range(cfg.n_layers):
+        np.testing.assert_array_equal(lite.cache.k[layer][0], lite.cache.k[layer][1])
+
+
+def test_the_kernel_and_numpy_attend_alike(pair):
+    cfg, weights, _, _ = pair
+    ids = [int(i) for i in np.random.default_rng(7).integers(0, cfg.vocab_size, 200)]
+    runs = []
+    for kernel in ("auto", None):
+        lite = LiteRunner(cfg, weights, 2, 256, 64, kernel=kernel)
+        runs.append([lite.extend(0, 0, ids[:150], all_logits=True), lite.extend(0, 150, ids[150:190]),
+                     lite.decode([0], [ids[190]], [190])])
+    for ours, theirs in zip(*runs):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3)
 
 
 def test_one_pass_of_a_whole_step_gives_what_its_separate_calls_give(pair):

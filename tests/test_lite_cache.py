@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,7 +108,9 @@ def test_a_second_load_reads_the_programs_from_the_cache_and_answers_the_same(ti
     finally:
         engine.shutdown()
     assert not any("programs from" in line for line in said) and any("program " in line for line in said)
-    assert len(list((tmp_path / "lite").iterdir())) == 1
+    assert sorted(p.name for p in (tmp_path / "lite").iterdir() if p.name != "kernels") == [
+        cache_key(Path(tiny_gguf), engine.runner.cfg)]
+    assert len(list((tmp_path / "lite" / "kernels").glob("attention-*.so"))) == 1  # the kernel beside them
     said.clear()
     engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
     try:
@@ -130,7 +133,7 @@ def test_a_cached_program_that_does_not_load_is_made_again_and_replaced(tiny_ggu
         first = greedy(engine, tokenizer.encode("or"))
     finally:
         engine.shutdown()
-    (entry,) = (tmp_path / "lite").iterdir()
+    (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
     (entry / "layer1.tflite").write_bytes(b"not a flatbuffer at all")
     said: list[str] = []
     with caplog.at_level(logging.WARNING, logger="typewriter.runtime"):

@@ -88,13 +88,13 @@ def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
 
 
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight_format: str | None = None,
-                 progress: Progress = lambda _: None, programs=None):
+                 progress: Progress = lambda _: None, programs=None, kernel_cache: str | None = None):
     """`weight_format`: one of config.WEIGHT_FORMATS, None for Settings' default. For XLA's formats, buckets trade
     compile time (each is one XLA program, a few seconds here) against padding waste: prompt chunks pad to
     CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
     batch_buckets(slots) rows. int8-lite has no buckets (lite/runner.py), and runs on LiteRT alone: it never
     imports TensorFlow (some 5 s and 300 MB here); `programs` are its programs made before (then `weights` may be
-    None)."""
+    None), and its attention kernel (lite/kernel.py) is built into `kernel_cache` (None: a temporary folder)."""
     import sys
 
     from .config import Settings
@@ -105,8 +105,10 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
     weight_format = resolve_format(cfg, weight_format or Settings.weights)
     if weight_format == LITE:
+        from .lite.kernel import load as load_kernel
+
         return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(LITE_CHUNK, chunks[-1]),
-                          progress=progress, programs=programs)
+                          progress=progress, programs=programs, kernel=load_kernel(kernel_cache))
     from .quiet_import import import_tensorflow
 
     if "tensorflow" not in sys.modules:
@@ -162,7 +164,8 @@ def load(
     if entry and (programs := entry.cache.load(entry.key, entry.cfg.n_layers)):
         progress(f"int8-lite: programs from {program_cache}")
         try:
-            runner = build_runner(entry.cfg, None, slots, max_context, weight_format, progress, programs)
+            runner = build_runner(entry.cfg, None, slots, max_context, weight_format, progress, programs,
+                                  program_cache)
             cfg, tokenizer = entry.cfg, _tokenizer(path, source)
         except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
             log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
@@ -171,7 +174,8 @@ def load(
     if runner is None:
         cfg, weights = load_weights(source, weight_progress)
         tokenizer = _tokenizer(path, source)
-        runner = build_runner(cfg, weights, slots, max_context, weight_format, progress)
+        runner = build_runner(cfg, weights, slots, max_context, weight_format, progress,
+                              kernel_cache=program_cache)
         del weights
         if entry:
             entry.cache.save(entry.key, runner.flatbuffers, path)

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..model_config import ModelConfig
+from .kernel import TILE as KERNEL_TILE
+from .kernel import Kernel
 
 # A chunk's attention works in tiles of this many cached positions, with at least MIN_ROWS query rows (_attend):
 # OpenBLAS multiplies fewer rows another way, whose last bits differ (measured here: 3-9 rows one way, 12 and more
@@ -30,16 +32,29 @@ SPLIT_POSITIONS = 2048
 
 
 class HostCache:
-    def __init__(self, cfg: ModelConfig, slots: int, max_len: int):
-        self.cfg, self.slots, self.max_len = cfg, slots, max_len
+    """The K/V cache of every slot and layer, and attention over it: by the compiled kernel (kernel.py) when there
+    is one, else in numpy. The kernel reads keys stored in tiles of kernel.TILE positions, each channel-major
+    ([slots, k, padded / 16, e, 16]: one load holds a channel's 16 keys); numpy reads [slots, k, padded, e]."""
+
+    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, kernel: Kernel | None = None):
+        self.cfg, self.slots, self.max_len, self.kernel = cfg, slots, max_len, kernel
         self._helper = ThreadPoolExecutor(1, thread_name_prefix="typewriter-attention")
         padded = -(-max_len // TILE) * TILE  # whole tiles; the pages past max_len are never written
-        shape = (slots, cfg.n_kv_heads, padded, cfg.head_dim)  # [slots, k, padded, e]
-        self.k = [_untouched_zeros(shape) for _ in range(cfg.n_layers)]
-        self.v = [_untouched_zeros(shape) for _ in range(cfg.n_layers)]
+        k, e = cfg.n_kv_heads, cfg.head_dim
+        # A kernel tile of 16 positions is 4 KiB for a 64-channel head: a position written makes one page resident.
+        key_shape = (slots, k, padded // KERNEL_TILE, e, KERNEL_TILE) if kernel else (slots, k, padded, e)
+        self.k = [_untouched_zeros(key_shape) for _ in range(cfg.n_layers)]
+        self.v = [_untouched_zeros((slots, k, padded, e)) for _ in range(cfg.n_layers)]  # [slots, k, padded, e]
         self.filled = np.zeros(slots, np.int64)  # per slot: positions below this may have been written
         angles = cfg.rope_angles(max_len)  # [max_len, e/2]
         self.cos, self.sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+    def _write_keys(self, keys: np.ndarray, slots, positions: np.ndarray, k: np.ndarray) -> None:
+        """k [n, k, e] at (slots, positions), each an index or an array of n."""
+        if self.kernel:
+            keys[slots, :, positions // KERNEL_TILE, :, positions % KERNEL_TILE] = k
+        else:
+            keys[slots, :, positions] = k
 
     def _split(self, qkv: np.ndarray, positions: np.ndarray):
         """qkv [n, (h + 2k) * e] -> q [n, h, e], k [n, k, e] with RoPE at `positions` [n], v [n, k, e]."""
@@ -55,7 +70,7 @@ class HostCache:
         cfg = self.cfg
         q, k, v = self._split(qkv, positions)
         keys, values = self.k[layer], self.v[layer]
-        keys[slots, :, positions] = k
+        self._write_keys(keys, slots, positions, k)
         values[slots, :, positions] = v
         np.maximum.at(self.filled, slots, positions + 1)
         n = qkv.shape[0]
@@ -63,11 +78,15 @@ class HostCache:
         q = q.reshape(n, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
 
         def rows(part: range) -> None:  # each row alone, so a row's result never depends on the others
+            if self.kernel:  # the same bits as this token in a prompt chunk
+                rows = slice(part.start, part.stop)
+                out[rows] = self.kernel.attend(q[rows], slots[rows], positions[rows], keys, values)
+                return
             for row in part:
-                s = positions[row] + 1
-                scores = _few_scores(q[row], keys[slots[row], :, :s])  # [k, g, s]
+                slot, s = slots[row], positions[row] + 1
+                scores = _few_scores(q[row], keys[slot, :, :s])  # [k, g, s]
                 weights, total = _exp(scores)
-                out[row] = (weights @ values[slots[row], :, :s]) / total  # [k, g, e]
+                out[row] = (weights @ values[slot, :, :s]) / total  # [k, g, e]
 
         if n > 1 and positions.sum() + n >= SPLIT_POSITIONS:
             half = _balanced_half(positions)
@@ -85,18 +104,28 @@ class HostCache:
         end = start + t
         q, k, v = self._split(qkv, np.arange(start, end))
         keys, values = self.k[layer], self.v[layer]
-        keys[slot, :, start:end] = k.transpose(1, 0, 2)
+        positions = np.arange(start, end)
+        self._write_keys(keys, slot, positions, k)
         values[slot, :, start:end] = v.transpose(1, 0, 2)
         self.filled[slot] = max(self.filled[slot], end)
         q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
-        return _attend(q, keys[slot], values[slot], np.arange(start, end)).reshape(t, -1)  # heads in q's order
+        if not self.kernel:
+            return _attend(q, keys[slot], values[slot], positions).reshape(t, -1)  # heads in q's order
+        slots = np.full(t, slot, np.int64)
+        if t == 1 or t * end < SPLIT_POSITIONS:
+            return self.kernel.attend(q, slots, positions, keys, values).reshape(t, -1)
+        half = t // 2  # each token's rows are their own: the halves give the same bits as the whole
+        other = self._helper.submit(self.kernel.attend, q[half:], slots[half:], positions[half:], keys, values)
+        first = self.kernel.attend(q[:half], slots[:half], positions[:half], keys, values)
+        return np.concatenate([first, other.result()]).reshape(t, -1)
 
     def copy_slot(self, source: int, target: int) -> None:
         """Every position of slot `source` written so far into slot `target` (a shared prefix)."""
         n = self.filled[source]
-        for buffers in (self.k, self.v):
-            for layer in buffers:
-                layer[target, :, :n] = layer[source, :, :n]
+        key_tiles = -(-n // KERNEL_TILE) if self.kernel else n  # the keys' third axis: tiles or positions
+        for keys, values in zip(self.k, self.v):
+            keys[target, :, :key_tiles] = keys[source, :, :key_tiles]
+            values[target, :, :n] = values[source, :, :n]
         self.filled[target] = max(self.filled[target], n)
 
     @property

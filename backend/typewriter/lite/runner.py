@@ -19,6 +19,9 @@ import numpy as np
 
 from ..model_config import ModelConfig
 from .attention import HostCache
+from .kernel import TILE as KERNEL_TILE
+from .kernel import Kernel
+from .kernel import load as load_kernel
 from .programs import Programs, make_programs
 
 log = logging.getLogger("typewriter.lite")
@@ -56,8 +59,9 @@ class LiteRunner:
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray] | None, slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
-                 programs: Programs | None = None):
-        """From the model's `weights`, or from `programs` made before (programs.py's cache)."""
+                 programs: Programs | None = None, kernel: Kernel | None | str = "auto"):
+        """From the model's `weights`, or from `programs` made before (programs.py's cache). `kernel`: the
+        attention kernel (kernel.py), "auto" for one built in a temporary folder, None for numpy's attention."""
         if cfg.family != "llama":
             raise ValueError(f"the {FORMAT} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         t0 = time.perf_counter()
@@ -68,7 +72,13 @@ class LiteRunner:
         self.first = _Program(self.flatbuffers.first, threads)
         self.layers = [_Program(layer, threads) for layer in self.flatbuffers.layers]
         self.logits = _Program(self.flatbuffers.logits, threads)
-        self.cache = HostCache(cfg, slots, max_len)
+        if kernel == "auto":
+            kernel = load_kernel(None)
+        if kernel and cfg.head_dim % KERNEL_TILE:
+            log.warning("int8-lite's attention kernel takes heads of a multiple of %d channels, %s has %d: "
+                        "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
+            kernel = None
+        self.cache = HostCache(cfg, slots, max_len, kernel)
         self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
         log.info("%s programs ready in %.1fs", FORMAT, time.perf_counter() - t0)
 

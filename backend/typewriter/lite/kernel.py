@@ -1,0 +1,99 @@
+"""int8-lite's attention kernel (attention.c): compiled with the machine's C compiler on first use, kept beside the
+programs (a folder per source and compiler), and called through ctypes, which lets go of the GIL for the call.
+
+Where it cannot be built or run (no C compiler, a CPU without AVX2 and FMA), `load` says why once in the log and
+returns None, and attention runs in numpy (attention.py), slower at long contexts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger("typewriter.lite")
+SOURCE = Path(__file__).with_name("attention.c")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
+TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
+_P = ctypes.c_void_p
+
+
+class Kernel:
+    def __init__(self, path: Path):
+        self.library = ctypes.CDLL(str(path))
+        self._attend = self.library.typewriter_attend
+        self._attend.restype = ctypes.c_int
+        self._attend.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
+                                 ctypes.c_int64, _P]
+
+    def attend(self, q: np.ndarray, slots: np.ndarray, positions: np.ndarray, keys: np.ndarray,
+               values: np.ndarray) -> np.ndarray:
+        """q [t, k, g, e] (RoPE'd, scaled; float32, contiguous): token i of slot slots[i] at positions[i] (int64),
+        attending to its slot's positions up to its own; keys [slots, k, padded / TILE, e, TILE] and values
+        [slots, k, padded, e] (contiguous) -> [t, k, g, e]."""
+        t, k, g, e = q.shape
+        out = np.empty_like(q)
+        status = self._attend(q.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, k, g, e, keys.ctypes.data,
+                              values.ctypes.data, values.shape[2], out.ctypes.data)
+        if status:
+            raise ValueError(f"the attention kernel takes heads of a multiple of {TILE} channels, not {e}"
+                             if status == -1 else "the attention kernel is out of memory")
+        return out
+
+
+@functools.cache
+def load(folder: str | None) -> Kernel | None:
+    """The kernel, built into `folder` (None: a temporary folder) unless already there; None where it cannot be."""
+    reason = _unsupported()
+    if reason is None:
+        temporary = None if folder else tempfile.mkdtemp(prefix="typewriter-kernel-")
+        try:
+            return Kernel(_build(Path(folder or temporary)))
+        except (OSError, subprocess.SubprocessError) as e:
+            reason = f"it did not build ({e})"
+        finally:
+            if temporary:  # a loaded library stays mapped once its file is gone
+                shutil.rmtree(temporary, ignore_errors=True)
+    log.warning("int8-lite's attention kernel is not used: %s; attention runs in numpy, slower at long contexts",
+                reason)
+    return None
+
+
+def _unsupported() -> str | None:
+    if shutil.which("cc") is None:
+        return "no C compiler (cc) on PATH"
+    try:
+        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+    except OSError:
+        return "/proc/cpuinfo is unreadable, so AVX2 and FMA cannot be checked"
+    missing = [f for f in ("avx2", "fma") if f not in flags.split()]
+    return f"the CPU lacks {', '.join(missing)}" if missing else None
+
+
+def _build(folder: Path) -> Path:
+    source = SOURCE.read_bytes()
+    compiler = subprocess.run(["cc", "--version"], capture_output=True, text=True, check=True, timeout=30).stdout
+    key = hashlib.sha256(source + " ".join(FLAGS).encode() + compiler.encode()).hexdigest()[:16]
+    path = folder / "kernels" / f"attention-{key}.so"
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        subprocess.run(["cc", *FLAGS, "-o", str(staging), str(SOURCE), "-lm"], capture_output=True, text=True,
+                       check=True, timeout=120)
+        os.replace(staging, path)  # whole or not there: two processes building at once both succeed
+    except subprocess.CalledProcessError as e:
+        raise OSError(e.stderr.strip().splitlines()[-1] if e.stderr.strip() else f"cc exited {e.returncode}") from e
+    finally:
+        staging.unlink(missing_ok=True)
+    log.info("built int8-lite's attention kernel %s", path)
+    return path

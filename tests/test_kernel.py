@@ -1,0 +1,62 @@
+"""int8-lite's attention kernel (lite/kernel.py, lite/attention.c): built once per folder, and numpy's attention
+where it cannot be built or used, each said in the log."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from tiny_model import random_weights, tiny_config
+
+from typewriter.lite import kernel
+from typewriter.lite.runner import LiteRunner
+
+
+def test_the_kernel_is_built_once_into_its_folder_and_reused(tmp_path):
+    first = kernel.load.__wrapped__(str(tmp_path))
+    (built,) = (tmp_path / "kernels").glob("attention-*.so")
+    stamp = built.stat().st_mtime_ns
+    second = kernel.load.__wrapped__(str(tmp_path))
+    assert first is not None and second is not None
+    assert list((tmp_path / "kernels").iterdir()) == [built] and built.stat().st_mtime_ns == stamp
+
+
+def test_without_a_compiler_attention_runs_in_numpy_and_the_log_says_why(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cc here
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        assert kernel.load.__wrapped__(str(tmp_path)) is None
+    assert "no C compiler" in caplog.text and "numpy" in caplog.text
+
+
+def test_a_kernel_that_does_not_build_is_named_in_the_log(tmp_path, monkeypatch, caplog):
+    broken = tmp_path / "attention.c"
+    broken.write_text("this is not C;\n")
+    monkeypatch.setattr(kernel, "SOURCE", broken)
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        assert kernel.load.__wrapped__(str(tmp_path / "cache")) is None
+    assert "did not build" in caplog.text
+    assert not list((tmp_path / "cache" / "kernels").iterdir())  # no half-written library left behind
+
+
+def test_heads_the_kernel_cannot_take_get_numpy_attention(caplog):
+    cfg = tiny_config(dim=32, n_heads=4, n_kv_heads=2)  # 8 channels a head
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        lite = LiteRunner(cfg, random_weights(cfg, seed=3), 1, 64, 16)
+    assert lite.cache.kernel is None and "multiple of 16" in caplog.text
+    assert np.isfinite(lite.extend(0, 0, [1, 2, 3])).all()
+
+
+def test_the_kernel_matches_a_float64_reference_at_every_position():
+    k, g, e, padded = 2, 3, 32, 64
+    rng = np.random.default_rng(0)
+    keys, values = rng.standard_normal((1, k, padded, e)), rng.standard_normal((1, k, padded, e))
+    q = rng.standard_normal((5, k, g, e)) * 0.3
+    positions = np.array([0, 17, 31, 32, 63])
+    tiled = np.ascontiguousarray(keys.reshape(1, k, padded // 16, 16, e).transpose(0, 1, 2, 4, 3), np.float32)
+    out = kernel.load(None).attend(np.ascontiguousarray(q, np.float32), np.zeros(5, np.int64), positions, tiled,
+                                   np.ascontiguousarray(values, np.float32))
+    for i, p in enumerate(positions):
+        scores = np.einsum("hge,hse->hgs", q[i], keys[0, :, :p + 1])
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        expected = np.einsum("hgs,hse->hge", weights / weights.sum(-1, keepdims=True), values[0, :, :p + 1])
+        np.testing.assert_allclose(out[i], expected, rtol=1e-5, atol=1e-5)
