@@ -33,28 +33,24 @@ SPLIT_POSITIONS = 2048
 
 class HostCache:
     """The K/V cache of every slot and layer, and attention over it: by the compiled kernel (kernel.py) when there
-    is one, else in numpy. The kernel reads keys stored in tiles of kernel.TILE positions, each channel-major
-    ([slots, k, padded / 16, e, 16]: one load holds a channel's 16 keys); numpy reads [slots, k, padded, e]."""
+    is one, else in numpy. The kernel reads float16 keys stored in tiles of kernel.TILE positions, each
+    channel-major ([slots, k, padded / 16, e, 16]: one load holds a channel's keys of 8 positions) and float16
+    values [slots, k, padded, e]; numpy reads float32, both [slots, k, padded, e]."""
 
     def __init__(self, cfg: ModelConfig, slots: int, max_len: int, kernel: Kernel | None = None):
         self.cfg, self.slots, self.max_len, self.kernel = cfg, slots, max_len, kernel
         self._helper = ThreadPoolExecutor(1, thread_name_prefix="typewriter-attention")
         padded = -(-max_len // TILE) * TILE  # whole tiles; the pages past max_len are never written
         k, e = cfg.n_kv_heads, cfg.head_dim
-        # A kernel tile of 16 positions is 4 KiB for a 64-channel head: a position written makes one page resident.
+        # A kernel tile of 16 positions is 2 KiB for a 64-channel head: a page holds two, written as they fill.
         key_shape = (slots, k, padded // KERNEL_TILE, e, KERNEL_TILE) if kernel else (slots, k, padded, e)
-        self.k = [_untouched_zeros(key_shape) for _ in range(cfg.n_layers)]
-        self.v = [_untouched_zeros((slots, k, padded, e)) for _ in range(cfg.n_layers)]  # [slots, k, padded, e]
+        dtype = np.float16 if kernel else np.float32  # the kernel reads float16: half the bytes a step
+        self.k = [_untouched_zeros(key_shape, dtype) for _ in range(cfg.n_layers)]
+        self.v = [_untouched_zeros((slots, k, padded, e), dtype) for _ in range(cfg.n_layers)]  # [slots, k, padded, e]
         self.filled = np.zeros(slots, np.int64)  # per slot: positions below this may have been written
         angles = cfg.rope_angles(max_len)  # [max_len, e/2]
         self.cos, self.sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
-
-    def _write_keys(self, keys: np.ndarray, slots, positions: np.ndarray, k: np.ndarray) -> None:
-        """k [n, k, e] at (slots, positions), each an index or an array of n."""
-        if self.kernel:
-            keys[slots, :, positions // KERNEL_TILE, :, positions % KERNEL_TILE] = k
-        else:
-            keys[slots, :, positions] = k
+        self._heads, self._rope = (cfg.n_heads, k, e), (self.cos, self.sin)
 
     def _split(self, qkv: np.ndarray, positions: np.ndarray):
         """qkv [n, (h + 2k) * e] -> q [n, h, e], k [n, k, e] with RoPE at `positions` [n], v [n, k, e]."""
@@ -68,9 +64,20 @@ class HostCache:
     def decode(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """One token per row at (slot, position), attending to its slot's positions 0..position -> [n, h * e]."""
         cfg = self.cfg
+        if self.kernel:  # the same bits as this token in a prompt chunk
+            keys, values = self.k[layer], self.v[layer]
+            q = self.kernel.write(qkv, slots, positions, self._heads, self._rope, keys, values)
+            np.maximum.at(self.filled, slots, positions + 1)
+            n = len(slots)
+            if n == 1 or positions.sum() + n < SPLIT_POSITIONS:
+                return self.kernel.attend(q, slots, positions, keys, values).reshape(n, -1)
+            half = _balanced_half(positions)
+            other = self._helper.submit(self.kernel.attend, q[half:], slots[half:], positions[half:], keys, values)
+            first = self.kernel.attend(q[:half], slots[:half], positions[:half], keys, values)
+            return np.concatenate([first, other.result()]).reshape(n, -1)
         q, k, v = self._split(qkv, positions)
         keys, values = self.k[layer], self.v[layer]
-        self._write_keys(keys, slots, positions, k)
+        keys[slots, :, positions] = k
         values[slots, :, positions] = v
         np.maximum.at(self.filled, slots, positions + 1)
         n = qkv.shape[0]
@@ -78,10 +85,6 @@ class HostCache:
         q = q.reshape(n, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
 
         def rows(part: range) -> None:  # each row alone, so a row's result never depends on the others
-            if self.kernel:  # the same bits as this token in a prompt chunk
-                rows = slice(part.start, part.stop)
-                out[rows] = self.kernel.attend(q[rows], slots[rows], positions[rows], keys, values)
-                return
             for row in part:
                 slot, s = slots[row], positions[row] + 1
                 scores = _few_scores(q[row], keys[slot, :, :s])  # [k, g, s]
@@ -101,17 +104,20 @@ class HostCache:
         """A prompt chunk of t tokens at slot positions start..start+t-1, each attending to the slot's positions
         up to its own -> [t, h * e]."""
         cfg, t = self.cfg, qkv.shape[0]
+        if t == 0:
+            return np.empty((0, cfg.n_heads * cfg.head_dim), np.float32)
         end = start + t
-        q, k, v = self._split(qkv, np.arange(start, end))
         keys, values = self.k[layer], self.v[layer]
         positions = np.arange(start, end)
-        self._write_keys(keys, slot, positions, k)
-        values[slot, :, start:end] = v.transpose(1, 0, 2)
         self.filled[slot] = max(self.filled[slot], end)
-        q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
         if not self.kernel:
+            q, k, v = self._split(qkv, positions)
+            keys[slot, :, start:end] = k.transpose(1, 0, 2)
+            values[slot, :, start:end] = v.transpose(1, 0, 2)
+            q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
             return _attend(q, keys[slot], values[slot], positions).reshape(t, -1)  # heads in q's order
         slots = np.full(t, slot, np.int64)
+        q = self.kernel.write(qkv, slots, positions, self._heads, self._rope, keys, values)
         if t == 1 or t * end < SPLIT_POSITIONS:
             return self.kernel.attend(q, slots, positions, keys, values).reshape(t, -1)
         half = t // 2  # each token's rows are their own: the halves give the same bits as the whole
@@ -133,12 +139,12 @@ class HostCache:
         return sum(a.nbytes for a in self.k + self.v)
 
 
-def _untouched_zeros(shape) -> np.ndarray:
-    """A float32 zero array in its own anonymous mapping: its pages take memory only once written, 4 KiB at a
-    time. numpy's own large zeros ask for transparent huge pages, so that the first write to a slot's row made
-    2 MiB resident (the whole cache of 8 slots after one step of 8 rows: +614 MiB measured)."""
-    nbytes = int(np.prod(shape)) * 4
-    return np.frombuffer(mmap.mmap(-1, max(nbytes, 1)), np.float32, count=int(np.prod(shape))).reshape(shape)
+def _untouched_zeros(shape, dtype=np.float32) -> np.ndarray:
+    """A zero array in its own anonymous mapping: its pages take memory only once written, 4 KiB at a time.
+    numpy's own large zeros ask for transparent huge pages, so that the first write to a slot's row made 2 MiB
+    resident (the whole cache of 8 slots after one step of 8 rows: +614 MiB measured)."""
+    count = int(np.prod(shape))
+    return np.frombuffer(mmap.mmap(-1, max(count * np.dtype(dtype).itemsize, 1)), dtype, count=count).reshape(shape)
 
 
 def _balanced_half(positions: np.ndarray) -> int:

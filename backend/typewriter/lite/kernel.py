@@ -1,7 +1,7 @@
 """int8-lite's attention kernel (attention.c): compiled with the machine's C compiler on first use, kept beside the
 programs (a folder per source and compiler), and called through ctypes, which lets go of the GIL for the call.
 
-Where it cannot be built or run (no C compiler, a CPU without AVX2 and FMA), `load` says why once in the log and
+Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why once in the log and
 returns None, and attention runs in numpy (attention.py), slower at long contexts.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 
 log = logging.getLogger("typewriter.lite")
 SOURCE = Path(__file__).with_name("attention.c")
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fPIC", "-shared")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared")
 TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
 _P = ctypes.c_void_p
 
@@ -33,12 +33,28 @@ class Kernel:
         self._attend.restype = ctypes.c_int
         self._attend.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
                                  ctypes.c_int64, _P]
+        self._write = self.library.typewriter_write
+        self._write.restype = None
+        self._write.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
+                                ctypes.c_float, _P, _P, ctypes.c_int64, _P]
+
+    def write(self, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray, heads: tuple[int, int, int],
+              rope: tuple[np.ndarray, np.ndarray], keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """A layer's qkv rows [t, (h + 2k) * e] (float32, contiguous) for slot slots[i] at positions[i] (int64): k
+        RoPE'd and v into the caches (as `attend` reads them), and q RoPE'd and scaled by e^-0.5 ->
+        [t, k, h / k, e]. heads: (h, k, e); rope: cos, sin [max_len, e / 2] (float32, contiguous)."""
+        (h, k, e), t = heads, qkv.shape[0]
+        q = np.empty((t, k, h // k, e), np.float32)
+        cos, sin = rope
+        self._write(qkv.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, h, k, e, cos.ctypes.data,
+                    sin.ctypes.data, e**-0.5, keys.ctypes.data, values.ctypes.data, values.shape[2], q.ctypes.data)
+        return q
 
     def attend(self, q: np.ndarray, slots: np.ndarray, positions: np.ndarray, keys: np.ndarray,
                values: np.ndarray) -> np.ndarray:
         """q [t, k, g, e] (RoPE'd, scaled; float32, contiguous): token i of slot slots[i] at positions[i] (int64),
         attending to its slot's positions up to its own; keys [slots, k, padded / TILE, e, TILE] and values
-        [slots, k, padded, e] (contiguous) -> [t, k, g, e]."""
+        [slots, k, padded, e] (float16, contiguous) -> [t, k, g, e]."""
         t, k, g, e = q.shape
         out = np.empty_like(q)
         status = self._attend(q.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, k, g, e, keys.ctypes.data,
@@ -73,8 +89,8 @@ def _unsupported() -> str | None:
     try:
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
     except OSError:
-        return "/proc/cpuinfo is unreadable, so AVX2 and FMA cannot be checked"
-    missing = [f for f in ("avx2", "fma") if f not in flags.split()]
+        return "/proc/cpuinfo is unreadable, so AVX2, FMA and F16C cannot be checked"
+    missing = [f for f in ("avx2", "fma", "f16c") if f not in flags.split()]
     return f"the CPU lacks {', '.join(missing)}" if missing else None
 
 
