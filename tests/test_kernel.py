@@ -61,3 +61,17 @@ def test_the_kernel_matches_a_float64_reference_at_every_position():
         weights = np.exp(scores - scores.max(-1, keepdims=True))
         expected = np.einsum("hgs,hse->hge", weights / weights.sum(-1, keepdims=True), values[0, :, :p + 1])
         np.testing.assert_allclose(out[i], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_kernel_built_beside_its_source_needs_no_compiler(tmp_path, monkeypatch, caplog):
+    """The container image's way: built at image build time (`python -m typewriter.lite.kernel`), none at run."""
+    source = tmp_path / "attention.c"
+    source.write_bytes(kernel.SOURCE.read_bytes())
+    monkeypatch.setattr(kernel, "SOURCE", source)
+    kernel.main()
+    (built,) = tmp_path.glob("attention-*.so")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no cc from here on
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        loaded = kernel.load.__wrapped__(str(tmp_path / "cache"))
+    assert loaded is not None and not caplog.text and not (tmp_path / "cache").exists()
+    assert "attention-" in built.name

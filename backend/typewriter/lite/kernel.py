@@ -67,12 +67,20 @@ class Kernel:
 
 @functools.cache
 def load(folder: str | None) -> Kernel | None:
-    """The kernel, built into `folder` (None: a temporary folder) unless already there; None where it cannot be."""
-    reason = _unsupported()
+    """The kernel: the one built beside its source (the container image has it, see `main`), else one built into
+    `folder` (None: a temporary folder) unless already there; None where it cannot be."""
+    reason = _cpu_lacks()
+    if reason is None and (beside := _library(SOURCE.parent)).exists():
+        return Kernel(beside)
+    if reason is None and shutil.which("cc") is None:
+        reason = "no C compiler (cc) on PATH, and none built beside attention.c"
     if reason is None:
         temporary = None if folder else tempfile.mkdtemp(prefix="typewriter-kernel-")
         try:
-            return Kernel(_build(Path(folder or temporary)))
+            path = _library(Path(folder or temporary) / "kernels")
+            if not path.exists():
+                _compile(path)
+            return Kernel(path)
         except (OSError, subprocess.SubprocessError) as e:
             reason = f"it did not build ({e})"
         finally:
@@ -83,9 +91,7 @@ def load(folder: str | None) -> Kernel | None:
     return None
 
 
-def _unsupported() -> str | None:
-    if shutil.which("cc") is None:
-        return "no C compiler (cc) on PATH"
+def _cpu_lacks() -> str | None:
     try:
         flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
     except OSError:
@@ -94,13 +100,12 @@ def _unsupported() -> str | None:
     return f"the CPU lacks {', '.join(missing)}" if missing else None
 
 
-def _build(folder: Path) -> Path:
-    source = SOURCE.read_bytes()
-    compiler = subprocess.run(["cc", "--version"], capture_output=True, text=True, check=True, timeout=30).stdout
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + compiler.encode()).hexdigest()[:16]
-    path = folder / "kernels" / f"attention-{key}.so"
-    if path.exists():
-        return path
+def _library(folder: Path) -> Path:
+    """Where the library of this source and these flags is kept in `folder`."""
+    return folder / f"attention-{hashlib.sha256(SOURCE.read_bytes() + ' '.join(FLAGS).encode()).hexdigest()[:16]}.so"
+
+
+def _compile(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.{os.getpid()}")
     try:
@@ -112,4 +117,16 @@ def _build(folder: Path) -> Path:
     finally:
         staging.unlink(missing_ok=True)
     log.info("built int8-lite's attention kernel %s", path)
-    return path
+
+
+def main() -> None:
+    """`python -m typewriter.lite.kernel`: build the library beside attention.c (the Dockerfile's build stage,
+    so the image needs no compiler)."""
+    path = _library(SOURCE.parent)
+    _compile(path)
+    Kernel(path)  # it loads
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
