@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 import numpy as np
+import pytest
 from tiny_model import random_weights, tiny_config
 
 from typewriter.lite import kernel
@@ -75,3 +76,18 @@ def test_a_kernel_built_beside_its_source_needs_no_compiler(tmp_path, monkeypatc
         loaded = kernel.load.__wrapped__(str(tmp_path / "cache"))
     assert loaded is not None and not caplog.text and not (tmp_path / "cache").exists()
     assert "attention-" in built.name
+
+
+def test_a_slot_or_position_outside_the_cache_is_refused_before_the_kernel_touches_memory():
+    k, g, e = 2, 2, 16
+    keys, values = np.zeros((2, k, 2, e, 16), np.float16), np.zeros((2, k, 32, e), np.float16)
+    q = np.zeros((1, k, g, e), np.float32)
+    loaded = kernel.load(None)
+    for slot, position in ((2, 0), (-1, 0), (0, 32), (0, -1)):
+        with pytest.raises(IndexError, match="outside the cache"):
+            loaded.attend(q, np.array([slot]), np.array([position]), keys, values)
+        with pytest.raises(IndexError, match="outside the cache"):
+            loaded.write(np.zeros((1, (k * g + 2 * k) * e), np.float32), np.array([slot]), np.array([position]),
+                         (k * g, k, e), (np.zeros((32, e // 2), np.float32),) * 2, keys, values)
+    with pytest.raises(ValueError, match="float16"):
+        loaded.attend(q, np.array([0]), np.array([0]), keys.astype(np.float32), values)

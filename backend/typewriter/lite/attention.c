@@ -117,13 +117,22 @@ static void rows(const float *const *q, const int *n, int count, const uint16_t 
     }
 }
 
+/* Whether every slot is below `slot_count` and every position below `positions_below` (both at least 0). */
+static int inside(const int64_t *slots, const int64_t *positions, int t, int64_t slot_count, int64_t positions_below) {
+    for (int i = 0; i < t; i++)
+        if (slots[i] < 0 || slots[i] >= slot_count || positions[i] < 0 || positions[i] >= positions_below) return 0;
+    return 1;
+}
+
 /* q and out [t, k, g, e] (q RoPE'd and scaled); keys [slots, k, stride / TILE, e, TILE] and values
    [slots, k, stride, e]; row (i, h, r) is slot slots[i]'s token at positions[i], attending to that slot's positions
    0..positions[i]. Consecutive tokens of one slot (a prompt chunk) are computed ROWS rows at a time. Returns 0, -1
-   for a head size that is not a multiple of TILE, -2 when out of memory (nothing written then). */
+   for a head size that is not a multiple of TILE, -2 when out of memory, -3 for a slot or position outside
+   the cache (nothing written then). */
 int typewriter_attend(const float *q, const int64_t *slots, const int64_t *positions, int t, int k, int g, int e,
-                      const uint16_t *keys, const uint16_t *values, int64_t stride, float *out) {
+                      const uint16_t *keys, const uint16_t *values, int64_t slot_count, int64_t stride, float *out) {
     if (e % TILE) return -1;
+    if (!inside(slots, positions, t, slot_count, stride)) return -3;
     int most = 0;
     for (int i = 0; i < t; i++) most = (int)positions[i] + 1 > most ? (int)positions[i] + 1 : most;
     const int padded = (most + TILE - 1) / TILE * TILE;
@@ -169,10 +178,13 @@ static void rope(const float *restrict x, const float *restrict cos, const float
 }
 
 /* A layer's qkv rows [t, (h + 2k) * e] for slot slots[i] at positions[i]: q (RoPE'd, times scale) into q_out
-   [t, h, e]; k (RoPE'd) and v into the caches (layouts as typewriter_attend's). cos/sin: [max_len, e / 2]. */
-void typewriter_write(const float *qkv, const int64_t *slots, const int64_t *positions, int t, int h, int k, int e,
-                      const float *cos, const float *sin, float scale, uint16_t *keys, uint16_t *values,
-                      int64_t stride, float *q_out) {
+   [t, h, e]; k (RoPE'd) and v into the caches (layouts as typewriter_attend's). cos/sin: [angles, e / 2]. Returns
+   0, or typewriter_attend's -1 and -3 (nothing written then). */
+int typewriter_write(const float *qkv, const int64_t *slots, const int64_t *positions, int t, int h, int k, int e,
+                     const float *cos, const float *sin, int64_t angles, float scale, uint16_t *keys,
+                     uint16_t *values, int64_t slot_count, int64_t stride, float *q_out) {
+    if (e % TILE) return -1;
+    if (!inside(slots, positions, t, slot_count, angles < stride ? angles : stride)) return -3;
     const int width = (h + 2 * k) * e, half = e / 2;
     const int64_t head = stride * e, slot = k * head;
     float rotated[e];
@@ -190,4 +202,5 @@ void typewriter_write(const float *qkv, const int64_t *slots, const int64_t *pos
                                                                     _MM_FROUND_TO_NEAREST_INT));
         }
     }
+    return 0;
 }

@@ -32,11 +32,11 @@ class Kernel:
         self._attend = self.library.typewriter_attend
         self._attend.restype = ctypes.c_int
         self._attend.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
-                                 ctypes.c_int64, _P]
+                                 ctypes.c_int64, ctypes.c_int64, _P]
         self._write = self.library.typewriter_write
-        self._write.restype = None
+        self._write.restype = ctypes.c_int
         self._write.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
-                                ctypes.c_float, _P, _P, ctypes.c_int64, _P]
+                                ctypes.c_int64, ctypes.c_float, _P, _P, ctypes.c_int64, ctypes.c_int64, _P]
 
     def write(self, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray, heads: tuple[int, int, int],
               rope: tuple[np.ndarray, np.ndarray], keys: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -44,10 +44,13 @@ class Kernel:
         RoPE'd and v into the caches (as `attend` reads them), and q RoPE'd and scaled by e^-0.5 ->
         [t, k, h / k, e]. heads: (h, k, e); rope: cos, sin [max_len, e / 2] (float32, contiguous)."""
         (h, k, e), t = heads, qkv.shape[0]
+        qkv, slots, positions = _checked(qkv, slots, positions, keys, values, (h + 2 * k) * e, k, e)
         q = np.empty((t, k, h // k, e), np.float32)
         cos, sin = rope
-        self._write(qkv.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, h, k, e, cos.ctypes.data,
-                    sin.ctypes.data, e**-0.5, keys.ctypes.data, values.ctypes.data, values.shape[2], q.ctypes.data)
+        assert cos.shape == sin.shape == (len(cos), e // 2) and cos.dtype == sin.dtype == np.float32
+        _status(self._write(qkv.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, h, k, e, cos.ctypes.data,
+                            sin.ctypes.data, len(cos), e**-0.5, keys.ctypes.data, values.ctypes.data,
+                            values.shape[0], values.shape[2], q.ctypes.data), e)
         return q
 
     def attend(self, q: np.ndarray, slots: np.ndarray, positions: np.ndarray, keys: np.ndarray,
@@ -56,13 +59,36 @@ class Kernel:
         attending to its slot's positions up to its own; keys [slots, k, padded / TILE, e, TILE] and values
         [slots, k, padded, e] (float16, contiguous) -> [t, k, g, e]."""
         t, k, g, e = q.shape
+        q, slots, positions = _checked(q.reshape(t, -1), slots, positions, keys, values, k * g * e, k, e)
+        q = q.reshape(t, k, g, e)
         out = np.empty_like(q)
-        status = self._attend(q.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, k, g, e, keys.ctypes.data,
-                              values.ctypes.data, values.shape[2], out.ctypes.data)
-        if status:
-            raise ValueError(f"the attention kernel takes heads of a multiple of {TILE} channels, not {e}"
-                             if status == -1 else "the attention kernel is out of memory")
+        _status(self._attend(q.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, k, g, e, keys.ctypes.data,
+                             values.ctypes.data, values.shape[0], values.shape[2], out.ctypes.data), e)
         return out
+
+
+def _status(status: int, e: int) -> None:
+    if status == -1:
+        raise ValueError(f"the attention kernel takes heads of a multiple of {TILE} channels, not {e}")
+    if status == -2:
+        raise MemoryError("the attention kernel is out of memory")
+    if status == -3:
+        raise IndexError("a slot or position is outside the cache (or past its RoPE angles)")
+
+
+def _checked(rows: np.ndarray, slots, positions, keys: np.ndarray, values: np.ndarray, width: int, k: int,
+             e: int):
+    """The arrays as C reads them; the C side refuses a slot or position outside the cache (-3)."""
+    rows = np.ascontiguousarray(rows, np.float32)
+    slots, positions = np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(positions, np.int64)
+    if rows.ndim != 2 or rows.shape[1] != width or not len(rows) == len(slots) == len(positions):
+        raise ValueError(f"rows {rows.shape}, {len(slots)} slots and {len(positions)} positions do not match")
+    if not (keys.flags.c_contiguous and values.flags.c_contiguous and keys.dtype == values.dtype == np.float16):
+        raise ValueError("the kernel's caches are contiguous float16 arrays")
+    cached, padded = values.shape[0], values.shape[2]
+    if values.shape != (cached, k, padded, e) or keys.shape != (cached, k, padded // TILE, e, TILE) or padded % TILE:
+        raise ValueError(f"caches {keys.shape} and {values.shape} are not laid out for {k} heads of {e} channels")
+    return rows, slots, positions
 
 
 @functools.cache
