@@ -76,15 +76,18 @@ async def act(ws, rid: str, rng: random.Random, tally: Tally) -> bool:
     chat = {"type": "chat", "id": rid, "messages": [{"role": "user", "content": rng.choice(QUESTIONS)}],
             "params": {"max_new_tokens": rng.choice([8, 32, 64])}}
     await ws.send(json.dumps(chat))
+    # Only this chat's frames count: a `not_found` for the last chat's stop (it crossed that chat's `end`) can
+    # arrive first, and taken for this chat's end it left this chat's real end unread (seen under load).
+    mine = ("token", "end", "error")
     if roll < 0.40:  # abandon mid-answer
-        await until(ws, rid, tally, lambda f: f["type"] in ("token", "end", "error"))
+        await until(ws, rid, tally, lambda f: f.get("id") == rid and f["type"] in mine)
         tally.counts["abandoned"] += 1
         await ws.close()
         return False
     tally.watched.add(rid)
     end = None
     if roll < 0.55:  # stop after the first token
-        first = await until(ws, rid, tally, lambda f: f["type"] in ("token", "end", "error"))
+        first = await until(ws, rid, tally, lambda f: f.get("id") == rid and f["type"] in mine)
         if first["type"] == "token":
             await ws.send(json.dumps({"type": "stop", "id": rid}))
         else:

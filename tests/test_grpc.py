@@ -575,15 +575,21 @@ def test_a_real_server_streams_a_chat_over_grpc_and_stops_one_mid_answer(tmp_pat
                 frames = [json.loads(ws.recv(timeout=60))]
                 while frames[-1]["type"] not in ("end", "error"):
                     frames.append(json.loads(ws.recv(timeout=60)))
-            requests = Requests(chat("e2", "hello", temperature=0, max_new_tokens=200))
-            cut = []
-            try:
-                for event in stub.Stream(iter(requests), timeout=60):
-                    cut.append(event)
-                    if event.WhichOneof("kind") == "token" and len(cut) == 2:  # start, then the first token
-                        requests.put(stop("e2"))
-            finally:
-                requests.close()
+            # The tiny model's greedy answers end within some 10-40 tokens: on a loaded machine the stop can land
+            # after the end. An answer that ended so says nothing about the stop, so the next prompt is tried.
+            for n, text in enumerate(("tell me a story", "say hello", "why is the sky blue")):
+                requests = Requests(chat(f"e2-{n}", text, temperature=0, max_new_tokens=200))
+                cut = []
+                try:
+                    for event in stub.Stream(iter(requests), timeout=60):
+                        cut.append(event)
+                        if event.WhichOneof("kind") == "token" and len(cut) == 2:  # start, then the first token
+                            requests.put(stop(f"e2-{n}"))
+                finally:
+                    requests.close()
+                if cut[-1].end.reason == "cancelled":
+                    break
+                assert cut[-1].end.reason == "eos", cut[-1]  # ended on its own before the stop arrived
     assert health.status == Health.SERVING
     assert kinds(full)[0] == "start" and kinds(full)[-1] == "end"
     assert full[-1].end.usage.completion_tokens <= 8 and full[-1].end.reason in ("length", "eos")
