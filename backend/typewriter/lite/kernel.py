@@ -138,6 +138,9 @@ def _compile(path: Path) -> None:
         subprocess.run(["cc", *FLAGS, "-o", str(staging), str(SOURCE), "-lm"], capture_output=True, text=True,
                        check=True, timeout=120)
         os.replace(staging, path)  # whole or not there: two processes building at once both succeed
+        for older in path.parent.glob("attention-*.so"):  # built from an older source: a running server keeps
+            if older != path:  # its mapping, and a later start of that version builds its own again
+                older.unlink(missing_ok=True)
     except subprocess.CalledProcessError as e:
         raise OSError(e.stderr.strip().splitlines()[-1] if e.stderr.strip() else f"cc exited {e.returncode}") from e
     finally:
