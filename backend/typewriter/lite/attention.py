@@ -1,4 +1,6 @@
-"""RoPE, the K/V cache and attention on the host, in numpy, between a layer's TensorFlow Lite programs.
+"""RoPE, the K/V cache and attention on the host between a layer's TensorFlow Lite programs: by the C kernel
+(attention.c through kernel.py) where it builds, which gives a token the same bits decoded or in any chunk, else
+in numpy (below), where chunks are bitwise invariant but a decode row is not the same bits as that token in a chunk.
 
 The cache never crosses into TensorFlow Lite (copying it into a program's inputs each step cost more than the
 matmuls at long contexts): only a layer's qkv rows come out of one program and its attention output goes into
