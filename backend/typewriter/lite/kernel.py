@@ -1,8 +1,10 @@
-"""int8-lite's attention kernel (attention.c): compiled with the machine's C compiler on first use, kept beside the
-programs (a folder per source and compiler), and called through ctypes, which lets go of the GIL for the call.
+"""int8-lite's attention kernel (attention.c), called through ctypes (which lets go of the GIL for the call).
 
-Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why once in the log and
-returns None, and attention runs in numpy (attention.py), slower at long contexts.
+The library is named by a hash of the source and the compiler flags, `attention-<hash>.so`. `load` takes the one
+built beside the source ahead of time (`python -m typewriter.lite.kernel`: the container image's way, which needs
+no compiler at run time), else builds one with the machine's `cc` into `kernels/` of the program cache on first
+use. Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why once in the
+log and returns None, and attention runs in numpy (attention.py), slower at long contexts.
 """
 
 from __future__ import annotations
