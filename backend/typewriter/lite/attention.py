@@ -67,16 +67,7 @@ class HostCache:
         """One token per row at (slot, position), attending to its slot's positions 0..position -> [n, h * e]."""
         cfg = self.cfg
         if self.kernel:  # the same bits as this token in a prompt chunk
-            keys, values = self.k[layer], self.v[layer]
-            q = self.kernel.write(qkv, slots, positions, self._heads, self._rope, keys, values)
-            np.maximum.at(self.filled, slots, positions + 1)
-            n = len(slots)
-            if n == 1 or positions.sum() + n < SPLIT_POSITIONS:
-                return self.kernel.attend(q, slots, positions, keys, values).reshape(n, -1)
-            half = _balanced_half(positions)
-            other = self._helper.submit(self.kernel.attend, q[half:], slots[half:], positions[half:], keys, values)
-            first = self.kernel.attend(q[:half], slots[:half], positions[:half], keys, values)
-            return np.concatenate([first, other.result()]).reshape(n, -1)
+            return self._by_kernel(layer, qkv, slots, positions)
         q, k, v = self._split(qkv, positions)
         keys, values = self.k[layer], self.v[layer]
         keys[slots, :, positions] = k
@@ -109,23 +100,30 @@ class HostCache:
         if t == 0:
             return np.empty((0, cfg.n_heads * cfg.head_dim), np.float32)
         end = start + t
-        keys, values = self.k[layer], self.v[layer]
         positions = np.arange(start, end)
+        if self.kernel:
+            return self._by_kernel(layer, qkv, np.full(t, slot, np.int64), positions)
+        keys, values = self.k[layer], self.v[layer]
         self.filled[slot] = max(self.filled[slot], end)
-        if not self.kernel:
-            q, k, v = self._split(qkv, positions)
-            keys[slot, :, start:end] = k.transpose(1, 0, 2)
-            values[slot, :, start:end] = v.transpose(1, 0, 2)
-            q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
-            return _attend(q, keys[slot], values[slot], positions).reshape(t, -1)  # heads in q's order
-        slots = np.full(t, slot, np.int64)
+        q, k, v = self._split(qkv, positions)
+        keys[slot, :, start:end] = k.transpose(1, 0, 2)
+        values[slot, :, start:end] = v.transpose(1, 0, 2)
+        q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
+        return _attend(q, keys[slot], values[slot], positions).reshape(t, -1)  # heads in q's order
+
+    def _by_kernel(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Decode rows and chunk tokens alike: token i of slot slots[i] at positions[i] -> [n, h * e]. Every row is
+        its own, so the rows split between two threads (past SPLIT_POSITIONS of work) give the same bits."""
+        keys, values = self.k[layer], self.v[layer]
         q = self.kernel.write(qkv, slots, positions, self._heads, self._rope, keys, values)
-        if t == 1 or t * end < SPLIT_POSITIONS:
-            return self.kernel.attend(q, slots, positions, keys, values).reshape(t, -1)
-        half = t // 2  # each token's rows are their own: the halves give the same bits as the whole
+        np.maximum.at(self.filled, slots, positions + 1)
+        n = len(slots)
+        if n == 1 or positions.sum() + n < SPLIT_POSITIONS:
+            return self.kernel.attend(q, slots, positions, keys, values).reshape(n, -1)
+        half = _balanced_half(positions)
         other = self._helper.submit(self.kernel.attend, q[half:], slots[half:], positions[half:], keys, values)
         first = self.kernel.attend(q[:half], slots[:half], positions[:half], keys, values)
-        return np.concatenate([first, other.result()]).reshape(t, -1)
+        return np.concatenate([first, other.result()]).reshape(n, -1)
 
     def copy_slot(self, source: int, target: int) -> None:
         """Every position of slot `source` written so far into slot `target` (a shared prefix)."""
