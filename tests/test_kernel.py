@@ -4,6 +4,7 @@ where it cannot be built or used, each said in the log."""
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,3 +94,27 @@ def test_a_slot_or_position_outside_the_cache_is_refused_before_the_kernel_touch
                          (k * g, k, e), (np.zeros((32, e // 2), np.float32),) * 2, keys, values)
     with pytest.raises(ValueError, match="float16"):
         loaded.attend(q, np.array([0]), np.array([0]), keys.astype(np.float32), values)
+
+
+def test_the_avx512_routine_gives_the_bits_of_the_avx2_one_where_the_cpu_has_it():
+    """A machine's answers must not depend on which routine ran: both add the same products in the same order."""
+    k, g, e, padded = 3, 3, 64, 2048
+    rng = np.random.default_rng(2)
+    keys = (rng.standard_normal((2, k, padded // 16, e, 16)) * 0.5).astype(np.float16)
+    values = rng.standard_normal((2, k, padded, e)).astype(np.float16)
+    calls = [(np.zeros(t, np.int64) + slot, np.arange(start, start + t)) for t, start, slot in
+             ((1, 0, 0), (1, 5, 1), (3, 17, 0), (19, 1565, 1), (64, 1000, 0), (5, 1500, 1), (2, 2040, 0))]
+    calls.append((np.array([0, 1, 1, 0]), np.array([900, 33, 34, 7])))  # decode rows of two slots
+    queries = [(rng.standard_normal((len(s), k, g, e)) * 0.3).astype(np.float32) for s, _ in calls]
+    loaded = kernel.load(None)
+    flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")).split()
+    try:
+        runs = {}
+        for wide in (False, True):
+            loaded.set_wide(wide)
+            runs[wide] = [loaded.attend(q, s, p, keys, values) for q, (s, p) in zip(queries, calls)]
+        assert loaded.wide == all(f in flags for f in ("avx512f", "avx512bw", "avx512dq", "avx512vl"))
+    finally:
+        loaded.set_wide(True)
+    for narrow, wide in zip(runs[False], runs[True]):
+        np.testing.assert_array_equal(narrow, wide)

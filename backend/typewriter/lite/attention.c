@@ -7,7 +7,10 @@
    batched with other rows, and a greedy answer cannot depend on how the scheduler cut a prompt or what it reused.
 
    The cache holds float16 (half the bytes to read: a decode row at 1,400 positions reads 1 MB a layer), converted
-   with F16C. AVX2, FMA and F16C: every x86-64 machine this runs on (Intel since Haswell, AMD since Zen). */
+   with F16C. AVX2, FMA and F16C: every x86-64 machine this runs on (Intel since Haswell, AMD since Zen). Where the
+   CPU has AVX-512 the same routine runs 16 lanes wide and 8 rows at a time (rows512): every lane does the same
+   operations in the same order as in the 8-lane routine (a tile's 16 scores are its two 8-lane halves, the sum
+   still adds 8 lanes at a time), so both give the same bits, and a machine's answers do not depend on which ran. */
 
 #include <immintrin.h>
 #include <math.h>
@@ -17,6 +20,8 @@
 #define W 8      /* floats in a vector */
 #define TILE 16  /* positions a score tile holds: two vectors */
 #define ROWS 4   /* query rows computed together, so a key or value is loaded once for all of them */
+#define ROWS512 8  /* the same with AVX-512's 32 registers: 8 rows share a key tile */
+#define WIDE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 
 /* exp(x) for every lane, as Cephes' expf: x = m ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r and 2^m
    from the exponent bits; about 2 ulp. x below -87 gives e^-87 (1.6e-38), where callers want 0 they say so. */
@@ -117,6 +122,150 @@ static void rows(const float *const *q, const int *n, int count, const uint16_t 
     }
 }
 
+/* ---- the same routine 16 lanes wide (AVX-512), for CPUs that have it ---- */
+
+#define ALWAYS __attribute__((always_inline))
+
+/* exp8's operations on 16 lanes: each lane gets exp8's bits. */
+WIDE static inline ALWAYS __m512 exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
+    const __m512 m = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                          _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(m, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fmadd_ps(m, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    const __m512i two = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(m), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(two));
+}
+
+/* R rows' scores over `tiles` tiles of keys: a lane is a position, its channels added in order, as in `rows`. */
+WIDE static inline ALWAYS void score512(const float *const *row, const int R, const uint16_t *restrict keys, int tiles,
+                                        int e, float *restrict scores, int padded) {
+    for (int j0 = 0; j0 < tiles * TILE; j0 += TILE) {
+        __m512 acc[ROWS512];
+        for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+        const uint16_t *tile = keys + (int64_t)j0 * e;
+        for (int c = 0; c < e; c++) {
+            const __m512 kc = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(tile + c * TILE)));
+            for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(row[r][c]), kc, acc[r]);
+        }
+        for (int r = 0; r < R; r++) _mm512_storeu_ps(scores + (int64_t)r * padded + j0, acc[r]);
+    }
+}
+
+/* One row's scores s [tiles * TILE] -> its softmax numerators in place (0 past position n), and 1 / their sum.
+   The sum adds 8 lanes at a time in position order, as `rows` does: a 16-lane vector is its low half, then its
+   high half. */
+WIDE static float softmax512(float *restrict s, int n, int tiles) {
+    const int whole = (n + W - 1) / W * W;
+    for (int j = n; j < whole; j++) s[j] = -INFINITY;
+    __m512 top16 = _mm512_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 2 * W <= whole; j += 2 * W) top16 = _mm512_max_ps(top16, _mm512_loadu_ps(s + j));
+    __m256 top = _mm256_max_ps(_mm512_castps512_ps256(top16), _mm512_extractf32x8_ps(top16, 1));
+    if (j < whole) top = _mm256_max_ps(top, _mm256_loadu_ps(s + j));
+    const float peak = lanes_max(top);
+    const __m512 peak16 = _mm512_set1_ps(peak);
+    __m256 sum = _mm256_setzero_ps();
+    for (j = 0; j + 2 * W <= whole; j += 2 * W) {
+        const __m512 x = _mm512_loadu_ps(s + j);
+        const __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_NEQ_UQ);
+        const __m512 e16 = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(x, peak16)));
+        _mm512_storeu_ps(s + j, e16);
+        sum = _mm256_add_ps(sum, _mm512_castps512_ps256(e16));
+        sum = _mm256_add_ps(sum, _mm512_extractf32x8_ps(e16, 1));
+    }
+    if (j < whole) {
+        const __m256 x = _mm256_loadu_ps(s + j);
+        __m256 e8 = exp8(_mm256_sub_ps(x, _mm256_set1_ps(peak)));
+        e8 = _mm256_blendv_ps(e8, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-INFINITY), _CMP_EQ_OQ));
+        _mm256_storeu_ps(s + j, e8);
+        sum = _mm256_add_ps(sum, e8);
+    }
+    for (j = whole; j < tiles * TILE; j++) s[j] = 0.0f;
+    return 1.0f / lanes_sum(sum);
+}
+
+/* R (1..4) rows' outputs, channels c0 .. c0 + 16 NV: the values weighted position after position, as in `rows`. */
+WIDE static inline ALWAYS void weigh512(const float *const *s, const int R, const int NV, const uint16_t *restrict values,
+                                        int most, int e, int c0, const float *inverse, float *const *out) {
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < NV; b++) acc[r][b] = _mm512_setzero_ps();
+    for (int j = 0; j < most; j++) {
+        __m512 v[4];
+        for (int b = 0; b < NV; b++)
+            v[b] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(values + (int64_t)j * e + c0 + b * TILE)));
+        for (int r = 0; r < R; r++) {
+            const __m512 w = _mm512_set1_ps(s[r][j]);
+            for (int b = 0; b < NV; b++) acc[r][b] = _mm512_fmadd_ps(w, v[b], acc[r][b]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int b = 0; b < NV; b++)
+            _mm512_storeu_ps(out[r] + c0 + b * TILE, _mm512_mul_ps(acc[r][b], _mm512_set1_ps(inverse[r])));
+}
+
+#define EACH_1_TO_4(F, X, ...) \
+    switch (X) { case 1: F(__VA_ARGS__, 1); break; case 2: F(__VA_ARGS__, 2); break; \
+                 case 3: F(__VA_ARGS__, 3); break; default: F(__VA_ARGS__, 4); break; }
+#define WEIGH(R, NV) weigh512(s + r0, R, NV, values, most, e, c0, inverse + r0, out + r0)
+#define WEIGH_R(R, NV) EACH_1_TO_4(WEIGH, NV, R)
+#define SCORE(R) score512(row, R, keys, tiles, e, scores, padded)
+
+/* `rows` with AVX-512: count (1..ROWS512) rows. */
+WIDE static void rows512(const float *const *q, const int *n, int count, const uint16_t *restrict keys, int padded,
+                         const uint16_t *restrict values, int e, float *restrict scores, float *const *out) {
+    const float *row[ROWS512];
+    const float *s[ROWS512];
+    float inverse[ROWS512];
+    int most = 0;
+    for (int r = 0; r < count; r++) {
+        row[r] = q[r], s[r] = scores + (int64_t)r * padded;
+        most = n[r] > most ? n[r] : most;
+    }
+    const int tiles = (most + TILE - 1) / TILE;
+    switch (count) {
+        case 1: SCORE(1); break; case 2: SCORE(2); break; case 3: SCORE(3); break; case 4: SCORE(4); break;
+        case 5: SCORE(5); break; case 6: SCORE(6); break; case 7: SCORE(7); break; default: SCORE(8); break;
+    }
+    for (int r = 0; r < count; r++) inverse[r] = softmax512(scores + (int64_t)r * padded, n[r], tiles);
+    for (int r0 = 0; r0 < count; r0 += 4) {
+        const int rest = count - r0 < 4 ? count - r0 : 4;
+        for (int c0 = 0; c0 < e; c0 += 4 * TILE) {
+            const int vectors = (e - c0) / TILE < 4 ? (e - c0) / TILE : 4;
+            switch (rest) {
+                case 1: WEIGH_R(1, vectors); break; case 2: WEIGH_R(2, vectors); break;
+                case 3: WEIGH_R(3, vectors); break; default: WEIGH_R(4, vectors); break;
+            }
+        }
+    }
+}
+
+/* 1 where this CPU runs rows512 (AVX-512 F, BW, DQ, VL), else 0; typewriter_set_wide(0) keeps to `rows` (tests). */
+static int wide = -1;
+
+int typewriter_wide(void) {
+    if (wide < 0) {
+        __builtin_cpu_init();
+        wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    }
+    return wide;
+}
+
+void typewriter_set_wide(int on) {
+    wide = -1;
+    if (on) typewriter_wide();
+    else wide = 0;
+}
+
 /* Whether every slot is below `slot_count` and every position below `positions_below` (both at least 0). */
 static int inside(const int64_t *slots, const int64_t *positions, int t, int64_t slot_count, int64_t positions_below) {
     for (int i = 0; i < t; i++)
@@ -133,35 +282,38 @@ int typewriter_attend(const float *q, const int64_t *slots, const int64_t *posit
                       const uint16_t *keys, const uint16_t *values, int64_t slot_count, int64_t stride, float *out) {
     if (e % TILE) return -1;
     if (!inside(slots, positions, t, slot_count, stride)) return -3;
+    void (*compute)(const float *const *, const int *, int, const uint16_t *, int, const uint16_t *, int, float *,
+                    float *const *) = typewriter_wide() ? rows512 : rows;
+    const int group_rows = typewriter_wide() ? ROWS512 : ROWS;
     int most = 0;
     for (int i = 0; i < t; i++) most = (int)positions[i] + 1 > most ? (int)positions[i] + 1 : most;
     const int padded = (most + TILE - 1) / TILE * TILE;
-    float *scratch = malloc(sizeof(float) * ROWS * (size_t)padded);
+    float *scratch = malloc(sizeof(float) * ROWS512 * (size_t)padded);
     if (!scratch) return -2;
     const int64_t head = stride * e, slot = k * head;
     for (int h = 0; h < k; h++) {
-        const float *group[ROWS];
-        float *outs[ROWS];
-        int n[ROWS], count = 0;
+        const float *group[ROWS512];
+        float *outs[ROWS512];
+        int n[ROWS512], count = 0;
         for (int i = 0; i < t; i++) {
             if (count && slots[i] != slots[i - 1]) {  /* another slot: another cache */
-                rows(group, n, count, keys + slots[i - 1] * slot + h * head, padded,
-                     values + slots[i - 1] * slot + h * head, e, scratch, outs);
+                compute(group, n, count, keys + slots[i - 1] * slot + h * head, padded,
+                        values + slots[i - 1] * slot + h * head, e, scratch, outs);
                 count = 0;
             }
             for (int r = 0; r < g; r++) {
                 const int64_t at = (((int64_t)i * k + h) * g + r) * e;
                 group[count] = q + at, outs[count] = out + at, n[count] = (int)positions[i] + 1;
-                if (++count == ROWS) {
-                    rows(group, n, count, keys + slots[i] * slot + h * head, padded,
-                         values + slots[i] * slot + h * head, e, scratch, outs);
+                if (++count == group_rows) {
+                    compute(group, n, count, keys + slots[i] * slot + h * head, padded,
+                            values + slots[i] * slot + h * head, e, scratch, outs);
                     count = 0;
                 }
             }
         }
         if (count)
-            rows(group, n, count, keys + slots[t - 1] * slot + h * head, padded, values + slots[t - 1] * slot + h * head,
-                 e, scratch, outs);
+            compute(group, n, count, keys + slots[t - 1] * slot + h * head, padded,
+                    values + slots[t - 1] * slot + h * head, e, scratch, outs);
     }
     free(scratch);
     return 0;
@@ -203,4 +355,14 @@ int typewriter_write(const float *qkv, const int64_t *slots, const int64_t *posi
         }
     }
     return 0;
+}
+
+/* typewriter_write, then typewriter_attend over the rows just written: one call a layer (q: [t, h, e] scratch). */
+int typewriter_layer(const float *qkv, const int64_t *slots, const int64_t *positions, int t, int h, int k, int e,
+                     const float *cos, const float *sin, int64_t angles, float scale, uint16_t *keys,
+                     uint16_t *values, int64_t slot_count, int64_t stride, float *q, float *out) {
+    const int status = typewriter_write(qkv, slots, positions, t, h, k, e, cos, sin, angles, scale, keys, values,
+                                        slot_count, stride, q);
+    return status ? status : typewriter_attend(q, slots, positions, t, k, h / k, e, keys, values, slot_count, stride,
+                                               out);
 }

@@ -20,13 +20,12 @@ import numpy as np
 
 from ..model_config import ModelConfig
 from .kernel import TILE as KERNEL_TILE
-from .kernel import Kernel
+from .kernel import Kernel, Rows
 
-# A chunk's attention works in tiles of this many cached positions, with at least MIN_ROWS query rows (_attend):
-# OpenBLAS multiplies fewer rows another way, whose last bits differ (measured here: 3-9 rows one way, 12 and more
-# the other, alike whatever the count).
+# A chunk's attention works in tiles of this many cached positions, and multiplies one query row at a time
+# against a tile: OpenBLAS's last bits depend on a product's shape and on where a row sits in it (an AMD Zen 5
+# gave a row other bits as the second of 16 rows than as the first, and with 256 positions than with 128).
 TILE = 128
-MIN_ROWS = 12
 # A decode step splits its rows between two threads (numpy leaves the GIL in its matmuls) once they read at least
 # this many cached positions in all: 8 rows at 1,500 positions took 3.4-3.9 ms a layer so, 6.3 ms in one thread;
 # below it the hand-off (tens of microseconds a layer) costs more than it saves.
@@ -111,19 +110,34 @@ class HostCache:
         q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
         return _attend(q, keys[slot], values[slot], positions).reshape(t, -1)  # heads in q's order
 
-    def _by_kernel(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Decode rows and chunk tokens alike: token i of slot slots[i] at positions[i] -> [n, h * e]. Every row is
-        its own, so the rows split between two threads (past SPLIT_POSITIONS of work) give the same bits."""
+    def rows(self, slots, positions) -> Rows:
+        """A step's rows for `attend` (kernel only): token i of slot slots[i] at positions[i], in the order of the
+        qkv rows each layer gives. Made once a step: the per-layer calls then cost one C call each."""
+        rows = Rows(slots, positions, self._heads, self.k[0], self.v[0])
+        if rows.count:
+            np.maximum.at(self.filled, rows.slots, rows.positions + 1)
+        # The rows split between two threads past SPLIT_POSITIONS of work; each row is its own, so the bits are
+        # the same either way.
+        rows.half = None if rows.count < 2 or rows.positions.sum() + rows.count < SPLIT_POSITIONS else \
+            _balanced_half(rows.positions)
+        return rows
+
+    def attend(self, layer: int, qkv: np.ndarray, rows: Rows) -> np.ndarray:
+        """Layer `layer`'s qkv rows [n, (h + 2k) * e] for `rows` (from `rows`): RoPE, the cache writes and
+        attention, by the kernel -> [n, h * e]."""
         keys, values = self.k[layer], self.v[layer]
-        q = self.kernel.write(qkv, slots, positions, self._heads, self._rope, keys, values)
-        np.maximum.at(self.filled, slots, positions + 1)
-        n = len(slots)
-        if n == 1 or positions.sum() + n < SPLIT_POSITIONS:
-            return self.kernel.attend(q, slots, positions, keys, values).reshape(n, -1)
-        half = _balanced_half(positions)
-        other = self._helper.submit(self.kernel.attend, q[half:], slots[half:], positions[half:], keys, values)
-        first = self.kernel.attend(q[:half], slots[:half], positions[:half], keys, values)
+        if rows.half is None:
+            return self.kernel.layer(qkv, rows, self._heads, self._rope, keys, values)
+        q = self.kernel.write(qkv, rows.slots, rows.positions, self._heads, self._rope, keys, values)
+        half, n = rows.half, rows.count
+        other = self._helper.submit(self.kernel.attend, q[half:], rows.slots[half:], rows.positions[half:], keys,
+                                    values)
+        first = self.kernel.attend(q[:half], rows.slots[:half], rows.positions[:half], keys, values)
         return np.concatenate([first, other.result()]).reshape(n, -1)
+
+    def _by_kernel(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """Decode rows and chunk tokens alike: token i of slot slots[i] at positions[i] -> [n, h * e]."""
+        return self.attend(layer, np.ascontiguousarray(qkv, np.float32), self.rows(slots, positions))
 
     def copy_slot(self, source: int, target: int) -> None:
         """Every position of slot `source` written so far into slot `target` (a shared prefix)."""
@@ -159,28 +173,23 @@ def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.n
 
     A token's result is the same bits in a chunk of any size at any start: the int8 rows of the next program turn
     a last-bit difference into another rounding now and then, and with it another greedy answer (the same prompt
-    asked again, all but its last token reused, answered differently). So the rows are padded to at least
-    MIN_ROWS (a row's scores are then the same bits whatever the other rows and however many whole tiles of
-    positions follow, measured); positions past a token's own weigh exactly 0; and what the softmax and the
-    values add up is added within fixed tiles of TILE positions, then tile after tile, so the tiles past a
-    token's own add exactly nothing."""
+    asked again, all but its last token reused, answered differently). So every product is one row by one tile
+    of TILE positions; positions past a token's own weigh exactly 0; and what the softmax and the values add up
+    is added within each tile, then tile after tile, so the tiles past a token's own add exactly nothing."""
     t, k, g, e = q.shape
-    rows, tiles = max(t * g, MIN_ROWS), int(positions[-1]) // TILE + 1
-    block = np.zeros((k, rows, e), np.float32)  # rows in (token, group) order
-    block[:, :t * g] = q.transpose(1, 0, 2, 3).reshape(k, t * g, e)
-    at = np.full(rows, positions[-1])  # a padding row attends as the last token does
-    at[:t * g] = np.repeat(positions, g)
-    # Scores in one product per kv head: a row's scores are the same bits whatever the other rows (12 or more)
-    # and however many tiles of positions follow (measured).
-    scores = block @ keys[:, :tiles * TILE].transpose(0, 2, 1)  # [k, rows, tiles * TILE]
+    rows, tiles = t * g, int(positions[-1]) // TILE + 1
+    block = np.ascontiguousarray(q.transpose(1, 0, 2, 3).reshape(k, rows, 1, 1, e))  # rows in (token, group) order
+    at = np.repeat(positions, g)
+    key_tiles = keys[:, :tiles * TILE].reshape(k, 1, tiles, TILE, e).transpose(0, 1, 2, 4, 3)  # [k, 1, tiles, e, TILE]
+    scores = (block @ key_tiles).reshape(k, rows, tiles * TILE)  # [k, rows, tiles, 1, TILE]: a product a row and tile
     first = int(positions[0])  # every row sees the positions before the chunk's first
     scores[:, :, first:] += np.where(np.arange(first, tiles * TILE) > at[:, None], np.float32(-np.inf), np.float32(0))
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
-    by_tile = scores.reshape(k, rows, tiles, TILE)
-    total = np.cumsum(by_tile.sum(axis=-1), axis=-1)[..., -1]  # each tile's sum, then tile after tile
-    weighted = by_tile.transpose(0, 2, 1, 3) @ values[:, :tiles * TILE].reshape(k, tiles, TILE, e)  # [k, tiles, rows, e]
-    out = (weighted.sum(axis=1) / total[..., None])[:, :t * g]  # tile after tile: an outer axis adds in order
+    by_tile = scores.reshape(k, rows, tiles, 1, TILE)
+    total = np.cumsum(by_tile.sum(axis=-1)[..., 0], axis=-1)[..., -1]  # each tile's sum, then tile after tile
+    weighted = by_tile @ values[:, :tiles * TILE].reshape(k, 1, tiles, TILE, e)  # [k, rows, tiles, 1, e]
+    out = np.cumsum(weighted[:, :, :, 0], axis=2)[:, :, -1] / total[..., None]  # tile after tile, in order
     return out.reshape(k, t, g, e).transpose(1, 0, 2, 3)
 
 

@@ -39,6 +39,16 @@ class Kernel:
         self._write.restype = ctypes.c_int
         self._write.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
                                 ctypes.c_int64, ctypes.c_float, _P, _P, ctypes.c_int64, ctypes.c_int64, _P]
+        self._layer = self.library.typewriter_layer
+        self._layer.restype = ctypes.c_int
+        self._layer.argtypes = [*self._write.argtypes, _P]
+        self.library.typewriter_set_wide.argtypes = [ctypes.c_int]
+        self.wide = bool(self.library.typewriter_wide())  # AVX-512: 16 lanes, the same bits (attention.c)
+
+    def set_wide(self, on: bool) -> None:
+        """Use the AVX-512 routine where the CPU has it (the default), or keep to the AVX2 one (tests)."""
+        self.library.typewriter_set_wide(int(on))
+        self.wide = bool(self.library.typewriter_wide())
 
     def write(self, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray, heads: tuple[int, int, int],
               rope: tuple[np.ndarray, np.ndarray], keys: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -55,6 +65,20 @@ class Kernel:
                             values.shape[0], values.shape[2], q.ctypes.data), e)
         return q
 
+    def layer(self, qkv: np.ndarray, rows: Rows, heads: tuple[int, int, int], rope: tuple[np.ndarray, np.ndarray],
+              keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """`write`, then `attend` over the rows just written, in one call: qkv [t, (h + 2k) * e] (float32,
+        contiguous) for the rows of `rows` (checked against these caches when made) -> [t, h * e]."""
+        (h, k, e), t = heads, rows.count
+        if qkv.shape != (t, (h + 2 * k) * e) or qkv.dtype != np.float32 or not qkv.flags.c_contiguous:
+            raise ValueError(f"qkv {qkv.shape} {qkv.dtype} is not {t} contiguous float32 rows of {(h + 2 * k) * e}")
+        out = np.empty((t, h * e), np.float32)
+        cos, sin = rope
+        _status(self._layer(qkv.ctypes.data, rows.slots_at, rows.positions_at, t, h, k, e, cos.ctypes.data,
+                            sin.ctypes.data, len(cos), e**-0.5, keys.ctypes.data, values.ctypes.data, values.shape[0],
+                            values.shape[2], rows.q_at, out.ctypes.data), e)
+        return out
+
     def attend(self, q: np.ndarray, slots: np.ndarray, positions: np.ndarray, keys: np.ndarray,
                values: np.ndarray) -> np.ndarray:
         """q [t, k, g, e] (RoPE'd, scaled; float32, contiguous): token i of slot slots[i] at positions[i] (int64),
@@ -67,6 +91,21 @@ class Kernel:
         _status(self._attend(q.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, k, g, e, keys.ctypes.data,
                              values.ctypes.data, values.shape[0], values.shape[2], out.ctypes.data), e)
         return out
+
+
+class Rows:
+    """A step's rows for `Kernel.layer`, made once and used for every layer: token i of slot slots[i] at
+    positions[i] (int64, contiguous, kept alive here while C reads them), and the scratch their q goes through."""
+
+    def __init__(self, slots, positions, heads: tuple[int, int, int], keys: np.ndarray, values: np.ndarray):
+        h, k, e = heads
+        self.slots, self.positions = np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(positions, np.int64)
+        _check_caches(keys, values, k, e)  # every layer's caches have the same layout
+        if self.slots.shape != self.positions.shape or self.slots.ndim != 1:
+            raise ValueError(f"{self.slots.shape} slots and {self.positions.shape} positions do not match")
+        self.count = len(self.slots)
+        self.q = np.empty((self.count, h, e), np.float32)
+        self.slots_at, self.positions_at, self.q_at = self.slots.ctypes.data, self.positions.ctypes.data, self.q.ctypes.data
 
 
 def _status(status: int, e: int) -> None:
@@ -85,12 +124,16 @@ def _checked(rows: np.ndarray, slots, positions, keys: np.ndarray, values: np.nd
     slots, positions = np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(positions, np.int64)
     if rows.ndim != 2 or rows.shape[1] != width or not len(rows) == len(slots) == len(positions):
         raise ValueError(f"rows {rows.shape}, {len(slots)} slots and {len(positions)} positions do not match")
+    _check_caches(keys, values, k, e)
+    return rows, slots, positions
+
+
+def _check_caches(keys: np.ndarray, values: np.ndarray, k: int, e: int) -> None:
     if not (keys.flags.c_contiguous and values.flags.c_contiguous and keys.dtype == values.dtype == np.float16):
         raise ValueError("the kernel's caches are contiguous float16 arrays")
     cached, padded = values.shape[0], values.shape[2]
     if values.shape != (cached, k, padded, e) or keys.shape != (cached, k, padded // TILE, e, TILE) or padded % TILE:
         raise ValueError(f"caches {keys.shape} and {values.shape} are not laid out for {k} heads of {e} channels")
-    return rows, slots, positions
 
 
 @functools.cache

@@ -154,10 +154,18 @@ class LiteRunner:
             spans.append((slot, start, end, end + len(ids)))
             end += len(ids)
 
-        def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
-            parts = [self.cache.decode(layer, qkv[:n], slots, positions)] if n else []
-            parts += [self.cache.extend(layer, qkv[a:b], slot, start) for slot, start, a, b in spans]
-            return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if self.cache.kernel:  # every row in one call a layer, its slots and positions made once
+            rows = self.cache.rows(np.concatenate([slots, *(np.full(b - a, slot) for slot, _, a, b in spans)]),
+                                   np.concatenate([positions, *(np.arange(start, start + b - a)
+                                                                for _, start, a, b in spans)]))
+
+            def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
+                return self.cache.attend(layer, qkv, rows)
+        else:
+            def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
+                parts = [self.cache.decode(layer, qkv[:n], slots, positions)] if n else []
+                parts += [self.cache.extend(layer, qkv[a:b], slot, start) for slot, start, a, b in spans]
+                return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
         x = self._forward([*tokens, *(t for _, _, ids in chunks for t in ids)], attend)
         logits = self.logits(x[[*range(n), *(b - 1 for _, _, _, b in spans)]])[0]
