@@ -23,6 +23,7 @@ from typewriter import runtime
 from typewriter.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.model import Transformer
+from typewriter.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
 from typewriter.tokenizer import Tokenizer
 from typewriter.weights import load_weights
@@ -48,10 +49,20 @@ def make_engine(tokenizer):
     """An engine that is not started: the test calls `step()`."""
 
     def make(max_queue=4, eos_after_z=False, prefill_budget=8, **runner_options) -> Engine:
-        return Engine(letter_runner(eos_after_z, **runner_options), tokenizer, max_queue=max_queue,
-                      prefill_budget=prefill_budget, clock=Clock())
+        engine = Engine(letter_runner(eos_after_z, **runner_options), tokenizer, max_queue=max_queue,
+                        prefill_budget=prefill_budget, clock=Clock())
+        instant_steps(engine.scheduler.costs)
+        return engine
 
     return make
+
+
+def instant_steps(costs) -> None:
+    """On the hand-moved clock every step takes no time: tell the step costs so, as the engine would after a few
+    steps, so that the token budget alone bounds a chunk here (the time bound has tests of its own)."""
+    costs.observe(1, [], 0.0)
+    for _ in range(SEEN):
+        costs.observe(1, [(0, 1)], 0.0)
 
 
 def request(tokenizer, rid, text, **params) -> GenerationRequest:
@@ -259,6 +270,35 @@ def test_alone_a_prompt_is_prefilled_in_the_largest_chunks(make_engine, tokenize
     rec = submit(engine, tokenizer, "r", "q" * 40, max_new_tokens=2)
     steps_until(engine, rec)
     assert engine.runner.prefills() == [(0, 0, 16), (0, 16, 16), (0, 32, 8)]
+
+
+def test_beside_a_running_answer_chunks_are_sized_by_the_measured_step_times(tokenizer):
+    """The engine tells the scheduler what each step took: until it has seen a few, a newcomer's chunks are small;
+    then each step stays within STALL times a decode-only step (issue 8's bound on a running answer's gaps)."""
+    clock = Clock()
+    runner = letter_runner(one_pass=True, max_len=512, max_chunk=64)
+    step = runner.step
+
+    def timed(slots, tokens, positions, chunks=()):  # 4 ms a step, a chunk token 0.5 ms and 5 us a cached position
+        clock.now += 0.004 + sum(0.0005 * len(ids) + 5e-6 * sum(range(start + 1, start + len(ids) + 1))
+                                 for _, start, ids in chunks)
+        return step(slots, tokens, positions, chunks)
+
+    runner.step = timed
+    engine = Engine(runner, tokenizer, max_queue=4, prefill_budget=64, clock=clock)
+    running = submit(engine, tokenizer, "running", "a", max_new_tokens=400)
+    for _ in range(4):
+        engine.step()
+    long = submit(engine, tokenizer, "long", "q" * 300, max_new_tokens=2)
+    times = []
+    while not long.tokens:
+        began = clock.now
+        engine.step()
+        times.append(clock.now - began)
+    chunks = [n for _, _, n in runner.prefills()[1:]]
+    assert chunks[:SEEN] == [COLD_CHUNK] * SEEN and max(chunks[SEEN:]) > COLD_CHUNK
+    assert max(times) <= STALL * 0.004 + 1e-9 and sum(chunks) == long.of(Started)[0].prompt_tokens
+    assert len(running.tokens) == 4 + len(times)  # the answer went on at every step
 
 
 def test_prefills_go_first_come_first_served(make_engine, tokenizer):

@@ -11,6 +11,7 @@ from typewriter.prefix_cache import MIN_COPY, PrefixCache, common_prefix
 from typewriter.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.scheduler import Scheduler
 from typewriter.sequence import Sequence, Status
+from typewriter.step_cost import COLD_CHUNK, SEEN, STALL, attended
 
 TOKENIZER = ScriptTokenizer(["x"])
 
@@ -75,29 +76,62 @@ def test_with_answers_decoding_a_step_prefills_at_most_the_budget_and_alone_up_t
     assert plan.decode == [other] and [(c.start, c.length) for c in plan.chunks] == [(24, 4)]
 
 
-def test_while_answers_stream_a_chunk_far_into_its_context_gets_fewer_tokens_and_alone_it_does_not():
-    def chunks_of(long: Sequence, streaming: bool) -> list[tuple[int, int]]:
-        scheduler = Scheduler(3, 4, max_chunk=64, budget=16, idle_budget=64, long_context=100)
+def machine_s(plan) -> float:
+    """A made-up machine's step: 5 ms to decode, and a chunk adds 1 ms a token and 2 us a cached position each of
+    its tokens attends to."""
+    return (0.005 if plan.decode else 0.0) + sum(0.001 * c.length + 2e-6 * attended(c.start, c.length)
+                                                 for c in plan.chunks)
+
+
+def test_while_answers_stream_a_chunk_is_sized_to_keep_the_step_within_the_stall_bound_and_alone_it_is_not():
+    def chunks_of(long: Sequence, streaming: bool) -> list[tuple[int, int, float]]:
+        scheduler = Scheduler(3, 4, max_chunk=64, budget=16, idle_budget=64)
         if streaming:
             scheduler.add(seq("running"))
             run(scheduler, scheduler.schedule(set(), 0.0))  # from here an answer streams
+            for _ in range(3):
+                plan = scheduler.schedule(set(), 0.0)
+                scheduler.costs.observe(len(plan.decode), [], machine_s(plan))
+                run(scheduler, plan)
         scheduler.add(long)
         chunks = []
         while long.status is not Status.RUNNING:
             plan = scheduler.schedule(set(), 0.0)
             assert bool(plan.decode) == streaming
-            chunks += [(c.start, c.length) for c in plan.chunks if c.seq is long]
+            took = machine_s(plan)
+            scheduler.costs.observe(len(plan.decode), [(c.start, c.length) for c in plan.chunks], took)
+            chunks += [(c.start, c.length, took) for c in plan.chunks if c.seq is long]
             run(scheduler, plan)
         assert chunks[-1][0] + chunks[-1][1] == 1000
-        assert all(b == a + n for (a, n), (b, _) in zip(chunks, chunks[1:]))  # no gap, no overlap
+        assert all(b == a + n for (a, n, _), (b, _, _) in zip(chunks, chunks[1:]))  # no gap, no overlap
         return chunks
 
     alone = chunks_of(seq("long", prompt=range(10, 1010)), streaming=False)  # a 1,000-token prompt
-    assert all(n == 64 for _, n in alone[:-1])  # nothing decodes: the idle budget, however far in
+    assert all(n == 64 for _, n, _ in alone[:-1])  # nothing decodes: the idle budget, however far in
     streaming = chunks_of(seq("long", prompt=range(10, 1010)), streaming=True)
-    assert streaming[:7] == [(0, 16), (16, 16), (32, 16), (48, 16), (64, 16), (80, 16), (96, 16)]
-    assert all(n == max(4, 16 * 100 // start) for start, n in streaming[7:-1])  # 14, 12, ... and at least 4
-    assert streaming[7][1] == 14 and streaming[-2][1] == 4
+    assert [n for _, n, _ in streaming[:SEEN]] == [COLD_CHUNK] * SEEN  # small until the costs are known
+    learned = streaming[SEEN:-1]
+    assert all(took <= STALL * 0.005 + 1e-9 for _, _, took in learned)  # within the bound, however far in
+    for start, n, _ in learned:  # and as long as it may be: a token more would pass the bound or the budget
+        assert n == 16 or 0.005 + 0.001 * (n + 1) + 2e-6 * attended(start, n + 1) > STALL * 0.005 - 1e-9
+    lengths = [n for _, n, _ in learned]
+    assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1] >= 1  # fewer far into it
+
+
+def test_a_step_that_cannot_fit_even_one_token_still_moves_its_first_prompt_on_and_admits_no_one_else():
+    scheduler = Scheduler(4, 4, max_chunk=64, budget=16, idle_budget=64)
+    scheduler.add(seq("running"))
+    run(scheduler, scheduler.schedule(set(), 0.0))
+    scheduler.costs.observe(1, [], 0.001)  # decoding takes 1 ms
+    for n in range(1, 4):
+        scheduler.costs.observe(1, [(0, n)], 0.001 + 0.01 * n)  # and every chunk token 10 ms
+    first, second = seq("first", prompt=range(10, 40)), seq("second", prompt=range(50, 80))
+    scheduler.add(first)
+    scheduler.add(second)
+    plan = scheduler.schedule(set(), 0.0)
+    assert [(c.seq.id, c.length) for c in plan.chunks] == [("first", 1)] and plan.admitted == [first]
+    run(scheduler, plan)
+    assert [(c.seq.id, c.length) for c in scheduler.schedule(set(), 0.0).chunks] == [("first", 1)]
 
 
 def test_overloaded_once_the_queue_is_full_counting_those_who_will_take_a_free_slot():

@@ -217,7 +217,11 @@ class Engine:
             if decode:
                 faults += self._decode(decode)
         if chunks or decode:
-            self._observe(StepStats(self.clock() - began, len(decode)))
+            took = self.clock() - began
+            if not faults:
+                with self._lock:
+                    self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
+            self._observe(StepStats(took, len(decode)))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")

@@ -3,12 +3,12 @@ Pure Python, no tensors.
 
 `schedule` makes every decision of one engine step before any model work: which requests end now (cancelled,
 past their deadline), which running ones take the decode step, and which prompt chunks are prefilled in the
-same step. Prompt tokens per step are bounded by `budget` while answers are being decoded, so a long prompt is
+same step. Prompt tokens per step are bounded by `budget` while answers are being decoded, and by time: the
+chunks may add to a step at most what step_cost.py predicts keeps it within STALL decode-only steps (a chunk far
+into its context costs more a token, its attention reading every cached position), so a long prompt is
 prefilled over several steps and running answers never stall for long; with nothing to decode the bound is
-`idle_budget`. A chunk attends to every position its slot holds, so while answers stream, one that starts past
-`long_context` positions gets proportionally fewer tokens (never fewer than MIN_CHUNK). Prefills continue first
-come, first served; newcomers then take free slots while budget is
-left, each starting from the longest prefix of its prompt already cached (see prefix_cache.py).
+`idle_budget`. Prefills continue first come, first served; newcomers then take free slots while budget is left,
+each starting from the longest prefix of its prompt already cached (see prefix_cache.py).
 """
 
 from __future__ import annotations
@@ -21,13 +21,7 @@ from .errors import Overloaded
 from .prefix_cache import PrefixCache
 from .request import FinishReason
 from .sequence import Sequence, Status
-
-
-# While answers stream, a chunk starting at position p > LONG_CONTEXT gets at most budget * LONG_CONTEXT / p tokens.
-# Its attention reads every cached position: with int8-lite, at 1,400 cached positions 16 tokens' attention took
-# 1.9-2.7 ms a layer and 4 tokens' 0.6-1.0 ms, beside a 15-25 ms decode step in all (/tmp probes, embedded model).
-LONG_CONTEXT = 512
-MIN_CHUNK = 4
+from .step_cost import COLD_CHUNK, StepCost
 
 
 @dataclass(frozen=True)
@@ -60,10 +54,11 @@ class Plan:
 
 class Scheduler:
     def __init__(self, slots: int, max_queue: int, max_chunk: int, budget: int, idle_budget: int | None = None,
-                 queue_timeout_s: float | None = None, long_context: int = LONG_CONTEXT):
+                 queue_timeout_s: float | None = None):
         """`queue_timeout_s`: how long a request may wait for a slot before it ends with `queue_timeout`."""
         self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
-        self.max_chunk, self.budget, self.long_context = max_chunk, budget, long_context
+        self.max_chunk, self.budget = max_chunk, budget
+        self.costs = StepCost()  # the engine tells it each step's time
         self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
         self.waiting: deque[Sequence] = deque()
         self.running: dict[int, Sequence] = {}  # slot -> sequence, prefilling or decoding
@@ -91,16 +86,21 @@ class Scheduler:
             self.finish(seq)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
         budget = self.budget if plan.decode else self.idle_budget
+        self._allowance_s = self.costs.allowance_s() if plan.decode and self.costs.ready else None
         for seq in self.prefilling:
-            if budget <= 0:
+            taken = self._chunk(plan, seq, budget) if self._room(plan, budget) else 0
+            if not taken:  # first come, first served: nobody later goes ahead
                 break
-            budget -= self._chunk(plan, seq, budget)
-        while budget > 0 and self.waiting and self.free_slots:
+            budget -= taken
+        while self._room(plan, budget) and self.waiting and self.free_slots:
             seq, copy_from = self._admit()
             plan.admitted.append(seq)
             if copy_from is not None:
                 plan.copies.append((copy_from, seq.slot))
-            budget -= self._chunk(plan, seq, budget)
+            taken = self._chunk(plan, seq, budget)  # none: it has its slot, and prefills from the next step
+            if not taken:
+                break
+            budget -= taken
         plan.queued = self._new_positions()
         return plan
 
@@ -141,10 +141,20 @@ class Scheduler:
     def _chunk(self, plan: Plan, seq: Sequence, budget: int) -> int:
         start = seq.prefilled
         length = min(budget, self.max_chunk, len(seq.prompt_ids) - start)
-        if plan.decode and start > self.long_context:
-            length = min(length, max(MIN_CHUNK, self.budget * self.long_context // start))
+        if plan.decode and self._allowance_s is None:  # the costs are not known yet: a small chunk
+            length = min(length, COLD_CHUNK)
+        elif plan.decode:  # within what the step may still take; the step's first chunk has at least one token
+            if plan.chunks and self.costs.chunk_s(start, 1) > self._allowance_s:
+                return 0
+            length = self.costs.longest(start, length, self._allowance_s)
+            self._allowance_s -= self.costs.chunk_s(start, length)
         plan.chunks.append(Chunk(seq, start, length))
         return length
+
+    def _room(self, plan: Plan, budget: int) -> bool:
+        """Whether this step may prefill another chunk: tokens left in the budget, and time left beside answers
+        (the first chunk always: a prompt moves on however slow the step)."""
+        return budget > 0 and (self._allowance_s is None or not plan.chunks or self._allowance_s >= 0)
 
     def _admit(self) -> tuple[Sequence, int | None]:
         """The next waiting sequence, placed where the longest prefix of its prompt is cached, and the slot whose

@@ -30,6 +30,10 @@ TILE = 128
 # this many cached positions in all: 8 rows at 1,500 positions took 3.4-3.9 ms a layer so, 6.3 ms in one thread;
 # below it the hand-off (tens of microseconds a layer) costs more than it saves.
 SPLIT_POSITIONS = 2048
+# The same for the kernel, which is faster a row, so the hand-off pays later. Measured in whole steps here (an AMD
+# Zen 5, medians of 25): 4 decode rows at 1,500 positions 14.7 ms split against 13.1 alone, 10 chunk tokens at
+# 1,350 13.8 either way, 8 decode rows at 1,500 19.0 against 20.6, 32 chunk tokens at 1,400 23.2 against 31.0.
+KERNEL_SPLIT_POSITIONS = 12_000
 
 
 class HostCache:
@@ -116,9 +120,9 @@ class HostCache:
         rows = Rows(slots, positions, self._heads, self.k[0], self.v[0])
         if rows.count:
             np.maximum.at(self.filled, rows.slots, rows.positions + 1)
-        # The rows split between two threads past SPLIT_POSITIONS of work; each row is its own, so the bits are
-        # the same either way.
-        rows.half = None if rows.count < 2 or rows.positions.sum() + rows.count < SPLIT_POSITIONS else \
+        # The rows split between two threads past KERNEL_SPLIT_POSITIONS of work; each row is its own, so the bits
+        # are the same either way.
+        rows.half = None if rows.count < 2 or rows.positions.sum() + rows.count < KERNEL_SPLIT_POSITIONS else \
             _balanced_half(rows.positions)
         return rows
 

@@ -1,0 +1,68 @@
+"""step_cost.py on its own: the decode-only average, the chunk figures fit from noisy steps, forgetting, and the
+longest chunk within an allowance. Pure Python, like the module."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from typewriter.step_cost import SEEN, STALL, StepCost, attended
+
+
+def test_attended_counts_each_tokens_cached_positions_its_own_included():
+    assert attended(0, 1) == 1 and attended(0, 3) == 1 + 2 + 3 and attended(100, 2) == 101 + 102
+
+
+def test_it_is_not_ready_before_a_decode_only_step_and_a_few_chunk_steps():
+    costs = StepCost()
+    costs.observe(1, [(0, 4)], 0.01)  # no decode-only step yet: nothing to measure a chunk against
+    costs.observe(0, [(0, 64)], 0.05)  # nothing decoding: no one stalls, nothing learnt
+    assert costs.seen == 0 and costs.decode_s is None and not costs.ready
+    costs.observe(2, [], 0.004)
+    for n in range(1, SEEN + 1):
+        assert not costs.ready
+        costs.observe(2, [(0, n)], 0.004 + 0.001 * n)
+    assert costs.ready and costs.allowance_s() == pytest.approx((STALL - 1) * 0.004)
+
+
+def test_the_figures_of_a_noisy_machine_are_found_and_a_slower_machine_is_followed():
+    rng = random.Random(3)
+    costs = StepCost()
+
+    def steps(per_token: float, per_position: float, n: int) -> None:
+        for _ in range(n):
+            costs.observe(1, [], 0.005 * rng.uniform(0.9, 1.1))
+            start, length = rng.randrange(0, 1500), rng.randrange(1, 32)
+            extra = per_token * length + per_position * attended(start, length)
+            costs.observe(1, [(start, length)], 0.005 + extra * rng.uniform(0.9, 1.1))
+
+    steps(0.001, 2e-6, 200)
+    per_token, per_position = costs.figures()
+    assert per_token == pytest.approx(0.001, rel=0.25) and per_position == pytest.approx(2e-6, rel=0.25)
+    steps(0.003, 6e-6, 200)  # the machine got busy: three times slower
+    per_token, per_position = costs.figures()
+    assert per_token == pytest.approx(0.003, rel=0.25) and per_position == pytest.approx(6e-6, rel=0.25)
+
+
+def test_a_figure_that_noise_makes_negative_is_dropped_and_the_other_fit_alone():
+    costs = StepCost()
+    costs.observe(1, [], 0.005)
+    for length in (1, 2, 4, 8, 16):  # time grows with tokens only; positions grow too, but explain less
+        costs.observe(1, [(0, length)], 0.005 + 0.001 * length)
+    costs.observe(1, [(2000, 1)], 0.005 + 0.0005)  # one far token that cost less than the rest
+    per_token, per_position = costs.figures()
+    assert per_token > 0 and per_position >= 0
+
+
+def test_the_longest_chunk_fits_the_allowance_and_is_at_least_one_token():
+    costs = StepCost()
+    costs.observe(1, [], 0.004)
+    for length in (2, 4, 8):
+        costs.observe(1, [(0, length)], 0.004 + 0.001 * length + 1e-6 * attended(0, length))
+    allowance = 0.006
+    for start in (0, 500, 1500):
+        n = costs.longest(start, 64, allowance)
+        assert costs.chunk_s(start, n) <= allowance + 1e-12
+        assert n == 64 or costs.chunk_s(start, n + 1) > allowance
+    assert costs.longest(0, 64, 0.0) == 1 and costs.longest(0, 3, 1.0) == 3
