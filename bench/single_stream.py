@@ -1,7 +1,9 @@
 """One student alone: idle time to first token for the tutoring prompt and decode tokens/s, for each of our
 weight formats (`typewriter bench --streams 1`, a process each) and for llama.cpp through llama-cpp-python on the
 same GGUF file, in this process's main thread (from another Python thread it decoded about 3x slower here), with
-2 threads. Ratios are taken within the run.
+2 threads. Ratios are taken within the run. Time to first token is measured twice on each side: with every prompt
+token computed (`ttft_uncached_ms`: ours with `cache_prompt=False`, llama.cpp after `reset()`), and asked again
+with all but the last token cached (`ttft_ms`: our prefix cache, llama.cpp's own prefix reuse).
 
     .venv/bin/python bench/single_stream.py [--formats fp32,int8] [--tokens 128] [--json artifacts/single.json]
 """
@@ -23,27 +25,32 @@ def ours(fmt: str, tokens: int) -> dict:
     done = subprocess.run([sys.executable, "-m", "typewriter", "bench", "--json", "--streams", "1", "--tokens",
                            str(tokens), "--weights", fmt], stdout=subprocess.PIPE, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return {"ttft_ms": result["ttft_ms"], "tokens_per_s": result["single_tokens_per_s"],
-            "prompt_tokens": result["prompt_tokens"]}
+    return {"ttft_uncached_ms": result["ttft_uncached_ms"], "ttft_ms": result["ttft_ms"],
+            "tokens_per_s": result["single_tokens_per_s"], "prompt_tokens": result["prompt_tokens"]}
 
 
 def llama(path: str, prompt: list[int], tokens: int) -> dict:
     from llama_cpp_peer import open_model
 
     llm = open_model(path, n_ctx=len(prompt) + tokens + 8)
-    ttfts = []
+    uncached, cached = [], []
     for _ in range(6):  # the first is a warm-up
         llm.reset()
         start = time.perf_counter()
         next(iter(llm.generate(prompt, top_k=1, temp=0.0, reset=True)))
-        ttfts.append((time.perf_counter() - start) * 1000)
+        uncached.append((time.perf_counter() - start) * 1000)
+        llm.reset()
+        llm.eval(prompt[:-1])  # as ours: all but the last token cached (a whole cached prompt computes nothing)
+        start = time.perf_counter()  # llama-cpp-python keeps the matching prefix
+        next(iter(llm.generate(prompt, top_k=1, temp=0.0, reset=True)))
+        cached.append((time.perf_counter() - start) * 1000)
     llm.reset()
     stream = llm.generate(prompt, top_k=1, temp=0.0, reset=True)
     next(stream)
     start = time.perf_counter()
     for _ in range(tokens - 1):
         next(stream)
-    return {"ttft_ms": round(statistics.median(ttfts[1:]), 1),
+    return {"ttft_uncached_ms": round(statistics.median(uncached[1:]), 1), "ttft_ms": round(statistics.median(cached[1:]), 1),
             "tokens_per_s": round((tokens - 1) / (time.perf_counter() - start), 2), "prompt_tokens": len(prompt)}
 
 
@@ -66,6 +73,7 @@ def main() -> None:
     peer = rows["llama.cpp (llama-cpp-python)"]
     for name, row in rows.items():
         row |= {"tokens_per_s_ratio": round(row["tokens_per_s"] / peer["tokens_per_s"], 2),
+                "ttft_uncached_ratio": round(row["ttft_uncached_ms"] / peer["ttft_uncached_ms"], 2),
                 "ttft_ratio": round(row["ttft_ms"] / peer["ttft_ms"], 2)}
         print(json.dumps({"engine": name, **row}), flush=True)
     if args.json:

@@ -235,6 +235,26 @@ def test_a_finished_sequence_leaves_its_prompt_and_answer_reusable_in_its_slot()
     assert [(c.start, c.length) for c in plan.chunks] == [(4, 2)]
 
 
+def test_a_request_that_asks_for_no_cached_prefix_computes_its_whole_prompt_and_leaves_it_reusable():
+    scheduler = Scheduler(2, 4, max_chunk=8, budget=8)
+    first = seq("first", prompt=[5, 6, 7])
+    scheduler.add(first)
+    run(scheduler, scheduler.schedule(set(), 0.0))
+    scheduler.finish(first)
+    request = GenerationRequest("again", [5, 6, 7, 9], SamplingParams(max_new_tokens=4, cache_prompt=False))
+    again = Sequence(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
+    scheduler.add(again)
+    plan = scheduler.schedule(set(), 0.0)
+    assert again.reused == 0 and [(c.start, c.length) for c in plan.chunks] == [(0, 4)]
+    assert again.slot != first.slot  # the least recently used slot, not the one holding the prefix
+    run(scheduler, plan)
+    scheduler.finish(again)
+    later = seq("later", prompt=[5, 6, 7, 9, 1])
+    scheduler.add(later)
+    scheduler.schedule(set(), 0.0)
+    assert (later.slot, later.reused) == (again.slot, 4)  # what it computed is reused by the next one
+
+
 def test_a_request_that_waits_longer_than_the_queue_allows_ends_with_queue_timeout_and_the_others_go_on():
     scheduler = Scheduler(1, 2, max_chunk=8, budget=8, queue_timeout_s=30.0)
     running, patient, late = seq("running"), seq("patient"), seq("late")

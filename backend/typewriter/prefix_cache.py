@@ -42,9 +42,14 @@ class PrefixCache:
         self._tokens[slot], self._used[slot] = tokens, self._clock
 
     def place(self, prompt: Sequence[int], free: Sequence[int], busy: Callable[[int], Sequence[int]],
-              busy_slots: Sequence[int]) -> Placement:
-        """Where a prompt starts: a free slot and how many of its tokens are reused. `busy(slot)` gives the ids a
-        busy slot holds. At least one prompt token is always left to compute (it yields the first logits)."""
+              busy_slots: Sequence[int], reuse: bool = True) -> Placement:
+        """Where a prompt starts: a free slot and how many of its tokens are reused (none unless `reuse`: then the
+        least recently used slot). `busy(slot)` gives the ids a busy slot holds. At least one prompt token is
+        always left to compute (it yields the first logits)."""
+        if not reuse:
+            target = min(free, key=lambda s: self._used[s])
+            self._tokens[target] = []
+            return Placement(target, 0)
         limit = len(prompt) - 1
         best_free = max(free, key=lambda s: (common_prefix(prompt, self._tokens[s]), -self._used[s]))
         reused = min(limit, common_prefix(prompt, self._tokens[best_free]))

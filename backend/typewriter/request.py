@@ -42,6 +42,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     timeout_s: float | None = None  # deadline from the moment generation starts
     ignore_eos: bool = False  # benchmarks only: run to max_new_tokens
+    # False: compute the whole prompt, reusing no cached prefix (benchmarks of an uncached first token; llama.cpp's
+    # server has the same switch). Its K/V are kept for later requests as any prompt's are.
+    cache_prompt: bool = True
 
     def __post_init__(self) -> None:
         _check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)

@@ -161,7 +161,8 @@ class Scheduler:
         cache must be copied into its own first (None: none)."""
         seq = self.waiting.popleft()
         busy = sorted(self.running)
-        place = self.cache.place(seq.prompt_ids, self.free_slots, lambda s: self.running[s].cached_ids(), busy)
+        place = self.cache.place(seq.prompt_ids, self.free_slots, lambda s: self.running[s].cached_ids(), busy,
+                                 reuse=seq.params.cache_prompt)
         self.free_slots.remove(place.slot)
         seq.slot, seq.prefilled, seq.reused = place.slot, place.reused, place.reused
         seq.move_to(Status.PREFILLING)
