@@ -50,9 +50,10 @@ class Settings:
     max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s
     max_queue: int = 32
     max_context: int = 2048
-    # Prompt tokens prefilled per step while answers stream: with int8-lite's one pass a step, bench/stall.py
-    # measured a running answer's longest gap at 3.3x and 4.8x its steady inter-token time with 16, against 4.1x
-    # and 6.0x with 8 (two runs; README, "int8-lite: one pass a step").
+    # The most prompt tokens prefilled per step while answers stream. Within it the scheduler sizes each chunk by
+    # measured step times (step_cost.py: a step may take at most twice a decode-only step), so the budget only
+    # caps short-context chunks: bench/stall.py measured the longest gap at 2.85x the steady inter-token time
+    # with 16 in three runs (README, "int8-lite: chunks sized by time").
     prefill_budget: int = 16
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
     # None: derived from max_context (the cap is at most half of it, the default at most the cap).
