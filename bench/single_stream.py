@@ -50,7 +50,8 @@ def llama(path: str, prompt: list[int], tokens: int) -> dict:
     start = time.perf_counter()
     for _ in range(tokens - 1):
         next(stream)
-    return {"ttft_uncached_ms": round(statistics.median(uncached[1:]), 1), "ttft_ms": round(statistics.median(cached[1:]), 1),
+    return {"ttft_uncached_ms": round(statistics.median(uncached[1:]), 1),
+            "ttft_ms": round(statistics.median(cached[1:]), 1),
             "tokens_per_s": round((tokens - 1) / (time.perf_counter() - start), 2), "prompt_tokens": len(prompt)}
 
 

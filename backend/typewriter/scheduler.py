@@ -59,6 +59,7 @@ class Scheduler:
         self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
         self.max_chunk, self.budget = max_chunk, budget
         self.costs = StepCost()  # the engine tells it each step's time
+        self._allowance_s: float | None = None  # what this step's chunks may still add (None: no time bound)
         self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
         self.waiting: deque[Sequence] = deque()
         self.running: dict[int, Sequence] = {}  # slot -> sequence, prefilling or decoding

@@ -105,7 +105,9 @@ class Rows:
             raise ValueError(f"{self.slots.shape} slots and {self.positions.shape} positions do not match")
         self.count = len(self.slots)
         self.q = np.empty((self.count, h, e), np.float32)
-        self.slots_at, self.positions_at, self.q_at = self.slots.ctypes.data, self.positions.ctypes.data, self.q.ctypes.data
+        self.slots_at, self.positions_at = self.slots.ctypes.data, self.positions.ctypes.data
+        self.q_at = self.q.ctypes.data
+        self.half: int | None = None  # where the rows split between two threads (attention.HostCache.rows), if they do
 
 
 def _status(status: int, e: int) -> None:
