@@ -30,7 +30,8 @@ SHORT_ANSWER = 6  # tokens: done well within the drain
 # Outlasts the drain: 2.7 s at 222 tokens/s, the fastest one stream decoded here (int8-lite on an AMD Zen 5; 400
 # tokens, the earlier length, once finished inside a 3 s drain there)
 LONG_ANSWER = 600
-ESSAY = "Write a long, detailed essay about the history of mathematics, from Babylon to today."  # greedy: eos at 619
+# Greedy with no repetition penalty it loops to max_new_tokens (with the default penalty it ends by eos at 619)
+ESSAY = "Write a long, detailed essay about the history of mathematics, from Babylon to today."
 
 
 async def frames_until_end(ws, first: list[dict]) -> list[dict]:
@@ -47,7 +48,8 @@ def test_sigterm_drains_running_answers_refuses_new_ones_and_exits_0(tmp_path):
 
         async def scenario():
             async with connect(url) as short_ws, connect(url) as long_ws:
-                await long_ws.send(chat_json("long", ESSAY, max_new_tokens=LONG_ANSWER, temperature=0.0))
+                long_chat = chat_json("long", ESSAY, max_new_tokens=LONG_ANSWER, temperature=0.0, repetition_penalty=1.0)
+                await long_ws.send(long_chat)
                 long_first = [await recv_json(long_ws, 60), await recv_json(long_ws, 60)]  # start, a token
                 await short_ws.send(chat_json("short", "Say hi.", max_new_tokens=SHORT_ANSWER))
                 # start and a first token: its prefill is done before the signal, so only a few decode steps are
