@@ -7,6 +7,9 @@ and quantizing activations to 8 bits a row. Reported per format, over every posi
 KL(fp32 || format) mean and p99 (nats), top-1 agreement with fp32, and perplexity on the text.
 
     .venv/bin/python bench/quality.py [--formats fp32,int8,int8-lite] [--no-peer] [--json artifacts/quality.json]
+
+int8-lite is measured as the server makes it (GPTQ on lite/calibration.txt); `int8-lite-nearest` rounds each weight
+to its nearest step instead (as before GPTQ).
 """
 
 from __future__ import annotations
@@ -28,18 +31,23 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
-def our_logits(cfg, weights, ids: list[int], fmt: str) -> np.ndarray:
-    """Logits at every position of `ids` [n, v] from our model in weight format `fmt`, prefilled in chunks."""
+NEAREST = "int8-lite-nearest"  # int8-lite rounded to nearest, as before GPTQ: this bench's label, not a format
+
+
+def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | None = None) -> np.ndarray:
+    """Logits at every position of `ids` [n, v] from our model in weight format `fmt`, prefilled in chunks
+    (int8-lite rounded by GPTQ on the token ids `calibration`, as the server rounds it)."""
     import tensorflow as tf
 
     from typewriter.lite.runner import FORMAT as LITE
     from typewriter.model import Transformer
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
-    if fmt == LITE:
+    if fmt in (LITE, NEAREST):
         from typewriter.lite.runner import LiteRunner
 
-        runner = LiteRunner(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK)
+        runner = LiteRunner(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK,
+                            calibration=calibration if fmt == LITE else None)
         return np.concatenate([runner.extend(0, start, ids[start:start + CHUNK], all_logits=True)
                                for start in range(0, len(ids), CHUNK)])
     model = Transformer(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK, weight_format=fmt)
@@ -82,7 +90,7 @@ def main() -> None:
     from typewriter.quiet_import import prepare_environment
 
     prepare_environment(None)
-    from typewriter.runtime import read_model
+    from typewriter.runtime import calibration_ids, read_model
     from typewriter.weights.load import embedded_model_path
 
     path = embedded_model_path()
@@ -91,7 +99,7 @@ def main() -> None:
     reference = our_logits(cfg, weights, ids, "fp32")
     rows = {}
     for fmt in args.formats.split(","):
-        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt)
+        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt, calibration_ids(tokenizer))
         rows[f"typewriter {fmt}"] = compare(reference, logits, ids)
         print(json.dumps({"model": f"typewriter {fmt}", **rows[f"typewriter {fmt}"]}), flush=True)
     if not args.no_peer:

@@ -87,14 +87,23 @@ def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
     return "int8-lite" if cfg.family == "llama" else "fp32"
 
 
+def calibration_ids(tokenizer: Tokenizer) -> list[int]:
+    """int8-lite's calibration text (lite/calibration.py) in the model's own tokens."""
+    from .lite.calibration import text
+
+    return tokenizer.encode(text())
+
+
 def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight_format: str | None = None,
-                 progress: Progress = lambda _: None, programs=None, kernel_cache: str | None = None):
+                 progress: Progress = lambda _: None, programs=None, kernel_cache: str | None = None,
+                 calibration: list[int] | None = None):
     """`weight_format`: one of config.WEIGHT_FORMATS, None for Settings' default. For XLA's formats, buckets trade
     compile time (each is one XLA program, a few seconds here) against padding waste: prompt chunks pad to
     CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
     batch_buckets(slots) rows. int8-lite has no buckets (lite/runner.py), and runs on LiteRT alone: it never
     imports TensorFlow (some 5 s and 300 MB here); `programs` are its programs made before (then `weights` may be
-    None), and its attention kernel (lite/kernel.py) is built into `kernel_cache` (None: a temporary folder)."""
+    None), and its attention kernel (lite/kernel.py) is built into `kernel_cache` (None: a temporary folder);
+    `calibration` is the token ids it rounds its weights by (calibration_ids; None: to nearest)."""
     import sys
 
     from .config import Settings
@@ -108,7 +117,8 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
         from .lite.kernel import load as load_kernel
 
         return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(LITE_CHUNK, chunks[-1]),
-                          progress=progress, programs=programs, kernel=load_kernel(kernel_cache))
+                          progress=progress, programs=programs, kernel=load_kernel(kernel_cache),
+                          calibration=calibration)
     from .quiet_import import import_tensorflow
 
     if "tensorflow" not in sys.modules:
@@ -175,7 +185,7 @@ def load(
         cfg, weights = load_weights(source, weight_progress)
         tokenizer = _tokenizer(path, source)
         runner = build_runner(cfg, weights, slots, max_context, weight_format, progress,
-                              kernel_cache=program_cache)
+                              kernel_cache=program_cache, calibration=calibration_ids(tokenizer))
         del weights
         if entry:
             entry.cache.save(entry.key, runner.flatbuffers, path)

@@ -9,7 +9,8 @@ output arrives rotated and the output projection takes that back; only the down 
 as it runs (a Hadamard inside blocks of 64, two reshapes and a small float matmul).
 
 Programs (rows resizable): `first` x~ -> qkv of layer 0; `layer i` (x~, attention output) -> (x~ after the
-layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits.
+layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits. They take the matrices already rounded,
+(int8 [in, out], scale [out]) pairs: programs.py rounds them (gptq.py, or to nearest).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model_config import ModelConfig
-from ..rotation import Rotation, quantize_int8
+from ..rotation import Rotation
 from .flatbuffer import Program
 
 
@@ -75,8 +76,8 @@ def _times_blocks(m: np.ndarray, block: np.ndarray) -> np.ndarray:
     return (m.reshape(m.shape[0], -1, b) @ block).reshape(m.shape)
 
 
-def _int8(p: Program, x: int, w: np.ndarray) -> int:
-    return p.int8_matmul(x, *quantize_int8(w))
+def _int8(p: Program, x: int, w: tuple[np.ndarray, np.ndarray]) -> int:
+    return p.int8_matmul(x, *w)
 
 
 def _qkv(p: Program, cfg: ModelConfig, x: int, layer: dict) -> int:
@@ -107,6 +108,6 @@ def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_bl
     return p.finish([x, _qkv(p, cfg, x, following)])
 
 
-def logits_program(cfg: ModelConfig, output: np.ndarray, rows: int = 1) -> bytes:
+def logits_program(cfg: ModelConfig, output: tuple[np.ndarray, np.ndarray], rows: int = 1) -> bytes:
     p = Program(rows)
     return p.finish([_int8(p, p.rms(p.input(cfg.dim), cfg.norm_eps), output)])

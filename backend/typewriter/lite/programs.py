@@ -25,11 +25,16 @@ from pathlib import Path
 import numpy as np
 
 from ..model_config import ModelConfig
+from ..rotation import quantize_int8
+from . import gptq
+from .calibration import Calibration
+from .calibration import text as calibration_text
 from .layers import Folder, first_program, layer_program, logits_program
 
 log = logging.getLogger("typewriter.lite")
-# Bump when what layers.py or flatbuffer.py write changes: every older entry becomes a miss.
-FORMAT_VERSION = 1
+# Bump when what layers.py, flatbuffer.py or gptq.py write changes: every older entry becomes a miss (GPTQ's
+# settings and the calibration text are in the key too).
+FORMAT_VERSION = 2  # 2: GPTQ rounding
 STALE_STAGING_S = 3600  # a staging folder this old belongs to no save still running
 
 
@@ -42,28 +47,47 @@ class Programs:
 
 
 def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
-                  progress: Callable[[int, int], None] = lambda done, total: None) -> Programs:
-    """Fold the weights a layer at a time into the programs; `progress(done, total)` after each program."""
+                  progress: Callable[[int, int], None] = lambda done, total: None,
+                  calibration: list[int] | None = None) -> Programs:
+    """Fold the weights a layer at a time into the programs; `progress(done, total)` after each program.
+    `calibration`: the token ids of calibration.text(), to round the matrices by GPTQ (gptq.py) on them; None
+    rounds each weight to its nearest step (KL from fp32 about twice as large, README "GPTQ rounding")."""
     total = cfg.n_layers + 2
     progress(0, total)
     folder = Folder(cfg, weights)
     embeddings = folder.embeddings()
+    text = Calibration(cfg, embeddings, calibration) if calibration else None
+
+    def rounded(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A matrix that reads the normed stream (qkv, the logits), rounded."""
+        return gptq.quantize(w, text.stream_moment()) if text else quantize_int8(w)
+
     layer = folder.layer(0)
+    layer["qkv"] = rounded(layer["qkv"])
     first = first_program(cfg, layer)
     layers = []
     for i in range(cfg.n_layers):
+        if text:
+            text.run_layer(layer, folder.down_block, gptq.quantize)
+        else:
+            for kind in ("o", "gate", "up", "down"):
+                layer[kind] = quantize_int8(layer[kind])
         following = folder.layer(i + 1) if i + 1 < cfg.n_layers else None
+        if following:
+            following["qkv"] = rounded(following["qkv"])
         layers.append(layer_program(cfg, layer, following, folder.down_block))
         layer = following
         progress(i + 1, total)
-    logits = logits_program(cfg, folder.output())
+    logits = logits_program(cfg, rounded(folder.output()))
     progress(total, total)
     return Programs(first, layers, logits, embeddings)
 
 
 def cache_key(model_file: Path, cfg: ModelConfig) -> str:
     stat = model_file.stat()
-    identity = [FORMAT_VERSION, str(model_file.resolve()), stat.st_size, stat.st_mtime_ns, dataclasses.asdict(cfg)]
+    rounding = [gptq.DAMP, gptq.GROUP, hashlib.sha256(calibration_text().encode()).hexdigest()]
+    identity = [FORMAT_VERSION, str(model_file.resolve()), stat.st_size, stat.st_mtime_ns, dataclasses.asdict(cfg),
+                rounding]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 

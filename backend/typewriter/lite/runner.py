@@ -59,15 +59,17 @@ class LiteRunner:
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray] | None, slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
-                 programs: Programs | None = None, kernel: Kernel | None | str = "auto"):
+                 programs: Programs | None = None, kernel: Kernel | None | str = "auto",
+                 calibration: list[int] | None = None):
         """From the model's `weights`, or from `programs` made before (programs.py's cache). `kernel`: the
-        attention kernel (kernel.py), "auto" for one built in a temporary folder, None for numpy's attention."""
+        attention kernel (kernel.py), "auto" for one built in a temporary folder, None for numpy's attention.
+        `calibration`: token ids to round the weights by (programs.make_programs; None: to nearest)."""
         if cfg.family != "llama":
             raise ValueError(f"the {FORMAT} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         t0 = time.perf_counter()
         self.cfg, self._max_chunk = cfg, max_chunk
         # The flatbuffers, for a cache to keep (`programs()` is the compile interface, empty here).
-        self.flatbuffers = programs or make_programs(cfg, weights, lambda i, n: _report(progress, i, n))
+        self.flatbuffers = programs or make_programs(cfg, weights, lambda i, n: _report(progress, i, n), calibration)
         self.embeddings = self.flatbuffers.embeddings  # [v, d] float16, rows already rotated
         self.first = _Program(self.flatbuffers.first, threads)
         self.layers = [_Program(layer, threads) for layer in self.flatbuffers.layers]
