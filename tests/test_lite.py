@@ -17,6 +17,7 @@ from typewriter.lite.runner import LiteRunner
 from typewriter.model import Transformer
 from typewriter.quiet_import import lite_interpreter
 from typewriter.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.rotation import quantize_int8
 from typewriter.weights import load_weights
 
 
@@ -56,6 +57,39 @@ def test_an_int8_matmul_program_resizes_to_any_rows_and_each_row_is_its_own():
     assert outs[0].shape == (5, 40) and outs[1].shape == (1, 40)
     assert np.abs(outs[0] - want).max() < 0.03 * np.abs(want).max()  # 8-bit rows: close, not equal
     np.testing.assert_array_equal(outs[1], outs[0][:1])
+
+
+def run_program(flatbuffer: bytes, x: np.ndarray) -> np.ndarray:
+    it = lite_interpreter(flatbuffer, threads=2)
+    it.resize_tensor_input(it.get_input_details()[0]["index"], list(x.shape))
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+def test_a_matmul_takes_its_rows_to_about_16_bits_where_xnnpack_alone_rounds_them_to_8():
+    """Each row goes in twice, as XNNPACK rounds it and that rounding's error; the program must reproduce
+    XNNPACK's rounding exactly for the two to add up (else the error would stay at 8 bits' size)."""
+    rng = np.random.default_rng(1)
+    q, scale = quantize_int8(rng.standard_normal((96, 40)).astype(np.float32))
+    x = rng.standard_normal((7, 96)).astype(np.float32) * np.float32([[1e-3], [1], [10], [1], [1], [1], [1]])
+    x[3, 7] *= 40  # a row with an outlier channel
+    x[4] = np.abs(x[4])  # a row of one sign: XNNPACK's range would start at 0
+    x[5] = 0.0  # an all-zero row
+    x[6, :] = x[1, :]
+    x[6, 0] = np.abs(x[6]).max() * 1.5  # its largest element first
+    outputs = {}
+    for name, two_pass in (("two", True), ("one", False)):
+        p = Program(rows=1)
+        x_in = p.input(96)
+        outputs[name] = run_program(p.finish([p.int8_matmul(x_in, q, scale, two_pass=two_pass)]), x)
+    want = x.astype(np.float64) @ (q * scale.astype(np.float64))
+    for row in (0, 1, 2, 3, 4, 6):
+        two = np.abs(outputs["two"][row] - want[row]).max()
+        one = np.abs(outputs["one"][row] - want[row]).max()
+        assert two < 0.02 * one, (row, two, one)
+    assert not outputs["two"][5].any()
 
 
 def test_int8_lite_logits_stay_close_to_fp32(pair):

@@ -3,6 +3,14 @@
 `tf.lite.TFLiteConverter` took about a minute per program here; writing the few ops a decoder layer needs takes a
 second. Every tensor is float32 except the int8 weights (one scale per output channel), which FULLY_CONNECTED
 multiplies by float inputs that XNNPACK quantizes to 8 bits a row as it goes.
+
+Rows at 8 bits cost int8-lite most of its distance from fp32 once the weights are rounded well (gptq.py), so
+`int8_matmul(..., two_pass=True)` sends each row twice (`_two_pass`): as XNNPACK rounds it, and that rounding's
+error, which XNNPACK rounds to 8 bits of its own: the sum is the row to about 16 bits. For the program to know
+XNNPACK's rounding, the row is made symmetric by two extra channels, +-m = +-1.001 max|x|, with zero weights:
+XNNPACK's per-row range is then [-m, m], its step 2m / 255 and its zero point the rounding of -0.5, 0 or -1
+(xnn_f32_qd8_asymmetric_quantization_params); |x| < m keeps every element of x off the clamp either way. It costs the matmul twice the rows and the program some small ops (layers.py says where it
+pays).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ class Program:
         self.graph = s.SubGraphT()
         self.graph.tensors, self.graph.operators = [], []
         self.inputs: list[int] = []
+        self._two_passes: dict[int, int] = {}  # x -> _two_pass(x)
 
     # ---- tensors ----
 
@@ -76,8 +85,51 @@ class Program:
         self.graph.operators.append(op)
         return out
 
-    def int8_matmul(self, x: int, q: np.ndarray, scale: np.ndarray) -> int:
-        """x [rows, in] @ (q * scale): q int8 [in, out], scale float32 [out]."""
+    def int8_matmul(self, x: int, q: np.ndarray, scale: np.ndarray, two_pass: bool = False) -> int:
+        """x [rows, in] @ (q * scale): q int8 [in, out], scale float32 [out]; rows at 8 bits, or with `two_pass`
+        at about 16."""
+        if not two_pass:
+            return self._int8_rows(x, q, scale)
+        rows, out = self.shape(x)[0], q.shape[1]
+        padded = np.concatenate([q, np.zeros((2, out), np.int8)])  # the two symmetric channels weigh nothing
+        both = self._int8_rows(self._two_pass(x), padded, (scale * 2).astype(np.float32))  # [2 * rows, out]
+        return self._reduce(self.s.BuiltinOperator.MEAN, self.reshape(both, [2, -1, out]), 0, [rows, out])
+
+    def _two_pass(self, x: int) -> int:
+        """x [rows, in] -> [2 * rows, in + 2]: x with the channels +-m (m = 1.001 max|x|), then what XNNPACK's
+        8-bit rounding of that row leaves out. Made once for matrices that read the same x (gate and up)."""
+        if x in self._two_passes:
+            return self._two_passes[x]
+        s, b = self.s, self.s.BuiltinOperator
+        rows, n = self.shape(x)
+        m = self._reduce(b.REDUCE_MAX, self._op(b.ABS, [x], [rows, n]), 1, [rows, 1], keep=True)
+        m = self.mul(self._op(b.MAXIMUM, [m, self.const(np.array([1e-30], np.float32))], [rows, 1]),
+                     self.const(np.array([1.001], np.float32)))  # an all-zero row stays zero, never 0/0
+        symmetric = self._concat([x, m, self._op(b.NEG, [m], [rows, 1])], axis=1, shape=[rows, n + 2])
+        steps = self._div(self.const(np.array([255.0], np.float32)), self.add(m, m), [rows, 1])  # as XNNPACK
+        rounded = self._div(self._op(b.ROUND, [self.mul(symmetric, steps)], [rows, n + 2]), steps, [rows, n + 2])
+        error = self._op(b.SUB, [symmetric, rounded], [rows, n + 2], s.BuiltinOptions.SubOptions, s.SubOptionsT())
+        self._two_passes[x] = self._concat([symmetric, error], axis=0, shape=[2 * rows, n + 2])
+        return self._two_passes[x]
+
+    def _div(self, a: int, b: int, shape: list[int]) -> int:
+        return self._op(self.s.BuiltinOperator.DIV, [a, b], shape, self.s.BuiltinOptions.DivOptions,
+                        self.s.DivOptionsT())
+
+    def _concat(self, parts: list[int], axis: int, shape: list[int]) -> int:
+        options = self.s.ConcatenationOptionsT()
+        options.axis = axis
+        return self._op(self.s.BuiltinOperator.CONCATENATION, parts, shape,
+                        self.s.BuiltinOptions.ConcatenationOptions, options)
+
+    def _reduce(self, code: int, x: int, axis: int, shape: list[int], keep: bool = False) -> int:
+        options = self.s.ReducerOptionsT()
+        options.keepDims = keep
+        return self._op(code, [x, self.const(np.array([axis], np.int32))], shape,
+                        self.s.BuiltinOptions.ReducerOptions, options)
+
+    def _int8_rows(self, x: int, q: np.ndarray, scale: np.ndarray) -> int:
+        """x [rows, in] @ (q * scale), rows at 8 bits as XNNPACK rounds them (asymmetric, one scale a row)."""
         s = self.s
         quant = s.QuantizationParametersT()
         quant.scale, quant.zeroPoint, quant.quantizedDimension = scale.tolist(), [0] * len(scale), 0
@@ -119,10 +171,7 @@ class Program:
     def rms(self, x: int, eps: float) -> int:
         """x * rsqrt(mean(x^2) + eps) over the last axis (no weight: callers fold it into the next matrix)."""
         s = self.s
-        options = s.ReducerOptionsT()
-        options.keepDims = True
-        mean = self._op(s.BuiltinOperator.MEAN, [self.mul(x, x), self.const(np.array([1], np.int32))],
-                        [self.shape(x)[0], 1], s.BuiltinOptions.ReducerOptions, options)
+        mean = self._reduce(s.BuiltinOperator.MEAN, self.mul(x, x), 1, [self.shape(x)[0], 1], keep=True)
         scale = self._op(s.BuiltinOperator.RSQRT, [self.add(mean, self.const(np.array([eps], np.float32)))],
                          [self.shape(x)[0], 1])
         return self.mul(x, scale)

@@ -34,7 +34,7 @@ from .layers import Folder, first_program, layer_program, logits_program
 log = logging.getLogger("typewriter.lite")
 # Bump when what layers.py, flatbuffer.py or gptq.py write changes: every older entry becomes a miss (GPTQ's
 # settings and the calibration text are in the key too).
-FORMAT_VERSION = 2  # 2: GPTQ rounding
+FORMAT_VERSION = 3  # 2: GPTQ rounding; 3: rows to 16 bits
 STALE_STAGING_S = 3600  # a staging folder this old belongs to no save still running
 
 
