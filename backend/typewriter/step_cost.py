@@ -19,7 +19,9 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 
-STALL = 2.0  # the most a step that prefills beside answers may take, in decode-only steps
+STALL = 1.75  # the most a step that prefills beside answers may take, in decode-only steps (2.0 left the
+# machine's hiccups too little room once int8-lite's rows went to 16 bits: bench/stall.py 16 gave 2.8-3.55x the steady
+# inter-token time in four runs; 1.75 gave 2.39, 2.73, 3.04)
 COLD_CHUNK = 4  # tokens a chunk gets beside answers until the costs are known
 FORGET = 0.97  # each chunk step's weight against the next one's (the last ~30 steps count most)
 DECODE_STEPS = 16  # decode-only steps whose median is the decode step's time
