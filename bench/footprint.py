@@ -50,7 +50,7 @@ def main() -> int:
     rows.append(("weights read (float32 numpy) and the tokenizer", rss_mb(),
                  f"{sum(w.nbytes for w in weights.values()) / 2**20:.0f} MiB of arrays"))
     runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
-    if runner.weight_format == "int8-lite":
+    if runner.weight_format.startswith("int8-lite"):
         return lite_rows(runner, rows, weights, source, tokenizer)
     cache = {id(v): v for layer in runner.model.cache.k + runner.model.cache.v for v in layer}
     everything = runner.model.variables

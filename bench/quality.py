@@ -39,15 +39,17 @@ def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | 
     (int8-lite rounded by GPTQ on the token ids `calibration`, as the server rounds it)."""
     import tensorflow as tf
 
+    from typewriter.lite.runner import FAST
     from typewriter.lite.runner import FORMAT as LITE
     from typewriter.model import Transformer
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
-    if fmt in (LITE, NEAREST):
+    if fmt in (LITE, FAST, NEAREST):
         from typewriter.lite.runner import LiteRunner
 
         runner = LiteRunner(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK,
-                            calibration=calibration if fmt == LITE else None)
+                            calibration=None if fmt == NEAREST else calibration,
+                            weight_format=FAST if fmt == FAST else LITE)
         return np.concatenate([runner.extend(0, start, ids[start:start + CHUNK], all_logits=True)
                                for start in range(0, len(ids), CHUNK)])
     model = Transformer(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK, weight_format=fmt)

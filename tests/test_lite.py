@@ -240,6 +240,22 @@ def test_the_engine_answers_concurrently_as_one_cacheless_prefill_per_token(tiny
     assert "XNNPACK" not in capfd.readouterr().err  # its notice per interpreter is filtered
 
 
+def test_int8_lite_fast_keeps_rows_at_8_bits_and_stays_close_to_fp32():
+    cfg = tiny_config()
+    weights = random_weights(cfg, seed=11)
+    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite-fast"}).weights == "int8-lite-fast"
+    fast = runtime.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite-fast")
+    exact = runtime.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite")
+    assert (fast.weight_format, exact.weight_format) == ("int8-lite-fast", "int8-lite")
+    assert len(fast.flatbuffers.layers[0]) < len(exact.flatbuffers.layers[0])  # no second pass in its programs
+    want = log_softmax(prefill_all(Transformer(cfg, weights, slots=1, max_len=64), IDS))
+    for runner in (fast, exact):
+        got = log_softmax(runner.extend(0, 0, IDS, all_logits=True))
+        assert (np.exp(want) * (want - got)).sum(-1).mean() < 0.02
+    with pytest.raises(ValueError, match="not 'int8'"):
+        LiteRunner(cfg, weights, 1, 64, 16, weight_format="int8")
+
+
 def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
     assert Settings().weights == "auto"
     assert runtime.resolve_format(tiny_config(), "auto") == "int8-lite"

@@ -42,9 +42,9 @@ def test_programs_read_back_from_the_cache_are_the_ones_saved_and_decode_alike(t
     model_file.write_bytes(b"stands for the model file")
     made = make_programs(cfg, weights)
     cache = ProgramCache(tmp_path / "cache")
-    key = cache_key(model_file, cfg)
+    key = cache_key(model_file, cfg, "int8-lite")
     assert cache.load(key, cfg.n_layers) is None
-    cache.save(key, made, model_file)
+    cache.save(key, made, model_file, "int8-lite")
     back = cache.load(key, cfg.n_layers)
     assert (back.first, back.layers, back.logits) == (made.first, made.layers, made.logits)
     np.testing.assert_array_equal(back.embeddings, made.embeddings)
@@ -60,21 +60,38 @@ def test_a_changed_model_file_misses_and_stale_entries_are_removed_when_a_new_on
     model_file.write_bytes(b"version one")
     other_file.write_bytes(b"another model")
     cache = ProgramCache(tmp_path / "cache")
-    old_key, other_key = cache_key(model_file, cfg), cache_key(other_file, cfg)
-    cache.save(old_key, made, model_file)
-    cache.save(other_key, made, other_file)
+    old_key, other_key = cache_key(model_file, cfg, "int8-lite"), cache_key(other_file, cfg, "int8-lite")
+    cache.save(old_key, made, model_file, "int8-lite")
+    cache.save(other_key, made, other_file, "int8-lite")
     model_file.write_bytes(b"version two, longer")
     os.utime(model_file, ns=(1, 2))
-    new_key = cache_key(model_file, cfg)
+    new_key = cache_key(model_file, cfg, "int8-lite")
     assert new_key != old_key and cache.load(new_key, cfg.n_layers) is None
-    assert cache_key(model_file, tiny_config(n_layers=3)) != new_key  # another config, another entry
-    cache.save(new_key, made, model_file)
+    assert cache_key(model_file, tiny_config(n_layers=3), "int8-lite") != new_key  # another config, another entry
+    cache.save(new_key, made, model_file, "int8-lite")
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([new_key, other_key])
     other_file.unlink()  # a model that is gone: its programs go with the next save
     third = tmp_path / "third.gguf"
     third.write_bytes(b"a third model")
-    cache.save(cache_key(third, cfg), made, third)
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([new_key, cache_key(third, cfg)])
+    cache.save(cache_key(third, cfg, "int8-lite"), made, third, "int8-lite")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted([new_key, cache_key(third, cfg, "int8-lite")])
+
+
+def test_each_lite_format_keeps_its_own_entry_for_the_same_model_file(tmp_path):
+    cfg = tiny_config()
+    weights = random_weights(cfg, seed=3)
+    model_file = tmp_path / "model.gguf"
+    model_file.write_bytes(b"one model")
+    cache = ProgramCache(tmp_path / "cache")
+    keys = {fmt: cache_key(model_file, cfg, fmt) for fmt in ("int8-lite", "int8-lite-fast")}
+    assert keys["int8-lite"] != keys["int8-lite-fast"]
+    made = {fmt: make_programs(cfg, weights, two_pass=fmt == "int8-lite") for fmt in keys}
+    assert made["int8-lite"].layers[0] != made["int8-lite-fast"].layers[0]
+    for fmt, key in keys.items():
+        cache.save(key, made[fmt], model_file, fmt)
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == sorted(keys.values())  # neither removed
+    for fmt, key in keys.items():
+        assert cache.load(key, cfg.n_layers).layers == made[fmt].layers
 
 
 def test_a_broken_entry_is_a_miss_with_a_warning_and_an_unwritable_folder_only_a_warning(tmp_path, caplog):
@@ -83,8 +100,8 @@ def test_a_broken_entry_is_a_miss_with_a_warning_and_an_unwritable_folder_only_a
     model_file = tmp_path / "model.gguf"
     model_file.write_bytes(b"model")
     cache = ProgramCache(tmp_path / "cache")
-    key = cache_key(model_file, cfg)
-    cache.save(key, made, model_file)
+    key = cache_key(model_file, cfg, "int8-lite")
+    cache.save(key, made, model_file, "int8-lite")
     (tmp_path / "cache" / key / "layer1.tflite").unlink()
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         assert cache.load(key, cfg.n_layers) is None
@@ -93,10 +110,10 @@ def test_a_broken_entry_is_a_miss_with_a_warning_and_an_unwritable_folder_only_a
     blocked.write_text("a file where the cache folder should be")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
-        ProgramCache(blocked / "lite").save(key, made, model_file)
+        ProgramCache(blocked / "lite").save(key, made, model_file, "int8-lite")
     assert "could not save the int8-lite programs" in caplog.text
     assert ProgramCache(None).load(key, cfg.n_layers) is None  # no cache: nothing read
-    ProgramCache(None).save(key, made, model_file)  # and nothing written
+    ProgramCache(None).save(key, made, model_file, "int8-lite")  # and nothing written
 
 
 @pytest.mark.slow
@@ -109,7 +126,7 @@ def test_a_second_load_reads_the_programs_from_the_cache_and_answers_the_same(ti
         engine.shutdown()
     assert not any("programs from" in line for line in said) and any("program " in line for line in said)
     assert sorted(p.name for p in (tmp_path / "lite").iterdir() if p.name != "kernels") == [
-        cache_key(Path(tiny_gguf), engine.runner.cfg)]
+        cache_key(Path(tiny_gguf), engine.runner.cfg, "int8-lite")]
     assert len(list((tmp_path / "lite" / "kernels").glob("attention-*.so"))) == 1  # the kernel beside them
     said.clear()
     engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)

@@ -24,7 +24,7 @@ LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
-WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite")  # see Settings.weights, quantized.py and lite/
+WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, quantized.py, lite/
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
@@ -43,7 +43,8 @@ class Settings:
     # How the model's matrices are held and multiplied (WEIGHT_FORMATS; README, "Weight formats"). fp32 is the
     # file's weights exactly, in XLA. int8-lite (lite/) runs int8 matmuls on LiteRT with nothing to compile:
     # decode 1.3-5.5x and prefill 1.3-4.4x faster than fp32 here, ready sooner, a smaller footprint, at a KL from
-    # fp32 of 0.0058-0.0060 (llama.cpp's own 0.0027) and about fp32's perplexity. int8 (quantized.py) is XLA's.
+    # fp32 of 0.0024 (llama.cpp's own 0.0027; README, "GPTQ rounding, rows to 16 bits"). int8-lite-fast keeps
+    # every row at 8 bits: batched steps up to 1.4x faster, KL 0.0035. int8 (quantized.py) is XLA's.
     # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
     weights: str = "auto"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
@@ -51,9 +52,9 @@ class Settings:
     max_queue: int = 32
     max_context: int = 2048
     # The most prompt tokens prefilled per step while answers stream. Within it the scheduler sizes each chunk by
-    # measured step times (step_cost.py: a step may take at most twice a decode-only step), so the budget only
-    # caps short-context chunks: bench/stall.py measured the longest gap at 2.85x the steady inter-token time
-    # with 16 in three runs (README, "int8-lite: chunks sized by time").
+    # measured step times (step_cost.py: a step may take at most 1.75 decode-only steps), so the budget mostly
+    # caps short-context chunks: bench/stall.py measured the longest gap at 2.39-3.04x the steady inter-token time
+    # with 16 in three runs (README, "GPTQ rounding, rows to 16 bits"); 64 gave 3.07x and 4.91x.
     prefill_budget: int = 16
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
     # None: derived from max_context (the cap is at most half of it, the default at most the cap).

@@ -61,13 +61,14 @@ class _LiteEntry(NamedTuple):
     cache: ProgramCache
     key: str
     cfg: ModelConfig
+    weight_format: str
 
 
 def _lite_entry(path: Path, source, weight_format: str | None, program_cache: str | None) -> _LiteEntry | None:
     """Where int8-lite's programs for this model file are kept; None without a cache, for a model directory, or
     for a model that does not run as int8-lite (a bad config too: load_weights names the problem)."""
     from .config import Settings
-    from .lite.runner import FORMAT as LITE
+    from .lite.runner import FORMATS as LITE
 
     if program_cache is None or not path.is_file():
         return None
@@ -75,9 +76,9 @@ def _lite_entry(path: Path, source, weight_format: str | None, program_cache: st
         cfg = source.config()
     except (KeyError, TypeError, ValueError):
         return None
-    if resolve_format(cfg, weight_format or Settings.weights) != LITE:
+    if (weight_format := resolve_format(cfg, weight_format or Settings.weights)) not in LITE:
         return None
-    return _LiteEntry(ProgramCache(program_cache), cache_key(path, cfg), cfg)
+    return _LiteEntry(ProgramCache(program_cache), cache_key(path, cfg, weight_format), cfg, weight_format)
 
 
 def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
@@ -107,18 +108,18 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     import sys
 
     from .config import Settings
-    from .lite.runner import FORMAT as LITE
+    from .lite.runner import FORMATS as LITE
     from .lite.runner import LiteRunner
 
     max_context = min(max_context, cfg.max_position)
     chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
     weight_format = resolve_format(cfg, weight_format or Settings.weights)
-    if weight_format == LITE:
+    if weight_format in LITE:
         from .lite.kernel import load as load_kernel
 
         return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(LITE_CHUNK, chunks[-1]),
                           progress=progress, programs=programs, kernel=load_kernel(kernel_cache),
-                          calibration=calibration)
+                          calibration=calibration, weight_format=weight_format)
     from .quiet_import import import_tensorflow
 
     if "tensorflow" not in sys.modules:
@@ -188,7 +189,7 @@ def load(
                               kernel_cache=program_cache, calibration=calibration_ids(tokenizer))
         del weights
         if entry:
-            entry.cache.save(entry.key, runner.flatbuffers, path)
+            entry.cache.save(entry.key, runner.flatbuffers, path, entry.weight_format)
     return_freed_memory()
     load_s = time.perf_counter() - t0
     progress(f"loaded {cfg.name} in {load_s:.1f}s")

@@ -12,8 +12,8 @@ Programs (rows resizable): `first` x~ -> qkv of layer 0; `layer i` (x~, attentio
 layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits. They take the matrices already rounded,
 (int8 [in, out], scale [out]) pairs: programs.py rounds them (gptq.py, or to nearest).
 
-The matrices q/k/v, o and down take their rows to about 16 bits (flatbuffer.py, `two_pass`); gate, up and the
-logits at XNNPACK's 8 bits. On bench/quality.py's text, KL from fp32 0.0035 with every row at 8 bits, 0.0022 so,
+With `two_pass` (int8-lite; int8-lite-fast has none) the matrices q/k/v, o and down take their rows to about 16
+bits (flatbuffer.py); gate, up and the logits at XNNPACK's 8 bits. On bench/quality.py's text, KL from fp32 0.0035 with every row at 8 bits, 0.0022 so,
 0.0013 with all of them at 16 bits; a one-row step cost 1.13x and 1.27x an 8-bit one, 16 rows 1.19x and 1.44x
 (README, "Rows to 16 bits"): these three gained the most for what they cost.
 """
@@ -85,32 +85,32 @@ def _int8(p: Program, x: int, w: tuple[np.ndarray, np.ndarray], two_pass: bool =
     return p.int8_matmul(x, *w, two_pass=two_pass)
 
 
-def _qkv(p: Program, cfg: ModelConfig, x: int, layer: dict) -> int:
-    y = _int8(p, p.rms(x, cfg.norm_eps), layer["qkv"], two_pass=True)
+def _qkv(p: Program, cfg: ModelConfig, x: int, layer: dict, two_pass: bool) -> int:
+    y = _int8(p, p.rms(x, cfg.norm_eps), layer["qkv"], two_pass)
     return p.add(y, p.const(layer["bqkv"])) if "bqkv" in layer else y
 
 
-def first_program(cfg: ModelConfig, layer0: dict, rows: int = 1) -> bytes:
+def first_program(cfg: ModelConfig, layer0: dict, two_pass: bool = True, rows: int = 1) -> bytes:
     p = Program(rows)
-    return p.finish([_qkv(p, cfg, p.input(cfg.dim), layer0)])
+    return p.finish([_qkv(p, cfg, p.input(cfg.dim), layer0, two_pass)])
 
 
 def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_block: np.ndarray,
-                  rows: int = 1) -> bytes:
+                  two_pass: bool = True, rows: int = 1) -> bytes:
     """A layer's program; `following` is the next layer's folded weights (None for the last layer)."""
     p = Program(rows)
     x, attended = p.input(cfg.dim), p.input(cfg.n_heads * cfg.head_dim)
-    h = p.add(x, _int8(p, attended, layer["o"], two_pass=True))
+    h = p.add(x, _int8(p, attended, layer["o"], two_pass))
     n = p.rms(h, cfg.norm_eps)
     gate, up = _int8(p, n, layer["gate"]), _int8(p, n, layer["up"])
     act = p.mul(p.mul(gate, p.sigmoid(gate)), up)  # SiLU(gate) * up, [rows, hidden]
     b = down_block.shape[0]
     act = p.reshape(p.matmul(p.reshape(act, [-1, b]), down_block), [-1, cfg.hidden_dim])  # rotated
     # inside blocks of b: [rows * hidden / b, b] -> [rows, hidden]
-    x = p.add(h, _int8(p, act, layer["down"], two_pass=True))
+    x = p.add(h, _int8(p, act, layer["down"], two_pass))
     if following is None:
         return p.finish([x])
-    return p.finish([x, _qkv(p, cfg, x, following)])
+    return p.finish([x, _qkv(p, cfg, x, following, two_pass)])
 
 
 def logits_program(cfg: ModelConfig, output: tuple[np.ndarray, np.ndarray], rows: int = 1) -> bytes:

@@ -48,10 +48,11 @@ class Programs:
 
 def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
                   progress: Callable[[int, int], None] = lambda done, total: None,
-                  calibration: list[int] | None = None) -> Programs:
+                  calibration: list[int] | None = None, two_pass: bool = True) -> Programs:
     """Fold the weights a layer at a time into the programs; `progress(done, total)` after each program.
     `calibration`: the token ids of calibration.text(), to round the matrices by GPTQ (gptq.py) on them; None
-    rounds each weight to its nearest step (KL from fp32 about twice as large, README "GPTQ rounding")."""
+    rounds each weight to its nearest step (KL from fp32 about twice as large, README "GPTQ rounding").
+    `two_pass`: q/k/v, o and down take their rows to 16 bits (layers.py; int8-lite), else 8 (int8-lite-fast)."""
     total = cfg.n_layers + 2
     progress(0, total)
     folder = Folder(cfg, weights)
@@ -64,7 +65,7 @@ def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
 
     layer = folder.layer(0)
     layer["qkv"] = rounded(layer["qkv"])
-    first = first_program(cfg, layer)
+    first = first_program(cfg, layer, two_pass)
     layers = []
     for i in range(cfg.n_layers):
         if text:
@@ -75,7 +76,7 @@ def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
         following = folder.layer(i + 1) if i + 1 < cfg.n_layers else None
         if following:
             following["qkv"] = rounded(following["qkv"])
-        layers.append(layer_program(cfg, layer, following, folder.down_block))
+        layers.append(layer_program(cfg, layer, following, folder.down_block, two_pass))
         layer = following
         progress(i + 1, total)
     logits = logits_program(cfg, rounded(folder.output()))
@@ -83,11 +84,11 @@ def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
     return Programs(first, layers, logits, embeddings)
 
 
-def cache_key(model_file: Path, cfg: ModelConfig) -> str:
+def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str) -> str:
     stat = model_file.stat()
     rounding = [gptq.DAMP, gptq.GROUP, hashlib.sha256(calibration_text().encode()).hexdigest()]
-    identity = [FORMAT_VERSION, str(model_file.resolve()), stat.st_size, stat.st_mtime_ns, dataclasses.asdict(cfg),
-                rounding]
+    identity = [FORMAT_VERSION, weight_format, str(model_file.resolve()), stat.st_size, stat.st_mtime_ns,
+                dataclasses.asdict(cfg), rounding]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -113,17 +114,18 @@ class ProgramCache:
         if self.root is not None:
             shutil.rmtree(self.root / key, ignore_errors=True)
 
-    def save(self, key: str, programs: Programs, model_file: Path) -> None:
+    def save(self, key: str, programs: Programs, model_file: Path, weight_format: str) -> None:
         """Best effort: a cache that cannot be written is logged and skipped. Entries made before for the same model
-        file (it changed since, or the program layout did) and those whose model file is gone are removed: the
-        embedded model's holds some 190 MB."""
+        file and format (the file changed since, or the program layout did) and those whose model file is gone are
+        removed: the embedded model's holds some 190 MB."""
         if self.root is None or (self.root / key).is_dir():
             return
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=self.root))
             try:
-                (staging / "source.json").write_text(json.dumps({"model_file": str(model_file.resolve())}))
+                (staging / "source.json").write_text(json.dumps({"model_file": str(model_file.resolve()),
+                                                                 "format": weight_format}))
                 (staging / "first.tflite").write_bytes(programs.first)
                 for i, layer in enumerate(programs.layers):
                     (staging / f"layer{i}.tflite").write_bytes(layer)
@@ -138,19 +140,20 @@ class ProgramCache:
                 log.warning("could not save the int8-lite programs to %s (%s); the next start makes them again",
                             self.root, e)
             return
-        self._remove_older(key, model_file)
+        self._remove_older(key, model_file, weight_format)
 
-    def _remove_older(self, key: str, model_file: Path) -> None:
+    def _remove_older(self, key: str, model_file: Path, weight_format: str) -> None:
         for entry in self.root.iterdir():
             if entry.name.startswith(".") and _age_s(entry) > STALE_STAGING_S:  # a save that was killed midway
                 shutil.rmtree(entry, ignore_errors=True)
             if entry.name == key or entry.name.startswith("."):
                 continue
             try:
-                source = json.loads((entry / "source.json").read_text())["model_file"]
-            except (OSError, ValueError, KeyError, TypeError):
+                written = json.loads((entry / "source.json").read_text())
+                source, made_as = written["model_file"], written.get("format", weight_format)  # older: no format
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue  # not ours to judge
-            if source == str(model_file.resolve()):
+            if source == str(model_file.resolve()) and made_as == weight_format:
                 log.info("removing the int8-lite programs %s, made before %s changed", entry, model_file.name)
                 shutil.rmtree(entry, ignore_errors=True)
             elif not Path(source).exists():
