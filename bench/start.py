@@ -8,9 +8,9 @@ context (scripts/build-llama-server.sh builds it), each asked one tutoring quest
   first text   launch -> the first text of that answer
   programs     ours: launch -> every XLA program compiled (the background's work; the first few before ready)
   peak RSS     the server's VmHWM once everything is compiled and the answer is done
-Ours runs twice: with an empty XLA cache folder (cold), then with what the first run left in it (warm). The CLI
-rows time `typewriter generate` from launch to its first answer byte on stdout, cold and warm. Run it on an
-otherwise idle machine; the other processes' load average is recorded.
+Ours runs twice: with empty cache folders, XLA's and int8-lite's (cold), then with what the first run left in them
+(warm). The CLI rows time `typewriter generate` from launch to its first answer byte on stdout, cold and warm, on
+cache folders of their own. Run it on an otherwise idle machine; the other processes' load average is recorded.
 """
 
 from __future__ import annotations
@@ -44,11 +44,17 @@ def ask(chat) -> float:
     return asyncio.run(one())
 
 
+def caches(folder: Path) -> dict[str, str]:
+    """Both of our caches in `folder`: XLA's programs (fp32) and int8-lite's (the user's own would make "cold"
+    warm)."""
+    return {"TYPEWRITER_XLA_CACHE": str(folder), "TYPEWRITER_LITE_CACHE": str(folder / "lite")}
+
+
 def ours(cache: Path, args: argparse.Namespace) -> dict:
     port = free_port()
     argv = [sys.executable, "-m", "typewriter", "serve", "--host", HOST, "--port", str(port),
             "--max-active", str(SLOTS), "--max-context", str(CONTEXT)]
-    server = Server("typewriter", argv, port, "/readyz", {"TYPEWRITER_XLA_CACHE": str(cache)})
+    server = Server("typewriter", argv, port, "/readyz", caches(cache))
     t0 = time.perf_counter()
     with server.start(args.ready_timeout, poll_s=0.1):
         ready = time.perf_counter() - t0
@@ -81,7 +87,7 @@ def peer(binary: str, args: argparse.Namespace) -> dict:
 
 def cli(cache: Path) -> float:
     """`typewriter generate`: launch to the first byte of the answer on stdout."""
-    env = {**os.environ, "TYPEWRITER_XLA_CACHE": str(cache)}
+    env = {**os.environ, **caches(cache)}
     t0 = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "typewriter", "generate", QUESTION[0]["content"],
                                 "--max-new-tokens", "8"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
