@@ -9,8 +9,8 @@ Rows at 8 bits cost int8-lite most of its distance from fp32 once the weights ar
 error, which XNNPACK rounds to 8 bits of its own: the sum is the row to about 16 bits. For the program to know
 XNNPACK's rounding, the row is made symmetric by two extra channels, +-m = +-1.001 max|x|, with zero weights:
 XNNPACK's per-row range is then [-m, m], its step 2m / 255 and its zero point the rounding of -0.5, 0 or -1
-(xnn_f32_qd8_asymmetric_quantization_params); |x| < m keeps every element of x off the clamp either way. It costs the matmul twice the rows and the program some small ops (layers.py says where it
-pays).
+(xnn_f32_qd8_asymmetric_quantization_params); |x| < m keeps every element of x off the clamp either way. It costs
+the matmul twice the rows and the program some small ops (layers.py says where it pays).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class Program:
 
     def _two_pass(self, x: int) -> int:
         """x [rows, in] -> [2 * rows, in + 2]: x with the channels +-m (m = 1.001 max|x|), then what XNNPACK's
-        8-bit rounding of that row leaves out. Made once for matrices that read the same x (gate and up)."""
+        8-bit rounding of that row leaves out. Made once for any matrices that read the same x."""
         if x in self._two_passes:
             return self._two_passes[x]
         s, b = self.s, self.s.BuiltinOperator

@@ -13,9 +13,10 @@ layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits. They t
 (int8 [in, out], scale [out]) pairs: programs.py rounds them (gptq.py, or to nearest).
 
 With `two_pass` (int8-lite; int8-lite-fast has none) the matrices q/k/v, o and down take their rows to about 16
-bits (flatbuffer.py); gate, up and the logits at XNNPACK's 8 bits. On bench/quality.py's text, KL from fp32 0.0035 with every row at 8 bits, 0.0022 so,
-0.0013 with all of them at 16 bits; a one-row step cost 1.13x and 1.27x an 8-bit one, 16 rows 1.19x and 1.44x
-(README, "Rows to 16 bits"): these three gained the most for what they cost.
+bits (flatbuffer.py); gate, up and the logits stay at XNNPACK's 8 bits. On bench/quality.py's text, KL from fp32
+0.0035 with every row at 8 bits, 0.0022-0.0024 so, 0.0013 with all of them at 16 bits; a one-row step cost 1.13x
+and 1.27x an 8-bit one, 16 rows 1.19x and 1.44x (README, "GPTQ rounding, rows to 16 bits"): these three gained the
+most for what they cost.
 """
 
 from __future__ import annotations

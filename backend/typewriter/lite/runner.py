@@ -65,7 +65,8 @@ class LiteRunner:
         """From the model's `weights`, or from `programs` made before (programs.py's cache). `kernel`: the
         attention kernel (kernel.py), "auto" for one built in a temporary folder, None for numpy's attention.
         `calibration`: token ids to round the weights by (programs.make_programs; None: to nearest).
-        `weight_format`: FORMAT or FAST (which rows go to 16 bits, layers.py); for `programs`, what they were made as."""
+        `weight_format`: FORMAT or FAST (which rows go to 16 bits, layers.py); with `programs`, what they were
+        made as."""
         if cfg.family != "llama":
             raise ValueError(f"the {weight_format} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         if weight_format not in FORMATS:
