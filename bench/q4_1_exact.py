@@ -193,7 +193,7 @@ def main() -> None:
     prepare_environment(None)
     from typewriter.lite.programs import make_programs
     from typewriter.lite.runner import LiteRunner
-    from typewriter.runtime import read_model
+    from typewriter.runtime import calibration_ids, read_model
     from typewriter.weights.load import embedded_model_path
 
     cfg, weights, tokenizer = read_model(embedded_model_path())
@@ -203,7 +203,7 @@ def main() -> None:
     reference = our_logits(cfg, weights, ids, "fp32")
     peaks = channel_peaks(cfg, weights, [t for q in CALIBRATION for t in tokenizer.encode_chat(
         [{"role": "user", "content": q}])])
-    variants = {"int8-lite": lambda: make_programs(cfg, weights)}
+    variants = {"int8-lite": lambda: make_programs(cfg, weights, calibration=calibration_ids(tokenizer))}
     for k in (int(k) for k in args.outliers.split(",")):
         outliers = {name: tuple(int(c) for c in np.argsort(-a)[:k]) for name, a in peaks.items()} if k else {}
         variants[f"q4_1 exact, {k} float channels"] = lambda o=outliers: Q4Programs(cfg, weights, o).make()
