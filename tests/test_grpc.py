@@ -576,9 +576,10 @@ def test_a_real_server_streams_a_chat_over_grpc_and_stops_one_mid_answer(tmp_pat
                 while frames[-1]["type"] not in ("end", "error"):
                     frames.append(json.loads(ws.recv(timeout=60)))
             # The tiny model's greedy answers end within some 10-40 tokens: on a loaded machine the stop can land
-            # after the end. An answer that ended so says nothing about the stop, so the next prompt is tried.
+            # after the end. An answer that ended so says nothing about the stop, so the next prompt is tried; and
+            # repetition is favoured (below 1), which makes an answer loop on rather than end.
             for n, text in enumerate(("tell me a story", "say hello", "why is the sky blue")):
-                requests = Requests(chat(f"e2-{n}", text, temperature=0, max_new_tokens=200))
+                requests = Requests(chat(f"e2-{n}", text, temperature=0, max_new_tokens=200, repetition_penalty=0.5))
                 cut = []
                 try:
                     for event in stub.Stream(iter(requests), timeout=60):
