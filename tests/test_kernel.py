@@ -4,6 +4,8 @@ where it cannot be built or used, each said in the log."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -118,3 +120,49 @@ def test_the_avx512_routine_gives_the_bits_of_the_avx2_one_where_the_cpu_has_it(
         loaded.set_wide(True)
     for narrow, wide in zip(runs[False], runs[True]):
         np.testing.assert_array_equal(narrow, wide)
+
+
+def _calls(rng, k, g, e, padded):
+    keys = (rng.standard_normal((2, k, padded // 16, e, 16)) * 0.5).astype(np.float16)
+    values = rng.standard_normal((2, k, padded, e)).astype(np.float16)
+    calls = [(np.zeros(t, np.int64) + slot, np.arange(start, start + t)) for t, start, slot in
+             ((1, 0, 0), (1, 1500, 1), (19, 1565, 1), (64, 1000, 0), (5, 30, 1))]
+    calls.append((np.array([0, 1, 1, 1, 0]), np.array([900, 33, 34, 35, 1900])))  # decode rows and a chunk
+    return keys, values, calls, [(rng.standard_normal((len(s), k, g, e)) * 0.3).astype(np.float32) for s, _ in calls]
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_call_shared_with_the_helper_thread_gives_the_bits_of_one_thread(wide):
+    """Each group of rows is computed alone, whichever thread takes it: sharing changes the time, not the bits."""
+    keys, values, calls, queries = _calls(np.random.default_rng(4), 3, 3, 64, 2048)
+    loaded = kernel.load(None)
+    try:
+        loaded.set_wide(wide)
+        alone = [loaded.attend(q, s, p, keys, values, threads=1) for q, (s, p) in zip(queries, calls)]
+        loaded.split_from(0)  # every call shared, however small
+        for _ in range(20):  # the helper asleep and woken, or still spinning, in turn
+            for q, (s, p), expected in zip(queries, calls, alone):
+                np.testing.assert_array_equal(loaded.attend(q, s, p, keys, values, threads=2), expected)
+    finally:
+        loaded.set_wide(True)
+        loaded.split_from(None)
+
+
+def test_a_forked_child_shares_its_calls_and_finishes_them():
+    """A process that forks (a test's, a supervisor's) after the helper started: its child has no helper thread
+    until it starts its own, and must neither wait for the parent's nor answer other bits."""
+    keys, values, calls, queries = _calls(np.random.default_rng(5), 3, 3, 64, 2048)
+    loaded = kernel.load(None)
+    loaded.split_from(0)
+    try:
+        expected = [loaded.attend(q, s, p, keys, values, threads=2) for q, (s, p) in zip(queries, calls)]  # started
+        pid = os.fork()
+        if pid == 0:  # the child: a deadlock ends by the alarm, a wrong answer by exit status 1
+            signal.alarm(30)
+            same = all(np.array_equal(loaded.attend(q, s, p, keys, values, threads=2), x)
+                       for q, (s, p), x in zip(queries, calls, expected))
+            os._exit(0 if same else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the child ended with status {status:#x}"
+    finally:
+        loaded.split_from(None)

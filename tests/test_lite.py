@@ -115,12 +115,17 @@ def test_decoding_from_the_cache_gives_what_one_prefill_of_everything_gives(pair
 @pytest.mark.parametrize("split", [False, True], ids=["one-thread", "two-threads"])
 def test_rows_decoded_together_give_what_each_gives_alone(pair, split, monkeypatch):
     _, _, _, lite = pair
-    for name in ("SPLIT_POSITIONS", "KERNEL_SPLIT_POSITIONS"):  # numpy's and the kernel's
-        monkeypatch.setattr(attention, name, 0 if split else 10**9)
-    for slot in (0, 1):
-        lite.extend(slot, 0, IDS[:6 + slot])
-    alone = [lite.decode([s], [7], [6 + s])[0] for s in (0, 1)]
-    together = lite.decode([0, 1], [7, 7], [6, 7])  # overwrites the same positions with the same K/V
+    monkeypatch.setattr(attention, "SPLIT_POSITIONS", 0 if split else 10**9)  # numpy's
+    if lite.cache.kernel:  # the kernel's helper thread
+        lite.cache.kernel.split_from(0 if split else 10**12)
+    try:
+        for slot in (0, 1):
+            lite.extend(slot, 0, IDS[:6 + slot])
+        alone = [lite.decode([s], [7], [6 + s])[0] for s in (0, 1)]
+        together = lite.decode([0, 1], [7, 7], [6, 7])  # overwrites the same positions with the same K/V
+    finally:
+        if lite.cache.kernel:
+            lite.cache.kernel.split_from(None)
     np.testing.assert_array_equal(together, np.stack(alone))  # the same bits: each row is computed alone
 
 

@@ -30,11 +30,6 @@ TILE = 128
 # this many cached positions in all: 8 rows at 1,500 positions took 3.4-3.9 ms a layer so, 6.3 ms in one thread;
 # below it the hand-off (tens of microseconds a layer) costs more than it saves.
 SPLIT_POSITIONS = 2048
-# The same for the kernel, which is faster a row, so the hand-off pays later. Measured in whole steps here (an AMD
-# Zen 5, medians of 25): 4 decode rows at 1,500 positions 14.7 ms split against 13.1 alone, 10 chunk tokens at
-# 1,350 13.8 either way, 8 decode rows at 1,500 19.0 against 20.6, 32 chunk tokens at 1,400 23.2 against 31.0.
-KERNEL_SPLIT_POSITIONS = 12_000
-
 
 class HostCache:
     """The K/V cache of every slot and layer, and attention over it: by the compiled kernel (kernel.py) when there
@@ -42,8 +37,10 @@ class HostCache:
     channel-major ([slots, k, padded / 16, e, 16]: one load holds a channel's keys of 8 positions) and float16
     values [slots, k, padded, e]; numpy reads float32, both [slots, k, padded, e]."""
 
-    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, kernel: Kernel | None = None):
-        self.cfg, self.slots, self.max_len, self.kernel = cfg, slots, max_len, kernel
+    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, kernel: Kernel | None = None, threads: int = 2):
+        """`threads`: 2 lets a step's attention use a second thread (the kernel's own helper, or numpy's in a
+        thread pool) once it has enough work."""
+        self.cfg, self.slots, self.max_len, self.kernel, self.threads = cfg, slots, max_len, kernel, threads
         self._helper = ThreadPoolExecutor(1, thread_name_prefix="typewriter-attention")
         padded = -(-max_len // TILE) * TILE  # whole tiles; the pages past max_len are never written
         k, e = cfg.n_kv_heads, cfg.head_dim
@@ -87,7 +84,7 @@ class HostCache:
                 weights, total = _exp(scores)
                 out[row] = (weights @ values[slot, :, :s]) / total  # [k, g, e]
 
-        if n > 1 and positions.sum() + n >= SPLIT_POSITIONS:
+        if self.threads > 1 and n > 1 and positions.sum() + n >= SPLIT_POSITIONS:
             half = _balanced_half(positions)
             other = self._helper.submit(rows, range(half, n))
             rows(range(half))
@@ -120,24 +117,12 @@ class HostCache:
         rows = Rows(slots, positions, self._heads, self.k[0], self.v[0])
         if rows.count:
             np.maximum.at(self.filled, rows.slots, rows.positions + 1)
-        # The rows split between two threads past KERNEL_SPLIT_POSITIONS of work; each row is its own, so the bits
-        # are the same either way.
-        rows.half = None if rows.count < 2 or rows.positions.sum() + rows.count < KERNEL_SPLIT_POSITIONS else \
-            _balanced_half(rows.positions)
         return rows
 
     def attend(self, layer: int, qkv: np.ndarray, rows: Rows) -> np.ndarray:
         """Layer `layer`'s qkv rows [n, (h + 2k) * e] for `rows` (from `rows`): RoPE, the cache writes and
         attention, by the kernel -> [n, h * e]."""
-        keys, values = self.k[layer], self.v[layer]
-        if rows.half is None:
-            return self.kernel.layer(qkv, rows, self._heads, self._rope, keys, values)
-        q = self.kernel.write(qkv, rows.slots, rows.positions, self._heads, self._rope, keys, values)
-        half, n = rows.half, rows.count
-        other = self._helper.submit(self.kernel.attend, q[half:], rows.slots[half:], rows.positions[half:], keys,
-                                    values)
-        first = self.kernel.attend(q[:half], rows.slots[:half], rows.positions[:half], keys, values)
-        return np.concatenate([first, other.result()]).reshape(n, -1)
+        return self.kernel.layer(qkv, rows, self._heads, self._rope, self.k[layer], self.v[layer], self.threads)
 
     def _by_kernel(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """Decode rows and chunk tokens alike: token i of slot slots[i] at positions[i] -> [n, h * e]."""

@@ -23,7 +23,7 @@ import numpy as np
 
 log = logging.getLogger("typewriter.lite")
 SOURCE = Path(__file__).with_name("attention.c")
-FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared")
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-pthread")
 TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
 _P = ctypes.c_void_p
 
@@ -34,14 +34,15 @@ class Kernel:
         self._attend = self.library.typewriter_attend
         self._attend.restype = ctypes.c_int
         self._attend.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
-                                 ctypes.c_int64, ctypes.c_int64, _P]
+                                 ctypes.c_int64, ctypes.c_int64, _P, ctypes.c_int]
         self._write = self.library.typewriter_write
         self._write.restype = ctypes.c_int
         self._write.argtypes = [_P, _P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, _P, _P,
                                 ctypes.c_int64, ctypes.c_float, _P, _P, ctypes.c_int64, ctypes.c_int64, _P]
         self._layer = self.library.typewriter_layer
         self._layer.restype = ctypes.c_int
-        self._layer.argtypes = [*self._write.argtypes, _P]
+        self._layer.argtypes = [*self._write.argtypes, _P, ctypes.c_int]
+        self.library.typewriter_set_split_work.argtypes = [ctypes.c_int64]
         self.library.typewriter_set_wide.argtypes = [ctypes.c_int]
         self.wide = bool(self.library.typewriter_wide())  # AVX-512: 16 lanes, the same bits (attention.c)
 
@@ -49,6 +50,12 @@ class Kernel:
         """Use the AVX-512 routine where the CPU has it (the default), or keep to the AVX2 one (tests)."""
         self.library.typewriter_set_wide(int(on))
         self.wide = bool(self.library.typewriter_wide())
+
+    def split_from(self, rows_positions: int | None) -> None:
+        """Share a call with the helper thread from this much work (rows times the positions each reads, in all)
+        rather than from attention.c's SPLIT_WORK (None: from SPLIT_WORK again): for tests and measurements."""
+        rows_positions = -1 if rows_positions is None else rows_positions
+        self.library.typewriter_set_split_work(rows_positions)
 
     def write(self, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray, heads: tuple[int, int, int],
               rope: tuple[np.ndarray, np.ndarray], keys: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -66,7 +73,7 @@ class Kernel:
         return q
 
     def layer(self, qkv: np.ndarray, rows: Rows, heads: tuple[int, int, int], rope: tuple[np.ndarray, np.ndarray],
-              keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+              keys: np.ndarray, values: np.ndarray, threads: int = 1) -> np.ndarray:
         """`write`, then `attend` over the rows just written, in one call: qkv [t, (h + 2k) * e] (float32,
         contiguous) for the rows of `rows` (checked against these caches when made) -> [t, h * e]."""
         (h, k, e), t = heads, rows.count
@@ -76,20 +83,21 @@ class Kernel:
         cos, sin = rope
         _status(self._layer(qkv.ctypes.data, rows.slots_at, rows.positions_at, t, h, k, e, cos.ctypes.data,
                             sin.ctypes.data, len(cos), e**-0.5, keys.ctypes.data, values.ctypes.data, values.shape[0],
-                            values.shape[2], rows.q_at, out.ctypes.data), e)
+                            values.shape[2], rows.q_at, out.ctypes.data, threads), e)
         return out
 
     def attend(self, q: np.ndarray, slots: np.ndarray, positions: np.ndarray, keys: np.ndarray,
-               values: np.ndarray) -> np.ndarray:
+               values: np.ndarray, threads: int = 1) -> np.ndarray:
         """q [t, k, g, e] (RoPE'd, scaled; float32, contiguous): token i of slot slots[i] at positions[i] (int64),
         attending to its slot's positions up to its own; keys [slots, k, padded / TILE, e, TILE] and values
-        [slots, k, padded, e] (float16, contiguous) -> [t, k, g, e]."""
+        [slots, k, padded, e] (float16, contiguous) -> [t, k, g, e]. `threads` 2: a call with enough work to share
+        (attention.c's SPLIT_WORK) computes part of its rows on the kernel's helper thread, the same bits."""
         t, k, g, e = q.shape
         q, slots, positions = _checked(q.reshape(t, -1), slots, positions, keys, values, k * g * e, k, e)
         q = q.reshape(t, k, g, e)
         out = np.empty_like(q)
         _status(self._attend(q.ctypes.data, slots.ctypes.data, positions.ctypes.data, t, k, g, e, keys.ctypes.data,
-                             values.ctypes.data, values.shape[0], values.shape[2], out.ctypes.data), e)
+                             values.ctypes.data, values.shape[0], values.shape[2], out.ctypes.data, threads), e)
         return out
 
 
@@ -107,7 +115,6 @@ class Rows:
         self.q = np.empty((self.count, h, e), np.float32)
         self.slots_at, self.positions_at = self.slots.ctypes.data, self.positions.ctypes.data
         self.q_at = self.q.ctypes.data
-        self.half: int | None = None  # where the rows split between two threads (attention.HostCache.rows), if they do
 
 
 def _status(status: int, e: int) -> None:

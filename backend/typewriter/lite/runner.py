@@ -87,7 +87,7 @@ class LiteRunner:
             log.warning("int8-lite's attention kernel takes heads of a multiple of %d channels, %s has %d: "
                         "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
             kernel = None
-        self.cache = HostCache(cfg, slots, max_len, kernel)
+        self.cache = HostCache(cfg, slots, max_len, kernel, threads)
         self.on_demand: Callable[[str], None] | None = None  # nothing is ever compiled on demand
         log.info("%s programs ready in %.1fs", weight_format, time.perf_counter() - t0)
 
