@@ -18,12 +18,12 @@ def test_it_is_not_ready_before_a_decode_only_step_and_a_few_chunk_steps():
     costs = StepCost()
     costs.observe(1, [(0, 4)], 0.01)  # no decode-only step yet: nothing to measure a chunk against
     costs.observe(0, [(0, 64)], 0.05)  # nothing decoding: no one stalls, nothing learnt
-    assert costs.seen == 0 and costs.decode_s is None and not costs.ready
+    assert costs.seen == 0 and costs.decode_s(2) is None and not costs.ready
     costs.observe(2, [], 0.004)
     for n in range(1, SEEN + 1):
         assert not costs.ready
         costs.observe(2, [(0, n)], 0.004 + 0.001 * n)
-    assert costs.ready and costs.allowance_s() == pytest.approx((STALL - 1) * 0.004)
+    assert costs.ready and costs.allowance_s(2) == pytest.approx((STALL - 1) * 0.004)
 
 
 def test_the_figures_of_a_noisy_machine_are_found_and_a_slower_machine_is_followed():
@@ -66,3 +66,29 @@ def test_the_longest_chunk_fits_the_allowance_and_is_at_least_one_token():
         assert costs.chunk_s(start, n) <= allowance + 1e-12
         assert n == 64 or costs.chunk_s(start, n + 1) > allowance
     assert costs.longest(0, 64, 0.0) == 1 and costs.longest(0, 3, 1.0) == 3
+
+
+def test_each_count_of_decode_rows_has_its_own_time_and_an_unseen_count_is_read_off_the_line():
+    costs = StepCost()
+    for _ in range(5):
+        costs.observe(2, [], 0.004)
+        costs.observe(8, [], 0.010)
+    assert costs.decode_s(2) == pytest.approx(0.004) and costs.decode_s(8) == pytest.approx(0.010)
+    assert costs.decode_s(5) == pytest.approx(0.007) and costs.decode_s(16) == pytest.approx(0.018)
+    assert costs.allowance_s(16) == pytest.approx((STALL - 1) * 0.018)
+    costs.observe(12, [], 0.011)  # a count seen once: its own median, and the counts past it no lower
+    assert costs.decode_s(12) == pytest.approx(0.011) and costs.decode_s(13) >= 0.011
+
+
+def test_chunks_beside_many_rows_are_measured_against_a_step_of_as_many_rows():
+    """A class arriving together: 12 rows decode while newcomers prefill. Measured against the 2-row steps seen
+    before, each chunk token would seem to cost what the 10 more rows do."""
+    costs = StepCost()
+    for rows in (2, 4, 8):
+        for _ in range(3):
+            costs.observe(rows, [], 0.003 + 0.001 * rows)
+    for length in (4, 8, 12, 16, 6):
+        costs.observe(12, [(66, length)], 0.003 + 0.001 * 12 + 0.0004 * length)
+    per_token, per_position = costs.figures()
+    assert per_token + per_position * 70 == pytest.approx(0.0004, rel=0.2)
+

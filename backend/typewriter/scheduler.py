@@ -87,7 +87,7 @@ class Scheduler:
             self.finish(seq)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
         budget = self.budget if plan.decode else self.idle_budget
-        self._allowance_s = self.costs.allowance_s() if plan.decode and self.costs.ready else None
+        self._allowance_s = self.costs.allowance_s(len(plan.decode)) if plan.decode and self.costs.ready else None
         for seq in self.prefilling:
             taken = self._chunk(plan, seq, budget) if self._room(plan, budget) else 0
             if not taken:  # first come, first served: nobody later goes ahead

@@ -3,14 +3,17 @@ time rather than by a token count: a step that prefills beside running answers s
 step that only decodes (issue 8: a running answer's longest gap at most 3x its steady inter-token time, with room
 for the machine's noise). Pure Python, no tensors.
 
-A decode-only step's time is followed as it goes (the median of the last few, as steady as the inter-token time
-a stream sees: an average took in the machine's hiccups). What a chunk adds to a step is about
-`per_token` for each of its tokens (the matmuls) plus `per_position` for each cached position each token attends
-to: two figures fit by least squares over the steps that prefilled beside decoding, older steps weighing less,
-so the fit follows a machine whose speed moves and a model of another size. Token counts alone could not serve
-both ends: on an AMD Zen 5 with the embedded model a 16-token chunk at 390 positions beside one answer took a
-17 ms step against 4.4 ms decoding alone, while 6 tokens at 1,336 positions took 18.7 ms (bench/stall.py,
-traced).
+A decode-only step's time is followed as it goes for each count of decode rows (the median of the last few, as
+steady as the inter-token time a stream sees: an average took in the machine's hiccups), and a count not seen yet is
+read off the line through the others: with one figure for every count, a class arriving together was measured
+against 4-row steps while 12 rows decoded, so each chunk token seemed to cost 4 ms and newcomers crawled in at 1 to
+3 tokens a step (16 students asking at once: the last first token after 1.3-2.3 s, 0.26-0.38 s with a figure per
+count). What a chunk adds to a step is about `per_token` for each of its tokens (the matmuls) plus `per_position`
+for each cached position each token attends to: two figures fit by least squares over the steps that prefilled
+beside decoding, older steps weighing less, so the fit follows a machine whose speed moves and a model of another
+size. Token counts alone could not serve both ends: on an AMD Zen 5 with the embedded model a 16-token chunk at 390
+positions beside one answer took a 17 ms step against 4.4 ms decoding alone, while 6 tokens at 1,336 positions took
+18.7 ms (bench/stall.py, traced).
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ def attended(start: int, length: int) -> int:
 
 class StepCost:
     def __init__(self) -> None:
-        self._decode: deque[float] = deque(maxlen=DECODE_STEPS)  # the last decode-only steps' times
-        self.decode_s: float | None = None  # their median
+        self._decode: dict[int, deque[float]] = {}  # decode rows -> the last decode-only steps' times
+        self._medians: dict[int, float] = {}  # decode rows -> their median
         self.seen = 0
         self._xx = [0.0, 0.0, 0.0]  # sums of x1 x1, x1 x2, x2 x2 (x1 tokens, x2 thousands of positions)
         self._xy = [0.0, 0.0]
@@ -48,23 +51,42 @@ class StepCost:
         if not decode_rows:
             return
         if not chunks:
-            self._decode.append(seconds)
-            self.decode_s = statistics.median(self._decode)
+            times = self._decode.setdefault(decode_rows, deque(maxlen=DECODE_STEPS))
+            times.append(seconds)
+            self._medians[decode_rows] = statistics.median(times)
             return
-        if self.decode_s is None:
+        decode_s = self.decode_s(decode_rows)
+        if decode_s is None:
             return
         x1 = float(sum(n for _, n in chunks))
         x2 = sum(attended(s, n) for s, n in chunks) / POSITIONS
-        y = seconds - self.decode_s
+        y = seconds - decode_s
         xx, xy = self._xx, self._xy
         for i, v in enumerate((x1 * x1, x1 * x2, x2 * x2)):
             xx[i] = FORGET * xx[i] + v
         xy[0], xy[1] = FORGET * xy[0] + x1 * y, FORGET * xy[1] + x2 * y
         self.seen += 1
 
+    def decode_s(self, rows: int) -> float | None:
+        """A decode-only step's time with `rows` decode rows: the median of the last such steps; for a count not
+        seen yet, the least-squares line through the counts seen (their medians; never falling with more rows),
+        and at least the median of the nearest count below. None before any decode-only step."""
+        medians = self._medians
+        if rows in medians or not medians:
+            return medians.get(rows)
+        if len(medians) == 1:
+            (only,) = medians.values()
+            return only
+        n = len(medians)
+        mean_r, mean_t = sum(medians) / n, sum(medians.values()) / n
+        spread = sum((r - mean_r) ** 2 for r in medians)
+        slope = max(0.0, sum((r - mean_r) * (t - mean_t) for r, t in medians.items()) / spread)
+        nearest_below = max((r for r in medians if r < rows), default=None)
+        return max(mean_t + slope * (rows - mean_r), medians[nearest_below] if nearest_below else 0.0)
+
     @property
     def ready(self) -> bool:
-        return self.decode_s is not None and self.seen >= SEEN
+        return bool(self._medians) and self.seen >= SEEN
 
     def figures(self) -> tuple[float, float]:
         """(per_token, per_position) in seconds, each at least 0 (a figure that noise made negative is dropped
@@ -85,9 +107,9 @@ class StepCost:
         per_token, per_position = self.figures()
         return per_token * length + per_position * attended(start, length)
 
-    def allowance_s(self) -> float:
-        """What the chunks of a step beside answers may add to it."""
-        return (STALL - 1.0) * (self.decode_s or 0.0)
+    def allowance_s(self, rows: int) -> float:
+        """What the chunks of a step beside `rows` decoding answers may add to it."""
+        return (STALL - 1.0) * (self.decode_s(rows) or 0.0)
 
     def longest(self, start: int, cap: int, allowance_s: float) -> int:
         """The most tokens (1..cap) a chunk from `start` may have within `allowance_s`: always at least one, so a
