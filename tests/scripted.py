@@ -118,13 +118,15 @@ class OnePassChainRunner(ChainRunner):
         super().__init__(*args, **kwargs)
         self.failures["step"] = []
 
-    def step(self, slots, tokens, positions, chunks=()):
+    def step(self, slots, tokens, positions, chunks=(), logits_for=None):
         self._maybe_fail("step")
+        assert logits_for is None or len(logits_for) == len(chunks)
         chunk_slots = [slot for slot, _, _ in chunks]
         assert len(set(chunk_slots)) == len(chunk_slots), f"two chunks for one slot: {chunk_slots}"
         assert not set(chunk_slots) & set(slots), f"a slot both prefills and decodes: {chunk_slots}, {slots}"
         self.calls.append(("step", tuple(slots), tuple((slot, start, len(ids)) for slot, start, ids in chunks)))
         prefilled = [self.extend(slot, start, ids) for slot, start, ids in chunks]
+        prefilled = [x if logits_for is None or logits_for[i] else None for i, x in enumerate(prefilled)]
         decoded = self.decode(slots, tokens, positions) if slots else np.zeros((0, self.vocab_size), np.float32)
         return decoded, prefilled
 

@@ -279,10 +279,10 @@ def test_beside_a_running_answer_chunks_are_sized_by_the_measured_step_times(tok
     runner = letter_runner(one_pass=True, max_len=512, max_chunk=64)
     step = runner.step
 
-    def timed(slots, tokens, positions, chunks=()):  # 4 ms a step, a chunk token 0.5 ms and 5 us a cached position
-        clock.now += 0.004 + sum(0.0005 * len(ids) + 5e-6 * sum(range(start + 1, start + len(ids) + 1))
+    def timed(slots, tokens, positions, chunks=(), logits_for=None):  # 4 ms a step, a chunk token 0.5 ms and 5 us
+        clock.now += 0.004 + sum(0.0005 * len(ids) + 5e-6 * sum(range(start + 1, start + len(ids) + 1))  # a position
                                  for _, start, ids in chunks)
-        return step(slots, tokens, positions, chunks)
+        return step(slots, tokens, positions, chunks, logits_for)
 
     runner.step = timed
     engine = Engine(runner, tokenizer, max_queue=4, prefill_budget=64, clock=clock)

@@ -192,6 +192,11 @@ def test_one_pass_of_a_whole_step_gives_what_its_separate_calls_give(pair):
     np.testing.assert_allclose(np.stack([decoded[0], *prefilled]), np.stack(alone), rtol=1e-5, atol=1e-5)
     later = lite.decode([1, 2], [4, 4], [9, 3])  # each slot goes on from what the one pass wrote
     np.testing.assert_allclose(later[0], lite.extend(1, 0, [*IDS[:9], 4]), rtol=1e-4, atol=1e-4)
+    # A chunk that does not end its prompt needs no logits: None in its place, the others the same.
+    decoded_again, partial = lite.step([0], [7], [6], [(1, 4, IDS[4:9]), (2, 0, IDS[:3])], logits_for=[False, True])
+    assert partial[0] is None
+    np.testing.assert_allclose(np.stack([decoded_again[0], partial[1]]), np.stack([decoded[0], prefilled[1]]),
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_a_copied_slot_continues_as_the_original(pair):

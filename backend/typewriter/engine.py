@@ -256,7 +256,8 @@ class Engine:
         try:
             decoded, prefilled = self.runner.step(
                 [seq.slot for seq in batch], [seq.output_ids[-1] for seq in batch],
-                [seq.num_tokens - 1 for seq in batch], [(c.seq.slot, c.start, c.token_ids) for c in chunks])
+                [seq.num_tokens - 1 for seq in batch], [(c.seq.slot, c.start, c.token_ids) for c in chunks],
+                [c.last for c in chunks])
         except Exception:
             return self._fail([c.seq for c in chunks] + batch, "a step")
         for chunk, logits in zip(chunks, prefilled):

@@ -148,11 +148,14 @@ class LiteRunner:
         return x
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
-             chunks: Sequence[tuple[int, int, Sequence[int]]] = ()) -> tuple[np.ndarray, list[np.ndarray]]:
+             chunks: Sequence[tuple[int, int, Sequence[int]]] = (),
+             logits_for: Sequence[bool] | None = None) -> tuple[np.ndarray, list[np.ndarray | None]]:
         """One engine step in one pass of the programs, so the weights are read once for all of it: a decode row
         per `slots[i]` (feeding `tokens[i]` at `positions[i]`) and every prompt chunk (slot, start, token_ids),
         each written at positions start.. after its slot's cached ones. -> (decode logits [n, v], each chunk's
-        logits [v] after its last token). One chunk per slot, and no slot both decodes and prefills."""
+        logits [v] after its last token, or None for a chunk whose `logits_for` is False: one that does not end
+        its prompt needs none, and its row would cost the logits program a row and, as the count changes, a
+        resize). One chunk per slot, and no slot both decodes and prefills."""
         n = len(slots)
         slots, positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
         if n and positions.max() >= self.max_len:
@@ -177,8 +180,13 @@ class LiteRunner:
                 return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
         x = self._forward([*tokens, *(t for _, _, ids in chunks for t in ids)], attend)
-        logits = self.logits(x[[*range(n), *(b - 1 for _, _, _, b in spans)]])[0]
-        return logits[:n], list(logits[n:])
+        wanted = [i for i in range(len(spans)) if logits_for is None or logits_for[i]]
+        rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
+        logits = self.logits(x[rows])[0] if rows else np.zeros((0, self.vocab_size), np.float32)
+        prefilled: list[np.ndarray | None] = [None] * len(spans)
+        for k, i in enumerate(wanted):
+            prefilled[i] = logits[n + k]
+        return logits[:n], prefilled
 
     def extend(self, slot: int, start: int, token_ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
         """Write `token_ids` into `slot` at positions start.., after the cached positions 0..start-1; returns the
