@@ -89,7 +89,7 @@ class Engine:
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
-                                   queue_timeout_s=queue_timeout_s)
+                                   queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len)
         self.clock = clock
         self.state = EngineState.IDLE
         self.steps = 0  # decode steps run, for tests and metrics
@@ -365,3 +365,12 @@ class Engine:
         if state not in _NEXT[self.state]:
             raise RuntimeError(f"engine: {self.state.value} -> {state.value} is not allowed")
         self.state = state
+
+
+def _piece(tokenizer) -> Callable[[int], bytes]:
+    """A token's bytes for prefix_cache.realign: its text's, or for a special token (no text) a mark of its own
+    that no text contains (0xff is never in UTF-8)."""
+    def piece(token_id: int) -> bytes:
+        return tokenizer.token_bytes(token_id) or b"\xff%d\xff" % token_id
+
+    return piece

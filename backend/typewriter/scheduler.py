@@ -14,7 +14,7 @@ each starting from the longest prefix of its prompt already cached (see prefix_c
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from .errors import Overloaded
@@ -54,8 +54,12 @@ class Plan:
 
 class Scheduler:
     def __init__(self, slots: int, max_queue: int, max_chunk: int, budget: int, idle_budget: int | None = None,
-                 queue_timeout_s: float | None = None):
-        """`queue_timeout_s`: how long a request may wait for a slot before it ends with `queue_timeout`."""
+                 queue_timeout_s: float | None = None, piece: Callable[[int], bytes] | None = None,
+                 context: int | None = None):
+        """`queue_timeout_s`: how long a request may wait for a slot before it ends with `queue_timeout`.
+        `piece` (a token's bytes) and `context` (a sequence's most positions): a prompt may then be rewritten to
+        a cached conversation's tokens of the same text, if it still fits (prefix_cache.realign)."""
+        self.piece, self.context = piece, context
         self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
         self.max_chunk, self.budget = max_chunk, budget
         self.costs = StepCost()  # the engine tells it each step's time
@@ -162,8 +166,12 @@ class Scheduler:
         cache must be copied into its own first (None: none)."""
         seq = self.waiting.popleft()
         busy = sorted(self.running)
+        room = self.context - len(seq.prompt_ids) - seq.params.max_new_tokens if self.context else 0
         place = self.cache.place(seq.prompt_ids, self.free_slots, lambda s: self.running[s].cached_ids(), busy,
-                                 reuse=seq.params.cache_prompt)
+                                 reuse=seq.params.cache_prompt, piece=self.piece if self.context else None,
+                                 room=room)
+        if place.prompt is not None:  # the same text, as the cached conversation's tokens spell it
+            seq.prompt_ids = place.prompt
         self.free_slots.remove(place.slot)
         seq.slot, seq.prefilled, seq.reused = place.slot, place.reused, place.reused
         seq.move_to(Status.PREFILLING)
