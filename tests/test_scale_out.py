@@ -158,12 +158,13 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
         answered = 0
         while answered < len(ends) and ends[answered] in (("end", "eos"), ("end", "length")):
             answered += 1
-        after = ends[answered:]
-        assert after, f"{loop.name}: {ends}"  # answered may be none: a first chat still running at SIGTERM
+        after = ends[answered:]  # answered may be none (a first chat still running at SIGTERM), after none too: a
+        # socket between two chats closes at once, its next chat sent into the closing socket (ChatLoop drops it)
         assert set(after) <= {("end", "shutdown"), ("error", "shutdown")}, f"{loop.name}: {ends}"
         assert after.count(("end", "shutdown")) <= 1 and after[1:].count(("end", "shutdown")) == 0, ends
         assert after.count(("error", "shutdown")) <= 1, f"{loop.name}: refused again and again, not closed: {ends}"
         afters.append(after)
+    assert any(afters), f"no chat on replica a ended with shutdown (both sockets between two chats?): {afters}"
     for loop in running + late:
         assert loop.close_code is None, f"{loop.name} was closed with {loop.close_code}"
         assert loop.chats and all(chat[-1]["type"] == "end" and chat[-1]["reason"] in ("eos", "length")
