@@ -88,13 +88,14 @@ class PrefixCache:
             self._tokens[target] = []
             return Placement(target, 0)
         limit = len(prompt) - 1
-        best_free = max(free, key=lambda s: (common_prefix(prompt, self._tokens[s]), -self._used[s]))
-        reused = min(limit, common_prefix(prompt, self._tokens[best_free]))
-        rewritten = self._realigned(prompt, free, piece, room) if piece else None
+        matched = {slot: common_prefix(prompt, self._tokens[slot]) for slot in free}
+        best_free = max(free, key=lambda s: (matched[s], -self._used[s]))
+        reused = min(limit, matched[best_free])
+        rewritten = self._realigned(prompt, matched, piece, room) if piece else None
         if rewritten and min(len(rewritten[1]) - 1, rewritten[2]) > reused:
-            best_free, prompt = rewritten[0], rewritten[1]
+            best_free, prompt, cached = rewritten
             limit = len(prompt) - 1
-            reused = min(limit, rewritten[2])
+            reused = min(limit, cached)
         else:
             rewritten = None
         # Another free slot never holds a longer prefix than best_free; a busy one may.
@@ -106,14 +107,14 @@ class PrefixCache:
         self._tokens[best_free] = []
         return Placement(best_free, reused, prompt=list(prompt) if rewritten else None)
 
-    def _realigned(self, prompt: Sequence[int], free: Sequence[int], piece: Callable[[int], bytes],
+    def _realigned(self, prompt: Sequence[int], matched: dict[int, int], piece: Callable[[int], bytes],
                    room: int) -> tuple[int, list[int], int] | None:
         """(slot, the prompt rewritten, tokens reused) for the free slot whose cache agrees with the prompt as
-        text the furthest past where their tokens part; None where none does."""
+        text the furthest past where their tokens part (`matched`: each free slot's ids in common with the
+        prompt); None where none does."""
         best = None
-        for slot in free:
+        for slot, start in matched.items():
             cached = self._tokens[slot]
-            start = common_prefix(prompt, cached)
             if start == len(cached) or start == len(prompt):
                 continue  # nothing cached past the tokens that match, or the whole prompt matches
             found = realign(prompt, cached, start, piece)

@@ -57,8 +57,8 @@ class Scheduler:
                  queue_timeout_s: float | None = None, piece: Callable[[int], bytes] | None = None,
                  context: int | None = None):
         """`queue_timeout_s`: how long a request may wait for a slot before it ends with `queue_timeout`.
-        `piece` (a token's bytes) and `context` (a sequence's most positions): a prompt may then be rewritten to
-        a cached conversation's tokens of the same text, if it still fits (prefix_cache.realign)."""
+        `piece` (a token's bytes): a prompt may be rewritten to a cached conversation's tokens of the same text
+        (prefix_cache.realign), growing only into the room `context` (a sequence's most positions) leaves it."""
         self.piece, self.context = piece, context
         self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
         self.max_chunk, self.budget = max_chunk, budget
@@ -168,8 +168,7 @@ class Scheduler:
         busy = sorted(self.running)
         room = self.context - len(seq.prompt_ids) - seq.params.max_new_tokens if self.context else 0
         place = self.cache.place(seq.prompt_ids, self.free_slots, lambda s: self.running[s].cached_ids(), busy,
-                                 reuse=seq.params.cache_prompt, piece=self.piece if self.context else None,
-                                 room=room)
+                                 reuse=seq.params.cache_prompt, piece=self.piece, room=room)
         if place.prompt is not None:  # the same text, as the cached conversation's tokens spell it
             seq.prompt_ids = place.prompt
         self.free_slots.remove(place.slot)

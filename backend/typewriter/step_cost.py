@@ -82,7 +82,7 @@ class StepCost:
         spread = sum((r - mean_r) ** 2 for r in medians)
         slope = max(0.0, sum((r - mean_r) * (t - mean_t) for r, t in medians.items()) / spread)
         nearest_below = max((r for r in medians if r < rows), default=None)
-        return max(mean_t + slope * (rows - mean_r), medians[nearest_below] if nearest_below else 0.0)
+        return max(mean_t + slope * (rows - mean_r), 0.0 if nearest_below is None else medians[nearest_below])
 
     @property
     def ready(self) -> bool:
