@@ -36,19 +36,20 @@ EXPOSE 8888
 CMD ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--ServerApp.root_dir=/app"]
 
 
-# int8-lite's attention kernel (backend/typewriter/lite/attention.c), compiled here so the server image needs no
-# compiler. Where apt cannot reach its mirror the image still builds, and attention runs in numpy (the log says
+# int8-lite's attention kernel (backend/typewriter/runners/lite/attention.c), compiled here so the server image
+# needs no compiler. Where apt cannot reach its mirror the image still builds, and attention runs in numpy (the log says
 # so), slower at long contexts.
 FROM packages AS kernel
-COPY backend/typewriter/lite backend/typewriter/lite
+COPY backend/typewriter/runners/__init__.py backend/typewriter/runners/__init__.py
+COPY backend/typewriter/runners/lite backend/typewriter/runners/lite
 RUN mkdir /kernel && ((apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null \
-     && python -m typewriter.lite.kernel && cp backend/typewriter/lite/attention-*.so /kernel/) \
+     && python -m typewriter.runners.lite.kernel && cp backend/typewriter/runners/lite/attention-*.so /kernel/) \
      || echo "no C compiler here: int8-lite's attention will run in numpy")
 
 
 FROM packages AS serve
 COPY backend backend
-COPY --from=kernel /kernel/ backend/typewriter/lite/
+COPY --from=kernel /kernel/ backend/typewriter/runners/lite/
 COPY templates templates
 COPY static static
 COPY frontend frontend

@@ -162,7 +162,7 @@ def progress(name: str, students: int, s: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> dict:
-    from typewriter.tokenizer import DEFAULT_SYSTEM_PROMPT
+    from typewriter.text.tokenizer import DEFAULT_SYSTEM_PROMPT
 
     layouts = {"both": [False, True], "default": [False], "kvu": [True], "none": []}[args.peer_layouts]
     model = args.model or embedded_model()

@@ -32,13 +32,13 @@ def main() -> int:
     parser.add_argument("--programs", type=int, default=4, help="programs to compile (default %(default)s)")
     parser.add_argument("--weights", help="weight format (default: the server's)")
     args = parser.parse_args()
-    from typewriter.quiet_import import import_tensorflow, prepare_environment
+    from typewriter.runners.quiet_import import import_tensorflow, prepare_environment
 
     prepare_environment(tempfile.mkdtemp(prefix="typewriter-xla-"))
     rows = [("start (Python)", rss_mb(), "")]
     tf = import_tensorflow()
     from typewriter.runtime import build_runner
-    from typewriter.tokenizer import Tokenizer
+    from typewriter.text.tokenizer import Tokenizer
     from typewriter.weights import load_weights, resolve_model_path
     from typewriter.weights.load import open_source
 

@@ -104,10 +104,10 @@ class Q4Programs:
         return y
 
     def make(self):
-        from typewriter.lite.flatbuffer import Program
-        from typewriter.lite.layers import Folder
-        from typewriter.lite.programs import Programs
-        from typewriter.rotation import quantize_int8
+        from typewriter.runners.lite.flatbuffer import Program
+        from typewriter.runners.lite.layers import Folder
+        from typewriter.runners.lite.programs import Programs
+        from typewriter.models.rotation import quantize_int8
 
         cfg = self.cfg
         p = Program(1)
@@ -133,7 +133,7 @@ class Q4Programs:
 
 def channel_peaks(cfg, weights, ids: list[int]) -> dict[str, np.ndarray]:
     """Each matmul input's largest |value| per channel, over `ids` run through the float32 weights in numpy."""
-    from typewriter.lite.attention import HostCache
+    from typewriter.runners.lite.attention import HostCache
 
     src = Q4Programs(cfg, weights, {})
     peaks: dict[str, np.ndarray] = {}
@@ -188,11 +188,11 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from quality import CHUNK, compare, our_logits
-    from typewriter.quiet_import import prepare_environment
+    from typewriter.runners.quiet_import import prepare_environment
 
     prepare_environment(None)
-    from typewriter.lite.programs import make_programs
-    from typewriter.lite.runner import LiteRunner
+    from typewriter.runners.lite.programs import make_programs
+    from typewriter.runners.lite.runner import LiteRunner
     from typewriter.runtime import calibration_ids, read_model
     from typewriter.weights.load import embedded_model_path
 

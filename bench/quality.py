@@ -39,13 +39,13 @@ def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | 
     (int8-lite rounded by GPTQ on the token ids `calibration`, as the server rounds it)."""
     import tensorflow as tf
 
-    from typewriter.lite.runner import FAST
-    from typewriter.lite.runner import FORMAT as LITE
-    from typewriter.model import Transformer
+    from typewriter.runners.lite.runner import FAST
+    from typewriter.runners.lite.runner import FORMAT as LITE
+    from typewriter.runners.xla.model import Transformer
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
     if fmt in (LITE, FAST, NEAREST):
-        from typewriter.lite.runner import LiteRunner
+        from typewriter.runners.lite.runner import LiteRunner
 
         runner = LiteRunner(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK,
                             calibration=None if fmt == NEAREST else calibration,
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
-    from typewriter.quiet_import import prepare_environment
+    from typewriter.runners.quiet_import import prepare_environment
 
     prepare_environment(None)
     from typewriter.runtime import calibration_ids, read_model

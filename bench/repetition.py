@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import sys
 
-from typewriter.quiet_import import prepare_environment
+from typewriter.runners.quiet_import import prepare_environment
 
 QUESTIONS = ["Explain fractions to me with a short list.", "Why do we need to learn algebra?",
              "Tell me about the water cycle."]
@@ -25,7 +25,7 @@ def distinct_4grams(text: str) -> float:
 
 def main(penalties: list[float]) -> None:
     prepare_environment(None)
-    from typewriter.request import Finished, GenerationRequest, SamplingParams, Token
+    from typewriter.engine.request import Finished, GenerationRequest, SamplingParams, Token
     from typewriter.runtime import load
 
     # The 9 answers are submitted at once to 9 slots, so every one finds a slot free and none waits.

@@ -63,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from typewriter.commands.bench import TUTOR_QUESTION
-    from typewriter.tokenizer import Tokenizer
+    from typewriter.text.tokenizer import Tokenizer
     from typewriter.weights.load import embedded_model_path
 
     path = embedded_model_path()

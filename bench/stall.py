@@ -20,7 +20,7 @@ import time
 
 from typewriter.commands.args import setting_default
 from typewriter.progress import StderrProgress
-from typewriter.request import Finished, GenerationRequest, SamplingParams, Started, Token
+from typewriter.engine.request import Finished, GenerationRequest, SamplingParams, Started, Token
 
 PARAGRAPH = ("A fraction names a part of a whole: the bottom number says how many equal parts the whole is cut "
              "into, and the top number says how many of those parts we take. ")

@@ -25,7 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", help="weight format (default: the server's)")
     args = parser.parse_args()
-    from typewriter.quiet_import import prepare_environment
+    from typewriter.runners.quiet_import import prepare_environment
 
     prepare_environment(None)
     from typewriter.runtime import build_runner

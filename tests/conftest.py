@@ -41,7 +41,7 @@ def real_weights(embedded_model_path):
 
 @pytest.fixture(scope="session")
 def real_tokenizer(embedded_model_path):
-    from typewriter.tokenizer import Tokenizer
+    from typewriter.text.tokenizer import Tokenizer
 
     return Tokenizer.load(embedded_model_path)
 

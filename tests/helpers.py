@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from typewriter.request import Finished, Token
+from typewriter.engine.request import Finished, Token
 
 WAIT_S = 10.0  # generous: only reached when something is broken
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from tiny_model import IM_END, VOCAB_SIZE, byte_token
 
-from typewriter.engine import Engine
+from typewriter.engine.engine import Engine
 
 
 class ChainRunner:
@@ -173,7 +173,7 @@ class ScriptTokenizer:
     @property
     def token_text(self):
         """What the detokenizer reads: each id's bytes, leading spaces kept (as byte-level BPE does)."""
-        from typewriter.tokenizer import LeadingSpace, TokenText
+        from typewriter.text.tokenizer import LeadingSpace, TokenText
 
         return TokenText([self.token_bytes(i) for i in range(self.vocab_size)], LeadingSpace.KEEP)
 

@@ -17,7 +17,7 @@ from typewriter.commands.args import sampling_params
 from typewriter.commands.serve import settings_from_args
 from typewriter.config import Settings, lite_cache_dir
 from typewriter.errors import PromptTooLong
-from typewriter.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams
+from typewriter.engine.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams
 
 
 def parse(*argv: str):
@@ -239,7 +239,7 @@ def test_chat_ctrl_c_stops_an_answer_and_the_next_question_finds_the_one_slot_fr
 
 
 def test_models_lists_every_family_that_loads(capsys):
-    from typewriter.families import supported
+    from typewriter.models.families import supported
 
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out

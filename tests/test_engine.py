@@ -20,12 +20,12 @@ from tiny_model import (
 )
 
 from typewriter import runtime
-from typewriter.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
+from typewriter.engine.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
-from typewriter.model import Transformer
-from typewriter.step_cost import COLD_CHUNK, SEEN, STALL
-from typewriter.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
-from typewriter.tokenizer import Tokenizer
+from typewriter.runners.xla.model import Transformer
+from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
+from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
+from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights import load_weights
 
 
@@ -474,7 +474,7 @@ def test_a_failed_decode_step_ends_the_requests_in_it_while_a_prefill_in_the_sam
     a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
     b = submit(engine, tokenizer, "b", "m", max_new_tokens=5)
     engine.runner.fail("decode", RuntimeError("XLA said no"))
-    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine.engine"):
         engine.step()  # b's prompt is prefilled, then the decode of a fails
     assert (a.wait().reason, a.wait().error) == (FinishReason.ERROR, "a decode step failed on the server")
     assert caplog.text.count("Traceback") == 1 and "a decode step failed for a" in caplog.text
@@ -508,7 +508,7 @@ def test_a_failed_one_pass_step_ends_every_request_in_it_and_the_engine_goes_on(
     a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
     b = submit(engine, tokenizer, "b", "m", max_new_tokens=5)
     engine.runner.fail("step", RuntimeError("XLA said no"))
-    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine.engine"):
         engine.step()  # b's chunk and a's decode row in one call, which fails
     for rec in (a, b):
         assert (rec.wait().reason, rec.wait().error) == (FinishReason.ERROR, "a step failed on the server")
@@ -627,7 +627,7 @@ def test_steps_that_keep_failing_end_every_request_and_the_engine_refuses_new_on
     the model state is broken: the engine fails as a whole, and every request, waiting ones too, hears of it."""
     engine = started(slots=1)
     engine.runner.fail("extend", RuntimeError("XLA said no"), times=1000)
-    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine.engine"):
         recs = [submit(engine, tokenizer, rid, rid, max_new_tokens=4) for rid in "abcd"]
         finished = [rec.wait() for rec in recs]
     assert [f.reason for f in finished] == [FinishReason.ERROR] * 4

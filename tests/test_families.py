@@ -18,10 +18,10 @@ from tiny_model import (
 )
 
 from typewriter import runtime
-from typewriter.model import Transformer
-from typewriter.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.runners.xla.model import Transformer
+from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.errors import ModelFormatError
-from typewriter.families.gpt2_block import GPT2Transformer
+from typewriter.runners.xla.gpt2 import GPT2Transformer
 from typewriter.weights import load_weights
 
 COMPILE_WAIT_S = 120  # the first answer compiles its programs (compile="lazy")

@@ -17,7 +17,7 @@ from tiny_model import (
 from websockets.sync.client import connect
 
 from typewriter import runtime
-from typewriter.request import GenerationRequest, SamplingParams
+from typewriter.engine.request import GenerationRequest, SamplingParams
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from typewriter.engine import Engine
-from typewriter.request import Finished, FinishReason, GenerationRequest, SamplingParams, Token
+from typewriter.engine.engine import Engine
+from typewriter.engine.request import Finished, FinishReason, GenerationRequest, SamplingParams, Token
 
 pytestmark = pytest.mark.slow
 

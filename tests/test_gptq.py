@@ -1,16 +1,16 @@
-"""GPTQ rounding (lite/gptq.py) and the calibration forward it rounds by (lite/calibration.py)."""
+"""GPTQ rounding (runners/lite/gptq.py) and the calibration forward it rounds by (runners/lite/calibration.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 from tiny_model import random_weights, tiny_config
 
-from typewriter.lite import gptq
-from typewriter.lite.calibration import Calibration, text
-from typewriter.lite.layers import Folder
-from typewriter.lite.programs import make_programs
-from typewriter.lite.runner import LiteRunner
-from typewriter.rotation import quantize_int8
+from typewriter.runners.lite import gptq
+from typewriter.runners.lite.calibration import Calibration, text
+from typewriter.runners.lite.layers import Folder
+from typewriter.runners.lite.programs import make_programs
+from typewriter.runners.lite.runner import LiteRunner
+from typewriter.models.rotation import quantize_int8
 
 RNG = np.random.default_rng(0)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from typewriter.host_memory import ALIGN, aligned, variable, zeros_variable
+from typewriter.runners.xla.host_memory import ALIGN, aligned, variable, zeros_variable
 
 
 def resident_bytes() -> int:

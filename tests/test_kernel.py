@@ -1,4 +1,4 @@
-"""int8-lite's attention kernel (lite/kernel.py, lite/attention.c): built once per folder, and numpy's attention
+"""int8-lite's attention kernel (runners/lite/kernel.py, attention.c): built once per folder, and numpy's attention
 where it cannot be built or used, each said in the log."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from tiny_model import random_weights, tiny_config
 
-from typewriter.lite import kernel
-from typewriter.lite.runner import LiteRunner
+from typewriter.runners.lite import kernel
+from typewriter.runners.lite.runner import LiteRunner
 
 
 def test_the_kernel_is_built_once_into_its_folder_and_reused(tmp_path):
@@ -29,7 +29,7 @@ def test_the_kernel_is_built_once_into_its_folder_and_reused(tmp_path):
 
 def test_without_a_compiler_attention_runs_in_numpy_and_the_log_says_why(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("PATH", str(tmp_path))  # no cc here
-    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
         assert kernel.load.__wrapped__(str(tmp_path)) is None
     assert "no C compiler" in caplog.text and "numpy" in caplog.text
 
@@ -38,7 +38,7 @@ def test_a_kernel_that_does_not_build_is_named_in_the_log(tmp_path, monkeypatch,
     broken = tmp_path / "attention.c"
     broken.write_text("this is not C;\n")
     monkeypatch.setattr(kernel, "SOURCE", broken)
-    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
         assert kernel.load.__wrapped__(str(tmp_path / "cache")) is None
     assert "did not build" in caplog.text
     assert not list((tmp_path / "cache" / "kernels").iterdir())  # no half-written library left behind
@@ -46,7 +46,7 @@ def test_a_kernel_that_does_not_build_is_named_in_the_log(tmp_path, monkeypatch,
 
 def test_heads_the_kernel_cannot_take_get_numpy_attention(caplog):
     cfg = tiny_config(dim=32, n_heads=4, n_kv_heads=2)  # 8 channels a head
-    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
         lite = LiteRunner(cfg, random_weights(cfg, seed=3), 1, 64, 16)
     assert lite.cache.kernel is None and "multiple of 16" in caplog.text
     assert np.isfinite(lite.extend(0, 0, [1, 2, 3])).all()
@@ -70,14 +70,14 @@ def test_the_kernel_matches_a_float64_reference_at_every_position():
 
 
 def test_a_kernel_built_beside_its_source_needs_no_compiler(tmp_path, monkeypatch, caplog):
-    """The container image's way: built at image build time (`python -m typewriter.lite.kernel`), none at run."""
+    """The container image's way: built at image build time (`python -m typewriter.runners.lite.kernel`), none at run."""
     source = tmp_path / "attention.c"
     source.write_bytes(kernel.SOURCE.read_bytes())
     monkeypatch.setattr(kernel, "SOURCE", source)
     kernel.main()
     (built,) = tmp_path.glob("attention-*.so")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no cc from here on
-    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
         loaded = kernel.load.__wrapped__(str(tmp_path / "cache"))
     assert loaded is not None and not caplog.text and not (tmp_path / "cache").exists()
     assert "attention-" in built.name

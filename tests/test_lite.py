@@ -10,14 +10,14 @@ from tiny_model import gpt2_config, prefill_all, random_weights, tiny_config
 
 from typewriter import runtime
 from typewriter.config import ConfigError, Settings
-from typewriter.lite import attention
-from typewriter.lite.flatbuffer import Program
-from typewriter.lite.kernel import load as load_kernel
-from typewriter.lite.runner import LiteRunner
-from typewriter.model import Transformer
-from typewriter.quiet_import import lite_interpreter
-from typewriter.request import FinishReason, GenerationRequest, SamplingParams
-from typewriter.rotation import quantize_int8
+from typewriter.runners.lite import attention
+from typewriter.runners.lite.flatbuffer import Program
+from typewriter.runners.lite.kernel import load as load_kernel
+from typewriter.runners.lite.runner import LiteRunner
+from typewriter.runners.xla.model import Transformer
+from typewriter.runners.quiet_import import lite_interpreter
+from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.models.rotation import quantize_int8
 from typewriter.weights import load_weights
 
 

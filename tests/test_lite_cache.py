@@ -1,4 +1,4 @@
-"""int8-lite's program cache (lite/programs.py): a restart reads the programs instead of making them, answers as
+"""int8-lite's program cache (runners/lite/programs.py): a restart reads the programs instead of making them, answers as
 the programs made from the weights do, and a changed model file, a broken entry or an unwritable folder never
 serves stale programs or fails a load."""
 
@@ -14,9 +14,9 @@ from helpers import Recorder
 from tiny_model import random_weights, tiny_config
 
 from typewriter import runtime
-from typewriter.lite.programs import ProgramCache, cache_key, make_programs
-from typewriter.lite.runner import LiteRunner
-from typewriter.request import GenerationRequest, SamplingParams
+from typewriter.runners.lite.programs import ProgramCache, cache_key, make_programs
+from typewriter.runners.lite.runner import LiteRunner
+from typewriter.engine.request import GenerationRequest, SamplingParams
 
 IDS = [5, 9, 40, 77, 100, 3, 8]
 
@@ -103,13 +103,13 @@ def test_a_broken_entry_is_a_miss_with_a_warning_and_an_unwritable_folder_only_a
     key = cache_key(model_file, cfg, "int8-lite")
     cache.save(key, made, model_file, "int8-lite")
     (tmp_path / "cache" / key / "layer1.tflite").unlink()
-    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
         assert cache.load(key, cfg.n_layers) is None
     assert "unreadable" in caplog.text and key in caplog.text
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache folder should be")
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
         ProgramCache(blocked / "lite").save(key, made, model_file, "int8-lite")
     assert "could not save the int8-lite programs" in caplog.text
     assert ProgramCache(None).load(key, cfg.n_layers) is None  # no cache: nothing read

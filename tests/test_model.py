@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 
-from typewriter.model import Transformer
+from typewriter.runners.xla.model import Transformer
 
 CONFIGS = {
     "tied": tiny_config(),
@@ -164,7 +164,7 @@ def test_a_decode_batch_may_hold_any_slots_in_any_order(tiny):
 def test_a_segmented_cache_gives_the_same_logits_whether_a_step_gathers_its_slots_or_reads_all_in_place():
     """Six slots and segments ending at 8, 16 and 32: one row gathers its slot, three rows read every slot in
     place (IN_PLACE_SHARE); both, and a chunk that spans two segments, agree with full prefills."""
-    from typewriter.model import IN_PLACE_SHARE
+    from typewriter.runners.xla.model import IN_PLACE_SHARE
 
     cfg = CONFIGS["untied"]
     weights = random_weights(cfg, seed=21)

@@ -23,10 +23,10 @@ from scripted import letter_runner
 from services import ChatLoop, prometheus
 from websockets.sync.client import connect
 
-from typewriter.engine import Engine, StepStats
-from typewriter.request import GenerationRequest, SamplingParams
+from typewriter.engine.engine import Engine, StepStats
+from typewriter.engine.request import GenerationRequest, SamplingParams
 from typewriter.server.metrics import Metrics
-from typewriter.tokenizer import Tokenizer
+from typewriter.text.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from typewriter.request import Finished, FinishReason, Timings
+from typewriter.engine.request import Finished, FinishReason, Timings
 from typewriter.server import protocol as p
 
 

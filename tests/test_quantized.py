@@ -1,4 +1,4 @@
-"""The int8 weight format (quantized.py): its arithmetic against fp32, and the tiny model through it."""
+"""The int8 weight format (runners/xla/quantized.py): its arithmetic against fp32, and the tiny model through it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import tensorflow as tf
 from tiny_model import greedy_loop, prefill_all, random_weights, tiny_config
 
 from typewriter.config import ConfigError, Settings
-from typewriter.model import Transformer
-from typewriter.quantized import Int8Matrix, Rotation, columns, dense, matrix, quantize_int8
+from typewriter.runners.xla.model import Transformer
+from typewriter.runners.xla.quantized import Int8Matrix, Rotation, columns, dense, matrix, quantize_int8
 
 
 def test_int8_values_and_scales_rebuild_each_column_within_half_a_step():

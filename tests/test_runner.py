@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 
-from typewriter.model import Transformer
-from typewriter.runner import ModelRunner, bucket, power_of_two_buckets
+from typewriter.runners.xla.model import Transformer
+from typewriter.runners.xla.runner import ModelRunner, bucket, power_of_two_buckets
 
 CHUNK, BATCH, KV = (8, 16), (1, 2), (16, 32)
 
@@ -146,12 +146,12 @@ def test_one_xla_program_serves_every_slot_start_and_copy_pair(runner):
 
 COMPILE_IN_ORDER = """
 import sys
-from typewriter.quiet_import import prepare_environment
+from typewriter.runners.quiet_import import prepare_environment
 prepare_environment(sys.argv[1])
 import numpy as np, tensorflow as tf
 from tiny_model import random_weights, tiny_config
-from typewriter.model import Transformer
-from typewriter.runner import ModelRunner
+from typewriter.runners.xla.model import Transformer
+from typewriter.runners.xla.runner import ModelRunner
 cfg = tiny_config()
 runner = ModelRunner(Transformer(cfg, random_weights(cfg), slots=2, max_len=32, max_chunk=16, kv_buckets=(16, 32)),
                      (8, 16), (1, 2))

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from typewriter.request import SamplingParams
-from typewriter.sampling import Sampler
+from typewriter.engine.request import SamplingParams
+from typewriter.engine.sampling import Sampler
 
 VOCAB = 49152
 

@@ -17,8 +17,8 @@ from tiny_model import random_weights, tiny_config, write_gguf
 from websockets.sync.client import connect
 
 from typewriter.errors import ExportError, ModelFormatError
-from typewriter.export import export
-from typewriter.tokenizer import Tokenizer
+from typewriter.runners.xla.export import export
+from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights import load_weights
 from typewriter.weights.saved_model import EXTRA, MANIFEST
 
@@ -70,7 +70,7 @@ def test_the_tokenizer_and_chat_template_encode_as_the_sources_do(gguf, exported
 def test_the_signatures_alone_generate_what_the_in_memory_model_does(gguf, exported):
     import tensorflow as tf
 
-    from typewriter.model import Transformer
+    from typewriter.runners.xla.model import Transformer
 
     cfg, weights = load_weights(gguf)
     model = Transformer(cfg, weights, slots=1, max_len=CONTEXT, max_chunk=64)

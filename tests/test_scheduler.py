@@ -7,11 +7,11 @@ import pytest
 from scripted import ScriptTokenizer
 
 from typewriter.errors import Overloaded
-from typewriter.prefix_cache import MIN_COPY, PrefixCache, common_prefix, realign
-from typewriter.request import FinishReason, GenerationRequest, SamplingParams
-from typewriter.scheduler import Scheduler
-from typewriter.sequence import Sequence, Status
-from typewriter.step_cost import COLD_CHUNK, SEEN, STALL, attended
+from typewriter.engine.prefix_cache import MIN_COPY, PrefixCache, common_prefix, realign
+from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.engine.scheduler import Scheduler
+from typewriter.engine.sequence import Sequence, Status
+from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL, attended
 
 TOKENIZER = ScriptTokenizer(["x"])
 
@@ -302,7 +302,7 @@ def test_a_prompt_whose_text_matches_a_cached_conversation_is_rewritten_to_its_t
 def test_a_next_turn_reuses_an_answer_whose_text_encodes_to_other_tokens(real_tokenizer):
     """The embedded model's tokenizer: an answer generated a letter at a time, sent back as text, encodes to
     whole words; the next turn still finds its whole history cached, as the same text."""
-    from typewriter.engine import _piece
+    from typewriter.engine.engine import _piece
 
     tok = real_tokenizer
     question = [{"role": "user", "content": "What is photosynthesis?"}]

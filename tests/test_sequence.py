@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from tiny_model import IM_END, byte_token
 
-from typewriter.request import FinishReason, GenerationRequest, SamplingParams
-from typewriter.sequence import Sequence, Status
-from typewriter.tokenizer import Tokenizer
+from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.engine.sequence import Sequence, Status
+from typewriter.text.tokenizer import Tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -166,7 +166,7 @@ def test_a_second_signal_cuts_the_drain_short():
 
 
 def test_an_engine_that_fails_for_good_stops_the_server_with_exit_code_1_after_ending_its_chats(capsys):
-    from typewriter.engine import MAX_FAULTY_STEPS
+    from typewriter.engine.engine import MAX_FAULTY_STEPS
 
     engine = script_engine(["x"] * 500, step_s=0.01)
     settings = Settings(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,

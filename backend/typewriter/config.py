@@ -15,7 +15,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .request import DEFAULT_MAX_NEW_TOKENS
+from .engine.request import DEFAULT_MAX_NEW_TOKENS
 
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
@@ -24,7 +24,7 @@ LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
-WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, quantized.py, lite/
+WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, runners/
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
@@ -44,7 +44,7 @@ class Settings:
     # file's weights exactly, in XLA. int8-lite (lite/) runs int8 matmuls on LiteRT with nothing to compile:
     # decode 1.3-5.5x and prefill 1.3-4.4x faster than fp32 here, ready sooner, a smaller footprint, at a KL from
     # fp32 of 0.0024 (llama.cpp's own 0.0027; README, "GPTQ rounding, rows to 16 bits"). int8-lite-fast keeps
-    # every row at 8 bits: batched steps up to 1.4x faster, KL 0.0035. int8 (quantized.py) is XLA's.
+    # every row at 8 bits: batched steps up to 1.4x faster, KL 0.0035. int8 (runners/xla/quantized.py) is XLA's.
     # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
     weights: str = "auto"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
@@ -52,7 +52,7 @@ class Settings:
     max_queue: int = 32
     max_context: int = 2048
     # The most prompt tokens prefilled per step while answers stream. Within it the scheduler sizes each chunk by
-    # measured step times (step_cost.py: a step may take at most 1.75 decode-only steps), so the budget mostly
+    # measured step times (engine/step_cost.py: a step may take at most 1.75 decode-only steps), so the budget mostly
     # caps short-context chunks: bench/stall.py measured the longest gap at 2.39-3.04x the steady inter-token time
     # with 16 in three runs (README, "GPTQ rounding, rows to 16 bits"); 64 gave 3.07x and 4.91x.
     prefill_budget: int = 16
@@ -220,7 +220,7 @@ def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
 
 
 def lite_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The folder for int8-lite's programs (lite/programs.py), so a restart skips making them:
+    """The folder for int8-lite's programs (runners/lite/programs.py), so a restart skips making them:
     `TYPEWRITER_LITE_CACHE`, by default `typewriter/lite` in the user's cache folder; None when set to off, none or
     empty. Every command that loads a model uses it, so like the XLA cache it is not a Settings field."""
     return _cache_dir(LITE_CACHE_VAR, "lite", environ)

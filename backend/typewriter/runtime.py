@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from .config import lite_cache_dir
-from .engine import Engine
-from .heap import return_freed_memory
-from .lite.programs import ProgramCache, cache_key
-from .model_config import ModelConfig
-from .tokenizer import Tokenizer
+from .engine.engine import Engine
+from .runners.heap import return_freed_memory
+from .runners.lite.programs import ProgramCache, cache_key
+from .models.model_config import ModelConfig
+from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
 from .weights.gguf_file import GGUFFile
 from .weights.load import open_source
@@ -68,7 +68,7 @@ def _lite_entry(path: Path, source, weight_format: str | None, program_cache: st
     """Where int8-lite's programs for this model file are kept; None without a cache, for a model directory, or
     for a model that does not run as int8-lite (a bad config too: load_weights names the problem)."""
     from .config import Settings
-    from .lite.runner import FORMATS as LITE
+    from .runners.lite.runner import FORMATS as LITE
 
     if program_cache is None or not path.is_file():
         return None
@@ -89,8 +89,8 @@ def resolve_format(cfg: ModelConfig, weight_format: str) -> str:
 
 
 def calibration_ids(tokenizer: Tokenizer) -> list[int]:
-    """int8-lite's calibration text (lite/calibration.py) in the model's own tokens."""
-    from .lite.calibration import text
+    """int8-lite's calibration text (runners/lite/calibration.py) in the model's own tokens."""
+    from .runners.lite.calibration import text
 
     return tokenizer.encode(text())
 
@@ -101,32 +101,32 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     """`weight_format`: one of config.WEIGHT_FORMATS, None for Settings' default. For XLA's formats, buckets trade
     compile time (each is one XLA program, a few seconds here) against padding waste: prompt chunks pad to
     CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
-    batch_buckets(slots) rows. int8-lite has no buckets (lite/runner.py), and runs on LiteRT alone: it never
+    batch_buckets(slots) rows. int8-lite has no buckets (runners/lite/runner.py), and runs on LiteRT alone: it never
     imports TensorFlow (some 5 s and 300 MB here); `programs` are its programs made before (then `weights` may be
-    None), and its attention kernel (lite/kernel.py) is built into `kernel_cache` (None: a temporary folder);
+    None), and its attention kernel (runners/lite/kernel.py) is built into `kernel_cache` (None: a temporary folder);
     `calibration` is the token ids it rounds its weights by (calibration_ids; None: to nearest)."""
     import sys
 
     from .config import Settings
-    from .lite.runner import FORMATS as LITE
-    from .lite.runner import LiteRunner
+    from .runners.lite.runner import FORMATS as LITE
+    from .runners.lite.runner import LiteRunner
 
     max_context = min(max_context, cfg.max_position)
     chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
     weight_format = resolve_format(cfg, weight_format or Settings.weights)
     if weight_format in LITE:
-        from .lite.kernel import load as load_kernel
+        from .runners.lite.kernel import load as load_kernel
 
         return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(LITE_CHUNK, chunks[-1]),
                           progress=progress, programs=programs, kernel=load_kernel(kernel_cache),
                           calibration=calibration, weight_format=weight_format)
-    from .quiet_import import import_tensorflow
+    from .runners.quiet_import import import_tensorflow
 
     if "tensorflow" not in sys.modules:
         progress("starting TensorFlow")  # some 5 s here
     import_tensorflow()
-    from .model import Transformer
-    from .runner import ModelRunner, power_of_two_buckets
+    from .runners.xla.model import Transformer
+    from .runners.xla.runner import ModelRunner, power_of_two_buckets
 
     model = Transformer(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1],
                         kv_buckets=power_of_two_buckets(min(256, max_context), max_context),

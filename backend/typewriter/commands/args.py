@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import ENV_PREFIX, WEIGHT_FORMATS, Settings
-from ..request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
+from ..engine.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
 
 # The SamplingParams fields that are options; each option's dest is the field's name.
 SAMPLING_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop",

@@ -12,7 +12,7 @@ import statistics
 import time
 
 from ..progress import StderrProgress
-from ..request import Finished, GenerationRequest, SamplingParams, Token
+from ..engine.request import Finished, GenerationRequest, SamplingParams, Token
 from .args import add_model_arguments, positive_int, setting_default
 
 TUTOR_QUESTION = "Can you explain why dividing by a fraction is the same as multiplying by its reciprocal?"

@@ -8,10 +8,10 @@ import queue
 import sys
 import uuid
 
-from ..conversation import fit_conversation
+from ..text.conversation import fit_conversation
 from ..errors import TypewriterError
 from ..progress import StderrProgress
-from ..request import DEFAULT_MAX_NEW_TOKENS, Event, Finished, GenerationRequest, SamplingParams, Token
+from ..engine.request import DEFAULT_MAX_NEW_TOKENS, Event, Finished, GenerationRequest, SamplingParams, Token
 from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
 
 

@@ -1,4 +1,4 @@
-"""`typewriter export --out DIR`: write the model as a TensorFlow SavedModel (export.py says what is in it)."""
+"""`typewriter export --out DIR`: write the model as a TensorFlow SavedModel (runners/xla/export.py says what is in it)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..export import export
+    from ..runners.xla.export import export
 
     started = time.perf_counter()
     out = export(args.model, args.out, args.max_context, StderrProgress("export"))

@@ -9,7 +9,7 @@ import time
 import uuid
 
 from ..progress import StderrProgress
-from ..request import Finished, GenerationRequest, Token
+from ..engine.request import Finished, GenerationRequest, Token
 from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
 
 

@@ -21,9 +21,9 @@ import logging
 import math
 import time
 
-from ..conversation import fit_conversation
+from ..text.conversation import fit_conversation
 from ..errors import TypewriterError
-from ..request import Event, Finished, GenerationRequest, Started, Token
+from ..engine.request import Event, Finished, GenerationRequest, Started, Token
 from . import protocol as p
 from .lifecycle import Phase, ServerState
 

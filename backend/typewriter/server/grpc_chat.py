@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from ..request import Event, Finished, FinishReason, Queued, Started
+from ..engine.request import Event, Finished, FinishReason, Queued, Started
 from . import protocol as p
 from .auth import presented_key
 from .chats import Cancel, ChatStream, StreamState, open_chat

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from ..config import Settings, parse_proxies
 from ..errors import TypewriterError
-from ..request import Event, GenerationRequest
+from ..engine.request import Event, GenerationRequest
 from .limits import Limits
 from .metrics import Metrics
 
@@ -26,7 +26,7 @@ log = logging.getLogger("typewriter.server")
 
 
 class EngineHandle(Protocol):
-    """What the server needs of `typewriter.engine.Engine` (kept structural so this module never imports TF)."""
+    """What the server needs of `typewriter.engine.engine.Engine` (kept structural so this module never imports TF)."""
 
     max_context: int
     max_active: int
@@ -46,7 +46,7 @@ class EngineHandle(Protocol):
 
 
 class ChatEncoder(Protocol):
-    """What the server needs of `typewriter.tokenizer.Tokenizer`: chat messages to prompt ids."""
+    """What the server needs of `typewriter.text.tokenizer.Tokenizer`: chat messages to prompt ids."""
 
     name: str
     default_system_prompt: str  # what encode_chat uses when it is given system=None

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ..request import Finished, Started
+from ..engine.request import Finished, Started
 
 if TYPE_CHECKING:
-    from ..engine import StepStats
+    from ..engine.engine import StepStats
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

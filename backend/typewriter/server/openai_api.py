@@ -18,7 +18,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from ..request import Finished, FinishReason, Queued, Started, Token
+from ..engine.request import Finished, FinishReason, Queued, Started, Token
 from . import protocol as p
 from .chats import Cancel, ChatStream, open_chat
 from .lifecycle import Phase, ServerState

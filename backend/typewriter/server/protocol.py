@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..request import Finished, FinishReason, SamplingParams
+from ..engine.request import Finished, FinishReason, SamplingParams
 
 MAX_ID_LENGTH = 64
 ROLES = ("system", "user", "assistant")

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..request import Event, Finished, FinishReason, Queued, Started, Token
+from ..engine.request import Event, Finished, FinishReason, Queued, Started, Token
 from . import protocol as p
 from .chats import Cancel, ChatStream, StreamState, open_chat
 from .lifecycle import ServerState

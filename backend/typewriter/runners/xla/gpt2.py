@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from .. import native_ops
-from ..host_memory import variable
-from ..model import KVCache, Transformer, dims
-from ..model_config import ModelConfig
-from ..quantized import dense, matrix
+from . import native_ops
+from .host_memory import variable
+from .model import KVCache, Transformer, dims
+from ...models.model_config import ModelConfig
+from .quantized import dense, matrix
 
 
 class GPT2Transformer(Transformer):

@@ -1,5 +1,5 @@
 """The shape of a decoder, read from GGUF metadata or a Hugging Face config.json: one dataclass for every family
-(families/), as gpt-fast keeps one ModelArgs; `family` chooses the block."""
+(families.py), as gpt-fast keeps one ModelArgs; `family` chooses the block."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class ModelConfig:
     tie_embeddings: bool
     qkv_bias: bool = False
     head_dim: int = 0  # 0: dim // n_heads
-    family: str = "llama"  # "llama" (Llama, Mistral, Qwen2) or "gpt2"; see families/
+    family: str = "llama"  # "llama" (Llama, Mistral, Qwen2) or "gpt2"; see families.py
 
     def __post_init__(self) -> None:
         if not self.head_dim:

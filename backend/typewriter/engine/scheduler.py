@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
-from .errors import Overloaded
+from ..errors import Overloaded
 from .prefix_cache import PrefixCache
 from .request import FinishReason
 from .sequence import Sequence, Status

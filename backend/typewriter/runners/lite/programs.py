@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model_config import ModelConfig
-from ..rotation import quantize_int8
+from ...models.model_config import ModelConfig
+from ...models.rotation import quantize_int8
 from . import gptq
 from .calibration import Calibration
 from .calibration import text as calibration_text

@@ -1,9 +1,9 @@
 """int8-lite's attention kernel (attention.c), called through ctypes (which lets go of the GIL for the call).
 
 The library is named by a hash of the source and the compiler flags, `attention-<hash>.so`. `load` takes the one
-built beside the source ahead of time (`python -m typewriter.lite.kernel`: the container image's way, which needs
-no compiler at run time), else builds one with the machine's `cc` into `kernels/` of the program cache on first
-use. Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why once in the
+built beside the source ahead of time (`python -m typewriter.runners.lite.kernel`: the container image's way,
+which needs no compiler at run time), else builds one with the machine's `cc` into `kernels/` of the program cache
+on first use. Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why once in the
 log and returns None, and attention runs in numpy (attention.py), slower at long contexts.
 """
 
@@ -203,7 +203,7 @@ def _compile(path: Path) -> None:
 
 
 def main() -> None:
-    """`python -m typewriter.lite.kernel`: build the library beside attention.c (the Dockerfile's build stage,
+    """`python -m typewriter.runners.lite.kernel`: build the library beside attention.c (the Dockerfile's build stage,
     so the image needs no compiler)."""
     path = _library(SOURCE.parent)
     _compile(path)

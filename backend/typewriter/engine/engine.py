@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import EngineStopped, InvalidRequest, PromptTooLong
+from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .scheduler import Chunk, Plan, Scheduler
 from .sequence import Sequence, Status
 
 if TYPE_CHECKING:
-    from .runner import ModelRunner
+    from ..runners.xla.runner import ModelRunner
 
 log = logging.getLogger("typewriter.engine")
 

@@ -17,7 +17,7 @@ from types import ModuleType
 GGUF_ARCHITECTURES = {"llama": "llama", "mistral": "llama", "qwen2": "llama", "gpt2": "gpt2", "phi3": "phi3"}
 HF_ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "llama", "Qwen2ForCausalLM": "llama",
                     "GPT2LMHeadModel": "gpt2", "Phi3ForCausalLM": "phi3"}
-LLAMA_BLOCK = frozenset({"llama", "phi3"})  # families whose block is model.py's own
+LLAMA_BLOCK = frozenset({"llama", "phi3"})  # families whose block is the Llama block (runners/xla/model.py)
 
 
 def family_of_gguf(arch: str | None) -> str | None:
@@ -40,18 +40,18 @@ def name_table(family: str) -> ModuleType:
         from . import phi3_names
 
         return phi3_names
-    from ..weights import names
+    from . import llama_names as names
 
     return names
 
 
 def model_class(family: str) -> type:
-    """The Transformer (sub)class of the family's block (model.py's own for LLAMA_BLOCK); imports TensorFlow."""
+    """The Transformer (sub)class of the family's block (runners/xla/model.py's own for LLAMA_BLOCK); imports TensorFlow."""
     if family == "gpt2":
-        from .gpt2_block import GPT2Transformer
+        from ..runners.xla.gpt2 import GPT2Transformer
 
         return GPT2Transformer
-    from ..model import Transformer
+    from ..runners.xla.model import Transformer
 
     return Transformer
 

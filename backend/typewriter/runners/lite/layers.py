@@ -1,7 +1,7 @@
 """A Llama-family decoder's matmuls as TensorFlow Lite programs with int8 weights, one program per layer.
 
 XNNPACK quantizes each input row to 8 bits on the fly, and one scale per row loses what a few large channels leave
-to the rest (KL from fp32 0.034 nats a token unrotated, quantized.py). So the whole residual stream is kept
+to the rest (KL from fp32 0.034 nats a token unrotated, runners/xla/quantized.py). So the whole residual stream is kept
 rotated, x~ = x @ R for the orthogonal R of quantized.Rotation, and every rotation is folded into the weights
 (as QuaRot does): RMSNorm commutes with R (it keeps each row's norm), so its weight moves into the next matrix,
 W' = R^T diag(g) W; matrices that write the stream get W @ R. V is rotated inside each head, so the attention
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model_config import ModelConfig
-from ..rotation import Rotation
+from ...models.model_config import ModelConfig
+from ...models.rotation import Rotation
 from .flatbuffer import Program
 
 
@@ -32,7 +32,7 @@ class Folder:
     """Folds the rotations into the weights, one layer at a time (so only a layer or two of rotated float copies
     exist at once): `layer(i)` gives layer i's matrices [in, out] q/k/v joined, o, gate, up, down (and the qkv
     bias); `output()` the logits matrix; `embeddings()` the rotated embedding rows (float16). Each rotation is
-    applied by blocks (rotation.py), not as a dense matrix."""
+    applied by blocks (models/rotation.py), not as a dense matrix."""
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray]):
         self.cfg, self.weights = cfg, weights

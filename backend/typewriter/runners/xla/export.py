@@ -19,12 +19,12 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from . import __version__
-from .errors import ExportError
-from .quiet_import import import_tensorflow
-from .runtime import read_model
-from .weights import resolve_model_path
-from .weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
+from ... import __version__
+from ...errors import ExportError
+from ..quiet_import import import_tensorflow
+from ...runtime import read_model
+from ...weights import resolve_model_path
+from ...weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
 
 PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chunk size
 

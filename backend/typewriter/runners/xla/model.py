@@ -1,6 +1,6 @@
 """A Llama-family decoder in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU, tied or untied output.
 
-Other families (families/) subclass `Transformer` and override the block's pieces (`_embed`, `_qkv`,
+Other families (models/families.py; gpt2.py here) subclass `Transformer` and override the block's pieces (`_embed`, `_qkv`,
 `_attention_output`, `_mlp`, `_logits`); `Transformer(cfg, ...)` builds the class of `cfg.family`. The cache and
 the entry points are shared, and the pieces are Python called while tracing: a family costs no work per step.
 
@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from . import native_ops
 from .host_memory import variable, zeros_variable
-from .model_config import ModelConfig
+from ...models.model_config import ModelConfig
 from .quantized import columns, dense, matrix
 
 
@@ -108,7 +108,7 @@ class KVCache(tf.Module):
 class Transformer(tf.Module):
     def __new__(cls, cfg: ModelConfig, *args, **kwargs):
         if cls is Transformer and cfg.family == "gpt2":  # every caller builds "a Transformer" of its config
-            from .families import model_class
+            from ...models.families import model_class
 
             cls = model_class(cfg.family)
         return super().__new__(cls)

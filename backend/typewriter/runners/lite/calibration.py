@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model_config import ModelConfig
+from ...models.model_config import ModelConfig
 from .attention import _rope
 
 TEXT = Path(__file__).with_name("calibration.txt")

@@ -1,5 +1,5 @@
-"""The rotation both sides of an int8 matmul share (quantized.py tells why), and per-column int8 rounding, in numpy:
-the int8-lite programs (lite/) fold them into their weights without TensorFlow; XLA's int8 (quantized.py) also
+"""The rotation both sides of an int8 matmul share (runners/xla/quantized.py tells why), and per-column int8 rounding, in numpy:
+the int8-lite programs (runners/lite/) fold them into their weights without TensorFlow; XLA's int8 (runners/xla/quantized.py) also
 rotates rows in a program, which is where TensorFlow comes in."""
 
 from __future__ import annotations

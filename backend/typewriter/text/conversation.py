@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .request import fit_max_new_tokens
+from ..engine.request import fit_max_new_tokens
 
 Message = dict[str, str]
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..model_config import ModelConfig
+from ...models.model_config import ModelConfig
 from .attention import HostCache
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel

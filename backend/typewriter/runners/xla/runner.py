@@ -25,10 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tensorflow as tf
 
-from .heap import return_freed_memory
+from ..heap import return_freed_memory
 from .model import Transformer
 from .program_names import stable_names
-from .quiet_import import quiet_compiles
+from ..quiet_import import quiet_compiles
 
 log = logging.getLogger("typewriter.runner")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..model_config import ModelConfig
+from .model_config import ModelConfig
 
 # canonical name -> (GGUF name, Hugging Face name); "{i}" is the layer index.
 GLOBAL = {

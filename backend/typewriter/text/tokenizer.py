@@ -1,7 +1,7 @@
 """Text <-> token ids, and the model's own chat template.
 
 A `Tokenizer` is built either from a GGUF file's `tokenizer.ggml.*` metadata (byte-level BPE or SentencePiece BPE,
-rebuilt as a `tokenizers.Tokenizer` by weights/gguf_tokenizer.py, without torch) or from a Hugging Face directory
+rebuilt as a `tokenizers.Tokenizer` by gguf_tokenizer.py, without torch) or from a Hugging Face directory
 (`tokenizer.json` and friends). Chat messages are rendered by transformers' `apply_chat_template` with the
 template that ships with the model. Each token's bytes, as the tokenizer's decoder spells them, are worked out
 once at load (`TokenText`), so the incremental detokenizer can stream any tokenizer kind loaded here.
@@ -23,7 +23,7 @@ from typing import Any
 from tokenizers import Tokenizer as RawTokenizer
 from transformers import PreTrainedTokenizerFast
 
-from .errors import ModelFormatError
+from ..errors import ModelFormatError
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a patient, encouraging tutor for students. Explain ideas step by step in plain language, "
@@ -90,7 +90,7 @@ class Tokenizer:
     def load(cls, path: str | Path) -> Tokenizer:
         path = Path(path)
         if (path / "saved_model.pb").is_file():  # from `typewriter export`: the tokenizer's files are inside
-            from .weights.saved_model import SavedModelDir
+            from ..weights.saved_model import SavedModelDir
 
             exported = SavedModelDir(path)
             tokenizer = cls.from_hf_dir(exported.tokenizer_dir)
@@ -106,10 +106,10 @@ class Tokenizer:
     def from_gguf(cls, path: str | Path, fields: Mapping[str, Any] | None = None) -> Tokenizer:
         """`fields`: the file's metadata if the caller has read it already."""
         if fields is None:
-            from .weights.gguf_reader import GGUFReader
+            from ..weights.gguf_reader import GGUFReader
 
             fields = GGUFReader(path).fields
-        from .weights.gguf_tokenizer import raw_tokenizer_from_gguf
+        from .gguf_tokenizer import raw_tokenizer_from_gguf
 
         get = fields.get
         raw = raw_tokenizer_from_gguf(path, fields)

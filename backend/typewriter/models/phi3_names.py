@@ -1,7 +1,7 @@
 """Phi-3 (phi3): the Llama block (RMSNorm, rotate-half RoPE over the whole head, SwiGLU, untied output) with its
 projections fused: one `qkv_proj` [(h + 2k) * e, d] and one `gate_up_proj` [2 * hidden, d], gate rows first, as
 HF's Phi3MLP `chunk(2)`s them and llama.cpp's LLM_FFN_SWIGLU splits `ffn_up`. The loader reads each fused tensor
-once and hands its parts to the canonical Llama names, so the model is model.py's, unchanged.
+once and hands its parts to the canonical Llama names, so the model is the Llama block's, unchanged.
 
 llama.cpp stores phi3's Q/K rows unpermuted (its RoPE for phi3 is the NEOX, rotate-half, kind). Phi-3-mini-4k
 attends through a sliding window of 2047 positions, which the engine does not implement: its context is capped
@@ -10,8 +10,8 @@ at the window, within which the two agree exactly. LongRoPE (the 128k models) is
 
 from __future__ import annotations
 
-from ..model_config import ModelConfig
-from ..weights import names as llama
+from .model_config import ModelConfig
+from . import llama_names as llama
 
 GLOBAL = llama.GLOBAL
 # canonical Llama key -> (GGUF name, Hugging Face name, which part of the fused tensor)

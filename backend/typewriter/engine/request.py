@@ -11,7 +11,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from .errors import InvalidRequest, PromptTooLong
+from ..errors import InvalidRequest, PromptTooLong
 
 
 class FinishReason(str, enum.Enum):

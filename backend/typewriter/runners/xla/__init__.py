@@ -1,0 +1,1 @@
+"""The XLA runtime: the TensorFlow decoder, compiled per shape bucket (jit_compile=True)."""

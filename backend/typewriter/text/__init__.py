@@ -1,0 +1,1 @@
+"""Text in and out: tokenizers, chat templates, incremental detokenizing, stop sequences."""
