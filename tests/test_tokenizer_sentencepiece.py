@@ -13,7 +13,8 @@ from tiny_model import (
 )
 from typewriter.text.detokenizer import IncrementalDetokenizer
 from typewriter.errors import ModelFormatError
-from typewriter.text.tokenizer import LeadingSpace, Tokenizer
+from typewriter.text.token_text import LeadingSpace
+from typewriter.text.tokenizer import Tokenizer
 
 SAMPLES = [
     "hello world",

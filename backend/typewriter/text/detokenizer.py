@@ -26,12 +26,20 @@ code point at a time. Each delta is still valid text, and the browser joins them
 from __future__ import annotations
 
 import codecs
+from typing import Protocol
 
-from .tokenizer import LeadingSpace, Tokenizer
+from .token_text import LeadingSpace, TokenText
+
+
+class Spelling(Protocol):
+    """What the detokenizer reads of a tokenizer (tokenizer.py's, or a test's)."""
+
+    token_text: TokenText
+    special_ids: frozenset[int]
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Spelling):
         text = tokenizer.token_text
         self._table = text.table
         self._first_table = text.first_table

@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from tokenizers import Tokenizer as RawTokenizer
 from transformers import PreTrainedTokenizerFast
 
 from ..errors import ModelFormatError
+from .token_text import LeadingSpace, TokenText
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a patient, encouraging tutor for students. Explain ideas step by step in plain language, "
@@ -212,24 +211,6 @@ class Tokenizer:
         """The bytes token `token_id` contributes to `decode(..., skip_special_tokens=True)`; b"" for specials.
         See `token_text.leading_space` for what decode does to the start of the text."""
         return self.token_text.table[token_id]
-
-
-class LeadingSpace(Enum):
-    """What `decode` does to the start of a text, beyond joining its tokens' bytes."""
-
-    KEEP = "keep"  # byte-level BPE: " Paris" stays " Paris"
-    STRIP_ONE = "strip_one"  # SentencePiece with a Strip decoder: one space at the start of the text is dropped
-    FIRST_TOKEN = "first_token"  # the Metaspace decoder: the first token's "▁"s are dropped, not made spaces
-
-
-@dataclass(frozen=True)
-class TokenText:
-    """Each token's bytes, as the tokenizer's decoder spells them; `first_table`: the first (non-special) token's
-    bytes where they differ (LeadingSpace.FIRST_TOKEN), else None."""
-
-    table: list[bytes]
-    leading_space: LeadingSpace
-    first_table: list[bytes] | None = None
 
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
