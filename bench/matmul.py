@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import time
 
-from typewriter.runners.quiet_import import prepare_environment
+from typewriter.runners.xla.tf_env import prepare_environment
 
 
 def main() -> None:
     prepare_environment(None)
-    from typewriter.runners.quiet_import import import_tensorflow
+    from typewriter.runners.xla.tf_env import import_tensorflow
 
     tf = import_tensorflow()
     w_vd = tf.Variable(tf.random.normal([49152, 576]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import sys
 
-from typewriter.runners.quiet_import import prepare_environment
+from typewriter.runners.xla.tf_env import prepare_environment
 
 QUESTIONS = ["Explain fractions to me with a short list.", "Why do we need to learn algebra?",
              "Tell me about the water cycle."]

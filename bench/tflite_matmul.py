@@ -103,7 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="1,2,8,64", help="comma-separated rows per call")
     args = parser.parse_args()
-    from typewriter.runners.quiet_import import import_tensorflow, prepare_environment
+    from typewriter.runners.xla.tf_env import import_tensorflow, prepare_environment
 
     prepare_environment(None)
     tf = import_tensorflow()

@@ -108,7 +108,7 @@ def test_the_xla_cache_is_on_by_default_in_the_users_cache_folder_and_none_or_of
 
 
 def test_tensorflows_environment_is_prepared_once_without_overriding_what_the_user_set(tmp_path):
-    from typewriter.runners.quiet_import import prepare_environment
+    from typewriter.runners.xla.tf_env import prepare_environment
 
     environ = {"TF_CPP_MIN_LOG_LEVEL": "0"}
     prepare_environment(str(tmp_path / "xla"), environ)
@@ -122,7 +122,7 @@ def test_tensorflows_environment_is_prepared_once_without_overriding_what_the_us
 
 
 def test_a_cache_folder_that_cannot_be_made_leaves_the_cache_off_with_one_notice(tmp_path, capsys):
-    from typewriter.runners.quiet_import import prepare_environment
+    from typewriter.runners.xla.tf_env import prepare_environment
 
     (tmp_path / "file").write_text("")
     environ = {}
@@ -134,7 +134,7 @@ def test_a_cache_folder_that_cannot_be_made_leaves_the_cache_off_with_one_notice
 def test_quiet_compiles_drops_only_the_cache_read_notice_and_passes_everything_else_through_in_order(capfd):
     import os
 
-    from typewriter.runners.quiet_import import quiet_compiles
+    from typewriter.runners.xla.tf_env import quiet_compiles
 
     with quiet_compiles():
         with quiet_compiles():  # nested, as two compiling threads are
@@ -148,7 +148,7 @@ def test_quiet_compiles_drops_only_the_cache_read_notice_and_passes_everything_e
 def test_quiet_compiles_drops_the_loaders_tuning_flag_false_alarm_but_not_a_missing_instruction_set(capfd):
     import os
 
-    from typewriter.runners.quiet_import import quiet_compiles
+    from typewriter.runners.xla.tf_env import quiet_compiles
 
     def mismatch(feature: str) -> bytes:  # as XLA 2.21's cpu_aot_loader.cc logs it reading a cached program
         return (f"E0000 00:00:1796230146.137988   26298 cpu_aot_loader.cc:220] Loading XLA:CPU AOT result. Target "

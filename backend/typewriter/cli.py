@@ -13,7 +13,7 @@ import sys
 from .commands import bench, chat, export, generate, loadtest, models, serve
 from .config import ConfigError, xla_cache_dir
 from .errors import TypewriterError
-from .runners.quiet_import import prepare_environment, release_stderr
+from .runners.xla.tf_env import prepare_environment, release_stderr
 
 COMMANDS = {
     "generate": (generate, "stream one answer to stdout"),

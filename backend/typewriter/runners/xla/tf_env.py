@@ -4,6 +4,7 @@
 TensorFlow 2.21 also logs a oneDNN notice from C++ before its log level applies: `import_tensorflow` filters
 stderr at the file descriptor while importing, dropping the lines known to be notices and passing the rest on.
 `quiet_compiles` does the same around compiling, for the line each read of the XLA disk cache logs.
+Nothing here imports TensorFlow until `import_tensorflow` is called.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import threading
 from collections.abc import Iterator, MutableMapping
+
+from ..stderr_filter import StderrFilter
 
 _NOTICES = (
     "All log messages before absl::InitializeLog() is called are written to STDERR",
@@ -59,7 +61,7 @@ def prepare_environment(xla_cache: str | None, environ: MutableMapping[str, str]
 def import_tensorflow():
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
-    notices = _StderrFilter(_NOTICES)
+    notices = StderrFilter(_NOTICES)
     notices.enter()
     try:
         import tensorflow as tf
@@ -68,63 +70,7 @@ def import_tensorflow():
     return tf
 
 
-class _StderrFilter:
-    """Between enter() and exit() (nested or from several threads), file descriptor 2 is a pipe whose lines a
-    thread passes on to the real stderr at once, less those containing a known notice; outside them stderr is
-    untouched, so a crash in between loses nothing."""
-
-    def __init__(self, drop: tuple[str, ...]):
-        self.drop = tuple(d.encode() for d in drop)
-        self.lock = threading.Lock()
-        self.depth = 0
-        self.saved = self.thread = None
-
-    def enter(self) -> None:
-        with self.lock:
-            self.depth += 1
-            if self.depth > 1:
-                return
-            sys.stderr.flush()
-            read_end, write_end = os.pipe()
-            self.saved = os.dup(2)
-            self.thread = threading.Thread(target=self._forward, args=(read_end, self.saved), daemon=True,
-                                           name="typewriter-stderr")
-            self.thread.start()
-            os.dup2(write_end, 2)
-            os.close(write_end)
-
-    def exit(self) -> None:
-        with self.lock:
-            self.depth -= 1
-            if self.depth:
-                return
-            sys.stderr.flush()
-            os.dup2(self.saved, 2)  # closes the pipe's last write end: the thread drains it and stops
-            self.thread.join(5)
-            os.close(self.saved)
-
-    def release(self) -> None:
-        """Give fd 2 back now, however many blocks are open (the process is about to end)."""
-        with self.lock:
-            if not self.depth:
-                return
-            self.depth = 1
-        self.exit()
-
-    def _forward(self, read_end: int, out: int) -> None:
-        pending = b""
-        with os.fdopen(read_end, "rb", buffering=0) as pipe:
-            while chunk := pipe.read(65536):
-                lines = (pending + chunk).splitlines(keepends=True)
-                pending = lines.pop() if not lines[-1].endswith((b"\n", b"\r")) else b""
-                kept = b"".join(line for line in lines if not any(d in line for d in self.drop))
-                if kept:
-                    os.write(out, kept)
-        if pending:
-            os.write(out, pending)
-
-
-_compile_filter = _StderrFilter(_CACHE_READ_NOTICES)
+_compile_filter = StderrFilter(_CACHE_READ_NOTICES)
 
 
 @contextlib.contextmanager
@@ -140,23 +86,3 @@ def quiet_compiles() -> Iterator[None]:
 def release_stderr() -> None:
     """Before ending the process directly: pass on whatever the filter still holds and restore stderr."""
     _compile_filter.release()
-
-
-# LiteRT (TensorFlow Lite) prints a line to stderr (C++) for every interpreter it hands to XNNPACK.
-_LITE_NOTICES = ("Created TensorFlow Lite XNNPACK delegate for CPU",)
-_lite_filter = _StderrFilter(_LITE_NOTICES)
-
-
-def lite_interpreter(content: bytes, threads: int):
-    """A LiteRT (TensorFlow Lite) interpreter of a flatbuffer, XNNPACK on `threads` threads, without its notices.
-    LiteRT is tf.lite.Interpreter's successor (deprecated since TensorFlow 2.20), a 0.1 s import against
-    TensorFlow's 4-5 s."""
-    from ai_edge_litert.interpreter import Interpreter
-
-    _lite_filter.enter()
-    try:
-        interpreter = Interpreter(model_content=content, num_threads=threads)
-        interpreter.allocate_tensors()
-    finally:
-        _lite_filter.exit()
-    return interpreter
