@@ -104,17 +104,17 @@ class Q4Programs:
         return y
 
     def make(self):
-        from typewriter.runners.lite.flatbuffer import Program
-        from typewriter.runners.lite.layers import Folder
-        from typewriter.runners.lite.programs import Programs
+        from typewriter.runners.lite.flatbuffer import ProgramBuilder
+        from typewriter.runners.lite.layers import RotationFolder
+        from typewriter.runners.lite.programs import ProgramSet
         from typewriter.models.rotation import quantize_int8
 
         cfg = self.cfg
-        p = Program(1)
+        p = ProgramBuilder(1)
         first = p.finish([self._qkv(p, p.input(cfg.dim), 0)])
         layers = []
         for i in range(cfg.n_layers):
-            w, p = self.layer(i), Program(1)
+            w, p = self.layer(i), ProgramBuilder(1)
             x, attended = p.input(cfg.dim), p.input(cfg.n_heads * cfg.head_dim)
             h = p.add(x, self._mm(p, attended, w["wo"].T, f"{i}.o"))
             n = self._norm(p, h, w["ffn_norm"])
@@ -122,13 +122,13 @@ class Q4Programs:
             x = p.add(h, self._mm(p, p.mul(p.mul(gate, p.sigmoid(gate)), up), w["w_down"].T, f"{i}.down"))
             layers.append(p.finish([x] if i + 1 == cfg.n_layers else [x, self._qkv(p, x, i + 1)]))
         # The logits as int8-lite has them: the stream is not rotated here, so rotate the normed rows first.
-        folder = Folder(cfg, self.weights)
-        logits = Program(1)
+        folder = RotationFolder(cfg, self.weights)
+        logits = ProgramBuilder(1)
         normed = logits.rms(logits.input(cfg.dim), cfg.norm_eps)
         rotated = logits.matmul(normed, folder.stream.numpy(np.eye(cfg.dim, dtype=np.float32)))  # rows @ R
         logits = logits.finish([logits.int8_matmul(rotated, *quantize_int8(folder.output()))])
         embeddings = np.asarray(self.weights["tok_embeddings"], np.float32).astype(np.float16)
-        return Programs(first, layers, logits, embeddings)
+        return ProgramSet(first, layers, logits, embeddings)
 
 
 def channel_peaks(cfg, weights, ids: list[int]) -> dict[str, np.ndarray]:
@@ -188,7 +188,7 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from quality import CHUNK, compare, our_logits
-    from typewriter.runners.quiet_import import prepare_environment
+    from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
     from typewriter.runners.lite.programs import make_programs

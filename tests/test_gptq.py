@@ -7,7 +7,7 @@ from tiny_model import random_weights, tiny_config
 
 from typewriter.runners.lite import gptq
 from typewriter.runners.lite.calibration import Calibration, text
-from typewriter.runners.lite.layers import Folder
+from typewriter.runners.lite.layers import RotationFolder
 from typewriter.runners.lite.programs import make_programs
 from typewriter.runners.lite.runner import LiteRunner
 from typewriter.models.rotation import quantize_int8
@@ -58,7 +58,7 @@ def test_the_calibration_forward_computes_what_the_programs_compute():
     matrices rounded to nearest, and its logits must match the programs made the same way (8-bit rows apart)."""
     cfg = tiny_config()
     weights = random_weights(cfg, seed=3)
-    folder = Folder(cfg, weights)
+    folder = RotationFolder(cfg, weights)
     ids = [int(i) for i in RNG.integers(0, cfg.vocab_size, 40)]
     calibration = Calibration(cfg, folder.embeddings(), ids)
     for i in range(cfg.n_layers):

@@ -45,7 +45,7 @@ class Calibration:
     """The calibration tokens' residual stream x~ [n, d] (rotated, as the programs hold it)."""
 
     def __init__(self, cfg: ModelConfig, embeddings: np.ndarray, ids: list[int]):
-        """embeddings: layers.Folder.embeddings(), [v, d]; ids: the text's token ids (at most MAX_TOKENS used)."""
+        """embeddings: layers.RotationFolder.embeddings(), [v, d]; ids: the text's token ids (at most MAX_TOKENS used)."""
         ids = list(ids)[:min(MAX_TOKENS, cfg.max_position)]
         if not ids:
             raise ValueError("calibration needs at least one token")

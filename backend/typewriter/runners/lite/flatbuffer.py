@@ -24,7 +24,7 @@ def _schema():
     return schema
 
 
-class Program:
+class ProgramBuilder:
     """One subgraph under construction; each method adds an op and returns its output tensor's index.
 
     The first dimension of every activation is `rows`, which the interpreter may resize later."""

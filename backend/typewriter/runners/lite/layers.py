@@ -25,10 +25,10 @@ import numpy as np
 
 from ...models.model_config import ModelConfig
 from ...models.rotation import Rotation
-from .flatbuffer import Program
+from .flatbuffer import ProgramBuilder
 
 
-class Folder:
+class RotationFolder:
     """Folds the rotations into the weights, one layer at a time (so only a layer or two of rotated float copies
     exist at once): `layer(i)` gives layer i's matrices [in, out] q/k/v joined, o, gate, up, down (and the qkv
     bias); `output()` the logits matrix; `embeddings()` the rotated embedding rows (float16). Each rotation is
@@ -82,24 +82,24 @@ def _times_blocks(m: np.ndarray, block: np.ndarray) -> np.ndarray:
     return (m.reshape(m.shape[0], -1, b) @ block).reshape(m.shape)
 
 
-def _int8(p: Program, x: int, w: tuple[np.ndarray, np.ndarray], two_pass: bool = False) -> int:
+def _int8(p: ProgramBuilder, x: int, w: tuple[np.ndarray, np.ndarray], two_pass: bool = False) -> int:
     return p.int8_matmul(x, *w, two_pass=two_pass)
 
 
-def _qkv(p: Program, cfg: ModelConfig, x: int, layer: dict, two_pass: bool) -> int:
+def _qkv(p: ProgramBuilder, cfg: ModelConfig, x: int, layer: dict, two_pass: bool) -> int:
     y = _int8(p, p.rms(x, cfg.norm_eps), layer["qkv"], two_pass)
     return p.add(y, p.const(layer["bqkv"])) if "bqkv" in layer else y
 
 
 def first_program(cfg: ModelConfig, layer0: dict, two_pass: bool = True, rows: int = 1) -> bytes:
-    p = Program(rows)
+    p = ProgramBuilder(rows)
     return p.finish([_qkv(p, cfg, p.input(cfg.dim), layer0, two_pass)])
 
 
 def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_block: np.ndarray,
                   two_pass: bool = True, rows: int = 1) -> bytes:
     """A layer's program; `following` is the next layer's folded weights (None for the last layer)."""
-    p = Program(rows)
+    p = ProgramBuilder(rows)
     x, attended = p.input(cfg.dim), p.input(cfg.n_heads * cfg.head_dim)
     h = p.add(x, _int8(p, attended, layer["o"], two_pass))
     n = p.rms(h, cfg.norm_eps)
@@ -115,5 +115,5 @@ def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_bl
 
 
 def logits_program(cfg: ModelConfig, output: tuple[np.ndarray, np.ndarray], rows: int = 1) -> bytes:
-    p = Program(rows)
+    p = ProgramBuilder(rows)
     return p.finish([_int8(p, p.rms(p.input(cfg.dim), cfg.norm_eps), output)])

@@ -29,7 +29,7 @@ from ...models.rotation import quantize_int8
 from . import gptq
 from .calibration import Calibration
 from .calibration import text as calibration_text
-from .layers import Folder, first_program, layer_program, logits_program
+from .layers import RotationFolder, first_program, layer_program, logits_program
 
 log = logging.getLogger("typewriter.lite")
 # Bump when what layers.py, flatbuffer.py or gptq.py write changes: every older entry becomes a miss (GPTQ's
@@ -39,7 +39,10 @@ STALE_STAGING_S = 3600  # a staging folder this old belongs to no save still run
 
 
 @dataclass
-class Programs:
+class ProgramSet:
+    """One model's int8-lite programs as flatbuffers, and its rotated embeddings: what the runner loads and the
+    cache keeps."""
+
     first: bytes  # flatbuffer: x~ -> qkv of layer 0
     layers: list[bytes]  # one flatbuffer per layer
     logits: bytes
@@ -48,14 +51,14 @@ class Programs:
 
 def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
                   progress: Callable[[int, int], None] = lambda done, total: None,
-                  calibration: list[int] | None = None, two_pass: bool = True) -> Programs:
+                  calibration: list[int] | None = None, two_pass: bool = True) -> ProgramSet:
     """Fold the weights a layer at a time into the programs; `progress(done, total)` after each program.
     `calibration`: the token ids of calibration.text(), to round the matrices by GPTQ (gptq.py) on them; None
     rounds each weight to its nearest step (KL from fp32 about twice as large, README "GPTQ rounding").
     `two_pass`: q/k/v, o and down take their rows to 16 bits (layers.py; int8-lite), else 8 (int8-lite-fast)."""
     total = cfg.n_layers + 2
     progress(0, total)
-    folder = Folder(cfg, weights)
+    folder = RotationFolder(cfg, weights)
     embeddings = folder.embeddings()
     text = Calibration(cfg, embeddings, calibration) if calibration else None
 
@@ -81,7 +84,7 @@ def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
         progress(i + 1, total)
     logits = logits_program(cfg, rounded(folder.output()))
     progress(total, total)
-    return Programs(first, layers, logits, embeddings)
+    return ProgramSet(first, layers, logits, embeddings)
 
 
 def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str) -> str:
@@ -93,16 +96,16 @@ def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str) -> str:
 
 
 class ProgramCache:
-    """Programs by cache key under `root` (None: no cache, every load is a miss and nothing is saved)."""
+    """Program sets by cache key under `root` (None: no cache, every load is a miss and nothing is saved)."""
 
     def __init__(self, root: str | os.PathLike | None):
         self.root = Path(root) if root else None
 
-    def load(self, key: str, n_layers: int) -> Programs | None:
+    def load(self, key: str, n_layers: int) -> ProgramSet | None:
         if self.root is None or not (entry := self.root / key).is_dir():
             return None
         try:
-            return Programs((entry / "first.tflite").read_bytes(),
+            return ProgramSet((entry / "first.tflite").read_bytes(),
                             [(entry / f"layer{i}.tflite").read_bytes() for i in range(n_layers)],
                             (entry / "logits.tflite").read_bytes(), np.load(entry / "embeddings.npy"))
         except (OSError, ValueError) as e:
@@ -114,7 +117,7 @@ class ProgramCache:
         if self.root is not None:
             shutil.rmtree(self.root / key, ignore_errors=True)
 
-    def save(self, key: str, programs: Programs, model_file: Path, weight_format: str) -> None:
+    def save(self, key: str, programs: ProgramSet, model_file: Path, weight_format: str) -> None:
         """Best effort: a cache that cannot be written is logged and skipped. Entries made before for the same model
         file and format (the file changed since, or the program layout did) and those whose model file is gone are
         removed: the embedded model's holds some 190 MB."""
