@@ -30,8 +30,8 @@ PROMPT = "Can you explain why dividing by a fraction is the same as multiplying 
 def wait_for_programs(base: str, timeout_s: float = 900.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        programs = httpx.get(f"{base}/readyz", timeout=5).json()["programs"]
-        if programs["compiled"] == programs["total"]:
+        programs = httpx.get(f"{base}/readyz", timeout=5).json()["runtime"]["programs"]
+        if "made_at_load" in programs or programs["compiled"] == programs["total"]:
             return
         print(f"  compiling: {programs['compiled']} of {programs['total']} programs", file=sys.stderr, flush=True)
         time.sleep(10)

@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--programs", type=int, default=4, help="programs to compile (default %(default)s)")
     parser.add_argument("--weights", help="weight format (default: the server's)")
     args = parser.parse_args()
-    from typewriter.runners.quiet_import import import_tensorflow, prepare_environment
+    from typewriter.runners.xla.tf_env import import_tensorflow, prepare_environment
 
     prepare_environment(tempfile.mkdtemp(prefix="typewriter-xla-"))
     rows = [("start (Python)", rss_mb(), "")]
@@ -63,8 +63,8 @@ def main() -> int:
                  f"weights ({runner.weight_format}) {weight_mb:.0f} MiB + K/V cache {cache_mb:.0f} MiB"))
     del weights, source
     rows.append(("numpy weights dropped", rss_mb(), ""))
-    for key in runner.programs()[: args.programs]:
-        runner.compile(key)
+    for key in runner.compiler.programs()[: args.programs]:
+        runner.compiler.compile(key)
         rows.append((f"compiled {key[0]} {key[1]} x {key[2]}", rss_mb(), ""))
     show(rows)
     del tokenizer

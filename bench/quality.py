@@ -41,7 +41,7 @@ def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | 
 
     from typewriter.runners.lite.runner import FAST
     from typewriter.runners.lite.runner import FORMAT as LITE
-    from typewriter.runners.xla.model import Transformer
+    from typewriter.runners.xla.load import build_model
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
     if fmt in (LITE, FAST, NEAREST):
@@ -52,7 +52,7 @@ def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | 
                             weight_format=FAST if fmt == FAST else LITE)
         return np.concatenate([runner.extend(0, start, ids[start:start + CHUNK], all_logits=True)
                                for start in range(0, len(ids), CHUNK)])
-    model = Transformer(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK, weight_format=fmt)
+    model = build_model(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK, weight_format=fmt)
     extend = tf.function(lambda tokens, start, length: model.extend(tokens, start, length, tf.constant(0), max_len,
                                                                     all_logits=True), jit_compile=True)
     out = []
@@ -89,7 +89,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
-    from typewriter.runners.quiet_import import prepare_environment
+    from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
     from typewriter.runtime import calibration_ids, read_model

@@ -25,7 +25,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--weights", help="weight format (default: the server's)")
     args = parser.parse_args()
-    from typewriter.runners.quiet_import import prepare_environment
+    from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
     from typewriter.runtime import build_runner
@@ -35,7 +35,7 @@ def main() -> None:
     cfg, weights = load_weights(embedded_model_path())
     runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
     ids = list(range(100, 400))
-    from typewriter.runtime import CHUNK_BUCKETS
+    from typewriter.runners.xla.load import CHUNK_BUCKETS
 
     fmt = runner.weight_format
     for chunk in CHUNK_BUCKETS:

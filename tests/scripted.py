@@ -1,6 +1,8 @@
 """A scripted model runner for the real Engine: no TensorFlow, every answer known in advance.
 
-`ChainRunner` has the ModelRunner interface; the next token is `follow(last token)`, so an answer is a chain.
+`ChainRunner` is an engine `Runner` (engine/runner.py) whose calls are separate, as the XLA runner's are, with a
+`compiler` that can hold back what is not "compiled" yet; `OnePassChainRunner` takes a whole step in one call, as
+the int8-lite runner does. The next token is `follow(last token)`, so an answer is a chain.
 Two scripts:
 - `letters`: over the tiny byte-level tokenizer, a lowercase letter is followed by the next one ("a" -> "bcd...");
 - `ScriptTokenizer` + `script_runner`: the answer to any prompt is a fixed list of text pieces, then eos.
@@ -18,6 +20,24 @@ import numpy as np
 from tiny_model import IM_END, VOCAB_SIZE, byte_token
 
 from typewriter.engine.engine import Engine
+from typewriter.engine.runner import StepOutput, step_call_by_call
+
+
+class ChainCompiler:
+    """Like the XLA runner's compiler while it compiles in the background: runs only up to `compiled_up_to`."""
+
+    def __init__(self, runner: ChainRunner):
+        self.runner = runner
+        self.compiled_up_to: dict[str, int] = {}  # kind -> the longest length its compiled programs reach
+
+    def status(self) -> dict:
+        return {"compiled": 3, "total": 3, "compiling": []}
+
+    def prepare_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
+        self.runner.calls.append(("prepare", prompt_tokens, max_new_tokens))
+
+    def can_run(self, kind: str, n: int, length: int) -> bool:
+        return length <= self.compiled_up_to.get(kind, self.runner.max_len)
 
 
 class ChainRunner:
@@ -31,20 +51,16 @@ class ChainRunner:
         # What each slot's cache holds, position by position: every call is checked against it, so a
         # scheduling bug (a gap, a stale prefix, a wrong position) fails loudly instead of passing silently.
         self.cache: list[list[int]] = [[] for _ in range(slots)]
-        self.compiled_up_to: dict[str, int] = {}  # kind -> the longest length its compiled programs reach
+        self.compiler = ChainCompiler(self)
 
-    def compile_status(self) -> dict:
-        return {"compiled": 3, "total": 3, "compiling": []}
+    def describe(self) -> dict:
+        return {"name": "scripted", "weights": "none", "programs": self.compiler.status()}
 
     def close(self) -> None:
         pass
 
-    def compile_for_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
-        self.calls.append(("prepare", prompt_tokens, max_new_tokens))
-
-    def can_run(self, kind: str, n: int, length: int) -> bool:
-        """Like the real runner while it compiles in the background: only up to `compiled_up_to[kind]`."""
-        return length <= self.compiled_up_to.get(kind, self.max_len)
+    def step(self, slots, tokens, positions, chunks=()) -> StepOutput:
+        return step_call_by_call(self, slots, tokens, positions, chunks)
 
     def logits_after(self, token: int) -> np.ndarray:
         row = np.zeros(self.vocab_size, np.float32)
@@ -110,25 +126,26 @@ def letters(eos_after_z: bool = False) -> Callable[[int], int]:
 
 
 class OnePassChainRunner(ChainRunner):
-    """A ChainRunner that takes a whole engine step in one call, as the int8-lite runner does."""
-
-    one_pass = True
+    """A ChainRunner that takes a whole engine step in one call, as the int8-lite runner does: nothing compiles,
+    and a failure fails the whole step."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.failures["step"] = []
+        self.compiler = None
 
-    def step(self, slots, tokens, positions, chunks=(), logits_for=None):
+    def step(self, slots, tokens, positions, chunks=()) -> StepOutput:
         self._maybe_fail("step")
-        assert logits_for is None or len(logits_for) == len(chunks)
-        chunk_slots = [slot for slot, _, _ in chunks]
+        chunk_slots = [c.slot for c in chunks]
         assert len(set(chunk_slots)) == len(chunk_slots), f"two chunks for one slot: {chunk_slots}"
         assert not set(chunk_slots) & set(slots), f"a slot both prefills and decodes: {chunk_slots}, {slots}"
-        self.calls.append(("step", tuple(slots), tuple((slot, start, len(ids)) for slot, start, ids in chunks)))
-        prefilled = [self.extend(slot, start, ids) for slot, start, ids in chunks]
-        prefilled = [x if logits_for is None or logits_for[i] else None for i, x in enumerate(prefilled)]
+        self.calls.append(("step", tuple(slots), tuple((c.slot, c.start, len(c.token_ids)) for c in chunks)))
+        prefilled = [self.extend(c.slot, c.start, c.token_ids) if c.wants_logits else self._write(c) for c in chunks]
         decoded = self.decode(slots, tokens, positions) if slots else np.zeros((0, self.vocab_size), np.float32)
-        return decoded, prefilled
+        return StepOutput(decoded, prefilled)
+
+    def _write(self, chunk) -> None:
+        self.extend(chunk.slot, chunk.start, chunk.token_ids)
 
 
 def letter_runner(eos_after_z: bool = False, one_pass: bool = False, **options) -> ChainRunner:
@@ -173,7 +190,7 @@ class ScriptTokenizer:
     @property
     def token_text(self):
         """What the detokenizer reads: each id's bytes, leading spaces kept (as byte-level BPE does)."""
-        from typewriter.text.tokenizer import LeadingSpace, TokenText
+        from typewriter.text.token_text import LeadingSpace, TokenText
 
         return TokenText([self.token_bytes(i) for i in range(self.vocab_size)], LeadingSpace.KEEP)
 

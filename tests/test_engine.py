@@ -236,16 +236,16 @@ def test_short_newcomers_that_fit_the_budget_are_prefilled_in_one_step_while_the
 
 def test_a_stream_whose_program_is_still_compiling_sits_out_while_the_others_go_on(make_engine, tokenizer):
     engine = make_engine(slots=2)
-    engine.runner.compiled_up_to = {"decode": 8}  # as if longer decode programs were compiling
+    engine.runner.compiler.compiled_up_to = {"decode": 8}  # as if longer decode programs were compiling
     short = submit(engine, tokenizer, "short", "a", max_new_tokens=20)
     long = submit(engine, tokenizer, "long", "abcd", max_new_tokens=20)
     for _ in range(8):
         engine.step()
     assert len(short.tokens) == 8 and len(long.tokens) == 5  # "long" holds 9 positions and waits there
-    engine.runner.compiled_up_to = {"decode": 3}  # now nothing compiled can run
+    engine.runner.compiler.compiled_up_to = {"decode": 3}  # now nothing compiled can run
     engine.step()  # then all go (the real runner waits for the program), rather than no one
     assert len(short.tokens) == 9 and len(long.tokens) == 6
-    engine.runner.compiled_up_to = {}
+    engine.runner.compiler.compiled_up_to = {}
     steps_until(engine, short, long)
     assert short.text == "bcdefghijklmnopqrstu" and long.text == "efghijklmnopqrstuvwx"
 
@@ -279,10 +279,10 @@ def test_beside_a_running_answer_chunks_are_sized_by_the_measured_step_times(tok
     runner = letter_runner(one_pass=True, max_len=512, max_chunk=64)
     step = runner.step
 
-    def timed(slots, tokens, positions, chunks=(), logits_for=None):  # 4 ms a step, a chunk token 0.5 ms and 5 us
-        clock.now += 0.004 + sum(0.0005 * len(ids) + 5e-6 * sum(range(start + 1, start + len(ids) + 1))  # a position
-                                 for _, start, ids in chunks)
-        return step(slots, tokens, positions, chunks, logits_for)
+    def timed(slots, tokens, positions, chunks=()):  # 4 ms a step, a chunk token 0.5 ms and 5 us a position
+        clock.now += 0.004 + sum(0.0005 * len(c.token_ids) + 5e-6 * sum(range(c.start + 1, c.start + len(c.token_ids) + 1))
+                                 for c in chunks)
+        return step(slots, tokens, positions, chunks)
 
     runner.step = timed
     engine = Engine(runner, tokenizer, max_queue=4, prefill_budget=64, clock=clock)
@@ -474,7 +474,7 @@ def test_a_failed_decode_step_ends_the_requests_in_it_while_a_prefill_in_the_sam
     a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
     b = submit(engine, tokenizer, "b", "m", max_new_tokens=5)
     engine.runner.fail("decode", RuntimeError("XLA said no"))
-    with caplog.at_level(logging.ERROR, logger="typewriter.engine.engine"):
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
         engine.step()  # b's prompt is prefilled, then the decode of a fails
     assert (a.wait().reason, a.wait().error) == (FinishReason.ERROR, "a decode step failed on the server")
     assert caplog.text.count("Traceback") == 1 and "a decode step failed for a" in caplog.text
@@ -508,7 +508,7 @@ def test_a_failed_one_pass_step_ends_every_request_in_it_and_the_engine_goes_on(
     a = _running(engine, tokenizer, "a", "a", max_new_tokens=6)
     b = submit(engine, tokenizer, "b", "m", max_new_tokens=5)
     engine.runner.fail("step", RuntimeError("XLA said no"))
-    with caplog.at_level(logging.ERROR, logger="typewriter.engine.engine"):
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
         engine.step()  # b's chunk and a's decode row in one call, which fails
     for rec in (a, b):
         assert (rec.wait().reason, rec.wait().error) == (FinishReason.ERROR, "a step failed on the server")
@@ -627,7 +627,7 @@ def test_steps_that_keep_failing_end_every_request_and_the_engine_refuses_new_on
     the model state is broken: the engine fails as a whole, and every request, waiting ones too, hears of it."""
     engine = started(slots=1)
     engine.runner.fail("extend", RuntimeError("XLA said no"), times=1000)
-    with caplog.at_level(logging.ERROR, logger="typewriter.engine.engine"):
+    with caplog.at_level(logging.ERROR, logger="typewriter.engine"):
         recs = [submit(engine, tokenizer, rid, rid, max_new_tokens=4) for rid in "abcd"]
         finished = [rec.wait() for rec in recs]
     assert [f.reason for f in finished] == [FinishReason.ERROR] * 4
@@ -665,7 +665,7 @@ def test_tiny_model_answers_concurrently_exactly_as_a_cacheless_greedy_loop(tiny
         assert finished.reason in (FinishReason.LENGTH, FinishReason.EOS)
         expected = greedy_loop(model, ids, 12, tokenizer.eos_token_ids)
         assert [t.token_id for t in recs[name].tokens] == expected, name
-    assert engine.runner.tracing_counts().get("decode/2x64") == 1  # the two answers shared decode steps
+    assert engine.runner.compiler.tracing_counts().get("decode/2x64") == 1  # the two answers shared decode steps
 
 
 def test_tiny_model_answers_from_its_cache_exactly_as_from_scratch(tiny_gguf):
@@ -703,7 +703,7 @@ def test_tiny_model_answers_from_its_cache_exactly_as_from_scratch(tiny_gguf):
     steps_until(cold, *fresh)
     assert second.of(Started)[0].cached_tokens == len(first_ids) + 7  # all but the last answer token
     assert shared.of(Started)[0].cached_tokens == len(prefix)
-    assert ("copy" in warm.runner.tracing_counts()) and not busy.of(Queued)
+    assert ("copy" in warm.runner.compiler.tracing_counts()) and not busy.of(Queued)
     assert [t.token_id for t in second.tokens] == [t.token_id for t in fresh[0].tokens]
     assert [t.token_id for t in shared.tokens] == [t.token_id for t in fresh[1].tokens]
     assert [r.of(Started)[0].cached_tokens for r in fresh] == [0, 0]

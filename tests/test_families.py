@@ -18,6 +18,7 @@ from tiny_model import (
 )
 
 from typewriter import runtime
+from typewriter.runners.xla.load import build_model
 from typewriter.runners.xla.model import Transformer
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.errors import ModelFormatError
@@ -56,7 +57,7 @@ def test_a_llama_with_a_sentencepiece_tokenizer_answers_as_the_greedy_loop_and_s
         path = write_hf_dir(tmp_path / "hf", cfg, weights, tokenizer=form)
     ids, answer_ids, text, tokenizer = answer(path, [{"role": "user", "content": "hello world"}])
     assert ids[0] == tokenizer.bos_token_id and tokenizer.decode(ids).endswith("hello world [/INST]")
-    model = Transformer(*load_weights(path), slots=1, max_len=64)
+    model = build_model(*load_weights(path), slots=1, max_len=64)
     assert answer_ids == greedy_loop(model, ids, GREEDY.max_new_tokens, tokenizer.eos_token_ids)
     assert text == llama_cpp_text(tokenizer, answer_ids)
     if "\ufffd" not in tokenizer.decode(answer_ids):
@@ -98,7 +99,7 @@ def test_gpt2_logits_match_a_numpy_forward_pass_of_hf_modeling_gpt2_at_every_pos
     cfg, weights, paths = gpt2
     loaded_cfg, loaded = load_weights(paths[form])
     assert loaded_cfg.family == "gpt2" and loaded_cfg.n_layers == cfg.n_layers and loaded_cfg.dim == cfg.dim
-    model = Transformer(loaded_cfg, loaded, slots=1, max_len=64)
+    model = build_model(loaded_cfg, loaded, slots=1, max_len=64)
     assert isinstance(model, GPT2Transformer)
     expected = gpt2_reference_logits(cfg, weights, PROMPT)
     got = prefill_all(model, PROMPT)
@@ -107,7 +108,7 @@ def test_gpt2_logits_match_a_numpy_forward_pass_of_hf_modeling_gpt2_at_every_pos
 
 def test_gpt2_cached_decoding_gives_the_logits_of_a_full_prefill(gpt2):
     cfg, _, paths = gpt2
-    model = Transformer(*load_weights(paths["gguf"]), slots=2, max_len=64)
+    model = build_model(*load_weights(paths["gguf"]), slots=2, max_len=64)
     import tensorflow as tf
 
     full = prefill_all(model, PROMPT, slot=1)
@@ -129,7 +130,7 @@ def test_gpt2_answers_as_the_greedy_loop_over_the_numpy_reference(gpt2):
 
 def test_gpt2_quantized_gguf_stays_close(gpt2, tmp_path):
     cfg, weights, _ = gpt2
-    model = Transformer(*load_weights(write_gpt2_gguf(tmp_path / "q8.gguf", cfg, weights, quant=Q.Q8_0)),
+    model = build_model(*load_weights(write_gpt2_gguf(tmp_path / "q8.gguf", cfg, weights, quant=Q.Q8_0)),
                         slots=1, max_len=64)
     expected = gpt2_reference_logits(cfg, weights, PROMPT)
     assert np.abs(prefill_all(model, PROMPT) - expected).max() < 0.05 * np.abs(expected).max()
@@ -165,7 +166,7 @@ def test_phi3_fused_tensors_load_to_the_llama_blocks_canonical_arrays(phi3, form
     assert loaded.keys() == weights.keys()
     for name, w in weights.items():
         np.testing.assert_array_equal(loaded[name], w, err_msg=name)
-    assert type(Transformer(loaded_cfg, loaded, slots=1, max_len=16)) is Transformer
+    assert type(build_model(loaded_cfg, loaded, slots=1, max_len=16)) is Transformer
 
 
 def test_phi3_answers_alike_from_both_formats_as_the_greedy_loop(phi3):
@@ -173,7 +174,7 @@ def test_phi3_answers_alike_from_both_formats_as_the_greedy_loop(phi3):
     answers = [answer(paths[form], [{"role": "user", "content": "hello"}]) for form in ("gguf", "hf")]
     (ids, answer_ids, text, tokenizer), other = answers[0], answers[1]
     assert (ids, answer_ids, text) == other[:3]
-    model = Transformer(cfg, weights, slots=1, max_len=64)
+    model = build_model(cfg, weights, slots=1, max_len=64)
     assert answer_ids == greedy_loop(model, ids, GREEDY.max_new_tokens, tokenizer.eos_token_ids)
 
 
@@ -228,7 +229,7 @@ def test_logits_and_greedy_continuation_match_transformers_from_both_formats(tmp
     gguf_options = {"tokenizer": "spm"} if family == "llama_spm" else {}
     for path in (write_hf(tmp_path / "hf", cfg, weights, **options),
                  write_gguf_file(tmp_path / "m.gguf", cfg, weights, **gguf_options)):
-        model = Transformer(*load_weights(path), slots=1, max_len=64)
+        model = build_model(*load_weights(path), slots=1, max_len=64)
         got = prefill_all(model, prompt)
         assert np.abs(got - expected).max() < GOLDEN_TOLERANCE * max(1.0, np.abs(expected).max()), path.name
         assert greedy_loop(model, prompt, n, eos_ids=()) == golden["greedy"], path.name

@@ -29,7 +29,7 @@ def test_the_kernel_is_built_once_into_its_folder_and_reused(tmp_path):
 
 def test_without_a_compiler_attention_runs_in_numpy_and_the_log_says_why(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("PATH", str(tmp_path))  # no cc here
-    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         assert kernel.load.__wrapped__(str(tmp_path)) is None
     assert "no C compiler" in caplog.text and "numpy" in caplog.text
 
@@ -38,7 +38,7 @@ def test_a_kernel_that_does_not_build_is_named_in_the_log(tmp_path, monkeypatch,
     broken = tmp_path / "attention.c"
     broken.write_text("this is not C;\n")
     monkeypatch.setattr(kernel, "SOURCE", broken)
-    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         assert kernel.load.__wrapped__(str(tmp_path / "cache")) is None
     assert "did not build" in caplog.text
     assert not list((tmp_path / "cache" / "kernels").iterdir())  # no half-written library left behind
@@ -46,7 +46,7 @@ def test_a_kernel_that_does_not_build_is_named_in_the_log(tmp_path, monkeypatch,
 
 def test_heads_the_kernel_cannot_take_get_numpy_attention(caplog):
     cfg = tiny_config(dim=32, n_heads=4, n_kv_heads=2)  # 8 channels a head
-    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         lite = LiteRunner(cfg, random_weights(cfg, seed=3), 1, 64, 16)
     assert lite.cache.kernel is None and "multiple of 16" in caplog.text
     assert np.isfinite(lite.extend(0, 0, [1, 2, 3])).all()
@@ -77,7 +77,7 @@ def test_a_kernel_built_beside_its_source_needs_no_compiler(tmp_path, monkeypatc
     kernel.main()
     (built,) = tmp_path.glob("attention-*.so")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no cc from here on
-    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         loaded = kernel.load.__wrapped__(str(tmp_path / "cache"))
     assert loaded is not None and not caplog.text and not (tmp_path / "cache").exists()
     assert "attention-" in built.name

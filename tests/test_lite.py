@@ -9,13 +9,14 @@ from helpers import Recorder
 from tiny_model import gpt2_config, prefill_all, random_weights, tiny_config
 
 from typewriter import runtime
+from typewriter.engine.runner import PrefillChunk
 from typewriter.config import ConfigError, Settings
 from typewriter.runners.lite import attention
-from typewriter.runners.lite.flatbuffer import Program
+from typewriter.runners.lite.flatbuffer import ProgramBuilder
 from typewriter.runners.lite.kernel import load as load_kernel
 from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.xla.model import Transformer
-from typewriter.runners.quiet_import import lite_interpreter
+from typewriter.runners.lite.interpreter import lite_interpreter
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.models.rotation import quantize_int8
 from typewriter.weights import load_weights
@@ -41,7 +42,7 @@ def test_an_int8_matmul_program_resizes_to_any_rows_and_each_row_is_its_own():
     w = rng.standard_normal((96, 40)).astype(np.float32)
     q = np.clip(np.round(w / (np.abs(w).max(0) / 127)), -127, 127).astype(np.int8)
     scale = (np.abs(w).max(0) / 127).astype(np.float32)
-    p = Program(rows=1)
+    p = ProgramBuilder(rows=1)
     x_in = p.input(96)
     it = lite_interpreter(p.finish([p.int8_matmul(x_in, q, scale)]), threads=2)
     x = rng.standard_normal((5, 96)).astype(np.float32)
@@ -81,7 +82,7 @@ def test_a_matmul_takes_its_rows_to_about_16_bits_where_xnnpack_alone_rounds_the
     x[6, 0] = np.abs(x[6]).max() * 1.5  # its largest element first
     outputs = {}
     for name, two_pass in (("two", True), ("one", False)):
-        p = Program(rows=1)
+        p = ProgramBuilder(rows=1)
         x_in = p.input(96)
         outputs[name] = run_program(p.finish([p.int8_matmul(x_in, q, scale, two_pass=two_pass)]), x)
     want = x.astype(np.float64) @ (q * scale.astype(np.float64))
@@ -163,7 +164,7 @@ def test_with_the_kernel_a_decoded_token_is_the_same_bits_as_that_token_prefille
     lite.extend(0, 0, ids[:290])
     decoded = [lite.decode([0, 2], [ids[p], ids[p]], [p, p - 290])[0] for p in range(290, 300)]  # beside another
     np.testing.assert_array_equal(np.stack(decoded[:-1]), lite.extend(1, 0, ids[:299], all_logits=True)[290:])
-    np.testing.assert_array_equal(decoded[-1], lite.step([], [], [], [(1, 299, ids[299:])])[1][0])
+    np.testing.assert_array_equal(decoded[-1], lite.step([], [], [], [PrefillChunk(1, 299, ids[299:])]).prefilled[0])
     for layer in range(cfg.n_layers):
         np.testing.assert_array_equal(lite.cache.k[layer][0], lite.cache.k[layer][1])
 
@@ -187,13 +188,15 @@ def test_one_pass_of_a_whole_step_gives_what_its_separate_calls_give(pair):
     lite.extend(0, 0, IDS[:6])
     lite.extend(1, 0, IDS[:4])
     alone = lite.decode([0], [7], [6])[0], lite.extend(1, 4, IDS[4:9]), lite.extend(2, 0, IDS[:3])
-    decoded, prefilled = lite.step([0], [7], [6], [(1, 4, IDS[4:9]), (2, 0, IDS[:3])])  # the same K/V again
+    out = lite.step([0], [7], [6], [PrefillChunk(1, 4, IDS[4:9]), PrefillChunk(2, 0, IDS[:3])])  # the same K/V again
+    decoded, prefilled = out.decoded, out.prefilled
     assert decoded.shape == (1, lite.vocab_size) and len(prefilled) == 2
     np.testing.assert_allclose(np.stack([decoded[0], *prefilled]), np.stack(alone), rtol=1e-5, atol=1e-5)
     later = lite.decode([1, 2], [4, 4], [9, 3])  # each slot goes on from what the one pass wrote
     np.testing.assert_allclose(later[0], lite.extend(1, 0, [*IDS[:9], 4]), rtol=1e-4, atol=1e-4)
     # A chunk that does not end its prompt needs no logits: None in its place, the others the same.
-    decoded_again, partial = lite.step([0], [7], [6], [(1, 4, IDS[4:9]), (2, 0, IDS[:3])], logits_for=[False, True])
+    again = lite.step([0], [7], [6], [PrefillChunk(1, 4, IDS[4:9], wants_logits=False), PrefillChunk(2, 0, IDS[:3])])
+    decoded_again, partial = again.decoded, again.prefilled
     assert partial[0] is None
     np.testing.assert_allclose(np.stack([decoded_again[0], partial[1]]), np.stack([decoded[0], prefilled[1]]),
                                rtol=1e-5, atol=1e-5)

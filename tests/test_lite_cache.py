@@ -103,13 +103,13 @@ def test_a_broken_entry_is_a_miss_with_a_warning_and_an_unwritable_folder_only_a
     key = cache_key(model_file, cfg, "int8-lite")
     cache.save(key, made, model_file, "int8-lite")
     (tmp_path / "cache" / key / "layer1.tflite").unlink()
-    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         assert cache.load(key, cfg.n_layers) is None
     assert "unreadable" in caplog.text and key in caplog.text
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the cache folder should be")
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="typewriter.runners.lite"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         ProgramCache(blocked / "lite").save(key, made, model_file, "int8-lite")
     assert "could not save the int8-lite programs" in caplog.text
     assert ProgramCache(None).load(key, cfg.n_layers) is None  # no cache: nothing read
@@ -153,7 +153,7 @@ def test_a_cached_program_that_does_not_load_is_made_again_and_replaced(tiny_ggu
     (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
     (entry / "layer1.tflite").write_bytes(b"not a flatbuffer at all")
     said: list[str] = []
-    with caplog.at_level(logging.WARNING, logger="typewriter.runtime"):
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
     try:
         assert greedy(engine, tokenizer.encode("or")) == first

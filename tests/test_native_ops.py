@@ -9,8 +9,8 @@ import tensorflow as tf
 from tiny_model import gpt2_config, random_gpt2_weights, random_weights, tiny_config, write_gpt2_gguf
 
 from typewriter.runners.xla import native_ops
-from typewriter.runners.xla.model import Transformer
-from typewriter.runners.xla.runner import ModelRunner
+from typewriter.runners.xla.load import build_model
+from typewriter.runners.xla.runner import XlaRunner
 from typewriter.weights import load_weights
 
 # The ops a model could plausibly use that tf2xla registers with MlirXlaOpKernel (TensorFlow 2.21's
@@ -85,10 +85,10 @@ def test_no_program_holds_an_op_lowered_one_at_a_time_through_mlir(family, weigh
     else:  # through a file: the canonical names are the loader's
         path = write_gpt2_gguf(tmp_path / "gpt2.gguf", gpt2_config(), random_gpt2_weights(gpt2_config()))
         cfg, weights = load_weights(path)
-    model = Transformer(cfg, weights, slots=4, max_len=32, max_chunk=8, kv_buckets=(16, 32),
+    model = build_model(cfg, weights, slots=4, max_len=32, max_chunk=8, kv_buckets=(16, 32),
                         weight_format=weight_format)
-    runner = ModelRunner(model, chunk_buckets=(8,), batch_buckets=(1, 4))
-    for key in runner.programs():
-        ops = _ops(runner._fn(key).get_concrete_function(*runner._idle_args(key)))
+    runner = XlaRunner(model, chunk_buckets=(8,), batch_buckets=(1, 4))
+    for key in runner.compiler.programs():
+        ops = _ops(runner.compiler.fn(key).get_concrete_function(*runner.compiler._idle_args(key)))
         assert "SoftplusGrad" in ops or key[0] == "copy"  # the check sees into the layers' functions
         assert not ops & LOWERED_THROUGH_MLIR, key

@@ -14,7 +14,8 @@ import pytest
 from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 
 from typewriter.runners.xla.model import Transformer
-from typewriter.runners.xla.runner import ModelRunner, bucket, power_of_two_buckets
+from typewriter.runners.xla.compiler import bucket, power_of_two_buckets
+from typewriter.runners.xla.runner import XlaRunner
 
 CHUNK, BATCH, KV = (8, 16), (1, 2), (16, 32)
 
@@ -25,8 +26,8 @@ def weights():
     return cfg, random_weights(cfg, seed=11)
 
 
-def make_runner(cfg, w) -> ModelRunner:
-    return ModelRunner(Transformer(cfg, w, slots=2, max_len=32, max_chunk=16, kv_buckets=KV), CHUNK, BATCH)
+def make_runner(cfg, w) -> XlaRunner:
+    return XlaRunner(Transformer(cfg, w, slots=2, max_len=32, max_chunk=16, kv_buckets=KV), CHUNK, BATCH)
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_every_function_is_traced_once_per_bucket_however_lengths_and_positions_
         rows = 1 + step % 2
         positions = rng.integers(0, 32, rows) if step % 3 else rng.integers(0, 16, rows)
         runner.decode(list(range(rows)), rng.integers(0, 265, rows).tolist(), positions.tolist())
-    assert runner.tracing_counts() == {
+    assert runner.compiler.tracing_counts() == {
         "prefill/8x16": 1, "prefill/8x32": 1, "prefill/16x16": 1, "prefill/16x32": 1,
         "decode/1x16": 1, "decode/1x32": 1, "decode/2x16": 1, "decode/2x32": 1,
     }
@@ -52,10 +53,10 @@ def test_calls_use_the_smallest_bucket_that_fits(weights):
     runner = make_runner(*weights)
     runner.extend(0, 0, [5, 6, 7, 8, 9, 10, 11, 12, 13])  # 9 tokens from position 0: chunk 16, cache 16
     runner.decode([0], [4], [9])  # one row at position 9: 1 x 16
-    assert set(runner.tracing_counts()) == {"prefill/16x16", "decode/1x16"}
+    assert set(runner.compiler.tracing_counts()) == {"prefill/16x16", "decode/1x16"}
     runner.extend(0, 10, [1, 2, 3])  # 3 tokens after 10 cached: chunk 8, and 13 positions fit in 16
     runner.decode([0, 1], [4, 5], [16, 0])  # position 16 needs 17 cached: 2 x 32
-    assert set(runner.tracing_counts()) == {"prefill/16x16", "prefill/8x16", "decode/1x16", "decode/2x32"}
+    assert set(runner.compiler.tracing_counts()) == {"prefill/16x16", "prefill/8x16", "decode/1x16", "decode/2x32"}
 
 
 def test_a_prompt_prefilled_in_chunks_then_decoded_matches_the_eager_model_across_a_cache_boundary(runner, weights):
@@ -94,15 +95,15 @@ def test_a_copied_slot_continues_exactly_as_the_original(runner, weights):
 def test_warmup_compiles_every_bucket_and_later_calls_trace_nothing(weights):
     runner = make_runner(*weights)
     seen = []
-    runner.warmup(lambda i, n, label: seen.append((i, n, label)))
-    counts = runner.tracing_counts()
+    runner.compiler.warmup(lambda i, n, label: seen.append((i, n, label)))
+    counts = runner.compiler.tracing_counts()
     n = len(CHUNK) * len(KV) + len(BATCH) * len(KV) + 1  # and the cache copy
     assert len(counts) == n and set(counts.values()) == {1}
     assert seen[-1][:2] == (n, n)
     runner.extend(0, 4, [1, 2, 3])
     runner.copy_slot(0, 1)
     runner.decode([0, 1], [1, 2], [3, 30])
-    assert runner.tracing_counts() == counts
+    assert runner.compiler.tracing_counts() == counts
 
 
 def test_bucket_picks_the_first_that_holds_n_and_refuses_beyond_the_last():
@@ -120,9 +121,9 @@ def test_power_of_two_buckets_double_and_always_end_at_the_limit():
 def test_runner_refuses_buckets_that_do_not_fit_the_cache(weights):
     model = Transformer(*weights, slots=2, max_len=32, max_chunk=16, kv_buckets=KV)
     with pytest.raises(ValueError, match="batch buckets must end"):
-        ModelRunner(model, CHUNK, (1,))
+        XlaRunner(model, CHUNK, (1,))
     with pytest.raises(ValueError, match="chunks within the model's max_chunk"):
-        ModelRunner(model, (8, 32), BATCH)
+        XlaRunner(model, (8, 32), BATCH)
     with pytest.raises(ValueError, match=r"cache segments \(16, 24\) must be positive and end at 32"):
         Transformer(*weights, slots=2, max_len=32, kv_buckets=(16, 24))
 
@@ -135,30 +136,30 @@ def test_one_xla_program_serves_every_slot_start_and_copy_pair(runner):
         return fn.experimental_get_compiler_ir(*args)(stage="hlo")
 
     chunk = np.zeros([1, 8], np.int32)
-    assert hlo(runner.extend_fn(8, 16), chunk, np.int32(0), np.int32(3), np.int32(0)) == \
-        hlo(runner.extend_fn(8, 16), chunk, np.int32(5), np.int32(2), np.int32(1))
-    copy = runner._fn(("copy", 1, 32))
+    assert hlo(runner.compiler.extend_fn(8, 16), chunk, np.int32(0), np.int32(3), np.int32(0)) == \
+        hlo(runner.compiler.extend_fn(8, 16), chunk, np.int32(5), np.int32(2), np.int32(1))
+    copy = runner.compiler.fn(("copy", 1, 32))
     assert hlo(copy, np.int32(0), np.int32(1)) == hlo(copy, np.int32(1), np.int32(0))
     rows = np.zeros([2], np.int32)
-    assert hlo(runner.decode_fn(2, 16), rows, rows, np.array([0, 1], np.int32)) == \
-        hlo(runner.decode_fn(2, 16), rows + 3, rows + 4, np.array([1, 0], np.int32))
+    assert hlo(runner.compiler.decode_fn(2, 16), rows, rows, np.array([0, 1], np.int32)) == \
+        hlo(runner.compiler.decode_fn(2, 16), rows + 3, rows + 4, np.array([1, 0], np.int32))
 
 
 COMPILE_IN_ORDER = """
 import sys
-from typewriter.runners.quiet_import import prepare_environment
+from typewriter.runners.xla.tf_env import prepare_environment
 prepare_environment(sys.argv[1])
 import numpy as np, tensorflow as tf
 from tiny_model import random_weights, tiny_config
 from typewriter.runners.xla.model import Transformer
-from typewriter.runners.xla.runner import ModelRunner
+from typewriter.runners.xla.runner import XlaRunner
 cfg = tiny_config()
-runner = ModelRunner(Transformer(cfg, random_weights(cfg), slots=2, max_len=32, max_chunk=16, kv_buckets=(16, 32)),
+runner = XlaRunner(Transformer(cfg, random_weights(cfg), slots=2, max_len=32, max_chunk=16, kv_buckets=(16, 32)),
                      (8, 16), (1, 2))
 tf.constant(np.arange(7)) + 1  # eager work in between advances TensorFlow's naming counter
 for key in sys.argv[2:]:
     kind, size, kv_len = key.split(":")
-    runner.compile((kind, int(size), int(kv_len)))
+    runner.compiler.compile((kind, int(size), int(kv_len)))
 """
 
 
@@ -181,14 +182,14 @@ def test_a_program_compiled_in_another_order_after_other_work_is_found_in_the_xl
 def test_while_the_background_compiles_calls_make_do_with_compiled_programs_and_still_match_the_model(weights):
     cfg, w = weights
     runner = make_runner(cfg, w)
-    runner.compile_all([("prefill", 8, 32), ("decode", 1, 32)])
+    runner.compiler.compile_all([("prefill", 8, 32), ("decode", 1, 32)])
     first, gate = threading.Event(), threading.Event()
 
     def hold(done, total, name):  # the background holds after its first program
         first.set()
         gate.wait(60)
 
-    thread = runner.compile_in_background(hold)
+    thread = runner.compiler.compile_in_background(hold)
     assert first.wait(60)
     tokens = np.random.default_rng(4).integers(0, cfg.vocab_size, 13).tolist()
     expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)
@@ -197,31 +198,31 @@ def test_while_the_background_compiles_calls_make_do_with_compiled_programs_and_
         np.testing.assert_allclose(got, expected[11], atol=TOLERANCE)
     got = runner.decode([0, 1], [tokens[12]] * 2, [12, 12])  # 2 x 16 is not compiled: two calls of one row
     np.testing.assert_allclose(got, [expected[12]] * 2, atol=TOLERANCE)
-    assert not {"prefill/16x16", "decode/2x16"} & set(runner.tracing_counts())
-    assert runner.compile_status() == {"compiled": 3, "total": len(runner.programs()), "compiling": []}
+    assert not {"prefill/16x16", "decode/2x16"} & set(runner.compiler.tracing_counts())
+    assert runner.compiler.status() == {"compiled": 3, "total": len(runner.compiler.programs()), "compiling": []}
     gate.set()
     thread.join(120)
-    assert runner.compile_status() == {"compiled": len(runner.programs()), "total": len(runner.programs()),
+    assert runner.compiler.status() == {"compiled": len(runner.compiler.programs()), "total": len(runner.compiler.programs()),
                                        "compiling": []}
-    assert set(runner.tracing_counts().values()) == {1}
+    assert set(runner.compiler.tracing_counts().values()) == {1}
 
 
 def test_a_prefill_program_alone_serves_decode_rows_until_theirs_compile(weights):
     cfg, w = weights
     runner = make_runner(cfg, w)
-    runner.compile_all([("prefill", 8, 16)])
+    runner.compiler.compile_all([("prefill", 8, 16)])
     started, gate = threading.Event(), threading.Event()
-    real_compile = runner.compile
+    real_compile = runner.compiler.compile
 
     def held_compile(key):  # the background is still on its first program
         started.set()
         gate.wait(60)
         real_compile(key)
 
-    runner.compile = held_compile
-    thread = runner.compile_in_background()
+    runner.compiler.compile = held_compile
+    thread = runner.compiler.compile_in_background()
     assert started.wait(60)
-    assert runner.can_run("decode", 2, 14)
+    assert runner.compiler.can_run("decode", 2, 14)
     tokens = np.random.default_rng(5).integers(0, cfg.vocab_size, 14).tolist()
     expected = prefill_all(Transformer(cfg, w, slots=1, max_len=32), tokens)
     for slot in (0, 1):
@@ -230,10 +231,10 @@ def test_a_prefill_program_alone_serves_decode_rows_until_theirs_compile(weights
     np.testing.assert_allclose(got, [expected[12]] * 2, atol=TOLERANCE)
     got = runner.decode([1], [tokens[13]], [13])  # reads the K/V that the chunk wrote
     np.testing.assert_allclose(got, [expected[13]], atol=TOLERANCE)
-    assert set(runner.tracing_counts()) == {"prefill/8x16"}
-    assert runner._queue[0] == ("decode", 1, 16)  # what the rows lacked compiles next
-    assert not runner.can_run("decode", 1, 20)  # past the compiled program's attention length: its own is needed
+    assert set(runner.compiler.tracing_counts()) == {"prefill/8x16"}
+    assert runner.compiler._queue[0] == ("decode", 1, 16)  # what the rows lacked compiles next
+    assert not runner.compiler.can_run("decode", 1, 20)  # past the compiled program's attention length: its own is needed
     gate.set()
     thread.join(120)
     np.testing.assert_allclose(runner.decode([1], [tokens[13]], [13]), [expected[13]], atol=TOLERANCE)
-    assert "decode/1x16" in runner.tracing_counts()
+    assert "decode/1x16" in runner.compiler.tracing_counts()

@@ -1,9 +1,9 @@
 """The engine: one thread owns the model and calls `step()`; callers submit requests from any thread.
 
 `step()` is the whole engine: the scheduler decides (cancellations, deadlines, admission, queue positions, which
-prompt chunks fit the step's budget), the runner computes (prefill chunks, one batched decode step; a runner
-with `one_pass` takes them all in one call, over its weights once), each sequence takes its token and says what
-text is now certain and whether it is done, and the events go out. The thread only waits for work and calls
+prompt chunks fit the step's budget), the runner computes (the prefill chunks and one batched decode step, in
+one `Runner.step` call: runner.py), each sequence takes its token and says what text is now certain and
+whether it is done, and the events go out. The thread only waits for work and calls
 `step()`; tests call it directly. Events reach each request's `on_event` callback on the engine thread; the
 callback must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows
 nothing about chat templates or sockets.
@@ -18,17 +18,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
+from ..text.detokenizer import Spelling
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
+from .runner import PrefillChunk, Runner
 from .scheduler import Chunk, Plan, Scheduler
 from .sequence import Sequence, Status
-
-if TYPE_CHECKING:
-    from ..runners.xla.runner import ModelRunner
 
 log = logging.getLogger("typewriter.engine")
 
@@ -58,6 +57,15 @@ _NEXT = {
 }
 
 
+class Vocabulary(Spelling, Protocol):
+    """What the engine needs of a tokenizer (text/tokenizer.py's): the ids that end an answer and each token's
+    bytes. It never sees text going in: requests arrive as token ids."""
+
+    eos_token_ids: frozenset[int]
+
+    def token_bytes(self, token_id: int) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class EngineStats:
     active: int
@@ -74,7 +82,7 @@ class StepStats:
 
 
 class Engine:
-    def __init__(self, runner: ModelRunner, tokenizer, max_queue: int, prefill_budget: int,
+    def __init__(self, runner: Runner, tokenizer: Vocabulary, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
                  queue_timeout_s: float | None = None):
         """`prefill_budget`: prompt tokens prefilled per step while answers are decoded (with none decoding, a
@@ -148,12 +156,14 @@ class Engine:
             return EngineStats(active=len(self.scheduler.running), queued=len(self.scheduler.waiting))
 
     def prepare(self, request: GenerationRequest) -> None:
-        """Start compiling what this request's answer will need (for a caller that serves one at a time)."""
-        self.runner.compile_for_answer(len(request.prompt_ids), request.params.max_new_tokens)
+        """Start compiling what this request's answer will need, where the runner compiles (for a caller that
+        serves one at a time)."""
+        if (compiler := self.runner.compiler) is not None:
+            compiler.prepare_answer(len(request.prompt_ids), request.params.max_new_tokens)
 
-    def compile_status(self) -> dict:
-        """The runner's compiled programs so far, of all (see ModelRunner.compile_status)."""
-        return self.runner.compile_status()
+    def describe_runtime(self) -> dict:
+        """The runner's own account of itself, for /readyz (runner.py's `describe`)."""
+        return self.runner.describe()
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
         """End every running and waiting request with reason `shutdown`, then stop the thread (and any
@@ -210,12 +220,7 @@ class Engine:
                 faults += self._fail([by_slot[target]], "a cache copy")
         chunks, decode = self._runnable(plan)
         chunks = [c for c in chunks if c.seq.status is not Status.FINISHED]  # not those whose copy failed
-        if getattr(self.runner, "one_pass", False):
-            faults += self._one_pass(chunks, decode)
-        else:
-            faults += self._chunks(chunks)
-            if decode:
-                faults += self._decode(decode)
+        faults += self._compute(chunks, decode)
         if chunks or decode:
             took = self.clock() - began
             if not faults:
@@ -229,64 +234,46 @@ class Engine:
     def _runnable(self, plan: Plan) -> tuple[list[Chunk], list[Sequence]]:
         """The chunks and decode rows that programs compiled by now can run. The others sit this step out while
         the programs they need compile in the background, unless nothing could run: then all go, and wait."""
-        can_run = self.runner.can_run
-        chunks = [c for c in plan.chunks if can_run("prefill", c.length, c.start + c.length)]
-        rows = [seq for seq in plan.decode if can_run("decode", len(plan.decode), seq.num_tokens)]
+        if (compiler := self.runner.compiler) is None:
+            return plan.chunks, plan.decode
+        chunks = [c for c in plan.chunks if compiler.can_run("prefill", c.length, c.start + c.length)]
+        rows = [seq for seq in plan.decode if compiler.can_run("decode", len(plan.decode), seq.num_tokens)]
         if not chunks and not rows:
             return plan.chunks, plan.decode
         return chunks, rows
 
-    def _chunks(self, chunks: list[Chunk]) -> int:
-        """Prefill each chunk in its own call; returns how many failed."""
-        faults = 0
-        for chunk in chunks:
-            try:
-                logits = self.runner.extend(chunk.seq.slot, chunk.start, chunk.token_ids)  # [vocab]
-            except Exception:
-                faults += self._fail([chunk.seq], "a prefill chunk")
-                continue
-            self._prefilled(chunk, logits)
-        return faults
-
-    def _one_pass(self, chunks: list[Chunk], batch: list[Sequence]) -> int:
-        """The chunks and the decode rows in one runner call (one pass over the weights for all of them);
-        returns 1 if it failed, which ends every request in it."""
+    def _compute(self, chunks: list[Chunk], batch: list[Sequence]) -> int:
+        """The chunks and the decode rows in one runner call; returns 1 if any of it failed (a failed call ends
+        exactly the requests it concerned), else 0."""
         if not chunks and not batch:
             return 0
         try:
-            decoded, prefilled = self.runner.step(
-                [seq.slot for seq in batch], [seq.output_ids[-1] for seq in batch],
-                [seq.num_tokens - 1 for seq in batch], [(c.seq.slot, c.start, c.token_ids) for c in chunks],
-                [c.last for c in chunks])
+            out = self.runner.step([seq.slot for seq in batch], [seq.output_ids[-1] for seq in batch],
+                                   [seq.num_tokens - 1 for seq in batch],
+                                   [PrefillChunk(c.seq.slot, c.start, c.token_ids, c.last) for c in chunks])
         except Exception:
             return self._fail([c.seq for c in chunks] + batch, "a step")
-        for chunk, logits in zip(chunks, prefilled):
-            self._prefilled(chunk, logits)
-        if batch:
+        decode_failed = False
+        for fault in out.faults:
+            seqs = [chunks[i].seq for i in fault.chunks] + (batch if fault.decode else [])
+            decode_failed |= fault.decode
+            log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in seqs),
+                      exc_info=fault.error)
+            self._end_failed(seqs, fault.what)
+        for chunk, logits in zip(chunks, out.prefilled):
+            if chunk.seq.status is not Status.FINISHED:
+                self._prefilled(chunk, logits)
+        if batch and not decode_failed:
             self.steps += 1
-        for seq, row in zip(batch, decoded):
-            self._take(seq, row)
-        return 0
+            for seq, row in zip(batch, out.decoded):
+                self._take(seq, row)
+        return 1 if out.faults else 0
 
-    def _prefilled(self, chunk: Chunk, logits: np.ndarray) -> None:
+    def _prefilled(self, chunk: Chunk, logits: np.ndarray | None) -> None:
         with self._lock:
             self.scheduler.prefilled(chunk)
         if chunk.last:
             self._take(chunk.seq, logits)
-
-    def _decode(self, batch: list[Sequence]) -> int:
-        """Returns 1 if the decode step failed, else 0."""
-        slots = [seq.slot for seq in batch]
-        tokens = [seq.output_ids[-1] for seq in batch]
-        positions = [seq.num_tokens - 1 for seq in batch]
-        try:
-            logits = self.runner.decode(slots, tokens, positions)  # [len(batch), vocab]
-        except Exception:
-            return self._fail(batch, "a decode step")
-        self.steps += 1
-        for seq, row in zip(batch, logits):
-            self._take(seq, row)
-        return 0
 
     def _take(self, seq: Sequence, logits: np.ndarray) -> None:
         """Sample, detokenize and emit one token; a fault here ends only this request."""
@@ -301,12 +288,17 @@ class Engine:
             self._finish(seq, reason)
 
     def _fail(self, seqs: list[Sequence], what: str) -> int:
-        """An exception in `what` concerned exactly `seqs`: log it once, end them with `error` and forget their
-        slots' cache (possibly half written); every other request goes on. Call from an except block."""
+        """An exception in `what` concerned exactly `seqs`: log it once, and end them. Call from an except
+        block; returns 1, a fault."""
         log.exception("%s failed for %s; ending only those requests", what, ", ".join(s.id for s in seqs))
+        self._end_failed(seqs, what)
+        return 1
+
+    def _end_failed(self, seqs: list[Sequence], what: str) -> None:
+        """End `seqs` with `error` and forget their slots' cache (possibly half written); every other request
+        goes on."""
         for seq in seqs:
             self._finish(seq, FinishReason.ERROR, f"{what} failed on the server", reusable=False)
-        return 1
 
     def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
         with self._lock:
@@ -367,7 +359,7 @@ class Engine:
         self.state = state
 
 
-def _piece(tokenizer) -> Callable[[int], bytes]:
+def _piece(tokenizer: Vocabulary) -> Callable[[int], bytes]:
     """A token's bytes for prefix_cache.realign: its text's, or for a special token (no text) a mark of its own
     that no text contains (0xff is never in UTF-8)."""
     def piece(token_id: int) -> bytes:

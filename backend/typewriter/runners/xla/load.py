@@ -1,0 +1,73 @@
+"""Build the XLA runner for a model, and compile its programs as the caller needs them: every one before serving
+("all": benchmarks, tests), a few before and the rest in the background ("start": the server), or each on first
+use ("lazy": the CLI, which also asks the engine to prepare each request's programs)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import numpy as np
+
+from ...models.model_config import ModelConfig
+from .tf_env import import_tensorflow
+
+Compile = Literal["all", "start", "lazy"]
+Progress = Callable[[str], None]
+CHUNK_BUCKETS = (16, 64, 256)  # prompt tokens per prefill call, padded up to one of these
+log = logging.getLogger("typewriter.xla")
+
+
+def batch_buckets(slots: int) -> tuple[int, ...]:
+    """Decode batch sizes: 1, 2, 4, then every 4 up to the slot count, so a step never computes more than 3 idle
+    rows (a step's cost grows with its rows once there are more than a few)."""
+    return tuple(sorted({b for b in (1, 2, 4, *range(8, slots + 1, 4)) if b < slots} | {slots}))
+
+
+def build_model(cfg: ModelConfig, weights: dict[str, np.ndarray], **options):
+    """The TensorFlow decoder of `cfg.family`'s block (model.py's Llama block, or gpt2.py's); `options` as
+    Transformer's."""
+    from .gpt2 import GPT2Transformer
+    from .model import Transformer
+
+    return (GPT2Transformer if cfg.family == "gpt2" else Transformer)(cfg, weights, **options)
+
+
+def build(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_context: int, weight_format: str,
+          progress: Progress = lambda _: None):
+    """The runner, nothing compiled yet. Buckets trade compile time (each is one XLA program, seconds on a small
+    CPU) against padding waste: prompt chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached
+    positions, and a decode step runs one of batch_buckets(slots) rows."""
+    if "tensorflow" not in sys.modules:
+        progress("starting TensorFlow")  # seconds, and some 300 MB
+    import_tensorflow()
+    from .compiler import power_of_two_buckets
+    from .runner import XlaRunner
+
+    max_context = min(max_context, cfg.max_position)
+    chunks = tuple(c for c in CHUNK_BUCKETS if c < max_context) or (max_context,)
+    model = build_model(cfg, weights, slots=slots, max_len=max_context, max_chunk=chunks[-1],
+                        kv_buckets=power_of_two_buckets(min(256, max_context), max_context),
+                        weight_format=weight_format)
+    return XlaRunner(model, chunk_buckets=chunks, batch_buckets=batch_buckets(slots))
+
+
+def warm_up(runner, compile: Compile, progress: Progress = lambda _: None) -> None:
+    """Compile the runner's programs as `compile` says, with progress for every long wait."""
+    compiler, t0 = runner.compiler, time.perf_counter()
+    total = len(compiler.programs())
+    if compile == "all":
+        compiler.warmup(lambda i, n, label: progress(f"compiled {i}/{n}: {label}"))
+        progress(f"compiled every program in {time.perf_counter() - t0:.1f}s")
+    elif compile == "start":
+        first = compiler.first_programs()
+        compiler.compile_all(first, lambda i, n, label: progress(f"compiled {i}/{total}: {label}"))
+        progress(f"compiled {len(first)} programs in {time.perf_counter() - t0:.1f}s; the rest follow in the "
+                 "background")
+        compiler.compile_in_background(lambda i, n, label: log.info("compiled %d/%d in the background: %s", i, n,
+                                                                     label))
+    else:
+        compiler.on_demand = lambda name: progress(f"compiling {name} (first use)")
