@@ -391,3 +391,36 @@ def test_hf_default_rope_parameters_load_with_their_theta(tmp_path):
                                                                               "rope_theta": 500000.0}}
     (path / "config.json").write_text(json.dumps(config))
     assert load_weights(path)[0].rope_theta == 500000.0
+
+
+def _header(entries: dict) -> bytes:
+    text = json.dumps(entries).encode()
+    return len(text).to_bytes(8, "little") + text
+
+
+@pytest.mark.parametrize("damage, named", [
+    (b"\xff" * 64, "header too large"),  # a junk file: its first 8 bytes read as a header of exabytes
+    (b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!", "not a valid safetensors file"),
+    (_header({"w": {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}) + b"\0" * 8, "not a valid"),
+    (_header({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 8]}}) + b"\0" * 8, "not a valid"),
+    (_header({"w": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}) + b"\0" * 8, "not a valid"),
+    (b"", "not a valid"),
+])
+def test_every_malformed_safetensors_header_is_a_named_error(tmp_path, damage, named):
+    """A folder of junk as --model once ended in an OverflowError traceback (the header length was not checked)."""
+    cfg = CONFIGS["llama-tied"]
+    path = write_hf_dir(tmp_path / "hf", cfg, random_weights(cfg))
+    (weights_file,) = path.glob("*.safetensors")
+    weights_file.write_bytes(damage)
+    with pytest.raises(ModelFormatError, match=named) as refused:
+        load_weights(path)
+    assert weights_file.name in str(refused.value)
+
+
+@pytest.mark.parametrize("config", [b"\xff\xfe junk", b"{not json", b"[1, 2]"])
+def test_a_config_json_that_is_not_a_json_object_is_a_named_error(tmp_path, config):
+    cfg = CONFIGS["llama-tied"]
+    path = write_hf_dir(tmp_path / "hf", cfg, random_weights(cfg))
+    (path / "config.json").write_bytes(config)
+    with pytest.raises(ModelFormatError, match="config.json"):
+        load_weights(path)

@@ -1,4 +1,5 @@
-"""Read a Hugging Face model directory of any family in models/families.py: config.json and *.safetensors (memory-mapped)."""
+"""Read a Hugging Face model directory of any family in models/families.py: config.json and *.safetensors
+(memory-mapped)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
 
 from ..errors import ModelFormatError
 from ..models.families import HF_ARCHITECTURES, family_of_hf
@@ -20,7 +22,12 @@ class HFDirectory:
         cfg_path = self.path / "config.json"
         if not cfg_path.is_file():
             raise ModelFormatError(f"{self.path}: no config.json (expected a Hugging Face model directory)")
-        self.raw = json.loads(cfg_path.read_text())
+        try:
+            self.raw = json.loads(cfg_path.read_bytes())
+        except (ValueError, OSError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise ModelFormatError(f"{cfg_path}: not a readable JSON file ({e})") from None
+        if not isinstance(self.raw, dict):
+            raise ModelFormatError(f"{cfg_path}: expected a JSON object, got {type(self.raw).__name__}")
         archs = self.raw.get("architectures") or [self.raw.get("model_type", "?")]
         self.family = family_of_hf(archs)
         if self.family is None:
@@ -100,7 +107,18 @@ _DTYPES = {"F32": np.float32, "F16": np.float16}
 
 
 def read_safetensors_index(path: Path) -> dict[str, tuple[np.memmap, dict]]:
-    """Map each tensor name to the file's bytes after the header and its entry (dtype, shape, offsets)."""
+    """Map each tensor name to the file's bytes after the header and its entry (dtype, shape, offsets).
+
+    The safetensors library checks the whole header first (its length against the file, the JSON, every dtype,
+    shape and offset, the offsets covering the data exactly), so a malformed file is a named error here; the data
+    is then mapped by hand, because numpy has no bfloat16 and the library would copy every tensor."""
+    try:
+        with safe_open(path, framework="numpy"):
+            pass
+    except SafetensorError as e:
+        raise ModelFormatError(f"{path}: not a valid safetensors file ({e})") from None
+    except OSError as e:
+        raise ModelFormatError(f"{path}: cannot be read ({e.strerror or e})") from None
     with open(path, "rb") as f:
         header_len = int.from_bytes(f.read(8), "little")
         header = json.loads(f.read(header_len))
