@@ -10,15 +10,15 @@ from typewriter.errors import Overloaded
 from typewriter.engine.prefix_cache import MIN_COPY, PrefixCache, common_prefix, realign
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.engine.scheduler import Scheduler
-from typewriter.engine.sequence import Sequence, Status
+from typewriter.engine.request_state import RequestState, Status
 from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL, attended
 
 TOKENIZER = ScriptTokenizer(["x"])
 
 
-def seq(rid: str, prompt=(2,), timeout_s: float | None = None) -> Sequence:
+def seq(rid: str, prompt=(2,), timeout_s: float | None = None) -> RequestState:
     request = GenerationRequest(rid, list(prompt), SamplingParams(max_new_tokens=4, timeout_s=timeout_s))
-    return Sequence(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
+    return RequestState(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
 
 
 def scheduler_with(slots: int, max_queue: int, *ids: str, budget: int = 1, max_chunk: int = 8):
@@ -84,7 +84,7 @@ def machine_s(plan) -> float:
 
 
 def test_while_answers_stream_a_chunk_is_sized_to_keep_the_step_within_the_stall_bound_and_alone_it_is_not():
-    def chunks_of(long: Sequence, streaming: bool) -> list[tuple[int, int, float]]:
+    def chunks_of(long: RequestState, streaming: bool) -> list[tuple[int, int, float]]:
         scheduler = Scheduler(3, 4, max_chunk=64, budget=16, idle_budget=64)
         if streaming:
             scheduler.add(seq("running"))
@@ -242,7 +242,7 @@ def test_a_request_that_asks_for_no_cached_prefix_computes_its_whole_prompt_and_
     run(scheduler, scheduler.schedule(set(), 0.0))
     scheduler.finish(first)
     request = GenerationRequest("again", [5, 6, 7, 9], SamplingParams(max_new_tokens=4, cache_prompt=False))
-    again = Sequence(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
+    again = RequestState(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
     scheduler.add(again)
     plan = scheduler.schedule(set(), 0.0)
     assert again.reused == 0 and [(c.start, c.length) for c in plan.chunks] == [(0, 4)]

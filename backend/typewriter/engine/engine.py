@@ -27,7 +27,7 @@ from ..text.detokenizer import Spelling
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .runner import PrefillChunk, Runner
 from .scheduler import Chunk, Plan, Scheduler
-from .sequence import Sequence, Status
+from .request_state import RequestState, Status
 
 log = logging.getLogger("typewriter.engine")
 
@@ -133,7 +133,7 @@ class Engine:
             raise PromptTooLong(n, budget, self.max_context)
         if not all(0 <= t < self.vocab_size for t in request.prompt_ids):  # out of range would fail inside XLA
             raise InvalidRequest("prompt_ids", f"every token id must be between 0 and {self.vocab_size - 1}")
-        seq = Sequence(request, on_event, self.tokenizer, self.eos_ids, self.clock())
+        seq = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock())
         with self._lock:
             if self.state not in (EngineState.IDLE, EngineState.RUNNING):
                 raise EngineStopped(f"the engine is not running ({self.state.value})")
@@ -231,7 +231,7 @@ class Engine:
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")
 
-    def _runnable(self, plan: Plan) -> tuple[list[Chunk], list[Sequence]]:
+    def _runnable(self, plan: Plan) -> tuple[list[Chunk], list[RequestState]]:
         """The chunks and decode rows that programs compiled by now can run. The others sit this step out while
         the programs they need compile in the background, unless nothing could run: then all go, and wait."""
         if (compiler := self.runner.compiler) is None:
@@ -242,7 +242,7 @@ class Engine:
             return plan.chunks, plan.decode
         return chunks, rows
 
-    def _compute(self, chunks: list[Chunk], batch: list[Sequence]) -> int:
+    def _compute(self, chunks: list[Chunk], batch: list[RequestState]) -> int:
         """The chunks and the decode rows in one runner call; returns 1 if any of it failed (a failed call ends
         exactly the requests it concerned), else 0."""
         if not chunks and not batch:
@@ -275,7 +275,7 @@ class Engine:
         if chunk.last:
             self._take(chunk.seq, logits)
 
-    def _take(self, seq: Sequence, logits: np.ndarray) -> None:
+    def _take(self, seq: RequestState, logits: np.ndarray) -> None:
         """Sample, detokenize and emit one token; a fault here ends only this request."""
         try:
             token_id = seq.sample(logits)
@@ -287,20 +287,20 @@ class Engine:
         if reason is not None:
             self._finish(seq, reason)
 
-    def _fail(self, seqs: list[Sequence], what: str) -> int:
+    def _fail(self, seqs: list[RequestState], what: str) -> int:
         """An exception in `what` concerned exactly `seqs`: log it once, and end them. Call from an except
         block; returns 1, a fault."""
         log.exception("%s failed for %s; ending only those requests", what, ", ".join(s.id for s in seqs))
         self._end_failed(seqs, what)
         return 1
 
-    def _end_failed(self, seqs: list[Sequence], what: str) -> None:
+    def _end_failed(self, seqs: list[RequestState], what: str) -> None:
         """End `seqs` with `error` and forget their slots' cache (possibly half written); every other request
         goes on."""
         for seq in seqs:
             self._finish(seq, FinishReason.ERROR, f"{what} failed on the server", reusable=False)
 
-    def _finish(self, seq: Sequence, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
+    def _finish(self, seq: RequestState, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
         with self._lock:
             if seq.status is Status.FINISHED:
                 return
@@ -317,7 +317,7 @@ class Engine:
             log.exception("the step observer failed; no more step figures")
             self.on_step = None
 
-    def _emit(self, seq: Sequence, event: Event) -> None:
+    def _emit(self, seq: RequestState, event: Event) -> None:
         try:
             seq.on_event(event)
         except Exception:  # a broken consumer loses its own request, never the engine

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from ..errors import Overloaded
 from .prefix_cache import PrefixCache
 from .request import FinishReason
-from .sequence import Sequence, Status
+from .request_state import RequestState, Status
 from .step_cost import COLD_CHUNK, StepCost
 
 
 @dataclass(frozen=True)
 class Chunk:
-    seq: Sequence
+    seq: RequestState
     start: int  # the first prompt position it fills
     length: int
 
@@ -44,12 +44,12 @@ class Chunk:
 class Plan:
     """One engine step, as decided by the scheduler."""
 
-    ended: list[tuple[Sequence, FinishReason]] = field(default_factory=list)  # already out of the scheduler
-    queued: list[tuple[Sequence, int]] = field(default_factory=list)  # (waiting sequence, its new position)
-    admitted: list[Sequence] = field(default_factory=list)  # given a slot this step
+    ended: list[tuple[RequestState, FinishReason]] = field(default_factory=list)  # already out of the scheduler
+    queued: list[tuple[RequestState, int]] = field(default_factory=list)  # (waiting sequence, its new position)
+    admitted: list[RequestState] = field(default_factory=list)  # given a slot this step
     copies: list[tuple[int, int]] = field(default_factory=list)  # (source slot, target slot), before the chunks
     chunks: list[Chunk] = field(default_factory=list)  # prompt tokens to prefill, in this order
-    decode: list[Sequence] = field(default_factory=list)  # running, in slot order
+    decode: list[RequestState] = field(default_factory=list)  # running, in slot order
 
 
 class Scheduler:
@@ -65,13 +65,13 @@ class Scheduler:
         self.costs = StepCost()  # the engine tells it each step's time
         self._allowance_s: float | None = None  # what this step's chunks may still add (None: no time bound)
         self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
-        self.waiting: deque[Sequence] = deque()
-        self.running: dict[int, Sequence] = {}  # slot -> sequence, prefilling or decoding
-        self.prefilling: list[Sequence] = []  # in the order they were admitted
+        self.waiting: deque[RequestState] = deque()
+        self.running: dict[int, RequestState] = {}  # slot -> sequence, prefilling or decoding
+        self.prefilling: list[RequestState] = []  # in the order they were admitted
         self.free_slots = list(range(slots))
         self.cache = PrefixCache(slots)
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: RequestState) -> None:
         """Queue a new sequence; Overloaded when the queue is full. Those next in line take the free slots, so
         a burst may hold as many as there are free slots beyond `max_queue`."""
         if len(self.waiting) >= self.max_queue + len(self.free_slots):
@@ -117,7 +117,7 @@ class Scheduler:
             self.prefilling.remove(seq)
             seq.move_to(Status.RUNNING)
 
-    def finish(self, seq: Sequence, reusable: bool = True) -> None:
+    def finish(self, seq: RequestState, reusable: bool = True) -> None:
         """Take a sequence out, freeing its slot; it is finished from here on. The slot's cache stays reusable
         unless `reusable` is False (a failed step may have left it half written)."""
         if seq.status in (Status.PREFILLING, Status.RUNNING):
@@ -130,20 +130,20 @@ class Scheduler:
             self.waiting.remove(seq)
         seq.move_to(Status.FINISHED)
 
-    def find(self, request_id: str) -> Sequence | None:
+    def find(self, request_id: str) -> RequestState | None:
         for seq in (*self.running.values(), *self.waiting):
             if seq.id == request_id:
                 return seq
         return None
 
-    def sequences(self) -> list[Sequence]:
+    def sequences(self) -> list[RequestState]:
         """Every sequence not yet finished: those with a slot, then waiting ones in order."""
         return [*self.running.values(), *self.waiting]
 
-    def _waited_too_long(self, seq: Sequence, now: float) -> bool:
+    def _waited_too_long(self, seq: RequestState, now: float) -> bool:
         return self.queue_timeout_s is not None and now - seq.submitted > self.queue_timeout_s
 
-    def _chunk(self, plan: Plan, seq: Sequence, budget: int) -> int:
+    def _chunk(self, plan: Plan, seq: RequestState, budget: int) -> int:
         start = seq.prefilled
         length = min(budget, self.max_chunk, len(seq.prompt_ids) - start)
         if plan.decode and self._allowance_s is None:  # the costs are not known yet: a small chunk
@@ -161,7 +161,7 @@ class Scheduler:
         (the first chunk always: a prompt moves on however slow the step)."""
         return budget > 0 and (self._allowance_s is None or not plan.chunks or self._allowance_s >= 0)
 
-    def _admit(self) -> tuple[Sequence, int | None]:
+    def _admit(self) -> tuple[RequestState, int | None]:
         """The next waiting sequence, placed where the longest prefix of its prompt is cached, and the slot whose
         cache must be copied into its own first (None: none)."""
         seq = self.waiting.popleft()
@@ -178,7 +178,7 @@ class Scheduler:
         self.prefilling.append(seq)
         return seq, place.copy_from
 
-    def _new_positions(self) -> list[tuple[Sequence, int]]:
+    def _new_positions(self) -> list[tuple[RequestState, int]]:
         """Waiting sequences whose place in line changed. One that only waits for its prefill turn (a slot is
         free for it) is not queued and hears nothing."""
         free = len(self.free_slots)

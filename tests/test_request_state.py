@@ -1,4 +1,4 @@
-"""A sequence takes one token at a time and says what text is now certain and whether the answer is over:
+"""A request's state takes one token at a time and says what text is now certain and whether the answer is over:
 the per-token half of an engine step, tested without an engine, a thread or a model."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from tiny_model import IM_END, byte_token
 
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
-from typewriter.engine.sequence import Sequence, Status
+from typewriter.engine.request_state import RequestState, Status
 from typewriter.text.tokenizer import Tokenizer
 
 
@@ -16,12 +16,12 @@ def tokenizer(tiny_gguf):
     return Tokenizer.load(tiny_gguf)
 
 
-def sequence(tokenizer, **params) -> Sequence:
+def sequence(tokenizer, **params) -> RequestState:
     request = GenerationRequest("s", [byte_token(ord("q"))], SamplingParams(**({"max_new_tokens": 100} | params)))
-    return Sequence(request, lambda event: None, tokenizer, tokenizer.eos_token_ids, now=0.0)
+    return RequestState(request, lambda event: None, tokenizer, tokenizer.eos_token_ids, now=0.0)
 
 
-def take_text(seq: Sequence, text: str) -> list[tuple[str, FinishReason | None]]:
+def take_text(seq: RequestState, text: str) -> list[tuple[str, FinishReason | None]]:
     return [seq.take(byte_token(b), now=1.0) for b in text.encode()]
 
 

@@ -33,7 +33,7 @@ _ALLOWED = {
 }
 
 
-class Sequence:
+class RequestState:
     def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer,
                  eos_ids: Collection[int], now: float):
         self.id = request.id
