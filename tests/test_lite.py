@@ -267,10 +267,3 @@ def test_int8_lite_fast_keeps_rows_at_8_bits_and_stays_close_to_fp32():
         assert (np.exp(want) * (want - got)).sum(-1).mean() < 0.02
     with pytest.raises(ValueError, match="not 'int8'"):
         LiteRunner(cfg, weights, 1, 64, 16, weight_format="int8")
-
-
-def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
-    assert Settings().weights == "auto"
-    assert runtime.resolve_format(tiny_config(), "auto") == "int8-lite"
-    assert runtime.resolve_format(gpt2_config(), "auto") == "fp32"
-    assert runtime.resolve_format(tiny_config(), "fp32") == "fp32"

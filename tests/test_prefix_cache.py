@@ -1,0 +1,90 @@
+"""The prefix cache on its own: which free slot a prompt goes to, when a busy slot's prefix is copied, and how a
+prompt whose text matches a cached conversation is rewritten to its tokens. Pure Python, like the cache."""
+
+from __future__ import annotations
+
+from typewriter.engine.prefix_cache import MIN_COPY, PrefixCache, common_prefix, realign
+
+
+def test_common_prefix_counts_the_equal_leading_ids():
+    assert [common_prefix(a, b) for a, b in (([1, 2, 3], [1, 2, 4]), ([1, 2], [1, 2, 3]), ([], [1]), ([5], [6]))] \
+        == [2, 2, 0, 0]
+
+
+def test_a_prompt_goes_to_the_free_slot_holding_its_longest_prefix_leaving_one_token_to_compute():
+    cache = PrefixCache(3)
+    cache.release(0, [1, 2, 3, 4])
+    cache.release(1, [1, 2, 9])
+    cache.release(2, [7])
+    assert cache.place([1, 2, 3, 4, 5], free=[0, 1, 2], busy=lambda s: [], busy_slots=[]).slot == 0
+    cache.release(0, [1, 2, 3, 4])
+    place = cache.place([1, 2, 3, 4], free=[0, 1, 2], busy=lambda s: [], busy_slots=[])
+    assert (place.slot, place.reused, place.copy_from) == (0, 3, None)  # the last token gives the logits
+
+
+def test_with_no_prefix_anywhere_the_least_recently_used_free_slot_is_taken():
+    cache = PrefixCache(3)
+    for slot in (2, 0, 1):
+        cache.release(slot, [slot + 10])
+    assert cache.place([99], free=[0, 1, 2], busy=lambda s: [], busy_slots=[]).slot == 2
+
+
+def test_a_long_prefix_in_a_busy_slot_is_copied_into_the_least_recently_used_free_slot():
+    cache = PrefixCache(3)
+    cache.release(1, [50])
+    cache.release(2, [60])
+    shared = list(range(100, 100 + MIN_COPY))
+    place = cache.place(shared + [1], free=[1, 2], busy=lambda s: shared + [7], busy_slots=[0])
+    assert (place.slot, place.reused, place.copy_from) == (1, MIN_COPY, 0)
+    short = shared[: MIN_COPY - 1]
+    place = cache.place(short + [1], free=[2], busy=lambda s: short + [7], busy_slots=[0])
+    assert (place.reused, place.copy_from) == (0, None)  # too short to be worth a copy
+
+
+PIECES = {1: b"he", 2: b"llo", 3: b"hell", 4: b"o", 5: b" world", 6: b"", 7: b"!", 8: b"<|im_end|>", 9: b"x"}  # 6: special
+
+
+def piece(token_id: int) -> bytes:  # as the engine gives realign: a special token's own mark
+    return PIECES[token_id] or b"\xff%d\xff" % token_id
+
+
+def test_realign_finds_where_two_spellings_of_one_text_last_meet_at_a_boundary_of_both():
+    cached, prompt = [1, 2, 5, 6], [3, 4, 5, 6, 7]  # "he|llo| world|<end>" and "hell|o| world|<end>|!"
+    assert realign(prompt, cached, 0, piece) == (4, 4)  # the whole cached text, special token included
+    assert realign([3, 7], cached, 0, piece) is None  # "hell!" parts from "hello" inside the first token
+    assert realign([1, 2, 5, 8], cached, 3, piece) is None  # a special token never equals its text typed
+
+
+def test_a_prompt_whose_text_matches_a_cached_conversation_is_rewritten_to_its_tokens():
+    cache = PrefixCache(2)
+    cache.release(0, [1, 2, 5, 6])  # the answer as generated
+    cache.release(1, [9])
+    place = cache.place([3, 4, 5, 6, 7], free=[0, 1], busy=lambda s: [], busy_slots=[], piece=piece, room=0)
+    assert (place.slot, place.reused, place.prompt) == (0, 4, [1, 2, 5, 6, 7])
+    cache.release(0, [1, 2, 5, 6])
+    assert cache.place([3, 4, 5, 6, 7], free=[0], busy=lambda s: [], busy_slots=[]).prompt is None  # no pieces
+    cache.release(0, [1, 2, 5, 6])
+    longer = cache.place([3, 5, 6, 7], free=[0], busy=lambda s: [], busy_slots=[], piece=lambda t: {
+        3: b"hello"}.get(t) or piece(t), room=0)  # "hello" one token here, two cached: one token over the room
+    assert longer.prompt is None and longer.reused == 0
+
+
+def test_a_next_turn_reuses_an_answer_whose_text_encodes_to_other_tokens(real_tokenizer):
+    """The embedded model's tokenizer: an answer generated a letter at a time, sent back as text, encodes to
+    whole words; the next turn still finds its whole history cached, as the same text."""
+    from typewriter.engine.engine import _piece
+
+    tok = real_tokenizer
+    question = [{"role": "user", "content": "What is photosynthesis?"}]
+    answer = "Photosynthesis is how plants make food."
+    generated = [t for ch in "Photosynthesis" for t in tok.encode(ch)] + tok.encode(" is how plants make food.")
+    assert tok.decode(generated) == answer and generated != tok.encode(answer)
+    cached = tok.encode_chat(question) + generated
+    fresh = tok.encode_chat([*question, {"role": "assistant", "content": answer},
+                             {"role": "user", "content": "And why do leaves look green?"}])
+    assert common_prefix(fresh, cached) < len(cached) - 10  # exact tokens would reuse little of the answer
+    cache = PrefixCache(1)
+    cache.release(0, cached)
+    place = cache.place(fresh, free=[0], busy=lambda s: [], busy_slots=[], piece=_piece(tok), room=64)
+    assert place.reused == len(cached) and place.prompt[:len(cached)] == cached
+    assert tok.decode(place.prompt, skip_special_tokens=False) == tok.decode(fresh, skip_special_tokens=False)
