@@ -34,8 +34,8 @@ class LoadTimes:
 
 
 CHUNK_BUCKETS = (16, 64, 256)  # prompt tokens per prefill call, padded up to one of these
-# int8-lite's longest prefill call: 256 tokens took about as long a token as 64 (1.2-1.6 ms at the start of a
-# prompt), but each of its 32 programs keeps buffers for the most rows it ran: +310 MiB after one 256-token call.
+# int8-lite's longest prefill call: 256 tokens cost about as much a token as 64, but each of its programs keeps
+# buffers for the most rows it ran (docs/measurements/2026-12-03-int8-lite.md).
 LITE_CHUNK = 64
 
 
@@ -99,11 +99,13 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
                  progress: Progress = lambda _: None, programs=None, kernel_cache: str | None = None,
                  calibration: list[int] | None = None):
     """`weight_format`: one of config.WEIGHT_FORMATS, None for Settings' default. For XLA's formats, buckets trade
-    compile time (each is one XLA program, a few seconds here) against padding waste: prompt chunks pad to
+    compile time (each is one XLA program, seconds to compile) against padding waste: prompt chunks pad to
     CHUNK_BUCKETS, attention reads 256/512/1024/... cached positions, and a decode step runs one of
     batch_buckets(slots) rows. int8-lite has no buckets (runners/lite/runner.py), and runs on LiteRT alone: it never
-    imports TensorFlow (some 5 s and 300 MB here); `programs` are its programs made before (then `weights` may be
-    None), and its attention kernel (runners/lite/kernel.py) is built into `kernel_cache` (None: a temporary folder);
+    imports TensorFlow (seconds and hundreds of MB,
+    docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md); `programs` are its programs made before
+    (then `weights` may be None), and its attention kernel (runners/lite/kernel.py) is built into `kernel_cache`
+    (None: a temporary folder);
     `calibration` is the token ids it rounds its weights by (calibration_ids; None: to nearest)."""
     import sys
 
@@ -123,7 +125,7 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
     from .runners.quiet_import import import_tensorflow
 
     if "tensorflow" not in sys.modules:
-        progress("starting TensorFlow")  # some 5 s here
+        progress("starting TensorFlow")  # seconds: say what the wait is
     import_tensorflow()
     from .runners.xla.model import Transformer
     from .runners.xla.runner import ModelRunner, power_of_two_buckets
