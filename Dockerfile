@@ -56,13 +56,14 @@ COPY frontend frontend
 USER typewriter
 EXPOSE 8000
 # A plain `docker stop` sends SIGKILL after 10 s: a 6 s drain leaves room for the `end` frames and the exit (with
-# the default 8 s a stop under load measured 10.2 s). Compose's stop_grace_period is 15 s.
+# the default 8 s a stop under load ran past the 10 s). Compose's stop_grace_period is 15 s.
 ENV TYPEWRITER_HOST=0.0.0.0 TYPEWRITER_PORT=8000 TYPEWRITER_DRAIN_S=6
-# Ready once the first programs compile (about 25 s cold here); the rest compile in the background. The probe asks
+# Ready once the model is loaded: int8-lite's programs made or read from the cache volume, or fp32's first programs
+# compiled (the rest compile in the background). The probe asks
 # the port the server listens on, TYPEWRITER_PORT, whatever it was set to when the container started.
 HEALTHCHECK --interval=5s --timeout=3s --start-period=120s \
   CMD python -c "import os, sys, urllib.request as u; port = os.environ.get('TYPEWRITER_PORT', '8000'); \
 sys.exit(0 if u.urlopen(f'http://127.0.0.1:{port}/readyz', timeout=2).status == 200 else 1)"
-# SIGTERM (docker stop) drains: running answers may finish for TYPEWRITER_DRAIN_S (8 s), then end with `shutdown`,
+# SIGTERM (docker stop) drains: running answers may finish for TYPEWRITER_DRAIN_S (6 s here), then end with `shutdown`,
 # and the process exits 0; compose gives it 15 s (stop_grace_period), plain `docker stop` only 10 s.
 CMD ["typewriter", "serve"]

@@ -29,7 +29,7 @@ with separate KV buffers per slot (default) and once with one unified buffer (-k
 of the two per size (the one that meets the target, else the more tokens/s) and the JSON both.
 
 Run it on an otherwise idle machine (each run records the load average before it): llama-server's threads wait
-for each other by spinning, so with -t 2 on 2 cores any other busy process can slow it from ~50 to ~1 token/s.
+for each other by spinning, so with -t 2 on 2 cores any other busy process can slow it many times over.
 """
 
 from __future__ import annotations

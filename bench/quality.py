@@ -8,8 +8,8 @@ KL(fp32 || format) mean and p99 (nats), top-1 agreement with fp32, and perplexit
 
     .venv/bin/python bench/quality.py [--formats fp32,int8,int8-lite] [--no-peer] [--json artifacts/quality.json]
 
-int8-lite is measured as the server makes it (GPTQ on lite/calibration.txt); `int8-lite-nearest` rounds each weight
-to its nearest step instead (as before GPTQ).
+int8-lite is measured as the server makes it (GPTQ on runners/lite/calibration.txt); `int8-lite-nearest` rounds each
+weight to its nearest step instead (as before GPTQ).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """One student alone: idle time to first token for the tutoring prompt and decode tokens/s, for each of our
 weight formats (`typewriter bench --streams 1`, a process each) and for llama.cpp through llama-cpp-python on the
-same GGUF file, in this process's main thread (from another Python thread it decoded about 3x slower here), with
+same GGUF file, in this process's main thread (from another Python thread it decoded several times slower), with
 2 threads. Ratios are taken within the run. Time to first token is measured twice on each side: with every prompt
 token computed (`ttft_uncached_ms`: ours with `cache_prompt=False`, llama.cpp after `reset()`), and asked again
 with all but the last token cached (`ttft_ms`: our prefix cache, llama.cpp's own prefix reuse).

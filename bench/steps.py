@@ -1,5 +1,5 @@
 """What one compiled call costs: a prefill chunk by size and start, a decode step by batch and position, and a
-cache copy. The numbers behind the prefill budget and the limits the README names.
+cache copy. The numbers behind the prefill budget and the limits the studies in docs/measurements/ name.
 
     .venv/bin/python bench/steps.py [--weights fp32|int8|int8-lite]   # 8 slots, 2,048 positions (the server's defaults)
 """

@@ -5,8 +5,8 @@ issue 9's single stream and issue 8's batched decode.
     .venv/bin/python bench/tflite_matmul.py [--rows 1,2,8,64]
 
 The TensorFlow Lite program is written directly as a flatbuffer (FULLY_CONNECTED ops, int8 weights with one
-scale per output channel, float inputs that XNNPACK quantizes per row): tf.lite.TFLiteConverter took about a
-minute per program here, this takes a few seconds. Weights are random at the model's shapes (speed does not
+scale per output channel, float inputs that XNNPACK quantizes per row): far faster than tf.lite.TFLiteConverter
+(docs/measurements/2026-12-01-weight-formats.md). Weights are random at the model's shapes (speed does not
 depend on their values); quality is not measured here. Prints milliseconds per call, medians, in one run.
 """
 

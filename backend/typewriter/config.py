@@ -40,29 +40,32 @@ class Settings:
     # None is off, 0 picks a free port. It listens on `host` too.
     grpc_port: int | None = None
     model_path: str | None = None  # None: the embedded model
-    # How the model's matrices are held and multiplied (WEIGHT_FORMATS; README, "Weight formats"). fp32 is the
-    # file's weights exactly, in XLA. int8-lite (lite/) runs int8 matmuls on LiteRT with nothing to compile:
-    # decode 1.3-5.5x and prefill 1.3-4.4x faster than fp32 here, ready sooner, a smaller footprint, at a KL from
-    # fp32 of 0.0024 (llama.cpp's own 0.0027; README, "GPTQ rounding, rows to 16 bits"). int8-lite-fast keeps
-    # every row at 8 bits: batched steps up to 1.4x faster, KL 0.0035. int8 (runners/xla/quantized.py) is XLA's.
+    # How the model's matrices are held and multiplied (WEIGHT_FORMATS). fp32 is the file's weights exactly, in XLA.
+    # int8-lite (runners/lite/) runs int8 matmuls on LiteRT with nothing to compile: faster steps than fp32, ready
+    # sooner, a smaller footprint, and a KL from fp32 below llama.cpp's own on the same file
+    # (docs/measurements/2026-12-03-int8-lite.md, docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+    # int8-lite-fast keeps every row at 8 bits: faster batched steps for some quality. int8
+    # (runners/xla/quantized.py) is XLA's.
     # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
     weights: str = "auto"
-    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot.
-    max_active: int = 8  # measured: 8 streams give ~4x the tokens/s of one, each still ~25 tokens/s
+    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. 8 slots give
+    # several times one stream's tokens/s, each stream still faster than anyone reads
+    # (docs/measurements/2026-11-30-batched-decode-and-the-socket.md).
+    max_active: int = 8
     max_queue: int = 32
     max_context: int = 2048
     # The most prompt tokens prefilled per step while answers stream. Within it the scheduler sizes each chunk by
-    # measured step times (engine/step_cost.py: a step may take at most 1.75 decode-only steps), so the budget mostly
-    # caps short-context chunks: bench/stall.py measured the longest gap at 2.39-3.04x the steady inter-token time
-    # with 16 in three runs (README, "GPTQ rounding, rows to 16 bits"); 64 gave 3.07x and 4.91x.
+    # measured step times (engine/step_cost.py: a step may take at most STALL decode-only steps), so the budget
+    # mostly caps short-context chunks: bench/stall.py kept a running answer's longest gap nearer its bound with 16
+    # than with 64 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     prefill_budget: int = 16
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
     # None: derived from max_context (the cap is at most half of it, the default at most the cap).
     max_new_tokens: int | None = None
     max_new_tokens_cap: int | None = None
     # Deadlines: an answer ends with `timeout` this long after it got its slot, and a chat that waited this long
-    # for a slot ends with `queue_timeout` (None: no deadline). The longest default answer (1,024 tokens) takes
-    # about 100 s at a full class's ~10 tokens/s a stream; a queue of 32 behind 8 slots moves in about a minute.
+    # for a slot ends with `queue_timeout` (None: no deadline). The answer's deadline leaves the longest answer
+    # (1,024 tokens) room even at a slow stream's speed, the queue's room for a full queue behind the slots to move.
     request_timeout_s: float | None = 300.0
     queue_timeout_s: float | None = 120.0
     system_prompt: str | None = None  # None: the tutor's default (tokenizer.DEFAULT_SYSTEM_PROMPT); "": none

@@ -5,15 +5,14 @@ for the machine's noise). Pure Python, no tensors.
 
 A decode-only step's time is followed as it goes for each count of decode rows (the median of the last few, as
 steady as the inter-token time a stream sees: an average took in the machine's hiccups), and a count not seen yet is
-read off the line through the others: with one figure for every count, a class arriving together was measured
-against 4-row steps while 12 rows decoded, so each chunk token seemed to cost 4 ms and newcomers crawled in at 1 to
-3 tokens a step (16 students asking at once: the last first token after 1.3-2.3 s, 0.26-0.38 s with a figure per
-count). What a chunk adds to a step is about `per_token` for each of its tokens (the matmuls) plus `per_position`
-for each cached position each token attends to: two figures fit by least squares over the steps that prefilled
-beside decoding, older steps weighing less, so the fit follows a machine whose speed moves and a model of another
-size. Token counts alone could not serve both ends: on an AMD Zen 5 with the embedded model a 16-token chunk at 390
-positions beside one answer took a 17 ms step against 4.4 ms decoding alone, while 6 tokens at 1,336 positions took
-18.7 ms (bench/stall.py, traced).
+read off the line through the others: with one figure for every count, the extra rows of a full batch were charged
+to the chunk beside them, and a class arriving together crawled in a few tokens a step
+(docs/measurements/2026-12-04-int8-lite-two-thread-attention.md). What a chunk adds to a step is about `per_token`
+for each of its tokens (the matmuls) plus `per_position` for each cached position each token attends to: two figures
+fit by least squares over the steps that prefilled beside decoding, older steps weighing less, so the fit follows a
+machine whose speed moves and a model of another size. Token counts alone could not serve both ends of a long
+prompt, whose attention grows with its position
+(docs/measurements/2026-12-03-int8-lite-time-sized-chunks-avx512-kernel.md).
 """
 
 from __future__ import annotations
@@ -22,9 +21,9 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 
-STALL = 1.75  # the most a step that prefills beside answers may take, in decode-only steps (2.0 left the
-# machine's hiccups too little room once int8-lite's rows went to 16 bits: bench/stall.py 16 gave 2.8-3.55x the steady
-# inter-token time in four runs; 1.75 gave 2.39, 2.73, 3.04)
+STALL = 1.75  # the most a step that prefills beside answers may take, in decode-only steps: 2.0 left the
+# machine's hiccups too little room once int8-lite's rows went to 16 bits (bench/stall.py;
+# docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md)
 COLD_CHUNK = 4  # tokens a chunk gets beside answers until the costs are known
 FORGET = 0.97  # each chunk step's weight against the next one's (the last ~30 steps count most)
 DECODE_STEPS = 16  # decode-only steps whose median is the decode step's time

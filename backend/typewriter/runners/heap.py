@@ -7,8 +7,8 @@ import functools
 
 
 def return_freed_memory() -> None:
-    """Hand what glibc keeps of freed memory back to the system: a compile leaves some 60 MB freed on its heap,
-    and the int8-lite programs' making about 700 MB (the float weights it folded)."""
+    """Hand what glibc keeps of freed memory back to the system: a compile leaves freed memory on its heap, and
+    the int8-lite programs' making far more, the float weights it folded (docs/measurements/2026-12-03-int8-lite.md)."""
     if trim := _malloc_trim():
         trim(0)
 

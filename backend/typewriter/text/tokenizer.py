@@ -221,7 +221,7 @@ _SUPPORTED_DECODERS = ("ByteLevel; SentencePiece-style: Sequence[Replace('▁', 
 def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> TokenText:
     """Reads the decoder's description and spells every token's text out in bytes; a decoder whose output the
     stream could not reproduce token by token is refused here, at load, not on the first answer."""
-    # the decoder's own JSON: the whole tokenizer's (to_str) took 0.25 s to write and parse for this
+    # the decoder's own JSON: the whole tokenizer's (to_str) is slow to write and parse for this
     decoder = json.loads(raw.decoder.__getstate__()) if raw.decoder is not None else {"type": "none"}
     steps = decoder["decoders"] if decoder["type"] == "Sequence" else [decoder]
     kinds = [step["type"] for step in steps]

@@ -1,6 +1,6 @@
 """GGUF tensor data to float32. llama.cpp's 32-value block types that small models use most (Q4_0, Q4_1, Q8_0:
 the embedded model is Q4_1 with a Q8_0 embedding) are done here in a few passes over the whole tensor; gguf-py
-does the rest, row by row, which took 2x as long on those three (1.33 s against 0.66 s for the embedded model).
+does the rest, row by row, which is slower on those three (docs/measurements/2026-12-02-start-up-and-memory.md).
 The values are the same bit for bit (tests/test_weights.py).
 """
 

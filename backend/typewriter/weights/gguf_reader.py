@@ -1,8 +1,9 @@
 """The GGUF container: its metadata and where each tensor lies, read in one pass over the header.
 
-gguf-py's `GGUFReader` makes a numpy view for every part of every field, which took 4 s here for the embedded
-model's 100,000 tokenizer strings and merges: a third of the server's start. This reads the same header with
-`struct` in about a tenth of a second and memory-maps the tensors, so nothing is read until a tensor is asked for.
+gguf-py's `GGUFReader` makes a numpy view for every part of every field, which took seconds for the embedded
+model's 100,000 tokenizer strings and merges, a large part of the server's start. This reads the same header with
+`struct` in a small fraction of that and memory-maps the tensors, so nothing is read until a tensor is asked for
+(docs/measurements/2026-12-02-start-up-and-memory.md).
 Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (version 2 and 3).
 """
 

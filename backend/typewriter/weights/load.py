@@ -100,8 +100,8 @@ def load_weights(
         stored_names[name] = stored
     weights: dict[str, np.ndarray] = {}
     fused_part = getattr(table, "fused_part", lambda name, cfg: None)
-    # A GGUF file's tensors are dequantized on READ_THREADS threads (numpy lets go of the GIL): 0.8 s against
-    # 1.4 s for the embedded model here. A fused tensor is read once for its consecutive parts.
+    # A GGUF file's tensors are dequantized on READ_THREADS threads (numpy lets go of the GIL), which shortens a
+    # start (docs/measurements/2026-12-02-start-up-and-memory.md). A fused tensor is read once for its parts.
     with ThreadPoolExecutor(READ_THREADS if isinstance(src, GGUFFile) else 1) as pool:
         reads = [stored for stored, _ in itertools.groupby(stored_names.values())]  # as the loop takes them
         arrays = pool.map(lambda stored: src.tensor(stored, cfg), reads)

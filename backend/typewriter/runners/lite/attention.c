@@ -27,16 +27,10 @@
 #define TILE 16  /* positions a score tile holds: two vectors */
 #define ROWS 4   /* query rows computed together, so a key or value is loaded once for all of them */
 #define ROWS512 8  /* the same with AVX-512's 32 registers: 8 rows share a key tile */
-/* Rows times the positions each reads, in all, from which a call shares its groups with a helper thread. A whole
-   engine step on an AMD Zen 5 (medians of 25, 30 layers), alone against shared: 20 prompt tokens at 1,565
-   positions (283k) 23.3 -> 17.0 ms; 8 decode rows at 1,500 (108k) 20.6 -> 16.1; 4 decode rows at 1,000 (36k)
-   10.8 -> 9.1; one decode row at 1,565 (14k) 6.1 -> 5.5. A helper that spun 4,000 pauses before sleeping took a
-   core from the matmuls between calls (8 decode rows at 300 positions: 13.1 ms alone, 15.1 shared). Small calls
-   gain little and each hand-off risks the helper being preempted while the caller waits for its group:
-   bench/stall.py's longest gap, helper on / off in one process, was 3.34, 2.13, 2.17, 3.21 / 2.77, 2.65, 2.09,
-   2.23, 1.93x the steady inter-token time from 4,096; 2.36, 2.34, 2.10, 2.29 / 2.46, 2.65, 2.25, 2.32, 2.41x from
-   65,536; 2.83, 1.99, 3.56, 2.39 / 2.54, 2.68, 2.00, 2.39x from 32,768 (the machine's noise is of that size; a
-   process's first run left out, on or off: 7.08, 7.77 / 3.29, 3.71x). */
+/* Rows times the positions each reads, in all, from which a call shares its groups with a helper thread. Large
+   calls (a prompt chunk or a batch of decode rows at long contexts) gain the second core; small ones gain little,
+   and each hand-off risks the helper being preempted while the caller waits for its group. The step times and the
+   bench/stall.py runs behind this value: docs/measurements/2026-12-04-int8-lite-two-thread-attention.md. */
 #define SPLIT_WORK 32768
 #define WIDE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl")))
 

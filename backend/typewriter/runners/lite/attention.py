@@ -23,12 +23,12 @@ from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel, Rows
 
 # A chunk's attention works in tiles of this many cached positions, and multiplies one query row at a time
-# against a tile: OpenBLAS's last bits depend on a product's shape and on where a row sits in it (an AMD Zen 5
-# gave a row other bits as the second of 16 rows than as the first, and with 256 positions than with 128).
+# against a tile: OpenBLAS's last bits depend on a product's shape and on where a row sits in it
+# (docs/measurements/2026-12-03-int8-lite-time-sized-chunks-avx512-kernel.md).
 TILE = 128
 # A decode step splits its rows between two threads (numpy leaves the GIL in its matmuls) once they read at least
-# this many cached positions in all: 8 rows at 1,500 positions took 3.4-3.9 ms a layer so, 6.3 ms in one thread;
-# below it the hand-off (tens of microseconds a layer) costs more than it saves.
+# this many cached positions in all; below it the hand-off costs more than it saves
+# (docs/measurements/2026-12-03-int8-lite.md).
 SPLIT_POSITIONS = 2048
 
 class HostCache:
@@ -145,7 +145,7 @@ class HostCache:
 def _untouched_zeros(shape, dtype=np.float32) -> np.ndarray:
     """A zero array in its own anonymous mapping: its pages take memory only once written, 4 KiB at a time.
     numpy's own large zeros ask for transparent huge pages, so that the first write to a slot's row made 2 MiB
-    resident (the whole cache of 8 slots after one step of 8 rows: +614 MiB measured)."""
+    resident, and one decode step of every slot the whole cache (docs/measurements/2026-12-03-int8-lite.md)."""
     count = int(np.prod(shape))
     return np.frombuffer(mmap.mmap(-1, max(count * np.dtype(dtype).itemsize, 1)), dtype, count=count).reshape(shape)
 
@@ -184,7 +184,8 @@ def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.n
 
 def _few_scores(q: np.ndarray, keys: np.ndarray) -> np.ndarray:
     """A decode row's scores, q [k, g, e] against keys [k, s, e] -> [k, g, s], as keys @ q^T transposed: OpenBLAS
-    multiplies a few rows by the transposed keys slowly (3 rows by 1,500 positions: 0.32 ms against 0.18 ms so)."""
+    multiplies a few rows by the transposed keys slowly
+    (docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md)."""
     return np.ascontiguousarray((keys @ q.transpose(0, 2, 1)).transpose(0, 2, 1))
 
 

@@ -18,7 +18,9 @@ from ...models.model_config import ModelConfig
 from .attention import _rope
 
 TEXT = Path(__file__).with_name("calibration.txt")
-MAX_TOKENS = 512  # 250 and 508 tokens rounded about as well (README); time grows with them
+# Calibration tokens: fewer rounded about as well, and time grows with them
+# (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+MAX_TOKENS = 512
 
 Matrix = tuple[np.ndarray, np.ndarray]  # int8 [in, out], float32 scale [out]
 Round = Callable[[np.ndarray, np.ndarray | None], Matrix]  # (w [in, out], E[x^T x] or None) -> int8 matrix

@@ -1,8 +1,8 @@
 """A TensorFlow Lite program written directly as a flatbuffer, with TensorFlow's own schema classes.
 
-`tf.lite.TFLiteConverter` took about a minute per program here; writing the few ops a decoder layer needs takes a
-second. Every tensor is float32 except the int8 weights (one scale per output channel), which FULLY_CONNECTED
-multiplies by float inputs that XNNPACK quantizes to 8 bits a row as it goes.
+`tf.lite.TFLiteConverter` is far slower per program than writing the few ops a decoder layer needs
+(docs/measurements/2026-12-01-weight-formats.md). Every tensor is float32 except the int8 weights (one scale per
+output channel), which FULLY_CONNECTED multiplies by float inputs that XNNPACK quantizes to 8 bits a row as it goes.
 
 Rows at 8 bits cost int8-lite most of its distance from fp32 once the weights are rounded well (gptq.py), so
 `int8_matmul(..., two_pass=True)` sends each row twice (`_two_pass`): as XNNPACK rounds it, and that rounding's

@@ -6,9 +6,9 @@ one input channel at a time and moves the channels not yet rounded to make up fo
 H = E[x^T x] of the matrix's inputs (calibration.py measures it): the same format and speed, a smaller error.
 
 Here the inputs are taken in groups of GROUP channels, each group rounded on its own (H's blocks on its diagonal),
-all groups at once: whole-matrix GPTQ needs H^-1 of 1,536 channels and a Python step per channel, about 0.7 s a
-layer here, against a start-up budget of a few seconds for the whole model. What the groups give up is in the
-README ("GPTQ rounding").
+all groups at once: whole-matrix GPTQ needs H^-1 of 1,536 channels and a Python step per channel, too slow for a
+start-up budget of a few seconds for the whole model. What the groups give up:
+docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import numpy as np
 from ...models.rotation import INT8_MAX
 
 # H + DAMP * mean(diag H) * I: a few hundred calibration rows leave H singular, and a heavier damping leans towards
-# round-to-nearest, which generalised better to text unlike the calibration's (measured in the README).
+# round-to-nearest, which generalised better to text unlike the calibration's
+# (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
 DAMP = 0.1
 GROUP = 64
 

@@ -1,8 +1,9 @@
 """A Llama-family decoder's matmuls as TensorFlow Lite programs with int8 weights, one program per layer.
 
 XNNPACK quantizes each input row to 8 bits on the fly, and one scale per row loses what a few large channels leave
-to the rest (KL from fp32 0.034 nats a token unrotated, runners/xla/quantized.py). So the whole residual stream is kept
-rotated, x~ = x @ R for the orthogonal R of quantized.Rotation, and every rotation is folded into the weights
+to the rest (runners/xla/quantized.py; docs/measurements/2026-12-01-weight-formats.md). So the whole residual
+stream is kept rotated, x~ = x @ R for the orthogonal R of quantized.Rotation, and every rotation is folded into the
+weights
 (as QuaRot does): RMSNorm commutes with R (it keeps each row's norm), so its weight moves into the next matrix,
 W' = R^T diag(g) W; matrices that write the stream get W @ R. V is rotated inside each head, so the attention
 output arrives rotated and the output projection takes that back; only the down projection's input is rotated
@@ -13,10 +14,9 @@ layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits. They t
 (int8 [in, out], scale [out]) pairs: programs.py rounds them (gptq.py, or to nearest).
 
 With `two_pass` (int8-lite; int8-lite-fast has none) the matrices q/k/v, o and down take their rows to about 16
-bits (flatbuffer.py); gate, up and the logits stay at XNNPACK's 8 bits. On bench/quality.py's text, KL from fp32
-0.0035 with every row at 8 bits, 0.0022-0.0024 so, 0.0013 with all of them at 16 bits; a one-row step cost 1.13x
-and 1.27x an 8-bit one, 16 rows 1.19x and 1.44x (README, "GPTQ rounding, rows to 16 bits"): these three gained the
-most for what they cost.
+bits (flatbuffer.py); gate, up and the logits stay at XNNPACK's 8 bits. Of the matrices, these three gained the
+most quality (bench/quality.py) for the step time they cost
+(docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
 """
 
 from __future__ import annotations

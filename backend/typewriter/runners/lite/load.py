@@ -16,8 +16,8 @@ from .programs import ProgramCache, cache_key
 from .runner import FORMAT, FORMATS, LiteRunner
 
 log = logging.getLogger("typewriter.lite")
-# The longest prefill chunk: 256 tokens took about as long a token as 64, but each of the programs keeps buffers
-# for the most rows it ran (docs/measurements, int8-lite's one-pass study).
+# The longest prefill chunk: 256 tokens cost about as much a token as 64, but each of the programs keeps buffers
+# for the most rows it ran (docs/measurements/2026-12-03-int8-lite.md).
 MAX_CHUNK = 64
 Progress = Callable[[str], None]
 

@@ -1,5 +1,5 @@
 """int8-lite's programs: made from the weights (layers.py), and kept on disk so that a restart skips reading the
-weights, folding them and writing the programs (about 4 s of a 5-6 s load here).
+weights, folding them and writing the programs, most of a load (docs/measurements/2026-12-03-int8-lite.md).
 
 A cache entry is a folder named by `cache_key`: the model file's path, size and modification time, the model's
 config and FORMAT_VERSION, so a changed file or a changed program layout is a miss, never a stale program. An entry
@@ -54,7 +54,8 @@ def make_programs(cfg: ModelConfig, weights: dict[str, np.ndarray],
                   calibration: list[int] | None = None, two_pass: bool = True) -> ProgramSet:
     """Fold the weights a layer at a time into the programs; `progress(done, total)` after each program.
     `calibration`: the token ids of calibration.text(), to round the matrices by GPTQ (gptq.py) on them; None
-    rounds each weight to its nearest step (KL from fp32 about twice as large, README "GPTQ rounding").
+    rounds each weight to its nearest step (KL from fp32 about twice as large:
+    docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     `two_pass`: q/k/v, o and down take their rows to 16 bits (layers.py; int8-lite), else 8 (int8-lite-fast)."""
     total = cfg.n_layers + 2
     progress(0, total)
@@ -120,7 +121,7 @@ class ProgramCache:
     def save(self, key: str, programs: ProgramSet, model_file: Path, weight_format: str) -> None:
         """Best effort: a cache that cannot be written is logged and skipped. Entries made before for the same model
         file and format (the file changed since, or the program layout did) and those whose model file is gone are
-        removed: the embedded model's holds some 190 MB."""
+        removed, as each holds a model's programs (docs/configuration.md, "Caches")."""
         if self.root is None or (self.root / key).is_dir():
             return
         try:

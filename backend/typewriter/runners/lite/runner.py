@@ -27,7 +27,9 @@ from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
 FORMAT = "int8-lite"
-FAST = "int8-lite-fast"  # every row at 8 bits: batched steps up to 1.4x faster, KL from fp32 1.5x (README)
+# int8-lite-fast: every row at 8 bits, faster batched steps for a larger KL from fp32
+# (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+FAST = "int8-lite-fast"
 FORMATS = (FORMAT, FAST)
 
 

@@ -1,7 +1,7 @@
 """The XLA runner's programs: the decoder's entry points compiled per shape bucket, on demand or in the background.
 
 A program is one compiled function: a prefill chunk of t tokens over an attention length, a decode step of b rows
-over an attention length, or the cache copy. Compiling every bucket takes minutes on a small CPU, so a server
+over an attention length, or the cache copy. Compiling every bucket takes minutes, so a server
 compiles a few, starts serving, and compiles the rest on a background thread (`compile_in_background`). A call
 uses the best program already compiled that can serve it (a bigger batch or attention length, or several calls
 of a smaller one), and waits only when none can; the program it lacked compiles next. Compiling may run on any
@@ -103,8 +103,8 @@ class ProgramCompiler:
     def first_programs(self) -> list[ProgramKey]:
         """What a server compiles before it reports ready: one-row decode and a middle prefill chunk at the
         shortest attention length. Everything else can wait for the background (or a call that needs it). The
-        prefill program alone could serve decode rows too (`_serving`): ready 18.6 against 25.1 s cold, not yet
-        the default (README, "Start-up and memory")."""
+        prefill program alone could serve decode rows too (`_serving`) and be ready sooner; not the default yet
+        (docs/measurements/2026-12-02-start-up-and-memory.md)."""
         return list(self._programs[:2])
 
     def extend_fn(self, t: int, kv_len: int):
@@ -128,7 +128,7 @@ class ProgramCompiler:
 
     def _function(self, key: ProgramKey):
         # autograph=False: the model's Python branches are on static shapes, and converting its source took more
-        # than half of tracing a decode program (2.5 s against 0.9 s without)
+        # than half of tracing a decode program (docs/measurements/2026-12-02-start-up-and-memory.md)
         kind, size, kv_len = key
         model, i32 = self.model, tf.int32
         if kind == "copy":

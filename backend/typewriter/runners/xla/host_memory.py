@@ -1,7 +1,7 @@
 """TensorFlow variables over numpy memory, without a copy.
 
 `tf.Variable(array)` copies the array into a tensor, and that into the variable: with the transposes before it,
-three copies of each weight, 1.7 s for the embedded model's 513 MiB here. A variable made from a tensor that
+three copies of each weight (docs/measurements/2026-12-02-start-up-and-memory.md). A variable made from a tensor that
 shares an array's memory (through DLPack) keeps that memory instead, so each weight is copied once, straight
 into the layout the model wants (the matrices the model joins, q/k/v and gate/up, twice: joined, then placed). TensorFlow requires its buffers aligned to 64 bytes (Eigen's widest vector) and
 aborts the process on one that is not, so every array is placed here, never taken as it comes.
@@ -9,7 +9,7 @@ aborts the process on one that is not, so every array is placed here, never take
 The first write to such a variable makes TensorFlow copy the buffer into one of its own (its refcount logic does
 not take over foreign memory). So `zeros_variable` defers rather than saves: the K/V cache starts as zero pages
 that nobody has touched, and each segment becomes TensorFlow's own at its first write, by the first program that
-reaches that length. Making the cache (720 MiB at the defaults, 1.4 s of `tf.zeros` here) then costs nothing
+reaches that length. Making the cache (720 MiB at the defaults) then costs nothing
 before the server is ready, whose first programs write only the first segment.
 """
 

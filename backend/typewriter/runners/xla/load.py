@@ -38,11 +38,12 @@ def build_model(cfg: ModelConfig, weights: dict[str, np.ndarray], **options):
 
 def build(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_context: int, weight_format: str,
           progress: Progress = lambda _: None):
-    """The runner, nothing compiled yet. Buckets trade compile time (each is one XLA program, seconds on a small
-    CPU) against padding waste: prompt chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached
+    """The runner, nothing compiled yet. Buckets trade compile time (each is one XLA program, seconds to compile)
+    against padding waste: prompt chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached
     positions, and a decode step runs one of batch_buckets(slots) rows."""
     if "tensorflow" not in sys.modules:
-        progress("starting TensorFlow")  # seconds, and some 300 MB
+        progress("starting TensorFlow")  # seconds and hundreds of MB
+        # (docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md): say what the wait is
     import_tensorflow()
     from .compiler import power_of_two_buckets
     from .runner import XlaRunner

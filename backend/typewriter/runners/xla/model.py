@@ -25,8 +25,8 @@ from .quantized import columns, dense, matrix
 
 
 # A decode step reads every slot's cache in place (no copy, but idle slots too) once its rows are at least this
-# share of the slots, and otherwise copies out its own rows' slots. Measured with bench/steps.py at 8 slots and
-# 1,500 positions: 8 rows in place 246 ms against 477 ms gathered, 4 rows 240 against 310, 2 rows in place 243.
+# share of the slots, and otherwise copies out its own rows' slots: bench/steps.py found in place the faster from
+# half the slots (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
 IN_PLACE_SHARE = 0.5
 
 
@@ -35,9 +35,10 @@ class KVCache(tf.Module):
 
     Each layer's positions are split into segments that end at `bounds` (the runner's attention lengths), one
     variable [slots, k, segment, e] each: attention over the first n segments hands XLA's matmul the variables
-    themselves, where a slice or gather of one big buffer costs a copy (on this CPU a single-threaded loop, several
-    times slower than the matmul that reads it). Writes outside every segment (a padded chunk's tail past
-    max_len, a padding row's slot or position) are dropped: XLA's scatter skips out-of-bounds updates.
+    themselves, where a slice or gather of one big buffer costs a copy (XLA:CPU's is a single-threaded loop, several
+    times slower than the matmul that reads it: docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
+    Writes outside every segment (a padded chunk's tail past max_len, a padding row's slot or position) are dropped:
+    XLA's scatter skips out-of-bounds updates.
     """
 
     def __init__(self, cfg: ModelConfig, slots: int, max_len: int, bounds=None, dtype=tf.float32):
@@ -133,7 +134,8 @@ class Transformer(tf.Module):
     def _hold(self, weights: dict[str, np.ndarray]) -> None:
         """The block's weights as variables, each in the layout its matmul reads."""
         cfg, var, mat = self.cfg, self._var, self._mat
-        # Stored [d, v]: XLA's CPU matmul is up to 2x slower with a transposed operand once b > 1. Tied, it is
+        # Stored [d, v]: XLA's CPU matmul is slower with a transposed operand once b > 1
+        # (docs/measurements/2026-11-30-repetition-penalty-and-model-code-layouts.md). Tied, it is
         # the embedding table too (its columns), so the largest matrix is held once.
         self.output = mat(weights["tok_embeddings" if cfg.tie_embeddings else "output"].T, "output")  # [d, v]
         self.tok_embeddings = None if cfg.tie_embeddings else var(weights["tok_embeddings"], "tok_embeddings")
@@ -247,7 +249,8 @@ class Transformer(tf.Module):
         self.cache.write(segments, tf.fill(tf.shape(positions), slot), positions, k[0], v[0], kv_len)
         # gather, not `[slot]`: a sliced variable index would be a compile-time constant, one XLA program per slot
         keys, values = self.cache.gather(segments, slot[None], kv_len)  # this chunk included
-        # one matmul over the joined segments: a 64-token chunk at 1,400 cached took 320 ms so, 427 ms per segment
+        # one matmul over the joined segments, faster than one per segment
+        # (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md)
         keys, values = [tf.concat(keys, axis=2)], [tf.concat(values, axis=2)]
         x += self._attention_output(layer, self._attend(q, keys, values, mask))
         return x + self._mlp(layer, x)
@@ -302,9 +305,10 @@ def _joined_t(*parts: np.ndarray) -> np.ndarray:
 
 def _layer_body(layer_fn):
     """What each layer calls while an entry point is traced: one traced function that every layer calls with its
-    own variables, so tracing costs one layer's ops, not n_layers' (7 s a program here for 30 layers; XLA inlines
-    the calls). A new one per trace keeps each program's graph, and so its compile-cache key, the same whatever
-    was traced before it. Run eagerly (a reference run), the layer is called as it is."""
+    own variables, so tracing costs one layer's ops, not n_layers' (XLA inlines the calls;
+    docs/measurements/2026-12-02-start-up-and-memory.md). A new one per trace keeps each program's graph, and so its
+    compile-cache key, the same whatever was traced before it. Run eagerly (a reference run), the layer is called as
+    it is."""
     if tf.executing_eagerly():
         return layer_fn
     body = tf.function(layer_fn, autograph=False)

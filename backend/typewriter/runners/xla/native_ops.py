@@ -2,10 +2,9 @@
 
 TensorFlow 2.21 lowers Exp, Rsqrt, Sigmoid, Tanh, Softmax and Abs (the ops behind tf.nn.silu, tf.nn.gelu,
 tf.math.rsqrt, tf.nn.softmax and tf.abs) to XLA through MlirXlaOpKernel: every occurrence builds a one-op graph and
-runs an MLIR pass pipeline over it. The model has four per layer, 121 in a program, and they took about 2 s of each
-program's start here, warm XLA cache or not (a decode program's first call: 4.1 s, 2.3 s with these spellings;
-perf put a quarter of it in MlirXlaOpKernel). The ops below lower through TensorFlow's own XLA kernels to the same
-XLA operations:
+runs an MLIR pass pipeline over it. The model has four per layer, 121 in a program, and they were a large part of
+each program's start, warm XLA cache or not (docs/measurements/2026-12-02-start-up-and-memory.md). The ops below
+lower through TensorFlow's own XLA kernels to the same XLA operations:
 
 - SoftplusGrad(g, x) is g * logistic(x) in XLA (tf2xla/kernels/binary_ops.cc);
 - SoftmaxCrossEntropyWithLogits returns, beside the loss (unused, so XLA drops it), softmax(logits) - labels;
@@ -13,8 +12,7 @@ XLA operations:
 - Pow is XLA's pow, for the reciprocal square root; Maximum and Neg make the absolute value.
 
 Run eagerly (reference runs, tests) they compute the same functions. The one cost: XLA gives this softmax's max
-one more pass than tf.nn.softmax's, so the softmax alone takes about 20% longer (a compiled softmax of [1, 3, 3,
-256, 2048] scores, a 256-token chunk's over 2,048 positions: 15 ms against 12.3, median of 15).
+one more pass than tf.nn.softmax's, so the softmax alone takes somewhat longer (the same study).
 """
 
 from __future__ import annotations
@@ -48,7 +46,8 @@ def softmax(x: tf.Tensor) -> tf.Tensor:
     shape = tf.shape(x)
     rows = tf.reshape(x, [-1, shape[-1]])  # the op takes [rows, classes]
     # The labels broadcast: zeros of the scores' own shape were a constant that TensorFlow's graph optimizer
-    # materialized and kept with every program (a 256-token chunk over 2,048 positions: 19 MB a layer, 570 MB)
+    # materialized and kept with every program, large for a long chunk's scores
+    # (docs/measurements/2026-12-02-start-up-and-memory.md)
     _, probs = tf.raw_ops.SoftmaxCrossEntropyWithLogits(features=rows, labels=tf.zeros([1, 1], x.dtype))
     probs = tf.reshape(probs, shape)
     probs.set_shape(x.shape)

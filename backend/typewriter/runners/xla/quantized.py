@@ -1,14 +1,15 @@
 """Weight formats of the model's matrices: fp32, or int8 with one scale per output column (`Int8Matrix`).
 
 An int8 matmul quantizes its input too, one scale per row (llama.cpp also quantizes activations to 8 bits), and
-multiplies int8 by int8 into int32: that is XLA's fast CPU dot, where int8 weights cast to float first ran 6x
-slower than fp32 and blockwise scales (llama.cpp's) 10x, at the model's shapes. A one-row input is padded to two
-rows: XLA's one-row int8 dot is a slow loop (5x the two-row call).
+multiplies int8 by int8 into int32: that is XLA's fast CPU dot, where int8 weights cast to float first, or
+blockwise scales (llama.cpp's), ran several times slower than fp32 at the model's shapes. A one-row input is padded
+to two rows: XLA's one-row int8 dot is a slow loop (docs/measurements/2026-12-01-weight-formats.md).
 
-One scale per row loses what a few large channels leave to the rest: KL from fp32 0.034 nats a token on
-bench/data/heldout.txt. So both sides are rotated first (as QuaRot does): x @ w = (x @ R) @ (R^T @ w) for an
+One scale per row loses what a few large channels leave to the rest (bench/quality.py on bench/data/heldout.txt).
+So both sides are rotated first (as QuaRot does): x @ w = (x @ R) @ (R^T @ w) for an
 orthogonal R, which spreads a large channel over all of them. R = A (x) H, a random orthogonal A over blocks and
-a Hadamard H inside each block of up to 64 channels, costs two small matmuls a call; KL 0.0043 (bench/quality.py).
+a Hadamard H inside each block of up to 64 channels, costs two small matmuls a call and recovers most of what the
+rows lost (docs/measurements/2026-12-01-weight-formats.md).
 
 Only the model (and its families) imports this; which format a matrix gets is the caller's choice (`matrix(..., fmt)`).
 """
