@@ -173,3 +173,9 @@ def test_the_clients_url_variable_beside_the_settings_is_not_refused():
     from typewriter.config import Settings
 
     assert Settings.from_env({"TYPEWRITER_URL": "http://127.0.0.1:8000", "TYPEWRITER_PORT": "9000"}).port == 9000
+
+
+def test_an_empty_system_prompt_means_none_and_an_unset_one_the_tutors():
+    assert Settings.from_env({"TYPEWRITER_SYSTEM_PROMPT": ""}).system_prompt == ""
+    assert Settings.from_env({}).system_prompt is None
+    assert Settings.from_env({"TYPEWRITER_MAX_NEW_TOKENS": ""}).max_new_tokens == Settings().max_new_tokens

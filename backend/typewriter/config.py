@@ -184,8 +184,8 @@ def _parse(name: str, raw: str, hint: object) -> object:
     optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
     kind = next(t for t in typing.get_args(hint) if t is not type(None)) if optional else hint
     text = raw.strip()
-    if optional and text.lower() in ("", "none"):
-        return None
+    if optional and (text.lower() == "none" or (not text and kind is not str)):
+        return None  # unset; an empty text setting stays "" (TYPEWRITER_SYSTEM_PROMPT="": no system prompt)
     if kind is str:
         return text.lower() if name == "log_level" else raw
     if kind is bool:
