@@ -133,6 +133,9 @@ class Engine:
             raise PromptTooLong(n, budget, self.max_context)
         if not all(0 <= t < self.vocab_size for t in request.prompt_ids):  # out of range would fail inside XLA
             raise InvalidRequest("prompt_ids", f"every token id must be between 0 and {self.vocab_size - 1}")
+        start = request.answer_start.ids if request.answer_start else ()
+        if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in start):
+            raise InvalidRequest("continue.ids", f"every token id must be between 0 and {self.vocab_size - 1}")
         seq = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock())
         with self._lock:
             if self.state not in (EngineState.IDLE, EngineState.RUNNING):
@@ -283,7 +286,7 @@ class Engine:
         except Exception:
             self._fail([seq], "sampling or detokenizing")
             return
-        self._emit(seq, Token(seq.id, len(seq.output_ids) - 1, token_id, text))
+        self._emit(seq, Token(seq.id, seq.last_index, token_id, text))
         if reason is not None:
             self._finish(seq, reason)
 

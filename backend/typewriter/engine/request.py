@@ -101,11 +101,23 @@ def fit_max_new_tokens(prompt_tokens: int, context: int, default: int, asked: in
     raise PromptTooLong(prompt_tokens, min(default, MIN_FITTED_ANSWER), context, asked=False)
 
 
+@dataclass(frozen=True)
+class AnswerStart:
+    """The start of an answer generated earlier (on another server, or before a restart): the request continues
+    it as the same assistant turn instead of beginning a new one."""
+
+    ids: tuple[int, ...]  # the tokens generated so far, in order
+    text: str | None = None  # what the client shows of them: the ids must stream exactly this (None: unchecked)
+
+
 @dataclass
 class GenerationRequest:
     id: str
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
+    # Continue this answer: its ids follow the prompt, its tokens count against max_new_tokens, and the
+    # generated tokens are numbered after them.
+    answer_start: AnswerStart | None = None
 
 
 # ---- events, engine thread -> caller ----

@@ -3,6 +3,10 @@
 `take(token_id)` is the per-token part of an engine step, testable without a thread or a model: append the
 token, detokenize it, hold back a possible partial stop sequence, and say whether the answer has ended (eos,
 stop sequence, length) and with what final text.
+
+A request that continues an answer begun elsewhere (`AnswerStart`) replays those tokens through the same
+pipeline first, so the detokenizer, the stop matcher and the sampler's random draws are where an uninterrupted
+run's would be: greedy decoding, and a seeded draw, then go on exactly as if the answer had never stopped.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from collections.abc import Callable, Collection
 
 import numpy as np
 
+from ..errors import InvalidRequest
 from ..text.detokenizer import IncrementalDetokenizer
-from .request import Event, FinishReason, GenerationRequest, Timings
+from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings
 from .sampling import Sampler
 from ..text.stops import StopMatcher
 
@@ -41,7 +46,10 @@ class RequestState:
         self.on_event = on_event
         self.status = Status.WAITING
         self.slot = -1
-        self.prompt_ids = list(request.prompt_ids)
+        start = request.answer_start
+        # The model reads an answer's start as prompt: its K/V are prefilled, and its tokens are not generated.
+        self.prompt_ids = list(request.prompt_ids) + (list(start.ids) if start else [])
+        self.continued = len(start.ids) if start else 0  # answer tokens generated before this request
         self.output_ids: list[int] = []
         self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
         self.reused = 0  # of those, how many were found already cached (prefix reuse)
@@ -53,11 +61,18 @@ class RequestState:
         self.submitted = now
         self.started = 0.0
         self.first_token = 0.0
+        if start is not None:
+            self._replay(start)
 
     def move_to(self, status: Status) -> None:
         if status not in _ALLOWED[self.status]:
             raise RuntimeError(f"request {self.id}: {self.status.value} -> {status.value} is not allowed")
         self.status = status
+
+    @property
+    def last_index(self) -> int:
+        """The answer-wide index of the latest generated token (after those it continues)."""
+        return self.continued + len(self.output_ids) - 1
 
     @property
     def num_tokens(self) -> int:
@@ -93,16 +108,35 @@ class RequestState:
         self.output_ids.append(token_id)
         if len(self.output_ids) == 1:
             self.first_token = now
+        return self._pipe(token_id, self.last_index + 1)
+
+    def _pipe(self, token_id: int, answer_tokens: int) -> tuple[str, FinishReason | None]:
+        """The text pipeline for the answer's `answer_tokens`-th token."""
         if token_id in self.eos_ids and not self.params.ignore_eos:
             self.detokenizer.flush()  # an unfinished character is dropped, never sent as U+FFFD
             return self.stops.flush(), FinishReason.EOS
         text, stopped = self.stops.push(self.detokenizer.push(token_id))
         if stopped:
             return text, FinishReason.STOP_SEQUENCE
-        if len(self.output_ids) >= self.params.max_new_tokens:
+        if answer_tokens >= self.params.max_new_tokens:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
         return text, None
+
+    def _replay(self, start: AnswerStart) -> None:
+        """Take the answer's start as if it had just been generated, dropping its text (the client has it);
+        InvalidRequest if it already ended, or does not stream as `start.text`."""
+        shown = []
+        for n, token_id in enumerate(start.ids, 1):
+            text, reason = self._pipe(token_id, n)
+            if reason is not None:
+                raise InvalidRequest("continue.ids", f"the answer already ended at its token {n - 1} "
+                                                     f"({reason.value}); there is nothing to continue")
+            shown.append(text)
+        if start.text is not None and "".join(shown) != start.text:
+            raise InvalidRequest("continue.ids", "these tokens do not spell continue.text with this server's "
+                                                 "tokenizer")
+        self.sampler.skip(len(start.ids))
 
     def timings(self, now: float) -> Timings:
         n = len(self.output_ids)

@@ -21,6 +21,11 @@ class Sampler:
         self.params = params
         self.rng = np.random.default_rng(params.seed)  # seed None: fresh OS entropy
 
+    def skip(self, tokens: int) -> None:
+        """Advance the random draws past `tokens` sampled elsewhere (one draw each), so a seeded continuation
+        draws what an uninterrupted run would. Greedy decoding never draws: skipping is harmless there."""
+        self.rng.random(tokens)
+
     def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
         """The next token id. `logits` is one row [vocab]; `history` the ids the penalty applies to."""
         p = self.params
