@@ -176,8 +176,23 @@ class ScriptTokenizer:
         ids = []
         for m in messages:
             ids.append(self.eos + 1)
-            ids += [self.eos + 2 + zlib.crc32(word.encode()) % (self.max_prompt_words - 1)
-                    for word in m["content"].split()]
+            ids += [self.word(word) for word in m["content"].split()]
+        return ids
+
+    def word(self, word: str) -> int:
+        return self.eos + 2 + zlib.crc32(word.encode()) % (self.max_prompt_words - 1)
+
+    def encode(self, text: str) -> list[int]:
+        """An answer's text as pieces, the longest that fits first (ties to the lowest id), for a continuation
+        sent as text; text no piece spells is encoded as prompt words."""
+        ids, at = [], 0
+        by_length = sorted(range(self.eos), key=lambda i: (-len(self.pieces[i]), i))
+        while at < len(text):
+            piece = next((i for i in by_length if self.pieces[i] and text.startswith(self.pieces[i], at)), None)
+            if piece is None:
+                return ids + [self.word(w) for w in text[at:].split()]
+            ids.append(piece)
+            at += len(self.pieces[piece])
         return ids
 
     def token_bytes(self, token_id: int) -> bytes:

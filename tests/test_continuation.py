@@ -66,7 +66,7 @@ def test_the_start_counts_against_the_answer_length(tokenizer):
     (b"abcd", {"stop": ("bc",)}, "ended at its token 2 \\(stop_sequence\\)"),
 ])
 def test_an_answer_that_had_already_ended_is_refused(tokenizer, start, params, why):
-    with pytest.raises(InvalidRequest, match=f"continue.ids: the answer already {why}"):
+    with pytest.raises(InvalidRequest, match=f"continue: the answer already {why}"):
         state(tokenizer, start, None, **params)
 
 

@@ -80,6 +80,16 @@ class Settings:
     send_backlog: int = 256
     ping_interval_s: float = 20.0
     ping_timeout_s: float = 20.0
+    # Resume (server/resume.py): a resumable chat whose client went away keeps running, its frames kept, this long
+    # for the client to come back, enough for a phone to change networks; then it is cancelled and its slot freed.
+    # 0: a closed socket cancels its chat at once. Its frames (the whole answer, for a client that missed some)
+    # are bounded per chat, above the longest answer's, and for the whole server.
+    resume_grace_s: float = 60.0
+    resume_buffer_bytes: int = 256 * 1024
+    resume_buffer_total_bytes: int = 64 * 1024 * 1024
+    # An SSE stream that has sent nothing this long (queued, prefilling) gets a comment, so a proxy's idle timeout
+    # (nginx's 60 s default, cloud balancers') never cuts it; None: never.
+    sse_keepalive_s: float | None = 15.0
     # Abuse limits for a public server: sockets in total and per client address, chats a minute per address.
     # The address is the socket's peer, or X-Forwarded-For when that peer is one of trusted_proxies (a comma-
     # separated list of IP addresses; "" trusts none, so the header is ignored).
@@ -136,9 +146,11 @@ class Settings:
             parse_proxies(self.trusted_proxies)
         except ValueError as e:
             raise ConfigError(f"{_env('trusted_proxies')}: {e}; give IP addresses separated by commas") from None
-        for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s"):
+        for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s", "resume_grace_s"):
             _at_least(name, getattr(self, name), 0.0)
-        for name in ("request_timeout_s", "queue_timeout_s"):
+        _at_least("resume_buffer_bytes", self.resume_buffer_bytes, 4096)
+        _at_least("resume_buffer_total_bytes", self.resume_buffer_total_bytes, self.resume_buffer_bytes)
+        for name in ("request_timeout_s", "queue_timeout_s", "sse_keepalive_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigError(f"{_env(name)}: must be greater than 0 (or none), got {value}")

@@ -130,7 +130,7 @@ class RequestState:
         for n, token_id in enumerate(start.ids, 1):
             text, reason = self._pipe(token_id, n)
             if reason is not None:
-                raise InvalidRequest("continue.ids", f"the answer already ended at its token {n - 1} "
+                raise InvalidRequest("continue", f"the answer already ended at its token {n - 1} "
                                                      f"({reason.value}); there is nothing to continue")
             shown.append(text)
         if start.text is not None and "".join(shown) != start.text:

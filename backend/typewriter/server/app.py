@@ -23,6 +23,7 @@ from .limits import client_address
 from .origins import HostCheck, allowed_hosts, origin_allowed, parse_list
 from .metrics import CONTENT_TYPE
 from .openai_api import OpenAI
+from .resume import Resumes
 from .session import Session
 
 # The repository root: templates/, static/ and frontend/ live beside backend/ (the package is installed editable).
@@ -43,6 +44,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     state = ServerState(settings, engine_factory)
     allowed_origins = parse_list(settings.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
+    resumes = Resumes(settings, state.metrics.registry)  # answers kept for clients that lose their connection
     openai = OpenAI(state)
 
     async def healthz(request: Request) -> Response:
@@ -85,7 +87,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             await websocket.close(p.CLOSE_TRY_AGAIN_LATER, refused)
             return
         try:
-            await Session(websocket, state, client).run()
+            await Session(websocket, state, client, resumes).run()
         finally:
             limits.disconnect(client)
 

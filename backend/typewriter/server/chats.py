@@ -24,6 +24,7 @@ import time
 from ..text.conversation import fit_conversation
 from ..errors import TypewriterError
 from ..engine.request import Event, Finished, GenerationRequest, Started, Token
+from . import continuation
 from . import protocol as p
 from .lifecycle import Phase, ServerState
 
@@ -43,6 +44,8 @@ class Cancel(str, enum.Enum):
     STOP = "stop"
     DISCONNECT = "disconnect"
     BACKLOG = "backlog"
+    ABANDONED = "abandoned"  # a kept chat nobody resumed within resume_grace_s (resume.py)
+    BUFFER = "buffer"  # a kept chat whose frames outgrew resume_buffer_bytes
 
 
 class ChatStream:
@@ -52,6 +55,7 @@ class ChatStream:
         self.server = server
         self.client_id, self.engine_id = client_id, engine_id
         self.dropped_messages = dropped_messages  # the oldest messages left out so the conversation fits
+        self.continued: str | None = None  # how the start of an answer it continues was taken (continuation.py)
         self.state = StreamState.WAITING
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.submitted_at = time.monotonic()
@@ -154,8 +158,9 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStrea
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
         stream = ChatStream(server, chat.id, engine_id, fitted.dropped_messages)
         try:
-            server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids, params),
-                                 stream.on_event(asyncio.get_running_loop()))
+            stream.continued = await continuation.submit(
+                server, GenerationRequest(engine_id, fitted.prompt_ids, params), chat.answer_start,
+                stream.on_event(asyncio.get_running_loop()))
         except BaseException:
             stream.end()
             raise

@@ -52,6 +52,7 @@ class ChatEncoder(Protocol):
     default_system_prompt: str  # what encode_chat uses when it is given system=None
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
+    def encode(self, text: str) -> list[int]: ...  # an answer's start, continued from its text
 
 
 Progress = Callable[[str], None]

@@ -14,6 +14,8 @@ from ..errors import InvalidRequest
 from ..engine.request import Finished, FinishReason, SamplingParams
 
 MAX_ID_LENGTH = 64
+MAX_TOKEN_LENGTH = 128  # a resume token is 43 characters; anything far longer is not one
+MAX_INDEX = 2**31 - 1
 ROLES = ("system", "user", "assistant")
 PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
 ERROR_CODES = ("invalid_json", "invalid_request", "system_prompt_not_allowed", "prompt_too_long", "busy", "overloaded",
@@ -45,10 +47,27 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class Continue:
+    """The start of this chat's answer that the client already holds (a `chat` frame's `continue`)."""
+
+    text: str
+    ids: tuple[int, ...] | None  # the token ids it was streamed as, when the client kept them
+
+
+@dataclass(frozen=True)
 class Chat:
     id: str
     messages: tuple[ChatMessage, ...]
     params: dict[str, Any]  # validated names; values are checked when sampling params are built
+    resumable: bool = False  # keep its frames and a resume token for a client that loses its socket
+    answer_start: Continue | None = None  # continue this answer instead of starting one
+
+
+@dataclass(frozen=True)
+class Resume:
+    id: str
+    token: str
+    first_index: int  # the first token index the client has not seen
 
 
 @dataclass(frozen=True)
@@ -61,7 +80,7 @@ class Ping:
     pass
 
 
-ClientMessage = Chat | Stop | Ping
+ClientMessage = Chat | Stop | Ping | Resume
 
 
 def parse_frame(text: str, max_messages: int) -> ClientMessage:
@@ -83,8 +102,10 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
     if kind == "ping":
         _only_fields(frame, ("type",), request_id)
         return Ping()
-    raise ProtocolError("invalid_request", f"type: must be \"chat\", \"stop\" or \"ping\", got {_short(kind)}",
-                        request_id)
+    if kind == "resume":
+        return _parse_resume(frame, request_id)
+    raise ProtocolError("invalid_request", f"type: must be \"chat\", \"stop\", \"ping\" or \"resume\", got "
+                                           f"{_short(kind)}", request_id)
 
 
 def parse_chat(frame: dict[str, Any], max_messages: int) -> Chat:
@@ -113,6 +134,10 @@ def sampling_params(chat: Chat, default_max_new_tokens: int, max_new_tokens_cap:
 
 def queued(request_id: str, position: int) -> dict[str, Any]:
     return {"type": "queued", "id": request_id, "position": position}
+
+
+def resumed(request_id: str) -> dict[str, Any]:
+    return {"type": "resumed", "id": request_id}
 
 
 def start(request_id: str, prompt_tokens: int, cached_tokens: int = 0, dropped_messages: int = 0) -> dict[str, Any]:
@@ -154,7 +179,7 @@ def encode(frame: dict[str, Any]) -> str:
 
 
 def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int) -> Chat:
-    _only_fields(frame, ("type", "id", "messages", "params"), request_id)
+    _only_fields(frame, ("type", "id", "messages", "params", "resumable", "continue"), request_id)
     chat_id = _check_id(frame, request_id)
     raw_messages = frame.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
@@ -176,7 +201,44 @@ def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int
     if unknown:
         raise ProtocolError(
             "invalid_request", f"params.{unknown[0]}: unknown parameter; known: {', '.join(PARAMS)}", chat_id)
-    return Chat(chat_id, messages, dict(params))
+    resumable = frame.get("resumable", False)
+    if not isinstance(resumable, bool):
+        raise ProtocolError("invalid_request", "resumable: must be true or false", chat_id)
+    answer_start = _parse_continue(frame["continue"], chat_id) if "continue" in frame else None
+    return Chat(chat_id, messages, dict(params), resumable, answer_start)
+
+
+def _parse_continue(value: object, chat_id: str) -> Continue:
+    if not isinstance(value, dict):
+        raise ProtocolError("invalid_request", "continue: must be an object {\"text\", \"ids\"}", chat_id)
+    extra = sorted(k for k in value if k not in ("text", "ids"))
+    if extra:
+        raise ProtocolError("invalid_request", f"continue.{extra[0]}: unknown field; known: text, ids", chat_id)
+    text, ids = value.get("text"), value.get("ids")
+    if not isinstance(text, str) or not text:
+        raise ProtocolError("invalid_request", "continue.text: must be the answer's text so far, a non-empty string",
+                            chat_id)
+    if ids is not None and not (isinstance(ids, list) and ids and all(_is_index(i) for i in ids)):
+        raise ProtocolError("invalid_request", "continue.ids: must be a non-empty list of token ids (integers "
+                                               "from 0), as the token frames' ids gave them", chat_id)
+    return Continue(text, tuple(ids) if ids is not None else None)
+
+
+def _parse_resume(frame: dict[str, Any], request_id: str | None) -> Resume:
+    _only_fields(frame, ("type", "id", "token", "from"), request_id)
+    chat_id = _check_id(frame, request_id)
+    token, first = frame.get("token"), frame.get("from")
+    if not isinstance(token, str) or not 1 <= len(token) <= MAX_TOKEN_LENGTH:
+        raise ProtocolError("invalid_request", "token: must be the resume_token of the chat's start frame", chat_id)
+    if not _is_index(first):
+        raise ProtocolError("invalid_request", f"from: must be the index after the last token you have (0 if "
+                                               f"none), an integer from 0 to {MAX_INDEX}, got {_short(first)}",
+                            chat_id)
+    return Resume(chat_id, token, first)
+
+
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INDEX
 
 
 def _parse_message(i: int, message: object, chat_id: str) -> ChatMessage:

@@ -2,7 +2,9 @@
 
 The reader keeps reading while the pump sends, so a `stop` is seen at once. What a chat is (the checks, the
 fitting, the engine's events on an asyncio queue, the backlog bound) lives in `chats.py`, shared with the other
-front doors; this file only speaks protocol v1 over one socket.
+front doors; this file only speaks protocol v1 over one socket. A resumable chat is pumped by its kept log
+instead (resume.py, resume_socket.py), and this socket is its reader until the socket closes or another socket
+resumes the chat.
 """
 
 from __future__ import annotations
@@ -18,16 +20,22 @@ from . import protocol as p
 from .chats import Cancel, ChatStream, StreamState, open_chat
 from .lifecycle import ServerState
 from .limits import FrameRate
+from .resume import KeptChat, Resumes
+from .resume_socket import SocketChat
 
 log = logging.getLogger("typewriter.server")
 
 
 class Session:
-    def __init__(self, websocket: WebSocket, state: ServerState, client: str = "unknown"):
-        """`client`: the address the abuse limits count this connection's chats against."""
+    def __init__(self, websocket: WebSocket, state: ServerState, client: str = "unknown",
+                 resumes: Resumes | None = None):
+        """`client`: the address the abuse limits count this connection's chats against; `resumes`: the
+        server's kept chats (None: chats are never kept)."""
         self.ws, self.server, self.client = websocket, state, client
         self.settings = state.settings
+        self.resumes = resumes
         self.stream: ChatStream | None = None
+        self.kept: SocketChat | None = None  # the resumable chat this socket reads, if any
         self._opening: str | None = None  # the id of a chat being checked and encoded: busy already
         self._open = True
         self._send_lock = asyncio.Lock()
@@ -40,7 +48,9 @@ class Session:
             await self._read()
         finally:
             self._open = False
-            if self.stream is not None:
+            if self.kept is not None:
+                self.kept.detach(self)  # it runs on for the grace period, for its client to resume
+            elif self.stream is not None:
                 self.stream.cancel(Cancel.DISCONNECT)
             if self._pumps:
                 await asyncio.gather(*self._pumps)
@@ -85,23 +95,67 @@ class Session:
                 raise p.ProtocolError("not_found", f"no chat with id {message.id!r} is running on this connection",
                                       message.id)
             stream.cancel(Cancel.STOP)
+        elif isinstance(message, p.Resume):
+            await self._resume(message)
         else:
             await self._start(message)
 
-    async def _start(self, chat: p.Chat) -> None:
-        busy = self.stream.client_id if self.stream is not None else self._opening
+    def _check_idle(self, request_id: str) -> None:
+        busy = self.stream.client_id if self.stream is not None else \
+            self.kept.client_id if self.kept is not None else self._opening
         if busy is not None:
             raise p.ProtocolError(
-                "busy", f"chat {busy!r} is still running on this connection; stop it or wait for its end", chat.id)
+                "busy", f"chat {busy!r} is still running on this connection; stop it or wait for its end",
+                request_id)
+
+    async def _start(self, chat: p.Chat) -> None:
+        self._check_idle(chat.id)
         self._opening = chat.id
         try:
             stream = await open_chat(self.server, chat, self.client)
         finally:
             self._opening = None
         self.stream = stream
+        if chat.resumable and self.resumes is not None and self.resumes.enabled:
+            self.kept = self.resumes.keep(SocketChat(self.resumes, stream, self._frame))
+            self.kept.attach(self, 0)
+            return
         pump = asyncio.create_task(self._send_events(stream), name=f"pump-{stream.engine_id}")
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
+
+    # ---- resuming a kept chat ----
+
+    async def _resume(self, resume: p.Resume) -> None:
+        self._check_idle(resume.id)
+        chat = self.resumes.find(resume.token) if self.resumes is not None else None
+        if not isinstance(chat, SocketChat) or chat.client_id != resume.id:
+            if self.resumes is not None:
+                self.resumes.counted("not_found")
+            raise p.ProtocolError("not_found", f"no chat {resume.id!r} with that token is kept here (it ended over "
+                                               "resume_grace_s ago, or another server or a restart had it); send "
+                                               "it again as a chat with continue", resume.id)
+        try:
+            chat.check_from(resume.first_index)
+        except p.ProtocolError as e:
+            self.resumes.counted("lost" if e.code == "not_found" else "refused")
+            raise
+        self.resumes.counted("resumed")
+        self.kept, self.stream = chat, (None if chat.ended else chat.stream)
+        await self._send(p.resumed(resume.id))
+        chat.attach(self, chat.position(resume.first_index))
+
+    async def deliver(self, text: str) -> bool:
+        """A kept chat's next frame (resume.Reader)."""
+        await self._send_text(text)
+        return self._open
+
+    def released(self, chat: KeptChat) -> None:
+        """The kept chat's end goes out next, or another socket resumed it (resume.Reader)."""
+        if self.kept is chat:
+            self.kept = None
+            if self.stream is chat.stream:
+                self.stream = None
 
     # ---- the pump: one chat's events -> frames ----
 
@@ -124,7 +178,8 @@ class Session:
         if isinstance(event, Queued):
             return p.queued(stream.client_id, event.position)
         if isinstance(event, Started):
-            return p.start(stream.client_id, event.prompt_tokens, event.cached_tokens, stream.dropped_messages)
+            frame = p.start(stream.client_id, event.prompt_tokens, event.cached_tokens, stream.dropped_messages)
+            return frame | {"continued": stream.continued} if stream.continued else frame
         if isinstance(event, Token):
             return p.token(stream.client_id, event.index, event.text) if stream.shows(event) else None
         if event.reason is FinishReason.ERROR:
@@ -139,14 +194,17 @@ class Session:
     # ---- writing ----
 
     async def _send(self, frame: dict[str, Any]) -> None:
+        await self._send_text(p.encode(frame))
+
+    async def _send_text(self, text: str) -> None:
         if not self._open:
             return
         async with self._send_lock:
             try:
-                await self.ws.send_text(p.encode(frame))
+                await self.ws.send_text(text)
             except (WebSocketDisconnect, RuntimeError, OSError):
                 self._open = False
-                if self.stream is not None:
+                if self.stream is not None and self.kept is None:  # a kept chat waits for its client instead
                     self.stream.cancel(Cancel.DISCONNECT)
 
     async def _close(self, code: int, reason: str) -> None:

@@ -1,0 +1,336 @@
+"""Resumable chats: an answer that outlives the connection that asked for it.
+
+A kept chat is pumped here instead of by its connection: every piece of output it makes (a protocol v1 frame, or
+a few SSE bytes) is appended to its log, in order, and the reader attached to it (at first the connection that
+started it) is sent the log by a task of its own, so a slow or dead reader never holds the engine or the other
+chats up. When the reader goes away the chat keeps running for `resume_grace_s`; a new reader with the chat's key
+takes over from where its client stopped (a token index, or a byte offset) and follows the chat live. A chat
+nobody comes back for in time is cancelled and its slot freed; a finished chat's log is forgotten
+`resume_grace_s` after its end (its end may have been lost with the connection).
+
+Logs are bounded per chat (`resume_buffer_bytes`) and in total (`resume_buffer_total_bytes`). When one must
+shrink, what is least likely to be asked for again goes first: the logs of finished chats, longest ended first,
+then the items already sent to a reader (a resume from before them is refused as lost, and the client continues
+the answer from its own copy instead). Items a reader has not been sent yet are not dropped: a chat whose unsent
+items would outgrow a bound ends, and its end says why (`resume_buffer_full`). Keys are looked up by their
+SHA-256 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import enum
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from ..config import Settings
+from .chats import Cancel, ChatStream
+
+log = logging.getLogger("typewriter.server")
+
+END = 2**62  # the terminal item's position key: after every token index and byte offset
+
+
+class Reader(Protocol):
+    """Where a kept chat's output goes: a socket's session, or an HTTP response."""
+
+    async def deliver(self, text: str) -> bool:
+        """Send one item; False once the connection is gone."""
+        ...
+
+    def released(self, chat: KeptChat) -> None:
+        """This reader is done with the chat: its end is about to be sent, or another reader took it over."""
+        ...
+
+
+class Life(enum.Enum):
+    RUNNING = "running"
+    ENDED = "ended"  # its terminal item is in the log
+    FORGOTTEN = "forgotten"  # out of the registry, its log dropped
+
+
+_NEXT = {Life.RUNNING: {Life.ENDED}, Life.ENDED: {Life.FORGOTTEN}, Life.FORGOTTEN: set()}
+
+
+class KeptChat:
+    """One chat's log and its reader. A subclass's `_produce` appends to the log; `attach` starts a reader.
+    Positions count items from the chat's first; `base` of them were dropped from the front."""
+
+    def __init__(self, registry: Resumes, stream: ChatStream, key: str):
+        self.registry, self.stream = registry, stream
+        self.key_hash = digest(key)
+        self.life = Life.RUNNING
+        self.keys: list[int] = []  # each kept item's position key (a token index or byte offset), non-decreasing
+        self.items: list[str] = []
+        self.sizes: list[int] = []
+        self.base = 0
+        self.lost_key = -1  # the key of the last item dropped (-1: none)
+        self.bytes = 0
+        self.sent = 0  # the position up to which a reader has been sent the log
+        self.overflowed = False
+        self.ended_at: float | None = None
+        self.reader: Reader | None = None
+        self._more = asyncio.Event()  # set (and replaced) whenever the log grows or the reader changes
+        self._timer: asyncio.TimerHandle | None = None
+        self._abandoned = False
+        self._tasks: set[asyncio.Task] = set()  # the producer and the readers' senders, held until done
+        self._spawn(self._run(), f"kept-{stream.engine_id}")
+
+    @property
+    def client_id(self) -> str:
+        return self.stream.client_id
+
+    @property
+    def ended(self) -> bool:
+        return self.life is not Life.RUNNING
+
+    @property
+    def end(self) -> int:
+        """The position after the last item."""
+        return self.base + len(self.items)
+
+    def move(self, life: Life) -> None:
+        if life not in _NEXT[self.life]:
+            raise RuntimeError(f"kept chat {self.stream.engine_id}: cannot go from {self.life.value} to {life.value}")
+        self.life = life
+
+    # ---- the producer side ----
+
+    async def _run(self) -> None:
+        try:
+            await self._produce()
+        finally:
+            if not self.ended:  # the task was cancelled (the server is stopping): the chat goes with it
+                self.stream.cancel(Cancel.DISCONNECT)
+                self.stream.end()
+                self.move(Life.ENDED)
+                self._wake()
+
+    async def _produce(self) -> None:
+        raise NotImplementedError
+
+    def append(self, key: int, text: str) -> None:
+        """Add one item to the log. Past the bounds the chat is cancelled and further items are dropped, except
+        the terminal one (key END), which always goes in so that every reader sees the end."""
+        if self.overflowed and key != END:
+            return
+        size = len(text.encode())
+        if key != END and not self.registry.make_room(self, size):
+            self.overflowed = True
+            log.warning("chat %s: its resume buffer is full (%d bytes unsent); ending it", self.stream.engine_id,
+                        self.bytes)
+            self.stream.cancel(Cancel.BUFFER)
+            return
+        self.keys.append(key)
+        self.items.append(text)
+        self.sizes.append(size)
+        self.bytes += size
+        self.registry.bytes += size
+        self._wake()
+
+    def finish(self) -> None:
+        """The terminal item is in: the chat is over, and its log is kept for the grace period."""
+        self.stream.end()
+        self.move(Life.ENDED)
+        self.ended_at = time.monotonic()
+        self._wake()
+        if self._abandoned:  # nobody came back while it ran: nobody will read its end
+            self.forget()
+        else:
+            self._restart_timer(self.forget)
+
+    def drop_sent(self, size: int, limit: int, total: bool = False) -> None:
+        """Drop items a reader was already sent, oldest first, until `size` more bytes fit under `limit` (this
+        chat's bytes, or with `total` the registry's)."""
+        held = (lambda: self.registry.bytes) if total else (lambda: self.bytes)
+        n = 0
+        freed = 0
+        while self.base + n < self.sent and held() - freed + size > limit:
+            freed += self.sizes[n]
+            n += 1
+        if n:
+            self.lost_key = self.keys[n - 1]
+            del self.keys[:n], self.items[:n], self.sizes[:n]
+            self.base += n
+            self.bytes -= freed
+            self.registry.bytes -= freed
+
+    # ---- readers ----
+
+    def lost(self, key: int) -> bool:
+        """Whether items from position key `key` on are no longer all kept."""
+        return key <= self.lost_key
+
+    def position(self, key: int) -> int:
+        """The position of the first item at or after position key `key`."""
+        return self.base + bisect.bisect_left(self.keys, key)
+
+    def attach(self, reader: Reader, position: int, skip: int = 0) -> None:
+        """Make `reader` the one reader, from `position` (of whose item `skip` characters were already sent)."""
+        previous, self.reader = self.reader, reader
+        self._abandoned = False
+        self.sent = position
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.ended:
+            self._restart_timer(self.forget)
+        if previous is not None and previous is not reader:
+            previous.released(self)
+        self._wake()
+        self._spawn(self._follow(reader, position, skip), f"reader-{self.stream.engine_id}")
+
+    def detach(self, reader: Reader) -> None:
+        """`reader`'s connection is gone. The chat runs on for the grace period, unless another reader comes."""
+        if self.reader is not reader:
+            return
+        self.reader = None
+        self._wake()
+        if self.life is Life.RUNNING:
+            self._restart_timer(self._abandon)
+
+    async def _follow(self, reader: Reader, position: int, skip: int) -> None:
+        async for text in self._items(reader, position):
+            if skip:
+                text, skip = text[skip:], 0
+            if not await reader.deliver(text):
+                self.detach(reader)
+                return
+
+    async def _items(self, reader: Reader, position: int) -> AsyncIterator[str]:
+        while self.reader is reader:
+            if position < self.end:
+                key, text = self.keys[position - self.base], self.items[position - self.base]
+                position += 1
+                self.sent = max(self.sent, position)
+                if key == END:
+                    reader.released(self)  # before its end goes out: the client may start its next chat at once
+                yield text
+                continue
+            if self.ended:
+                return
+            more = self._more
+            await more.wait()
+
+    def _spawn(self, work, name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
+    def _wake(self) -> None:
+        self._more.set()
+        self._more = asyncio.Event()
+
+    # ---- the grace period ----
+
+    def _restart_timer(self, then: Callable[[], None]) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(self.registry.grace_s, then)
+
+    def _abandon(self) -> None:
+        self._timer = None
+        if self.reader is None and self.life is Life.RUNNING:
+            log.info("chat %s: no client came back within %.0f s; cancelling it", self.stream.engine_id,
+                     self.registry.grace_s)
+            self._abandoned = True
+            self.stream.cancel(Cancel.ABANDONED)
+
+    def replaced(self) -> None:
+        """A new chat took this one's key: nobody can reach it any more."""
+        if self.life is Life.RUNNING:
+            self._abandoned = True
+            self.stream.cancel(Cancel.STOP)
+        else:
+            self.forget()
+
+    def forget(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.life is Life.FORGOTTEN:
+            return
+        self.move(Life.FORGOTTEN)  # only an ended chat: a running one is cancelled, and forgotten once it ends
+        self.registry.release(self)
+        if self.reader is not None:  # one that fell a grace period behind: it is not sent the rest
+            self.reader.released(self)
+            self.reader = None
+        self.keys, self.items, self.sizes = [], [], []
+        self._wake()
+
+
+def digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode()).digest()
+
+
+class Resumes:
+    """Every kept chat of one server, by the hash of its key, and the bytes their logs hold."""
+
+    def __init__(self, settings: Settings, registry: CollectorRegistry):
+        self.grace_s = settings.resume_grace_s
+        self.per_chat = settings.resume_buffer_bytes
+        self.total = settings.resume_buffer_total_bytes
+        self.bytes = 0
+        self.chats: dict[bytes, KeptChat] = {}
+        Gauge("typewriter_kept_chats", "Resumable chats kept: running, or finished and within their grace period.",
+              registry=registry).set_function(lambda: len(self.chats))
+        Gauge("typewriter_resume_buffer_bytes", "Bytes the kept chats' logs hold.",
+              registry=registry).set_function(lambda: self.bytes)
+        self.resumes = Counter("typewriter_resumes", "Attempts to resume a kept chat, by outcome.", ["outcome"],
+                               registry=registry)
+
+    @property
+    def enabled(self) -> bool:
+        return self.grace_s > 0
+
+    def keep(self, chat: KeptChat) -> KeptChat:
+        previous = self.chats.pop(chat.key_hash, None)
+        if previous is not None:  # the same key again (an OpenAI conversation's next request): the old one goes
+            previous.replaced()
+        self.chats[chat.key_hash] = chat
+        return chat
+
+    def find(self, key: str) -> KeptChat | None:
+        return self.chats.get(digest(key))
+
+    def counted(self, outcome: str) -> None:
+        """One attempt to resume: `resumed`, `not_found`, `lost` (its items were dropped) or `refused`."""
+        self.resumes.labels(outcome=outcome).inc()
+
+    def make_room(self, chat: KeptChat, size: int) -> bool:
+        """Whether `size` more bytes of `chat`'s log fit, after dropping what may be dropped (see the module)."""
+        if chat.bytes + size > self.per_chat:
+            chat.drop_sent(size, self.per_chat)
+            if chat.bytes + size > self.per_chat:
+                return False
+        if self.bytes + size > self.total:
+            for old in sorted((c for c in self.chats.values() if c.life is Life.ENDED), key=lambda c: c.ended_at):
+                if old.reader is not None and old.sent < old.end:  # its reader is still being sent its end
+                    old.drop_sent(size, self.total, total=True)
+                else:
+                    old.forget()
+                if self.bytes + size <= self.total:
+                    return True
+            for running in sorted(self.chats.values(), key=lambda c: -c.bytes):
+                running.drop_sent(size, self.total, total=True)
+                if self.bytes + size <= self.total:
+                    return True
+            return False
+        return True
+
+    def release(self, chat: KeptChat) -> None:
+        if self.chats.get(chat.key_hash) is chat:
+            del self.chats[chat.key_hash]
+        self.bytes -= chat.bytes
+        chat.bytes = 0

@@ -1,0 +1,66 @@
+"""A protocol v1 chat kept for resuming (docs/protocol.md, "Resuming an answer").
+
+Its frames are the socket's own (the session builds them), with two additions only a resumable chat's client
+sees: the `start` frame carries `resume_token`, 32 random bytes that only the socket that started the chat is
+ever sent, and each `token` frame carries `ids`, the token ids its text came from (those whose text was held back
+included), so that a client can have the answer continued token for token by another server.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from ..engine.request import Event, Finished, Token
+from . import protocol as p
+from .chats import ChatStream
+from .resume import END, KeptChat, Resumes
+
+FrameOf = Callable[[ChatStream, Event], "dict[str, Any] | None"]
+
+
+class SocketChat(KeptChat):
+    def __init__(self, registry: Resumes, stream: ChatStream, frame_of: FrameOf):
+        """`frame_of`: the session's event -> frame (None: no frame for this event)."""
+        self.token = secrets.token_urlsafe(32)
+        self._frame_of = frame_of
+        self._ids: list[int] = []  # tokens generated since the last token frame
+        self.next_index = 0  # the index after the last token frame kept
+        super().__init__(registry, stream, self.token)
+
+    def check_from(self, first_index: int) -> None:
+        """A client can only lack what was made: a `from` past the last kept token is a lie or a mix-up. One
+        before frames that were dropped for room cannot be replayed."""
+        if first_index > self.next_index:
+            raise p.ProtocolError("invalid_request", f"from: this chat has sent tokens up to index "
+                                                     f"{self.next_index - 1}, so from may be at most "
+                                                     f"{self.next_index}; got {first_index}", self.client_id)
+        if self.lost(first_index):
+            raise p.ProtocolError("not_found", f"this chat's frames from index {first_index} on are no longer all "
+                                               "kept (they were sent, and room was needed); send it again as a "
+                                               "chat with continue", self.client_id)
+
+    async def _produce(self) -> None:
+        while True:
+            event = await self.stream.next_event()
+            if isinstance(event, Token):
+                self._ids.append(event.token_id)
+            frame = self._frame_of(self.stream, event)
+            if isinstance(event, Finished):
+                if self.overflowed and frame["type"] == "end":  # its last tokens were never kept
+                    frame["reason"] = "resume_buffer_full"
+                self.append(END, p.encode(frame))
+                self.finish()
+                return
+            if frame is None:
+                continue
+            key = -1  # before the answer's first token: never replayed (the client has the start frame)
+            if frame["type"] == "start":
+                frame["resume_token"] = self.token
+            elif frame["type"] == "token":
+                frame["ids"], self._ids = self._ids, []
+                key = frame["index"]
+            self.append(key, p.encode(frame))
+            if key >= 0 and not self.overflowed:
+                self.next_index = key + 1
