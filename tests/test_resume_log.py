@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from typewriter.config import Settings
 from typewriter.server.chats import Cancel
-from typewriter.server.resume import END, KeptChat, Life, Resumes
+from typewriter.server.resume import KeptChat, Life, Resumes
 
 
 class Stream:
@@ -35,12 +35,18 @@ class Chat(KeptChat):
 
     def __init__(self, registry: Resumes, name: str):
         self.feed: asyncio.Queue = asyncio.Queue()
+        self.next = 0
         super().__init__(registry, Stream(name), name)
+
+    @property
+    def next_key(self) -> int:
+        return self.next
 
     async def _produce(self) -> None:
         while (item := await self.feed.get()) is not None:
             self.append(*item)
-        self.append(END, "end")
+            self.next = item[0] + 1
+        self.append(self.next, "end", last=True)
         self.finish()
 
 

@@ -45,7 +45,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     allowed_origins = parse_list(settings.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
     resumes = Resumes(settings, state.metrics.registry)  # answers kept for clients that lose their connection
-    openai = OpenAI(state)
+    openai = OpenAI(state, resumes)
 
     async def healthz(request: Request) -> Response:
         healthy, body = state.health()
@@ -106,6 +106,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             WebSocketRoute("/ws", chat_socket),
             Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
             Route("/v1/models", openai.models, methods=["GET"]),
+            Route("/v1/stream/{conversation_id}", openai.streams.replay, methods=["GET"]),
+            Route("/v1/stream/{conversation_id}", openai.streams.stop, methods=["DELETE"]),
             Route("/v1/{path:path}", openai.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
             Mount("/static", StaticFiles(directory=web_root / "static", check_dir=False), name="static"),
             Mount("/frontend", StaticFiles(directory=web_root / "frontend", check_dir=False), name="frontend"),

@@ -2,8 +2,11 @@
 `GET /v1/models`, over the same chats as the socket (chats.py). docs/openai.md has the field mapping.
 
 A streamed answer is `chat.completion.chunk` events ending in `data: [DONE]`; while it waits for a slot the
-stream carries SSE comments (`: queued 3`), which clients skip. The client's connection is watched while the
-answer runs: when it goes away the chat is cancelled within a decode step, also while it is still queued.
+stream carries SSE comments (`: queued 3`), which clients skip, and a `: keep-alive` comment whenever it has been
+quiet for `sse_keepalive_s` (queued, or its prompt being read), so that no proxy's idle timeout cuts it. The
+client's connection is watched while the answer runs: when it goes away the chat is cancelled within a decode
+step, also while it is still queued, unless the request named an `X-Conversation-Id`: then the stream is kept
+for the client to resume (resume_sse.py).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from .chats import Cancel, ChatStream, open_chat
 from .lifecycle import Phase, ServerState
 from .limits import client_address
 from .openai_request import BadField, CompletionRequest, parse_body
+from .resume import Resumes
+from .resume_sse import HEADER, BadConversation, Streams, conversation_id
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
                   FinishReason.TIMEOUT: "length"}  # ran out of its time budget: cut short, like a length limit
@@ -37,6 +42,7 @@ STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowe
           "loading": 503, "too_large": 413, "method_not_allowed": 405}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
+KEEPALIVE = ": keep-alive\n\n"
 
 
 def error_response(status: int, code: str, message: str, param: str | None = None,
@@ -48,9 +54,13 @@ def error_response(status: int, code: str, message: str, param: str | None = Non
 
 
 class OpenAI:
-    def __init__(self, state: ServerState):
+    def __init__(self, state: ServerState, resumes: Resumes | None = None):
+        """`resumes`: the server's kept chats, for streams sent with X-Conversation-Id (None: never kept)."""
         self.state = state
         self.created = int(time.time())
+        self.resumes = resumes
+        self.streams = Streams(state, resumes, lambda status, code, message: self._refused(code, message, status=status)) \
+            if resumes is not None else None
 
     async def models(self, request: Request) -> Response:
         if not self.state.ready:
@@ -72,8 +82,11 @@ class OpenAI:
         try:
             body = await _read_body(request, settings.max_message_bytes)
             completion = parse_body(body, settings.max_messages)
+            kept = self._kept_as(request, completion)
         except BadField as e:
             return self._refused(e.code, e.message, e.param)
+        except BadConversation as e:
+            return self._refused(e.code, e.message, status=e.status)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody reads it
         limits = state.limits
@@ -89,12 +102,23 @@ class OpenAI:
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        return Answer(stream, completion, state.engine.model_name, lambda: limits.disconnect(client))
+        answer = Answer(stream, completion, state.engine.model_name, lambda: limits.disconnect(client),
+                        settings.sse_keepalive_s)
+        if kept is not None:
+            return self.streams.keep(stream, answer._events(), kept, answer.release)
+        return answer
+
+    def _kept_as(self, request: Request, completion: CompletionRequest) -> str | None:
+        """The conversation id a streamed request is kept under, if it named one and the server keeps chats."""
+        value = request.headers.get(HEADER)
+        if value is None or not completion.stream or self.resumes is None or not self.resumes.enabled:
+            return None
+        return conversation_id(value)
 
     def _refused(self, code: str, message: str, param: str | None = None,
-                 retry_after_s: float | None = None) -> Response:
+                 retry_after_s: float | None = None, status: int | None = None) -> Response:
         self.state.metrics.rejected.labels(code=code).inc()
-        return error_response(STATUS.get(code, 400), code, message, param, retry_after_s)
+        return error_response(status or STATUS.get(code, 400), code, message, param, retry_after_s)
 
     def _not_ready(self) -> Response:
         phase = self.state.phase
@@ -109,8 +133,10 @@ class OpenAI:
 class Answer:
     """The response to one accepted completion: it owns the chat until its end was sent or its client left."""
 
-    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release):
+    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release,
+                 keepalive_s: float | None = None):
         self.stream, self.completion, self.model, self.release = stream, completion, model, release
+        self.keepalive_s = keepalive_s
         self.created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -160,8 +186,10 @@ class Answer:
     async def _events(self) -> AsyncIterator[str]:
         usage_field = {"usage": None} if self.completion.include_usage else {}
         while True:
-            event = await self.stream.next_event()
-            if isinstance(event, Queued):
+            event = await _next_event(self.stream, self.keepalive_s)
+            if event is None:
+                yield KEEPALIVE
+            elif isinstance(event, Queued):
                 yield f": queued {event.position}\n\n"
             elif isinstance(event, Started):
                 yield _sse(self._chunk({"role": "assistant", "content": ""}, None) | usage_field)
@@ -210,6 +238,16 @@ def _field(message: str, completion: CompletionRequest) -> tuple[str, str] | Non
 def _usage(event: Finished) -> dict[str, int]:
     return {"prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
             "total_tokens": event.prompt_tokens + event.completion_tokens}
+
+
+async def _next_event(stream: ChatStream, quiet_s: float | None):
+    """The stream's next event, or None when none came for `quiet_s` (the queue's get is safe to cancel)."""
+    if quiet_s is None:
+        return await stream.next_event()
+    try:
+        return await asyncio.wait_for(stream.next_event(), quiet_s)
+    except TimeoutError:
+        return None
 
 
 def _sse(data: dict[str, Any]) -> str:

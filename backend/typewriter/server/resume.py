@@ -34,9 +34,6 @@ from .chats import Cancel, ChatStream
 
 log = logging.getLogger("typewriter.server")
 
-END = 2**62  # the terminal item's position key: after every token index and byte offset
-
-
 class Reader(Protocol):
     """Where a kept chat's output goes: a socket's session, or an HTTP response."""
 
@@ -70,7 +67,8 @@ class KeptChat:
         self.items: list[str] = []
         self.sizes: list[int] = []
         self.base = 0
-        self.lost_key = -1  # the key of the last item dropped (-1: none)
+        self.kept_from = 0  # once items were dropped (base > 0): the position key they were dropped up to
+        self.final: int | None = None  # the terminal item's position, once it is in
         self.bytes = 0
         self.sent = 0  # the position up to which a reader has been sent the log
         self.overflowed = False
@@ -115,18 +113,25 @@ class KeptChat:
     async def _produce(self) -> None:
         raise NotImplementedError
 
-    def append(self, key: int, text: str) -> None:
+    @property
+    def next_key(self) -> int:
+        """The position key the next item will have (the next token index, or byte offset)."""
+        raise NotImplementedError
+
+    def append(self, key: int, text: str, last: bool = False) -> None:
         """Add one item to the log. Past the bounds the chat is cancelled and further items are dropped, except
-        the terminal one (key END), which always goes in so that every reader sees the end."""
-        if self.overflowed and key != END:
+        the `last` one, which always goes in so that every reader sees the end."""
+        if self.overflowed and not last:
             return
         size = len(text.encode())
-        if key != END and not self.registry.make_room(self, size):
+        if not last and not self.registry.make_room(self, size):
             self.overflowed = True
             log.warning("chat %s: its resume buffer is full (%d bytes unsent); ending it", self.stream.engine_id,
                         self.bytes)
             self.stream.cancel(Cancel.BUFFER)
             return
+        if last:
+            self.final = self.end
         self.keys.append(key)
         self.items.append(text)
         self.sizes.append(size)
@@ -155,9 +160,9 @@ class KeptChat:
             freed += self.sizes[n]
             n += 1
         if n:
-            self.lost_key = self.keys[n - 1]
             del self.keys[:n], self.items[:n], self.sizes[:n]
             self.base += n
+            self.kept_from = self.keys[0] if self.keys else self.next_key
             self.bytes -= freed
             self.registry.bytes -= freed
 
@@ -165,14 +170,14 @@ class KeptChat:
 
     def lost(self, key: int) -> bool:
         """Whether items from position key `key` on are no longer all kept."""
-        return key <= self.lost_key
+        return self.base > 0 and key < self.kept_from
 
     def position(self, key: int) -> int:
         """The position of the first item at or after position key `key`."""
         return self.base + bisect.bisect_left(self.keys, key)
 
-    def attach(self, reader: Reader, position: int, skip: int = 0) -> None:
-        """Make `reader` the one reader, from `position` (of whose item `skip` characters were already sent)."""
+    def attach(self, reader: Reader, position: int) -> None:
+        """Make `reader` the one reader, from `position`."""
         previous, self.reader = self.reader, reader
         self._abandoned = False
         self.sent = position
@@ -184,7 +189,7 @@ class KeptChat:
         if previous is not None and previous is not reader:
             previous.released(self)
         self._wake()
-        self._spawn(self._follow(reader, position, skip), f"reader-{self.stream.engine_id}")
+        self._spawn(self._follow(reader, position), f"reader-{self.stream.engine_id}")
 
     def detach(self, reader: Reader) -> None:
         """`reader`'s connection is gone. The chat runs on for the grace period, unless another reader comes."""
@@ -195,10 +200,8 @@ class KeptChat:
         if self.life is Life.RUNNING:
             self._restart_timer(self._abandon)
 
-    async def _follow(self, reader: Reader, position: int, skip: int) -> None:
+    async def _follow(self, reader: Reader, position: int) -> None:
         async for text in self._items(reader, position):
-            if skip:
-                text, skip = text[skip:], 0
             if not await reader.deliver(text):
                 self.detach(reader)
                 return
@@ -206,11 +209,11 @@ class KeptChat:
     async def _items(self, reader: Reader, position: int) -> AsyncIterator[str]:
         while self.reader is reader:
             if position < self.end:
-                key, text = self.keys[position - self.base], self.items[position - self.base]
+                text = self.items[position - self.base]
+                if position == self.final:
+                    reader.released(self)  # before its end goes out: the client may start its next chat at once
                 position += 1
                 self.sent = max(self.sent, position)
-                if key == END:
-                    reader.released(self)  # before its end goes out: the client may start its next chat at once
                 yield text
                 continue
             if self.ended:

@@ -15,7 +15,7 @@ from typing import Any
 from ..engine.request import Event, Finished, Token
 from . import protocol as p
 from .chats import ChatStream
-from .resume import END, KeptChat, Resumes
+from .resume import KeptChat, Resumes
 
 FrameOf = Callable[[ChatStream, Event], "dict[str, Any] | None"]
 
@@ -28,6 +28,10 @@ class SocketChat(KeptChat):
         self._ids: list[int] = []  # tokens generated since the last token frame
         self.next_index = 0  # the index after the last token frame kept
         super().__init__(registry, stream, self.token)
+
+    @property
+    def next_key(self) -> int:
+        return self.next_index
 
     def check_from(self, first_index: int) -> None:
         """A client can only lack what was made: a `from` past the last kept token is a lie or a mix-up. One
@@ -50,7 +54,7 @@ class SocketChat(KeptChat):
             if isinstance(event, Finished):
                 if self.overflowed and frame["type"] == "end":  # its last tokens were never kept
                     frame["reason"] = "resume_buffer_full"
-                self.append(END, p.encode(frame))
+                self.append(self.next_index, p.encode(frame), last=True)
                 self.finish()
                 return
             if frame is None:
