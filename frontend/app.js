@@ -9,6 +9,11 @@
  *
  * Every chat is kept (chats.js); `state.turns` is the open chat's own array of turns, changed in place.
  * The chat list (chatlist.js) opens, renames and deletes them.
+ *
+ * An answer survives a dropped connection (reconnect.js): the socket reopens, the answer resumes where the screen
+ * stopped, and the status line says "reconnecting" meanwhile; the turn fails only after several failed attempts.
+ * The socket's URL names the open chat (`?conversation=`), so a balancer sends a conversation to the replica that
+ * holds its cache and its kept answer.
  */
 
 import { ChatList } from "./chatlist.js";
@@ -19,6 +24,7 @@ import { renderFormula } from "./formula.js";
 import { Notice } from "./notice.js";
 import { Pacer, wholeWords } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
+import { resumableChat } from "./reconnect.js";
 import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, stopTurn } from "./state.js";
 import { statusLine } from "./status.js";
 import { Connection } from "./transport.js";
@@ -67,7 +73,8 @@ let live = /** @type {{turn: Turn, controller: AbortController, pacer: Pacer} | 
 /** Auto-scroll follows the answer until the student scrolls up, and again once they are back at the bottom. */
 let follow = true;
 
-const connection = new Connection(new URL(wsPath, location.href.replace(/^http/, "ws")).href, {
+const wsUrl = new URL(wsPath, location.href.replace(/^http/, "ws"));
+const connection = new Connection(() => `${wsUrl.href}${wsUrl.search ? "&" : "?"}conversation=${encodeURIComponent(chats.current)}`, {
   onStatus: ({ state: s, retryInMs }) => {
     state.connection = s;
     state.retryInMs = retryInMs;
@@ -166,7 +173,7 @@ async function answer(turn) {
     size: (m) => encoder.encode(JSON.stringify(frameWith(m))).length,
   });
   const chat = messages
-    ? connection.chat(frameWith(messages), controller.signal)
+    ? resumableChat(connection, frameWith(messages), controller.signal)
     : tooLong(turn.id);
   for await (const msg of chat) {
     const next = applyMessage(turn, msg);
@@ -358,6 +365,9 @@ jumpButton.addEventListener("click", () => {
 });
 
 window.addEventListener("online", () => connection.connect());
+// The network went away: the socket is as good as dead (a new network means a new connection), so the answer's
+// resume starts as soon as the browser is back online rather than when the dead socket times out.
+window.addEventListener("offline", () => connection.abandon());
 // Another tab saved its chats: take them, so this tab's next save does not undo that tab's work. The open chat
 // stays open (if it still exists), and is redrawn only if its turns changed. While this tab is writing an
 // answer it keeps its own list, and its save at the end wins.

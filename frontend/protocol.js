@@ -6,13 +6,16 @@
 
 /**
  * @typedef {{role: "system" | "user" | "assistant", content: string}} ChatMessage
- * @typedef {{type: "chat", id: string, messages: ChatMessage[], params?: Record<string, unknown>}} ChatFrame
+ * @typedef {{type: "chat", id: string, messages: ChatMessage[], params?: Record<string, unknown>, resumable?: boolean,
+ *   continue?: {text: string, ids?: number[]}} | {type: "resume", id: string, token: string, from: number}} ChatFrame
  * @typedef {{prompt_tokens: number, completion_tokens: number}} Usage
  * @typedef {{queue_ms: number, ttft_ms: number, total_ms: number, tokens_per_s: number}} Timings
- * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "queue_timeout" | "shutdown"} EndReason
+ * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "queue_timeout" | "shutdown" | "resume_buffer_full"} EndReason
  * @typedef {{type: "queued", id: string, position: number}
- *   | {type: "start", id: string, prompt_tokens: number, cached_tokens?: number, dropped_messages?: number}
- *   | {type: "token", id: string, index: number, text: string}
+ *   | {type: "start", id: string, prompt_tokens: number, cached_tokens?: number, dropped_messages?: number, resume_token?: string}
+ *   | {type: "token", id: string, index: number, text: string, ids?: number[]}
+ *   | {type: "resumed", id: string}
+ *   | {type: "reconnecting", id: string, attempt: number}
  *   | {type: "end", id: string, reason: EndReason, usage: Usage | null, timings: Timings | null}
  *   | {type: "error", id: string | null, code: string, message: string}
  *   | {type: "pong"}} ServerMessage
@@ -51,6 +54,8 @@ export function parseServerMessage(data) {
       return typeof msg.id === "string" ? { usage: null, timings: null, ...msg } : null;
     case "error":
       return typeof msg.code === "string" ? { id: null, message: "", ...msg } : null;
+    case "resumed":
+      return typeof msg.id === "string" ? msg : null;
     case "pong":
       return msg;
     default:
@@ -106,6 +111,7 @@ const END_TEXT = /** @type {Record<string, string>} */ ({
   timeout: "The answer took too long and was cut short.",
   queue_timeout: "The tutor was too busy to start your answer in time. Please ask again in a moment.",
   shutdown: "The tutor restarted before finishing. Please ask again.",
+  resume_buffer_full: "The connection was away too long for the tutor to keep the rest of this answer. Please ask again.",
 });
 
 /**

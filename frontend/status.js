@@ -24,6 +24,8 @@ export function statusLine({ connection, retryInMs }, live) {
         state: "offline",
       };
     case "reconnecting":
+      // The answer is resumed once the socket is back (reconnect.js): a quiet note, no countdown to watch.
+      if (live?.status === "streaming") return { text: "Reconnecting… the answer will go on where it stopped.", state: "offline" };
       return {
         text: retryInMs > 0 ? `Connection lost. Reconnecting in ${Math.ceil(retryInMs / 1000)} s…` : "Reconnecting…",
         state: "offline",

@@ -9,6 +9,11 @@
  * `cancelled` when the signal aborts before the request was sent. Aborting after it was sent sends `stop`
  * and keeps yielding until the server's `end`. Chats run one at a time (the server answers `busy`
  * otherwise): a new one waits for the previous terminal, which after a stop is one decode step away.
+ *
+ * A socket can die without closing (a phone that changed networks): while a chat runs, a socket quiet for
+ * `quietMs` is sent a `ping`, and one that stays quiet `pongWaitMs` longer is abandoned as if it had closed.
+ * `abandon()` does the same at once (the page calls it when the browser goes offline). Carrying the answer
+ * across the new socket is reconnect.js's part.
  */
 
 import { isTerminal, parseServerMessage } from "./protocol.js";
@@ -23,6 +28,8 @@ import { isTerminal, parseServerMessage } from "./protocol.js";
  * @property {number} [baseDelayMs]  first reconnect delay; it doubles per failed attempt
  * @property {number} [maxDelayMs]
  * @property {() => number} [random] jitter source, so many pages do not reconnect in lockstep
+ * @property {number} [quietMs]     a running chat's socket silent this long is pinged
+ * @property {number} [pongWaitMs]  and abandoned if still silent this much longer
  */
 
 const OPEN = 1;
@@ -30,11 +37,18 @@ const CLOSE_TRY_AGAIN_LATER = 1013;
 
 export class Connection {
   /**
-   * @param {string} url
+   * @param {string | (() => string)} url  a function is asked at each connect (a key for the balancer may change)
    * @param {ConnectionOptions} [options]
    */
-  constructor(url, { WebSocket = globalThis.WebSocket, onStatus = () => {}, baseDelayMs = 500, maxDelayMs = 15000, random = Math.random } = {}) {
+  constructor(url, { WebSocket = globalThis.WebSocket, onStatus = () => {}, baseDelayMs = 500, maxDelayMs = 15000, random = Math.random, quietMs = 5000, pongWaitMs = 5000 } = {}) {
     this.url = url;
+    this.quietMs = quietMs;
+    this.pongWaitMs = pongWaitMs;
+    /** @type {Set<(status: ConnectionStatus) => void>} more status listeners (reconnect.js counts failures) */
+    this.watchers = new Set();
+    this.heardAt = 0;
+    /** @type {ReturnType<typeof setInterval> | undefined} */
+    this.heartbeat = undefined;
     this.WebSocket = WebSocket;
     this.onStatus = onStatus;
     this.baseDelayMs = baseDelayMs;
@@ -64,16 +78,18 @@ export class Connection {
     if (this.closed || (this.socket && this.socket.readyState <= OPEN)) return;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
-    this.onStatus({ state: this.attempt === 0 ? "connecting" : this.warming ? "warming" : "reconnecting", retryInMs: 0 });
-    const socket = new this.WebSocket(this.url);
+    this.status({ state: this.attempt === 0 ? "connecting" : this.warming ? "warming" : "reconnecting", retryInMs: 0 });
+    const socket = new this.WebSocket(typeof this.url === "function" ? this.url() : this.url);
     this.socket = socket;
     socket.onopen = () => {
       this.attempt = 0;
       this.warming = false;
-      this.onStatus({ state: "open", retryInMs: 0 });
+      this.heardAt = Date.now();
+      this.status({ state: "open", retryInMs: 0 });
       for (const wake of this.openWaiters) wake();
     };
     socket.onmessage = (event) => {
+      this.heardAt = Date.now();
       const msg = parseServerMessage(event.data);
       if (!msg || msg.type === "pong") return;
       // Only `invalid_json` lacks an id, and it can only be about the chat in flight.
@@ -83,6 +99,7 @@ export class Connection {
     socket.onclose = (/** @type {{code?: number, reason?: string}} */ event) => {
       if (this.socket !== socket) return;
       this.socket = null;
+      this.stopHeartbeat();
       for (const [id, deliver] of this.routes) {
         deliver({ type: "error", id, code: "disconnected", message: "the connection closed" });
       }
@@ -98,7 +115,50 @@ export class Connection {
   close() {
     this.closed = true;
     clearTimeout(this.retryTimer);
+    this.stopHeartbeat();
     this.socket?.close();
+  }
+
+  /**
+   * Give the socket up now, as if it had closed: it may be dead without knowing it (the network changed). Its
+   * running chats get `disconnected` and the connection reopens with backoff.
+   */
+  abandon() {
+    const socket = this.socket;
+    if (!socket) return;
+    const onclose = socket.onclose;
+    socket.onclose = socket.onmessage = socket.onopen = null;
+    try {
+      socket.close();
+    } catch {
+      // a socket still connecting may refuse to close; it is dropped all the same
+    }
+    onclose?.call(socket, /** @type {any} */ ({ code: 1006, reason: "abandoned" }));
+  }
+
+  /** @param {ConnectionStatus} status */
+  status(status) {
+    this.onStatus(status);
+    for (const watch of this.watchers) watch(status);
+  }
+
+  /** @private While chats run, ping a quiet socket, and abandon one that stays quiet. */
+  startHeartbeat() {
+    if (this.heartbeat !== undefined) return;
+    let pinged = false;
+    this.heartbeat = setInterval(() => {
+      if (!this.isOpen || this.routes.size === 0) return;
+      const quiet = Date.now() - this.heardAt;
+      if (quiet < this.quietMs) pinged = false;
+      else if (!pinged) pinged = this.send({ type: "ping" });
+      else if (quiet >= this.quietMs + this.pongWaitMs) this.abandon();
+    }, Math.max(250, Math.min(this.quietMs, this.pongWaitMs) / 4));
+  }
+
+  /** @private */
+  stopHeartbeat() {
+    clearInterval(this.heartbeat);
+    this.heartbeat = undefined;
   }
 
   /**
@@ -109,7 +169,7 @@ export class Connection {
     const ceiling = Math.min(this.maxDelayMs, this.baseDelayMs * 2 ** this.attempt);
     const delay = Math.round(ceiling * (0.5 + this.random() / 2));
     this.attempt++;
-    this.onStatus({ state, retryInMs: delay });
+    this.status({ state, retryInMs: delay });
     this.retryTimer = setTimeout(() => this.connect(), delay);
   }
 
@@ -183,6 +243,8 @@ export class Connection {
         return;
       }
       signal?.addEventListener("abort", stop, { once: true });
+      this.heardAt = Date.now();
+      this.startHeartbeat();
       for (;;) {
         while (inbox.length) {
           const msg = /** @type {ServerMessage} */ (inbox.shift());

@@ -95,6 +95,19 @@ def test_the_ingress_keeps_sockets_open_and_streams_unbuffered(kube):
     assert kube["Ingress"]["spec"]["ingressClassName"] == "nginx"
 
 
+def test_the_ingress_keeps_a_student_on_one_pod_and_moves_them_when_it_fails(kube):
+    """The pod a page sticks to holds its conversations' cache and its kept answers; a failed one is left for
+    another, where the page continues its answer."""
+    notes = kube["Ingress"]["metadata"]["annotations"]
+    prefix = "nginx.ingress.kubernetes.io/"
+    assert notes[prefix + "affinity"] == "cookie"
+    assert notes[prefix + "affinity-mode"] in ("balanced", "persistent")
+    assert notes[prefix + "session-cookie-change-on-failure"] == "true"
+    assert notes[prefix + "session-cookie-path"] == "/"  # the socket (/ws) and the page share it
+    assert notes[prefix + "session-cookie-secure"] == "true" and kube["Ingress"]["spec"]["tls"]
+    assert prefix + "upstream-hash-by" not in notes  # one or the other: a hash would override the cookie
+
+
 def test_the_socket_takes_pages_from_the_host_the_ingress_serves(kube, container):
     host = kube["Ingress"]["spec"]["rules"][0]["host"]
     assert env(container)["TYPEWRITER_ALLOWED_ORIGINS"] == f"https://{host}"

@@ -1,11 +1,12 @@
 """Scale-out: Debian's nginx, with the repo's deploy/nginx/typewriter.conf (only its addresses changed), in front
 of two `typewriter serve` processes on loopback (the tiny model).
 
-Chats stream through nginx to both replicas (least connections: two sockets each). One replica gets SIGTERM
-while its sockets are chatting: every chat there ends with a terminal frame (`end` with reason `shutdown`, or the
-`shutdown` error for a chat sent once the drain began) and its sockets close with 1012, while the other
-replica's chats go on untouched; once it has exited, new sockets through nginx all reach the other one (nginx
-tries the stopped one, is refused, marks it failed and retries the next: its passive health check).
+Chats stream through nginx to both replicas (each socket names its conversation; nginx hashes it to a replica,
+and the test picks conversations so that two sockets land on each). One replica gets SIGTERM while its sockets
+are chatting: every chat there ends with a terminal frame (`end` with reason `shutdown`, or the `shutdown` error
+for a chat sent once the drain began) and its sockets close with 1012, while the other replica's chats go on
+untouched; once it has exited, new sockets of its conversations through nginx reach the other one (nginx tries
+the stopped one, is refused, marks it failed and retries the next: its passive health check).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ LONG_ANSWER = 180  # tokens (the prompt is about 50 of the 256): each socket is 
 # (its greedy answer to "question 1" was 11 chunks in 0.2 ms, too quick to tell a buffered stream from a streamed one)
 LOOP = 0.5
 SHUTDOWN_CLOSE = 1012
+HASH = "hash $conversation_key consistent;"
 
 
 def local_conf(listen_port: int, replicas: list[str]) -> str:
@@ -56,13 +58,13 @@ def local_conf(listen_port: int, replicas: list[str]) -> str:
     indent, _, options = servers[0]
     lines = "\n".join(f"{indent}server {address}{options};" for address in replicas)
     text = re.sub(r"^ +server \S+:\d+( [^;]*)?;\n", "", text, flags=re.M)
-    text = text.replace("least_conn;\n", f"least_conn;\n{lines}\n", 1)
+    text = text.replace(HASH + "\n", f"{HASH}\n{lines}\n", 1)
     return text.replace("listen 80", f"listen 127.0.0.1:{listen_port}")
 
 
 def test_the_config_asks_for_what_long_streams_need():
     text = CONF.read_text()
-    for directive in ("least_conn;", "proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;",
+    for directive in (HASH, "proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;",
                       "proxy_set_header Connection $connection_upgrade;", "proxy_buffering off;",
                       "proxy_set_header Host $http_host;", "X-Forwarded-For $proxy_add_x_forwarded_for;"):
         assert directive in text, directive
@@ -119,11 +121,26 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
         url = front.replace("http://", "ws://", 1) + "/ws"
 
         loops: list[tuple[int, ChatLoop]] = []
-        for i in range(2 * SOCKETS_PER_REPLICA):
+        keys: dict[int, list[str]] = {0: [], 1: []}  # conversations by the replica nginx hashes them to
+        for i in range(64):
+            if all(len(k) >= SOCKETS_PER_REPLICA for k in keys.values()):
+                break
             before = [metric(base, "typewriter_open_connections") for base in replicas]
-            loop = ChatLoop(url, f"s{i}", params={"max_new_tokens": LONG_ANSWER, "repetition_penalty": LOOP}).start()
-            loops.append((opened_on(loop, replicas, before), loop))
-        assert sorted(replica for replica, _ in loops) == [0, 0, 1, 1], "least_conn puts two sockets on each"
+            loop = ChatLoop(f"{url}?conversation=c{i}", f"s{i}",
+                            params={"max_new_tokens": LONG_ANSWER, "repetition_penalty": LOOP}).start()
+            replica = opened_on(loop, replicas, before)
+            keys[replica].append(f"c{i}")
+            if len(keys[replica]) > SOCKETS_PER_REPLICA:  # enough there: the conversation is known, its socket not kept
+                loop.stop()
+                wait_until(lambda: metric(replicas[replica], "typewriter_open_connections") == before[replica],
+                           "the extra socket closed")
+            else:
+                loops.append((replica, loop))
+        assert sorted(replica for replica, _ in loops) == [0, 0, 1, 1], f"no two conversations on each: {keys}"
+        again = ChatLoop(f"{url}?conversation={keys[0][0]}", "again", params={"max_new_tokens": 8})
+        before = [metric(base, "typewriter_open_connections") for base in replicas]
+        assert opened_on(again.start(), replicas, before) == 0, "a conversation's next socket goes where it went"
+        again.stop()
         wait_until(lambda: all(metric(base, "typewriter_requests_total") >= 2 for base in replicas),
                    "both replicas answering chats", timeout=60)
 
@@ -140,7 +157,9 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
         b_before = metric(replicas[1], "typewriter_requests_total")
         wait_until(lambda: metric(replicas[1], "typewriter_requests_total") > b_before, "b answering on", timeout=30)
 
-        late = [ChatLoop(url, f"late{i}", params={"max_new_tokens": 8}).start() for i in range(3)]
+        # conversations that hash to a: nginx tries a first, is refused, and takes them to b
+        late = [ChatLoop(f"{url}?conversation={key}", f"late{i}", params={"max_new_tokens": 8}).start()
+                for i, key in enumerate(keys[0][:3])]
         time.sleep(1.0)
         b_open = metric(replicas[1], "typewriter_open_connections")
         for loop in running + late:
@@ -170,7 +189,7 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
         assert loop.chats and all(chat[-1]["type"] == "end" and chat[-1]["reason"] in ("eos", "length")
                                   for chat in loop.chats), loop.chats[-1]
     assert b_open == len(running) + len(late), "the sockets opened after a left are b's"
-    # least_conn picked the stopped replica first (it held no sockets); the refused connection took it out of the
+    # the hash picked the stopped replica first for these conversations; the refused connection took it out of the
     # pool and nginx retried the other: the passive health check at work
     log = (tmp_path / "nginx" / "error.log").read_text()
     a = replicas[0].removeprefix("http://")

@@ -29,3 +29,10 @@ test("connecting, warming and reconnecting are offline, with the wait rounded up
     state: "offline",
   });
 });
+
+test("an answer being written when the connection drops gets a quiet note, without a countdown", () => {
+  assert.deepEqual(statusLine({ connection: "reconnecting", retryInMs: 8000 }, turn("streaming")), {
+    text: "Reconnecting… the answer will go on where it stopped.",
+    state: "offline",
+  });
+});

@@ -1,8 +1,8 @@
 """A protocol v1 chat kept for resuming (docs/protocol.md, "Resuming an answer").
 
 Its frames are the socket's own (the session builds them), with two additions only a resumable chat's client
-sees: the `start` frame carries `resume_token`, 32 random bytes that only the socket that started the chat is
-ever sent, and each `token` frame carries `ids`, the token ids its text came from (those whose text was held back
+sees: its `queued` and `start` frames carry `resume_token`, 32 random bytes that only the socket that started the
+chat is ever sent, and each `token` frame carries `ids`, the token ids its text came from (those whose text was held back
 included), so that a client can have the answer continued token for token by another server.
 """
 
@@ -59,9 +59,10 @@ class SocketChat(KeptChat):
                 return
             if frame is None:
                 continue
-            key = -1  # before the answer's first token: never replayed (the client has the start frame)
-            if frame["type"] == "start":
-                frame["resume_token"] = self.token
+            key = -1  # a queue position: never replayed
+            if frame["type"] in ("queued", "start"):
+                frame["resume_token"] = self.token  # from the first frame on, so that a queued chat can be resumed
+                key = 0 if frame["type"] == "start" else -1  # the start is replayed to a client that lacks token 0
             elif frame["type"] == "token":
                 frame["ids"], self._ids = self._ids, []
                 key = frame["index"]
