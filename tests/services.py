@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -28,6 +29,8 @@ from websockets.sync.client import connect
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 10.0
+CONF = Path(__file__).resolve().parents[1] / "deploy" / "nginx" / "typewriter.conf"
+HASH = "hash $conversation_key consistent;"
 
 
 def binary(name: str, path: str) -> str:
@@ -121,6 +124,22 @@ def nginx(server_conf: str, prefix: Path, ready_path: str = "/readyz") -> Iterat
     assert check.returncode == 0, f"nginx -t refused the configuration:\n{check.stderr}"
     with child(argv, prefix / "stdout.log", f"{base}{ready_path}"):
         yield base
+
+
+def local_conf(listen_port: int, replicas: list[str], read_timeout_s: int | None = None) -> str:
+    """deploy/nginx/typewriter.conf with only its addresses changed (the listening port and the upstream servers),
+    and with `read_timeout_s` its proxy_read_timeout."""
+    text = CONF.read_text()
+    servers = re.findall(r"^( +)server (\S+:\d+)( [^;]*)?;$", text, re.M)
+    assert servers, "no upstream servers in typewriter.conf"
+    indent, _, options = servers[0]
+    lines = "\n".join(f"{indent}server {address}{options};" for address in replicas)
+    text = re.sub(r"^ +server \S+:\d+( [^;]*)?;\n", "", text, flags=re.M)
+    text = text.replace(HASH + "\n", f"{HASH}\n{lines}\n", 1)
+    if read_timeout_s is not None:
+        text, n = re.subn(r"proxy_read_timeout \d+s;", f"proxy_read_timeout {read_timeout_s}s;", text)
+        assert n == 1, "no proxy_read_timeout in typewriter.conf"
+    return text.replace("listen 80", f"listen 127.0.0.1:{listen_port}")
 
 
 @dataclass

@@ -16,18 +16,15 @@ import re
 import signal
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
 import httpx
 import pytest
 from helpers import wait_until
 from real_server import server_process
-from services import ChatLoop, free_port, metric, nginx
+from services import CONF, HASH, ChatLoop, free_port, local_conf, metric, nginx
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.e2e]
 
-ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "deploy" / "nginx" / "typewriter.conf"
 SETTINGS = {
     "TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_CONTEXT": "256", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "200",
     "TYPEWRITER_MAX_ACTIVE": "4",
@@ -47,19 +44,6 @@ LONG_ANSWER = 180  # tokens (the prompt is about 50 of the 256): each socket is 
 # (its greedy answer to "question 1" was 11 chunks in 0.2 ms, too quick to tell a buffered stream from a streamed one)
 LOOP = 0.5
 SHUTDOWN_CLOSE = 1012
-HASH = "hash $conversation_key consistent;"
-
-
-def local_conf(listen_port: int, replicas: list[str]) -> str:
-    """deploy/nginx/typewriter.conf with only its addresses changed: the listening port and the upstream servers."""
-    text = CONF.read_text()
-    servers = re.findall(r"^( +)server (\S+:\d+)( [^;]*)?;$", text, re.M)
-    assert servers, "no upstream servers in typewriter.conf"
-    indent, _, options = servers[0]
-    lines = "\n".join(f"{indent}server {address}{options};" for address in replicas)
-    text = re.sub(r"^ +server \S+:\d+( [^;]*)?;\n", "", text, flags=re.M)
-    text = text.replace(HASH + "\n", f"{HASH}\n{lines}\n", 1)
-    return text.replace("listen 80", f"listen 127.0.0.1:{listen_port}")
 
 
 def test_the_config_asks_for_what_long_streams_need():

@@ -17,7 +17,7 @@ from . import protocol as p
 from .chats import ChatStream
 from .resume import KeptChat, Resumes
 
-FrameOf = Callable[[ChatStream, Event], "dict[str, Any] | None"]
+FrameOf = Callable[[ChatStream, Event], dict[str, Any] | None]
 
 
 class SocketChat(KeptChat):
