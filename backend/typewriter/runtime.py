@@ -18,7 +18,7 @@ from .runners.heap import return_freed_memory
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
 from .weights.gguf_file import GGUFFile
-from .weights.load import open_source, read_config
+from .weights.load import open_source, read_config, weight_reader
 
 Progress = Callable[[str], None]
 LITE_FORMATS = ("int8-lite", "int8-lite-fast")  # runners/lite/runner.py's FORMATS, without importing LiteRT
@@ -123,8 +123,8 @@ def load(
     if weight_format in LITE_FORMATS:
         from .runners.lite.load import open_runner
 
-        runner = open_runner(path, cfg, lambda: load_weights(source, weight_progress)[1], tokenizer.encode, slots,
-                             max_context, weight_format, program_cache, progress)
+        runner = open_runner(path, cfg, lambda: weight_reader(source)[1], tokenizer.encode, slots, max_context,
+                             weight_format, program_cache, progress)
     else:
         from .runners.xla import load as xla
 
