@@ -9,7 +9,7 @@
  * @typedef {{type: "chat", id: string, messages: ChatMessage[], params?: Record<string, unknown>}} ChatFrame
  * @typedef {{prompt_tokens: number, completion_tokens: number}} Usage
  * @typedef {{queue_ms: number, ttft_ms: number, total_ms: number, tokens_per_s: number}} Timings
- * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "queue_timeout" | "shutdown"} EndReason
+ * @typedef {"eos" | "length" | "stop_sequence" | "repetition" | "cancelled" | "timeout" | "queue_timeout" | "shutdown"} EndReason
  * @typedef {{type: "queued", id: string, position: number}
  *   | {type: "start", id: string, prompt_tokens: number, cached_tokens?: number, dropped_messages?: number}
  *   | {type: "token", id: string, index: number, text: string}
@@ -103,6 +103,7 @@ export function errorText(code) {
 const END_TEXT = /** @type {Record<string, string>} */ ({
   cancelled: "Stopped",
   length: "The answer reached its length limit.",
+  repetition: "The answer started repeating itself, so it was stopped.",
   timeout: "The answer took too long and was cut short.",
   queue_timeout: "The tutor was too busy to start your answer in time. Please ask again in a moment.",
   shutdown: "The tutor restarted before finishing. Please ask again.",

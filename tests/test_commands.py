@@ -91,7 +91,7 @@ def test_help_shows_the_defaults_from_sampling_params_and_settings(capsys):
                   f"(default {s.max_context})"):
         assert shown in generate
     serve = help_text("serve")
-    for shown in (f"(default {s.max_active}; TYPEWRITER_MAX_ACTIVE)", f"(default {s.max_queue}; TYPEWRITER_MAX_QUEUE)",
+    for shown in ("measured at start; TYPEWRITER_MAX_ACTIVE)", f"(default {s.max_queue}; TYPEWRITER_MAX_QUEUE)",
                   f"(default {s.max_context}; TYPEWRITER_MAX_CONTEXT)", f"(default {s.port}; TYPEWRITER_PORT)"):
         assert shown in serve
     assert parse("bench").max_context == s.max_context

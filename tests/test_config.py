@@ -10,7 +10,7 @@ from typewriter.config import ConfigError, Settings
 def test_defaults_serve_loopback_on_8000_with_the_embedded_model():
     s = Settings.from_env({})
     assert (s.host, s.port, s.model_path) == ("127.0.0.1", 8000, None)
-    assert (s.max_active, s.max_queue, s.max_context) == (8, 32, 2048)
+    assert (s.max_active, s.max_queue, s.max_context) == (None, 32, 2048)  # None: sized at start
     assert s.max_new_tokens <= s.max_new_tokens_cap < s.max_context
 
 

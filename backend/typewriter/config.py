@@ -48,10 +48,11 @@ class Settings:
     # (runners/xla/quantized.py) is XLA's.
     # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
     weights: str = "auto"
-    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. 8 slots give
-    # several times one stream's tokens/s, each stream still faster than anyone reads
-    # (docs/measurements/2026-11-30-batched-decode-and-the-socket.md).
-    max_active: int = 8
+    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. More slots give
+    # more students at once, each stream slower (docs/measurements/2026-11-30-batched-decode-and-the-socket.md);
+    # None: as many as this machine carries under the capacity bar, sized at start from measured step times
+    # (engine/capacity.py; int8-lite), or runtime.XLA_SLOTS for XLA's programs.
+    max_active: int | None = None
     max_queue: int = 32
     max_context: int = 2048
     # The most prompt tokens prefilled per step while answers stream. Within it the scheduler sizes each chunk by
@@ -110,7 +111,8 @@ class Settings:
         if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
             raise ConfigError(f"{_env('grpc_port')}: must be a port from 0 to 65535 (0 picks a free one), got "
                               f"{self.grpc_port}")
-        _at_least("max_active", self.max_active, 1)
+        if self.max_active is not None:
+            _at_least("max_active", self.max_active, 1)
         _at_least("max_queue", self.max_queue, 0)
         _at_least("max_context", self.max_context, 16)
         _at_least("prefill_budget", self.prefill_budget, 1)

@@ -20,7 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{ENV_PREFIX}GRPC_PORT)")
     add_model_arguments(parser, from_settings=True)
     parser.add_argument("--max-active", type=int, metavar="N",
-                        help=f"streams decoded together ({default('max_active')})")
+                        help=f"streams decoded together (default: as many as this machine carries under the "
+                             f"capacity bar, measured at start; {ENV_PREFIX}MAX_ACTIVE)")
     parser.add_argument("--max-queue", type=int, metavar="N",
                         help=f"chats that may wait for a slot ({default('max_queue')})")
     parser.add_argument("--log-level", choices=LOG_LEVELS, help=f"({default('log_level')})")

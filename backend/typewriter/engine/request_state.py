@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from ..text.detokenizer import IncrementalDetokenizer
+from .repetition import LoopGuard
 from .request import Event, FinishReason, GenerationRequest, Timings
 from .sampling import Sampler
 from ..text.stops import StopMatcher
@@ -49,6 +50,7 @@ class RequestState:
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
+        self.loops = LoopGuard() if request.params.loop_guard else None
         self.last_position = 0  # the queue position last reported
         self.submitted = now
         self.started = 0.0
@@ -102,6 +104,9 @@ class RequestState:
         if len(self.output_ids) >= self.params.max_new_tokens:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
+        if self.loops is not None and self.loops.push(token_id):
+            self.detokenizer.flush()
+            return text + self.stops.flush(), FinishReason.REPETITION
         return text, None
 
     def timings(self, now: float) -> Timings:

@@ -15,7 +15,7 @@ from ..engine.request import Finished, FinishReason, SamplingParams
 
 MAX_ID_LENGTH = 64
 ROLES = ("system", "user", "assistant")
-PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
+PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop", "loop_guard")
 ERROR_CODES = ("invalid_json", "invalid_request", "system_prompt_not_allowed", "prompt_too_long", "busy", "overloaded",
                "not_found", "rate_limited", "shutdown", "internal")
 

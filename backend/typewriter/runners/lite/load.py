@@ -3,12 +3,19 @@ from the weights (rounded by GPTQ on the calibration text) and saved for the nex
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
 import logging
+import os
+import statistics
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
 
+from ...engine.capacity import StepModel
 from ...models.model_config import ModelConfig
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
@@ -21,6 +28,7 @@ log = logging.getLogger("typewriter.lite")
 # for the most rows it ran (docs/measurements/2026-12-03-int8-lite.md).
 MAX_CHUNK = 64
 Progress = Callable[[str], None]
+CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
 
 
 def build(cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_context: int,
@@ -65,3 +73,46 @@ def open_runner(path: Path, cfg: ModelConfig, weights: Callable[[], Mapping[str,
                              kernel=load_kernel(program_cache))
         programs = cache.save(key, made, path, weight_format)
         return build(cfg, None, slots, max_context, weight_format, progress, programs, program_cache)
+
+
+def fit_step_model(runner: LiteRunner, folder: Path | None, steps: int = 7) -> StepModel:
+    """The runner's decode-only step time as engine/capacity.py models it: read from `folder` (a cache entry) when
+    it was measured there on a CPU like this one, else measured now with probe steps (their K/V writes are
+    dropped by the caller's `reset_cache`) and kept there."""
+    known = folder / CAPACITY if folder is not None else None
+    cpu = _cpu_signature()
+    if known is not None and known.is_file():
+        try:
+            saved = json.loads(known.read_text())
+            if saved["cpu"] == cpu:
+                return StepModel(**saved["model"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # measured again, and written over
+
+    def measure(rows: int, position: int) -> float:
+        slots, tokens, positions = list(range(rows)), [1] * rows, [position] * rows
+        times = []
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            runner.step(slots, tokens, positions)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times[2:])  # the first steps resize the programs' buffers
+
+    model = StepModel.fit(measure, runner.max_len)
+    if known is not None:
+        try:
+            known.write_text(json.dumps({"cpu": cpu, "model": dataclasses.asdict(model)}))
+        except OSError:
+            pass  # measured again at the next start
+    return model
+
+
+def _cpu_signature() -> str:
+    """What the step times depend on besides the model: the CPU's name, its flags and how many it has."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    return f"{name}|{os.cpu_count()}|{hashlib.sha256(flags.encode()).hexdigest()[:12]}"

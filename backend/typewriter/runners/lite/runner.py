@@ -117,6 +117,12 @@ class LiteRunner:
     def max_chunk(self) -> int:
         return self._max_chunk
 
+    def reset_cache(self, slots: int) -> None:
+        """A fresh, empty K/V cache of `slots` slots (before serving: after the capacity probe, whose writes it
+        drops, and with the slot count the probe chose)."""
+        cache = self.cache
+        self.cache = HostCache(self.cfg, slots, cache.max_len, cache.kernel, cache.threads)
+
     def describe(self) -> dict:
         attention = "kernel" if self.cache.kernel else "numpy"
         return {"name": "int8-lite", "weights": self.weight_format, "attention": attention,
