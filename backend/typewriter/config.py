@@ -136,6 +136,10 @@ class Settings:
             parse_proxies(self.trusted_proxies)
         except ValueError as e:
             raise ConfigError(f"{_env('trusted_proxies')}: {e}; give IP addresses separated by commas") from None
+        for name in parse_list(self.allowed_hosts):
+            if "*" in name and name != "*" and not (name.startswith("*.") and "*" not in name[2:]):
+                raise ConfigError(f"{_env('allowed_hosts')}: {name!r}: a wildcard must be * alone or lead a domain, "
+                                  "like *.school.org")
         for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s"):
             _at_least(name, getattr(self, name), 0.0)
         for name in ("request_timeout_s", "queue_timeout_s"):
@@ -213,6 +217,11 @@ def parse_proxies(spec: str) -> frozenset[str]:
             except ValueError:
                 raise ValueError(f"{item!r} is not an IP address") from None
     return frozenset(out)
+
+
+def parse_list(spec: str) -> tuple[str, ...]:
+    """`allowed_hosts`, `allowed_origins`: a comma-separated list, lowercased."""
+    return tuple(item.strip().lower() for item in spec.split(",") if item.strip())
 
 
 def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:

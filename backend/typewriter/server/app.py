@@ -15,12 +15,12 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from ..config import Settings
+from ..config import Settings, parse_list
 from . import protocol as p
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .auth import ApiKeyCheck
 from .limits import client_address
-from .origins import HostCheck, allowed_hosts, origin_allowed, parse_list
+from .origins import HostCheck, allowed_hosts, origin_allowed
 from .metrics import CONTENT_TYPE
 from .openai_api import OpenAI
 from .session import Session
