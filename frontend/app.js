@@ -58,7 +58,7 @@ const notice = new Notice(byId("notice"));
 const say = notice.say.bind(notice);
 
 const chats = loadChats(localStorage);
-const state = emptyState();
+const state = emptyState(typeof settings.model === "string" ? settings.model : "");
 state.turns = currentChat(chats).turns;
 /** @type {Map<Turn, TurnView>} */
 const views = new Map();

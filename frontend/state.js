@@ -110,11 +110,15 @@ export function stopTurn(turn, shown) {
  * @property {Turn[]} turns  the open chat's turns (chats.js keeps every chat and saves them)
  * @property {"connecting" | "open" | "reconnecting" | "warming" | "full"} connection
  * @property {number} retryInMs
+ * @property {string} model  the server's model id, shown while nothing is being written ("" when unknown)
  */
 
-/** @returns {State} */
-export function emptyState() {
-  return { turns: [], connection: "connecting", retryInMs: 0 };
+/**
+ * @param {string} [model]
+ * @returns {State}
+ */
+export function emptyState(model = "") {
+  return { turns: [], connection: "connecting", retryInMs: 0, model };
 }
 
 /**

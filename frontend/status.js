@@ -8,11 +8,11 @@
 /** @typedef {import("./state.js").Turn} Turn */
 
 /**
- * @param {Pick<State, "connection" | "retryInMs">} state
+ * @param {Pick<State, "connection" | "retryInMs"> & Partial<Pick<State, "model">>} state
  * @param {Turn | null} live  the answer still being written, if any
  * @returns {{text: string, state: "ok" | "queued" | "offline"}}
  */
-export function statusLine({ connection, retryInMs }, live) {
+export function statusLine({ connection, retryInMs, model = "" }, live) {
   switch (connection) {
     case "connecting":
       return { text: "Connecting…", state: "offline" };
@@ -30,5 +30,6 @@ export function statusLine({ connection, retryInMs }, live) {
       };
   }
   if (live?.status === "queued" && live.note) return { text: live.note, state: "queued" };
-  return { text: live ? "The tutor is writing…" : "Connected", state: "ok" };
+  if (live) return { text: "The tutor is writing…", state: "ok" };
+  return { text: model ? `Connected · ${model}` : "Connected", state: "ok" };
 }

@@ -71,6 +71,8 @@ def test_an_address_this_machine_does_not_have_is_named(host, said):
     ([], {"TYPEWRITER_MAX_ACTIVE": "0"}, "TYPEWRITER_MAX_ACTIVE: must be at least 1, got 0"),
     (["--max-queue", "-1"], {}, "--max-queue: must be at least 0, got -1"),
     (["--max-context", "8"], {}, "--max-context: must be at least 16, got 8"),
+    (["--model-id", "my model"], {}, "--model-id: must be 1 to 128 characters without spaces"),
+    ([], {"TYPEWRITER_MODEL_ID": "my model"}, "TYPEWRITER_MODEL_ID: must be 1 to 128 characters without spaces"),
 ])
 def test_a_bad_value_is_named_as_the_user_gave_it_an_option_or_a_variable(args, env, said):
     run = serve(*args, env=env)

@@ -18,6 +18,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+import live_server
 from helpers import chat_json, until_terminal_async
 from scripted import factory, script_engine
 from typewriter import cli
@@ -29,24 +30,8 @@ from typewriter.server.main import Server, uvicorn_config
 
 @contextmanager
 def running(engine, **overrides):
-    values = dict(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
-                  max_message_bytes=4096, ping_interval_s=5.0, ping_timeout_s=5.0, shutdown_grace_s=2.0)
-    settings = Settings(**{**values, **overrides})
-    app = create_app(settings, factory(engine))
-    config = uvicorn_config(app, settings, host="127.0.0.1", log_level="warning")
-    server = Server(config, app.state.server)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not (server.started and app.state.server.ready):
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield server, f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with live_server.running(factory(engine), **overrides) as served:
+        yield served
 
 
 def chat(request_id: str, **params) -> str:

@@ -10,10 +10,12 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from .engine.request import DEFAULT_MAX_NEW_TOKENS
 
@@ -25,6 +27,8 @@ CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
 WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, runners/
+EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/load.py)
+MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
@@ -50,6 +54,9 @@ class Settings:
     # None is off, 0 picks a free port. It listens on `host` too.
     grpc_port: int | None = None
     model_path: str | None = None  # None: the embedded model
+    # The model's name to clients: /v1/models, the `model` of OpenAI responses, /readyz, the page and the log.
+    # None: default_model_id(model_path), a name without spaces that stays the same across restarts.
+    model_id: str | None = None
     # How the model's matrices are held and multiplied (WEIGHT_FORMATS). fp32 is the file's weights exactly, in XLA.
     # int8-lite (runners/lite/) runs int8 matmuls on LiteRT with nothing to compile: faster steps than fp32, ready
     # sooner, a smaller footprint, and a KL from fp32 below llama.cpp's own on the same file
@@ -121,6 +128,11 @@ class Settings:
                                            f"{self.grpc_port}")
         if self.grpc_port and self.grpc_port == self.port:
             raise ConfigError("grpc_port", f"must differ from the HTTP port ({self.port}), got {self.grpc_port}")
+        if self.model_id is None:
+            object.__setattr__(self, "model_id", default_model_id(self.model_path))
+        elif not MODEL_ID.fullmatch(self.model_id):
+            raise ConfigError("model_id", f"must be 1 to 128 characters without spaces (such as SmolLM2-135M-Instruct),"
+                                          f" got {self.model_id!r}")
         _at_least("max_active", self.max_active, 1)
         _at_least("max_queue", self.max_queue, 0)
         _at_least("max_context", self.max_context, 16)
@@ -231,6 +243,17 @@ def parse_proxies(spec: str) -> frozenset[str]:
 def parse_list(spec: str) -> tuple[str, ...]:
     """`allowed_hosts`, `allowed_origins`: a comma-separated list, lowercased."""
     return tuple(item.strip().lower() for item in spec.split(",") if item.strip())
+
+
+def default_model_id(model_path: str | None) -> str:
+    """The model id when `model_id` is not set: the embedded model's name, else the model file's or folder's
+    name without a `.gguf` ending, each run of spaces made one "-" (`~/models/Qwen2.5 0.5B.gguf` -> `Qwen2.5-0.5B`).
+    It never comes from inside the file: a GGUF's `general.name` is often a training run's label."""
+    if not model_path:
+        return EMBEDDED_MODEL_ID
+    name = PurePath(os.path.abspath(os.path.expanduser(model_path))).name
+    name = name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+    return "-".join(name.split())[:128] or "model"
 
 
 def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:

@@ -6,8 +6,13 @@ import { statusLine } from "../../frontend/status.js";
 const open = { connection: "open", retryInMs: 0 };
 const turn = (status, note = "") => ({ id: "x", question: "q", answer: "", status, note, stats: "" });
 
-test("an open connection with nothing live says Connected", () => {
+test("an open connection with nothing live says Connected, with the server's model id when it is known", () => {
   assert.deepEqual(statusLine(open, null), { text: "Connected", state: "ok" });
+  assert.deepEqual(statusLine({ ...open, model: "SmolLM2-135M-Instruct" }, null), {
+    text: "Connected · SmolLM2-135M-Instruct",
+    state: "ok",
+  });
+  assert.equal(statusLine({ ...open, model: "SmolLM2-135M-Instruct" }, turn("streaming")).text, "The tutor is writing…");
 });
 
 test("while an answer is live the line says so, and a queued one says its place in line", () => {

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import ENV_PREFIX, LOG_LEVELS, ConfigError, Settings
+from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, LOG_LEVELS, ConfigError, Settings
 from .args import add_model_arguments, setting_default
 
 # The Settings field each option sets; its argparse dest is the option's name (--model's is `model`).
 OPTIONS = {"host": "--host", "port": "--port", "grpc_port": "--grpc-port", "model_path": "--model",
-           "max_context": "--max-context", "weights": "--weights",
+           "model_id": "--model-id", "max_context": "--max-context", "weights": "--weights",
            "max_active": "--max-active", "max_queue": "--max-queue", "log_level": "--log-level"}
 
 
@@ -27,6 +27,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"also serve gRPC (typewriter.v1.Chat) on this port, 0 picks a free one (default off; "
                              f"{ENV_PREFIX}GRPC_PORT)")
     add_model_arguments(parser, from_settings=True)
+    parser.add_argument("--model-id", metavar="ID",
+                        help="the model's name to clients: /v1/models, responses, /readyz, the page and the log "
+                             f"(default: {EMBEDDED_MODEL_ID} for the embedded model, else the file's name without "
+                             f".gguf or the folder's name, spaces made -; {ENV_PREFIX}MODEL_ID)")
     parser.add_argument("--max-active", type=int, metavar="N",
                         help=f"streams decoded together ({default('max_active')})")
     parser.add_argument("--max-queue", type=int, metavar="N",
