@@ -109,7 +109,7 @@ CONNECT_ERRORS = (OSError, InvalidHandshake, InvalidURI)
 def connect_error(url: str, e: Exception, open_timeout: float) -> ConnectFailed:
     """Why the socket at `url` could not be opened, as ConnectFailed with a reason a person can act on."""
     parts = urlsplit(url)
-    host, port = parts.hostname, parts.port or (443 if parts.scheme == "wss" else 80)
+    host, port = parts.hostname, parts.port or (443 if parts.scheme in ("wss", "https") else 80)
     if isinstance(e, ConnectionRefusedError):
         reason = f"connection refused: nothing listens on port {port} of {host}; is the server running on this port?"
     elif isinstance(e, socket.gaierror):
