@@ -5,7 +5,8 @@
  * One answer is live at a time. Its messages come from `connection.chat` and go through `applyMessage`
  * (state.js), which keeps the received text; the text a frame adds goes into a Pacer, and a
  * requestAnimationFrame loop moves what the pacer releases into the turn's Writer. Stop halts the display
- * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows.
+ * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows. A question
+ * asked while the tutor gets ready is held by the transport and sent once it is; the status line says so.
  *
  * Every chat is kept (chats.js); `state.turns` is the open chat's own array of turns, changed in place.
  * The chat list (chatlist.js) opens, renames and deletes them.
@@ -20,7 +21,7 @@ import { Notice } from "./notice.js";
 import { Pacer, wholeWords } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
 import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, stopTurn } from "./state.js";
-import { statusLine } from "./status.js";
+import { heldText, statusLine } from "./status.js";
 import { Connection } from "./transport.js";
 import { TurnView } from "./view.js";
 
@@ -39,6 +40,7 @@ const settings = (() => {
   }
 })();
 const wsPath = typeof settings.ws_path === "string" ? settings.ws_path : "/ws";
+const readyPath = typeof settings.readyz_path === "string" ? settings.readyz_path : "/readyz";
 /** @param {unknown} n */
 const limit = (n) => (typeof n === "number" && n > 0 ? n : Infinity);
 const encoder = new TextEncoder();
@@ -68,9 +70,11 @@ let live = /** @type {{turn: Turn, controller: AbortController, pacer: Pacer} | 
 let follow = true;
 
 const connection = new Connection(new URL(wsPath, location.href.replace(/^http/, "ws")).href, {
-  onStatus: ({ state: s, retryInMs }) => {
+  readyUrl: new URL(readyPath, location.href).href,
+  onStatus: ({ state: s, retryInMs, progress = "" }) => {
     state.connection = s;
     state.retryInMs = retryInMs;
+    state.progress = progress;
     showStatus();
   },
 });
@@ -79,6 +83,9 @@ function showStatus() {
   const { text, state: s } = statusLine(state, live && isLive(live.turn.status) ? live.turn : null);
   statusBar.textContent = text;
   statusBar.dataset.state = s;
+  // A question not sent yet (no socket, or the tutor getting ready) says under it that it is kept.
+  const held = live?.turn.status === "waiting" ? heldText(state.connection) : null;
+  if (live && held !== null && held !== live.turn.note) commit(live.turn, { ...live.turn, note: held });
 }
 
 function persist() {
@@ -378,5 +385,5 @@ window.addEventListener("pagehide", persist);
 showChat();
 chatList.render(chats);
 persist(); // a conversation kept by an older page moves into the chat list now
-connection.connect();
+connection.start();
 input.focus();

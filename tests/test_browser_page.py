@@ -84,6 +84,9 @@ def _serve(route) -> None:
     headers = {k.decode(): v.decode() for k, v in SECURITY_HEADERS}
     if path == "/":
         route.fulfill(status=200, body=_index(), headers=headers | {"content-type": "text/html; charset=utf-8"})
+    elif path == "/readyz":  # the page asks before it opens its socket
+        route.fulfill(status=200, body=json.dumps({"status": "ready"}),
+                      headers=headers | {"content-type": "application/json"})
     elif found := _static(path):
         body, kind = found
         route.fulfill(status=200, body=body, headers=headers | {"content-type": kind})
@@ -330,3 +333,4 @@ def test_a_follow_up_sent_while_an_answer_streams_stops_it_and_is_answered(brows
         assert statuses == ["stopped", "done"]
         assert tutor.stops == [tutor.chats[0]["id"]]
         assert page.locator(".turn").last.locator(".answer").inner_text() == "Chlorophyll is green."
+

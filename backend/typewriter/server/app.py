@@ -58,7 +58,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
 
     async def index(request: Request) -> Response:
         config = {
-            "protocol": 1, "ws_path": "/ws", "model": settings.model_id,
+            "protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": settings.model_id,
             "max_new_tokens": settings.max_new_tokens, "max_new_tokens_cap": settings.max_new_tokens_cap,
             "max_message_bytes": settings.max_message_bytes, "max_messages": settings.max_messages,
         }
