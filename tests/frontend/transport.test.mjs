@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 
-import { errorText, parseServerMessage, queueText, statsText } from "../../frontend/protocol.js";
+import { errorText, parseServerMessage, queueText } from "../../frontend/protocol.js";
 import { Connection } from "../../frontend/transport.js";
 
 /** A WebSocket stand-in: records what the page sends and lets the test play the server. */
@@ -324,5 +324,4 @@ test("every error code has a plain sentence, and queue positions read naturally"
   assert.equal(queueText(3), "2 people ahead of you");
   assert.equal(queueText(2), "1 person ahead of you");
   assert.match(queueText(1), /next/);
-  assert.equal(statsText(end("a").timings, end("a").usage), "first token 0.12 s · 24.5 tokens/s · 2 tokens");
 });
