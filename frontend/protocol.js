@@ -127,19 +127,3 @@ export function droppedText(dropped) {
 export function endText(reason) {
   return END_TEXT[reason] ?? "";
 }
-
-/**
- * Small numbers for the curious: time to first token and speed.
- * @param {Timings | null} timings
- * @param {Usage | null} usage
- */
-export function statsText(timings, usage) {
-  if (!timings) return "";
-  const parts = [];
-  if (Number.isFinite(timings.ttft_ms)) parts.push(`first token ${(timings.ttft_ms / 1000).toFixed(2)} s`);
-  if (Number.isFinite(timings.tokens_per_s) && timings.tokens_per_s > 0) {
-    parts.push(`${timings.tokens_per_s.toFixed(1)} tokens/s`);
-  }
-  if (usage && Number.isFinite(usage.completion_tokens)) parts.push(`${usage.completion_tokens} tokens`);
-  return parts.join(" · ");
-}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -84,6 +85,9 @@ def _serve(route) -> None:
     headers = {k.decode(): v.decode() for k, v in SECURITY_HEADERS}
     if path == "/":
         route.fulfill(status=200, body=_index(), headers=headers | {"content-type": "text/html; charset=utf-8"})
+    elif path == "/readyz":  # the page asks before it opens its socket
+        route.fulfill(status=200, body=json.dumps({"status": "ready"}),
+                      headers=headers | {"content-type": "application/json"})
     elif found := _static(path):
         body, kind = found
         route.fulfill(status=200, body=body, headers=headers | {"content-type": kind})
@@ -154,9 +158,10 @@ def browser():
 
 
 @contextmanager
-def open_page(browser, viewport: dict, scheme: str = "light", **context_options) -> Iterator[tuple[Page, FakeTutor, list[str]]]:
-    """A fresh browser context on the page, connected to a FakeTutor. The list collects page errors, console
-    errors and CSP violations; it must be empty when the block ends."""
+def open_page(browser, viewport: dict, scheme: str = "light", path: str = "/",
+              **context_options) -> Iterator[tuple[Page, FakeTutor, list[str]]]:
+    """A fresh browser context on the page at `path` (such as "/?dev=1"), connected to a FakeTutor. The list
+    collects page errors, console errors and CSP violations; it must be empty when the block ends."""
     context = browser.new_context(viewport=viewport, color_scheme=scheme, has_touch=viewport["width"] < 500,
                                   is_mobile=viewport["width"] < 500, **context_options)
     tutor = FakeTutor()
@@ -169,7 +174,7 @@ def open_page(browser, viewport: dict, scheme: str = "light", **context_options)
         page.route_web_socket("**/ws", tutor.attach)
         page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
         page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-        page.goto(ORIGIN + "/")
+        page.goto(ORIGIN + path)
         page.wait_for_selector("#status[data-state=ok]", timeout=10_000)
         yield page, tutor, errors
         errors += [f"CSP violation: {v}" for v in csp_violations(page)]
@@ -330,3 +335,39 @@ def test_a_follow_up_sent_while_an_answer_streams_stops_it_and_is_answered(brows
         assert statuses == ["stopped", "done"]
         assert tutor.stops == [tutor.chats[0]["id"]]
         assert page.locator(".turn").last.locator(".answer").inner_text() == "Chlorophyll is green."
+
+
+def test_the_student_sees_no_developer_figures(browser):
+    with open_page(browser, PHONE, "light") as (page, tutor, _):
+        ask(page, "What is a prime number?")
+        wait_done(page)
+        assert page.locator(".turn:last-child .stats").inner_text() == ""
+        assert "tokens/s" not in page.locator("body").inner_text()
+
+
+def test_with_the_developer_setting_the_page_shows_figures_it_measured_itself(browser):
+    """The fake server's `end` says the first token took 0.08 s; the page waited 0.8 s for it and says so."""
+    with open_page(browser, DESKTOP, "light", path="/?dev=1") as (page, tutor, _):
+        tutor.reply = lambda frame: [start(frame["id"])]
+        ask(page, "What is a prime number?")
+        page.wait_for_selector(".turn:last-child .tutor[data-status=streaming]")
+        page.wait_for_timeout(800)
+        rid = tutor.chats[-1]["id"]
+        for i, piece in enumerate(["A prime ", "number has ", "exactly two ", "divisors."]):
+            tutor.send(token(rid, i, piece))
+            page.wait_for_timeout(100)
+        tutor.send(end(rid))
+        wait_done(page)
+        stats = page.locator(".turn:last-child .stats").inner_text()
+        figures = re.fullmatch(r"first character (\d+\.\d\d) s after Send · ([\d.]+) tokens/s, (\d+) characters/s "
+                               r"received", stats)
+        assert figures, stats
+        assert 0.8 <= float(figures.group(1)) < 3, "not the time from Send to the first character on screen"
+        assert 3 <= float(figures.group(2)) <= 40 and 20 <= int(figures.group(3)) <= 400, stats  # ~3 pieces in 0.3 s
+
+        page.goto(ORIGIN + "/")  # the setting is kept in this browser
+        page.wait_for_selector("#status[data-state=ok]")
+        assert page.locator(".turn:last-child .stats").inner_text() == stats
+        page.goto(ORIGIN + "/?dev=0")
+        page.wait_for_selector("#status[data-state=ok]")
+        assert page.locator(".turn:last-child .stats").inner_text() == ""

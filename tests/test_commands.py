@@ -152,7 +152,7 @@ def test_serve_reads_its_options_into_settings_and_refuses_a_bad_one_by_name(mon
     assert settings_from_args(parse("serve")).weights == "int8"
     assert settings_from_args(parse("serve", "--weights", "fp32")).weights == "fp32"  # the flag wins
     code, _, err = typewriter(capsys, "serve", "--port", "70000")
-    assert code == 2 and err.startswith("typewriter: error: TYPEWRITER_PORT: must be at most 65535")
+    assert code == 2 and err.startswith("typewriter: error: --port: must be a port from 0 to 65535")
 
 
 # ---- the commands over the fake engine ----

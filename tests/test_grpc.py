@@ -542,7 +542,7 @@ def _printed_grpc_address(capsys) -> str:
     raise AssertionError(f"no 'gRPC on' line: {out!r}")
 
 
-def test_a_grpc_port_in_use_stops_the_server_with_an_error(capsys):
+def test_a_grpc_port_in_use_stops_the_server_before_the_model_loads_with_one_line(capsys):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -550,7 +550,10 @@ def test_a_grpc_port_in_use_stops_the_server_with_an_error(capsys):
         with uvicorn_server(script_engine(), grpc_port=port) as (server, thread):
             thread.join(timeout=10)
     assert server.grpc_failed and not thread.is_alive()
-    assert f"gRPC cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert (server.state.progress, server.state.engine) == ("starting", None)  # the loader never ran
+    assert capsys.readouterr().err.splitlines() == [
+        f"typewriter: error: gRPC port {port} on 127.0.0.1 is already in use (another server listens there); "
+        "stop it, or choose another port with --grpc-port (0 picks a free one)"]
 
 
 # ---- end to end: `typewriter serve --grpc-port 0` on the tiny model ----

@@ -141,7 +141,7 @@ def load(
         del weights
     return_freed_memory()
     load_s = time.perf_counter() - t0
-    progress(f"loaded {cfg.name} in {load_s:.1f}s")
+    progress(f"loaded {path.name} in {load_s:.1f}s")  # the file: its general.name is no stable id
     t1 = time.perf_counter()
     if runner.compiler is not None:
         xla.warm_up(runner, compile, progress)

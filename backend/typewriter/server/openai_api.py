@@ -56,7 +56,7 @@ class OpenAI:
     async def models(self, request: Request) -> Response:
         if not self.state.ready:
             return self._not_ready()
-        model = {"id": self.state.engine.model_name, "object": "model", "created": self.created,
+        model = {"id": self.state.settings.model_id, "object": "model", "created": self.created,
                  "owned_by": "typewriter"}
         return JSONResponse({"object": "list", "data": [model]})
 
@@ -90,7 +90,7 @@ class OpenAI:
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        return Answer(stream, completion, state.engine.model_name, lambda: limits.disconnect(client))
+        return Answer(stream, completion, settings.model_id, lambda: limits.disconnect(client))
 
     def _refused(self, code: str, message: str, param: str | None = None,
                  retry_after_s: float | None = None) -> Response:

@@ -13,6 +13,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InvalidRequest
+from ..text.conversation import check_question
 from . import protocol as p
 
 # OpenAI's name -> ours. max_tokens and max_completion_tokens are the same thing under two names.
@@ -126,6 +128,10 @@ def _messages(raw: object, max_messages: int) -> tuple[p.ChatMessage, ...]:
             raise BadField(f"messages[{i}].role", "only the first message may be a system (or developer) message")
     if messages[-1].role != "user":
         raise BadField("messages", "the last message must be the user's")
+    try:
+        check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
+    except InvalidRequest as e:
+        raise BadField(e.field, e.problem) from None
     return messages
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..engine.request import Finished, FinishReason, SamplingParams
+from ..text.conversation import check_question
 
 MAX_ID_LENGTH = 64
 ROLES = ("system", "user", "assistant")
@@ -169,6 +170,10 @@ def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int
                                 chat_id)
     if messages[-1].role != "user":
         raise ProtocolError("invalid_request", "messages: the last message must be the user's", chat_id)
+    try:
+        check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
+    except InvalidRequest as e:
+        raise ProtocolError("invalid_request", str(e), chat_id) from None
     params = frame.get("params", {})
     if not isinstance(params, dict):
         raise ProtocolError("invalid_request", "params: must be an object", chat_id)
