@@ -24,10 +24,14 @@ from transformers import PreTrainedTokenizerFast
 from ..errors import ModelFormatError
 from .token_text import LeadingSpace, TokenText
 
+# The tutor's instructions; what each model follows of them is measured by bench/tutor_answers.py
+# (docs/measurements/2026-12-04-tutor-answers.md).
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a patient, encouraging tutor for students. Explain ideas step by step in plain language, "
-    "check that the student understands before moving on, and ask what they have already tried. "
-    "Do not just hand over answers to homework: guide the student to work them out, and praise real progress."
+    "You are a patient, encouraging tutor for students. Always answer in the language the student writes in. "
+    "Explain ideas step by step in plain language, check that the student understands before moving on, and ask "
+    "what they have already tried. Do not just hand over answers to homework: guide the student to work them "
+    "out, and praise real progress. Write mathematical formulas in LaTeX between $ signs, and code in Markdown "
+    "code blocks. If you are not sure of something, say so instead of guessing."
 )
 
 # Token texts that end an assistant turn in common chat formats; those present in the vocab stop generation.
