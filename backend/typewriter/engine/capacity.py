@@ -37,16 +37,16 @@ class StepModel:
         return self.fixed_s + rows * (self.per_row_s + self.per_row_position_s * position)
 
     @classmethod
-    def fit(cls, measure: Callable[[int, int], float], max_len: int = 1 << 30) -> StepModel:
+    def fit(cls, measure: Callable[[int, int], float], max_len: int = 1 << 30, rows: int = PROBE_ROWS) -> StepModel:
         """From `measure(rows, position)` (a decode-only step's seconds, steady: a median) at one row and at
-        PROBE_ROWS rows, each at both PROBE_POSITIONS (as far as a context of `max_len` positions reaches)."""
+        `rows` rows (at least 2), each at both PROBE_POSITIONS (as far as a context of `max_len` positions
+        reaches)."""
         near, far = probe_positions(max_len)
         one_near, one_far = measure(1, near), measure(1, far)
-        wide_near, wide_far = measure(PROBE_ROWS, near), measure(PROBE_ROWS, far)
+        wide_near, wide_far = measure(rows, near), measure(rows, far)
         # per row and position: how a row's cost grows with its position, read at both widths
-        per_row_position = max(0.0, ((wide_far - wide_near) + (one_far - one_near))
-                               / ((far - near) * (PROBE_ROWS + 1)))
-        per_row = max(0.0, (wide_near - one_near) / (PROBE_ROWS - 1) - per_row_position * near)
+        per_row_position = max(0.0, ((wide_far - wide_near) + (one_far - one_near)) / ((far - near) * (rows + 1)))
+        per_row = max(0.0, (wide_near - one_near) / (rows - 1) - per_row_position * near)
         fixed = max(0.0, one_near - per_row - per_row_position * near)
         return cls(fixed, per_row, per_row_position)
 

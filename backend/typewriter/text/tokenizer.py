@@ -49,6 +49,18 @@ PLAIN_CHAT_TEMPLATE = (
 )
 
 
+class _Shared:
+    """Hands transformers our tokenizer itself where it would deep-copy it: the copy is a round trip through
+    the whole tokenizer's JSON, most of a large vocabulary's load, and neither side changes the tokenizer (the
+    encodings are the same either way: tests/test_tokenizer.py)."""
+
+    def __init__(self, raw: RawTokenizer):
+        self.raw = raw
+
+    def __deepcopy__(self, memo) -> RawTokenizer:
+        return self.raw
+
+
 class Tokenizer:
     """A loaded tokenizer: `encode`/`decode`, chat rendering, and the ids that end a turn."""
 
@@ -68,7 +80,7 @@ class Tokenizer:
         self.name = name
         self.plain_chat = chat_template is None  # PLAIN_CHAT_TEMPLATE stands in
         self.hf = PreTrainedTokenizerFast(
-            tokenizer_object=raw,
+            tokenizer_object=_Shared(raw),
             bos_token=bos_token,
             eos_token=eos_token,
             unk_token=unk_token,
@@ -237,13 +249,16 @@ def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> 
                                 f"(supported: {_SUPPORTED_DECODERS})")
 
     if kinds == ["ByteLevel"]:
-        char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+        # each alphabet character to the byte it stands for, as a latin-1 character: translate, then encode; any
+        # other character fails the encoding (those up to 255 are sent past latin-1 first)
+        to_latin1 = {ord(c): b for b, c in _bytes_to_unicode().items()}
+        to_latin1 |= {c: "\uffff" for c in range(256) if c not in to_latin1}
         table = [b""] * size
         for i, token in vocab:
             try:
-                table[i] = bytes(char_to_byte[c] for c in token)
-            except KeyError:  # as tokenizers' ByteLevel decoder does: a token outside the alphabet stays UTF-8
-                table[i] = token.encode("utf-8")
+                table[i] = token.translate(to_latin1).encode("latin-1")
+            except UnicodeEncodeError:  # as tokenizers' ByteLevel decoder does: a token outside the alphabet
+                table[i] = token.encode("utf-8")  # stays UTF-8
         return TokenText(table, LeadingSpace.KEEP)
 
     if kinds == ["Metaspace"]:

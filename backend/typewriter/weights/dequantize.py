@@ -12,8 +12,6 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize as gguf_dequantize
 
-_BYTES = np.arange(256, dtype=np.uint8)
-_LOW, _HIGH = (_BYTES & 0x0F).astype(np.float32), (_BYTES >> 4).astype(np.float32)  # a byte's two 4-bit values
 
 
 def _half(blocks: np.ndarray, at: int) -> np.ndarray:
@@ -25,8 +23,8 @@ def _nibbles(blocks: np.ndarray, at: int) -> np.ndarray:
     """[n, 32] float32: each block's 16 bytes from `at`, low 4 bits as values 0-15, high 4 bits as 16-31."""
     qs = blocks[:, at:at + 16]
     out = np.empty((blocks.shape[0], 2, 16), np.float32)
-    np.take(_LOW, qs, out=out[:, 0])
-    np.take(_HIGH, qs, out=out[:, 1])
+    np.bitwise_and(qs, 0x0F, out=out[:, 0], casting="unsafe")  # bit operations straight into float32: no
+    np.right_shift(qs, 4, out=out[:, 1], casting="unsafe")  # table, no uint8 temporary
     return out.reshape(-1, 32)
 
 
@@ -50,13 +48,10 @@ def _q8_0(blocks: np.ndarray) -> np.ndarray:  # {f16 d; i8 qs[32]}: q * d
     return out
 
 
-_BITS = np.arange(32, dtype=np.uint32)
-
-
 def _fifth_bits(blocks: np.ndarray, at: int) -> np.ndarray:
     """[n, 32] float32: each block's 32 fifth bits (a little-endian uint32 at byte `at`), as 0 or 16."""
-    qh = blocks[:, at:at + 4].copy().view("<u4")  # [n, 1]
-    return ((qh >> _BITS) & 1).astype(np.float32) * 16.0
+    bits = np.unpackbits(np.ascontiguousarray(blocks[:, at:at + 4]), axis=1, bitorder="little")  # [n, 32]
+    return bits.astype(np.float32) * 16.0
 
 
 def _q5_0(blocks: np.ndarray) -> np.ndarray:  # {f16 d; u8 qh[4]; u8 qs[16]}: ((q | bit << 4) - 16) * d

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...engine.capacity import StepModel
+from ...engine.capacity import PROBE_ROWS, StepModel
 from ...models.model_config import ModelConfig
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
@@ -98,7 +98,7 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, steps: int = 7) -> S
             times.append(time.perf_counter() - t0)
         return statistics.median(times[2:])  # the first steps resize the programs' buffers
 
-    model = StepModel.fit(measure, runner.max_len)
+    model = StepModel.fit(measure, runner.max_len, rows=max(2, min(PROBE_ROWS, runner.slots)))
     if known is not None:
         try:
             known.write_text(json.dumps({"cpu": cpu, "model": dataclasses.asdict(model)}))

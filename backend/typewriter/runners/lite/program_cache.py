@@ -22,6 +22,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...models.model_config import ModelConfig
@@ -60,9 +61,11 @@ class ProgramCache:
         programs = ProgramSet(entry, n_layers)
         try:
             digests = json.loads((entry / MANIFEST).read_text())["files"]
-            for path in programs.files():
-                if _digest(path) != digests[path.name]:
-                    raise ValueError(f"{path.name} does not match its digest")
+            files = programs.files()
+            with ThreadPoolExecutor(2, thread_name_prefix="typewriter-digest") as pool:  # hashlib lets go of the GIL
+                for path, digest in zip(files, pool.map(_digest, files)):
+                    if digest != digests[path.name]:
+                        raise ValueError(f"{path.name} does not match its digest")
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("the int8-lite program cache %s is unreadable or damaged (%s); making the programs again",
                         entry, e)
