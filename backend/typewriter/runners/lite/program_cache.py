@@ -33,7 +33,7 @@ from .programs import ProgramSet
 log = logging.getLogger("typewriter.lite")
 # Bump when what layers.py, flatbuffer.py or gptq.py write changes: every older entry becomes a miss (GPTQ's
 # settings and the calibration text are in the key too).
-FORMAT_VERSION = 4  # 2: GPTQ rounding; 3: rows to 16 bits; 4: files made in place, a manifest of digests
+FORMAT_VERSION = 5  # 2: GPTQ rounding; 3: rows to 16 bits; 4: files made in place, digests; 5: the logits too
 STALE_STAGING_S = 3600  # a staging folder this old belongs to no save still running
 MANIFEST = "manifest.json"
 OLD_MANIFEST = "source.json"  # before FORMAT_VERSION 4: read only to remove such entries

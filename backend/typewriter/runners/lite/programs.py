@@ -90,7 +90,7 @@ def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: P
         programs.layer(i).write_bytes(layer_program(cfg, layer, following, rotations.down_block, two_pass))
         layer = following
         progress(i + 1, total)
-    programs.logits.write_bytes(logits_program(cfg, _by_columns(cfg, rotations, rounder())))
+    programs.logits.write_bytes(logits_program(cfg, _by_columns(cfg, rotations, rounder()), two_pass))
     progress(total, total)
     return programs
 
