@@ -38,8 +38,8 @@ class StepModel:
 
     @classmethod
     def fit(cls, measure: Callable[[int, int], float], max_len: int = 1 << 30, rows: int = PROBE_ROWS) -> StepModel:
-        """From `measure(rows, position)` (a decode-only step's seconds, steady: a median) at one row and at
-        `rows` rows (at least 2), each at both PROBE_POSITIONS (as far as a context of `max_len` positions
+        """From `measure(rows, position)` (a decode-only step's seconds, steady: the fastest of a few) at one row
+        and at `rows` rows (at least 2), each at both PROBE_POSITIONS (as far as a context of `max_len` positions
         reaches)."""
         near, far = probe_positions(max_len)
         one_near, one_far = measure(1, near), measure(1, far)
