@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .step_cost import STALL
 
 INTER_TOKEN_S = 0.100  # the capacity bar: a student's inter-token gap, 95th percentile
-HEADROOM = 0.85  # of the bar: the machine's noise and the tail of a long conversation
+HEADROOM = 0.9  # of the bar: the machine's noise
 MOST_SLOTS = 64
 LEAST_SLOTS = 1
 PROBE_ROWS = 16  # the rows of the wide probe step: enough to read the per-row cost off, little K/V touched
@@ -73,9 +73,10 @@ class Sizing:
 
 
 def typical_position(max_context: int) -> int:
-    """The cached positions a class's answers attend over, for sizing: half the context, at most 1,024 (a few
-    turns of a conversation)."""
-    return min(1024, max(1, max_context // 2))
+    """The cached positions a class's answers attend over, for sizing: a quarter of the context, at most 512 (a
+    tutoring conversation's few turns: bench/classroom.py's reach 300 to 900). A class whose conversations run
+    much longer has slower steps than the slots were sized for."""
+    return min(512, max(1, max_context // 4))
 
 
 def size_slots(model: StepModel, max_context: int, kv_bytes_per_token: int, available_bytes: int | None,
