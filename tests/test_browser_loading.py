@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import re
 import threading
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from live_server import running
+from page_harness import ARTIFACTS, browser
+from playwright.sync_api import expect
 from scripted import script_engine
 
-from live_server import running
-
 pytestmark = [pytest.mark.browser]
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+__all__ = ["browser"]  # the shared fixture
 
 
 def slow_load(engine, gate: threading.Event):
@@ -34,16 +29,6 @@ def slow_load(engine, gate: threading.Event):
         return engine, engine.tokenizer
 
     return load
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 def test_a_question_asked_while_the_model_loads_waits_with_the_progress_and_is_answered_once_ready(browser):
