@@ -286,7 +286,7 @@ def test_beside_a_running_answer_chunks_are_sized_by_the_measured_step_times(tok
 
     runner.step = timed
     engine = Engine(runner, tokenizer, max_queue=4, prefill_budget=64, clock=clock)
-    running = submit(engine, tokenizer, "running", "a", max_new_tokens=400)
+    running = submit(engine, tokenizer, "running", "a", max_new_tokens=400, loop_guard=False)  # a..z, a..z, ...: a loop
     for _ in range(4):
         engine.step()
     long = submit(engine, tokenizer, "long", "q" * 300, max_new_tokens=2)

@@ -61,7 +61,7 @@ def test_the_config_asks_for_what_long_streams_need():
 def sse_arrivals(front: str) -> list[float]:
     """When each text chunk of one streamed /v1/chat/completions answer arrived through nginx."""
     body = {"messages": [{"role": "user", "content": "question 1"}], "stream": True, "max_tokens": LONG_ANSWER,
-            "temperature": 0, "repetition_penalty": LOOP}
+            "temperature": 0, "repetition_penalty": LOOP, "loop_guard": False}
     arrivals, done = [], False
     with httpx.stream("POST", f"{front}/v1/chat/completions", json=body, timeout=60) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
@@ -111,7 +111,8 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
                 break
             before = [metric(base, "typewriter_open_connections") for base in replicas]
             loop = ChatLoop(f"{url}?conversation=c{i}", f"s{i}",
-                            params={"max_new_tokens": LONG_ANSWER, "repetition_penalty": LOOP}).start()
+                            params={"max_new_tokens": LONG_ANSWER, "repetition_penalty": LOOP,
+                                    "loop_guard": False}).start()
             replica = opened_on(loop, replicas, before)
             keys[replica].append(f"c{i}")
             if len(keys[replica]) > SOCKETS_PER_REPLICA:  # enough there: the conversation is known, its socket not kept

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-REASONS = ("eos", "length", "stop_sequence", "cancelled", "timeout", "queue_timeout", "shutdown")
+REASONS = ("eos", "length", "stop_sequence", "repetition", "cancelled", "timeout", "queue_timeout", "shutdown")
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ class FinishReason(str, enum.Enum):
     CANCELLED = "cancelled"
     SHUTDOWN = "shutdown"
     ERROR = "error"
+    REPETITION = "repetition"  # the answer was repeating itself (repetition.py)
 
 
 MAX_STOP_SEQUENCES = 8
@@ -45,6 +46,9 @@ class SamplingParams:
     # False: compute the whole prompt, reusing no cached prefix (benchmarks of an uncached first token; llama.cpp's
     # server has the same switch). Its K/V are kept for later requests as any prompt's are.
     cache_prompt: bool = True
+    # End an answer that repeats itself over and over (reason `repetition`, engine/repetition.py); off for a client
+    # that wants repetition.
+    loop_guard: bool = True
 
     def __post_init__(self) -> None:
         _check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
@@ -66,6 +70,8 @@ class SamplingParams:
             if len(s) > MAX_STOP_LENGTH:
                 raise InvalidRequest("stop", f"a stop sequence may be at most {MAX_STOP_LENGTH} characters")
         object.__setattr__(self, "stop", tuple(self.stop))
+        if not isinstance(self.loop_guard, bool):
+            raise InvalidRequest("loop_guard", f"must be true or false, got {self.loop_guard!r}")
 
     @property
     def greedy(self) -> bool:

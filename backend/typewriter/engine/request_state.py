@@ -5,8 +5,9 @@ token, detokenize it, hold back a possible partial stop sequence, and say whethe
 stop sequence, length) and with what final text.
 
 A request that continues an answer begun elsewhere (`AnswerStart`) replays those tokens through the same
-pipeline first, so the detokenizer, the stop matcher and the sampler's random draws are where an uninterrupted
-run's would be: greedy decoding, and a seeded draw, then go on exactly as if the answer had never stopped.
+pipeline first, so the detokenizer, the stop matcher, the loop guard and the sampler's random draws are where an
+uninterrupted run's would be: greedy decoding, and a seeded draw, then go on exactly as if the answer had never
+stopped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..errors import InvalidRequest
 from ..text.detokenizer import IncrementalDetokenizer
+from .repetition import LoopGuard
 from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings
 from .sampling import Sampler
 from ..text.stops import StopMatcher
@@ -57,6 +59,7 @@ class RequestState:
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
+        self.loops = LoopGuard() if request.params.loop_guard else None
         self.last_position = 0  # the queue position last reported
         self.submitted = now
         self.started = 0.0
@@ -121,6 +124,9 @@ class RequestState:
         if answer_tokens >= self.params.max_new_tokens:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
+        if self.loops is not None and self.loops.push(token_id):
+            self.detokenizer.flush()
+            return text + self.stops.flush(), FinishReason.REPETITION
         return text, None
 
     def _replay(self, start: AnswerStart) -> None:

@@ -31,7 +31,8 @@ from .resume import Resumes
 from .resume_sse import HEADER, BadConversation, Streams, conversation_id
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
-                  FinishReason.TIMEOUT: "length"}  # ran out of its time budget: cut short, like a length limit
+                  FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
+                  FinishReason.REPETITION: "stop"}  # the model was repeating itself: it had nothing more to say
 # Ends that are no answer of the model's: an error in OpenAI's shape (HTTP status, protocol-style code).
 FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long for a free slot; try again"),
             FinishReason.SHUTDOWN: (503, "shutdown", "the server is shutting down; retry in a moment"),
@@ -65,7 +66,7 @@ class OpenAI:
     async def models(self, request: Request) -> Response:
         if not self.state.ready:
             return self._not_ready()
-        model = {"id": self.state.engine.model_name, "object": "model", "created": self.created,
+        model = {"id": self.state.settings.model_id, "object": "model", "created": self.created,
                  "owned_by": "typewriter"}
         return JSONResponse({"object": "list", "data": [model]})
 
@@ -102,7 +103,7 @@ class OpenAI:
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        answer = Answer(stream, completion, state.engine.model_name, lambda: limits.disconnect(client),
+        answer = Answer(stream, completion, settings.model_id, lambda: limits.disconnect(client),
                         settings.sse_keepalive_s)
         if kept is not None:
             return self.streams.keep(stream, answer._events(), kept, answer.release)

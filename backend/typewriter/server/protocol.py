@@ -12,12 +12,13 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..engine.request import Finished, FinishReason, SamplingParams
+from ..text.conversation import check_question
 
 MAX_ID_LENGTH = 64
 MAX_TOKEN_LENGTH = 128  # a resume token is 43 characters; anything far longer is not one
 MAX_INDEX = 2**31 - 1
 ROLES = ("system", "user", "assistant")
-PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
+PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop", "loop_guard")
 ERROR_CODES = ("invalid_json", "invalid_request", "system_prompt_not_allowed", "prompt_too_long", "busy", "overloaded",
                "not_found", "rate_limited", "shutdown", "internal")
 
@@ -194,6 +195,10 @@ def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int
                                 chat_id)
     if messages[-1].role != "user":
         raise ProtocolError("invalid_request", "messages: the last message must be the user's", chat_id)
+    try:
+        check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
+    except InvalidRequest as e:
+        raise ProtocolError("invalid_request", str(e), chat_id) from None
     params = frame.get("params", {})
     if not isinstance(params, dict):
         raise ProtocolError("invalid_request", "params: must be an object", chat_id)
