@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import mimetypes
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +32,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 ORIGIN = "http://localhost:8765"  # never listened on: every request is answered by the route below
 SETTINGS = {"protocol": 1, "ws_path": "/ws", "max_new_tokens": 256, "max_new_tokens_cap": 1024,
             "max_message_bytes": 65536, "max_messages": 64}
+SOCKET = re.compile(r"/ws(\?.*)?$")  # the page names its open chat in the query (?conversation=), for balancers
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 860}
 MIME = {".js": "text/javascript", ".mjs": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
@@ -169,7 +171,7 @@ def open_page(browser, viewport: dict, scheme: str = "light", path: str = "/",
         # A CSP violation is an event in the page (and a console error); the init script runs before the page's.
         context.add_init_script(CSP_WATCH)
         page = context.new_page()
-        page.route_web_socket("**/ws", tutor.attach)
+        page.route_web_socket(SOCKET, tutor.attach)
         page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
         page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
         page.goto(ORIGIN + path)

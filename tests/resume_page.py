@@ -1,4 +1,5 @@
-"""The tutoring page in headless Chromium, for the resume tests (test_browser_resume.py, test_resume_nginx.py).
+"""The tutoring page in headless Chromium against a real server, for the resume tests (test_browser_resume.py,
+test_resume_nginx.py); page_harness.py plays the server instead, for the page's own tests.
 
 The page sends no sampling params, so the server's default temperature (0.2) would make every answer different;
 an init script makes its chats greedy (temperature 0) by adding the param to each `chat` frame it sends, and
@@ -14,12 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from page_harness import CHROMIUM, CHROMIUM_ARGS
 from playwright.sync_api import Page, sync_playwright
 from websockets.sync.client import connect
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync"]
 ANSWER_TIMEOUT_MS = 180_000
 STORAGE_KEY = "typewriter.chats.v1"  # frontend/chats.js
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 from playwright.sync_api import expect
-from page_harness import (DESKTOP, ORIGIN, PHONE, FakeTutor, ask, browser, end, open_page, screenshot, start, token,
-                          wait_done)
+from page_harness import (DESKTOP, ORIGIN, PHONE, SOCKET, FakeTutor, ask, browser, end, open_page, screenshot, start,
+                          token, wait_done)
 
 pytestmark = [pytest.mark.browser]
 __all__ = ["browser"]  # the shared fixture
@@ -336,7 +336,7 @@ def test_two_tabs_share_the_chat_list_without_undoing_each_other(browser):
         other = page.context.new_page()
         other.on("pageerror", lambda e: errors.append(f"page error (second tab): {e}"))
         other_tutor = FakeTutor()
-        other.route_web_socket("**/ws", other_tutor.attach)
+        other.route_web_socket(SOCKET, other_tutor.attach)
         other.goto(ORIGIN + "/")
         other.wait_for_selector("#status[data-state=ok]")
         ask(page, "Asked in the first tab")
