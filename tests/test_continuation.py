@@ -158,18 +158,19 @@ def real_engine():
 
 
 CUTS = (1, 2, 5, 17, 40, 63, 99, 108)
-# Its greedy answer says "... NADPH to produce ATP and NADPH." at tokens 107-115: "NAD" and "NADPH" are held back
-# as a possible stop twice, and the cuts fall inside both.
-STOP = "NADPH."
+SYSTEM = "You are a helpful science tutor."  # pinned: the tutor's default may change, and with it the answer
+# Its greedy answer says "... drive the photosynthetic machinery." at tokens 107-111: "photosynthetic" and
+# "photosynthetic machinery" are held back as a possible stop, and two cuts fall inside.
+STOP = "photosynthetic machinery."
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("params", "cuts"), [
     (SamplingParams(max_new_tokens=120, temperature=0.0), CUTS),  # the server's default repetition penalty, 1.1
-    (SamplingParams(max_new_tokens=120, temperature=0.0, stop=(STOP,)), (*CUTS, 107, 113, 114)),
+    (SamplingParams(max_new_tokens=120, temperature=0.0, stop=(STOP,)), (*CUTS, 109, 110)),
     (SamplingParams(max_new_tokens=120, temperature=0.7, seed=11), CUTS),
 ], ids=["greedy", "greedy-with-a-stop", "seeded"])
 def test_the_real_model_continues_its_own_words_as_if_never_cut(real_engine, params, cuts):
     engine, tokenizer = real_engine
-    prompt = tokenizer.encode_chat([{"role": "user", "content": "Explain how plants make food."}])
+    prompt = tokenizer.encode_chat([{"role": "user", "content": "Explain how plants make food."}], system=SYSTEM)
     continued_everywhere(engine, tokenizer, prompt, params, cuts)
