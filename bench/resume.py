@@ -155,11 +155,11 @@ async def resume_latency(url: str, question: str) -> float:
 
 async def timing(a: str, b: str, rounds: int) -> dict:
     topics = iter(TOPICS * 4)
-    results: dict[str, list] = {"fresh_ttft_ms": [], "resume_s": []}
+    results: dict[str, list] = {"fresh_ttft_ms": [], "fresh_computed_tokens": [], "resume_s": []}
     for cut in CUTS:
         results[f"continue_{cut}_ttft_ms"] = []
         results[f"continue_{cut}_cached_ttft_ms"] = []
-        results[f"continue_{cut}_prompt_tokens"] = []
+        results[f"continue_{cut}_computed_tokens"] = []
     for r in range(rounds):
         for cut in CUTS:
             question = f"In several paragraphs, explain {next(topics)}."
@@ -177,12 +177,15 @@ async def timing(a: str, b: str, rounds: int) -> dict:
             cached, _ = await ask(a, chat(f"h{r}{cut}", question, **{"continue": start}), True)
             assert cont[0]["continued"] == "ids", cont[0]
             results["fresh_ttft_ms"].append(fresh[-1]["timings"]["ttft_ms"])
+            results["fresh_computed_tokens"].append(fresh[0]["prompt_tokens"] - fresh[0]["cached_tokens"])
             results[f"continue_{cut}_ttft_ms"].append(cont[-1]["timings"]["ttft_ms"])
             results[f"continue_{cut}_cached_ttft_ms"].append(cached[-1]["timings"]["ttft_ms"])
-            results[f"continue_{cut}_prompt_tokens"].append(cont[0]["prompt_tokens"])
-            print(f"  round {r} cut {len(ids)}: fresh {fresh[-1]['timings']['ttft_ms']:.0f} ms, continued "
-                  f"{cont[-1]['timings']['ttft_ms']:.0f} ms ({cont[0]['prompt_tokens']} prompt tokens), cached "
-                  f"{cached[-1]['timings']['ttft_ms']:.0f} ms", flush=True)
+            results[f"continue_{cut}_computed_tokens"].append(cont[0]["prompt_tokens"] - cont[0]["cached_tokens"])
+            print(f"  round {r} cut {len(ids)}: fresh {fresh[-1]['timings']['ttft_ms']:.0f} ms "
+                  f"({fresh[0]['prompt_tokens']} prompt tokens, {fresh[0]['cached_tokens']} cached), continued "
+                  f"{cont[-1]['timings']['ttft_ms']:.0f} ms ({cont[0]['prompt_tokens']} prompt tokens, "
+                  f"{cont[0]['cached_tokens']} cached), on A {cached[-1]['timings']['ttft_ms']:.0f} ms "
+                  f"({cached[0]['cached_tokens']} cached)", flush=True)
         results["resume_s"].append(await resume_latency(a, f"Explain {next(topics)}."))
     return {k: statistics.median(v) for k, v in results.items() if v}
 

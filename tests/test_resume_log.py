@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from typewriter.config import Settings
 from typewriter.server.chats import Cancel
-from typewriter.server.resume import KeptChat, Life, Resumes
+from typewriter.server.kept_chat import KeptChat, Life
+from typewriter.server.resume import Resumes
 
 
 class Stream:

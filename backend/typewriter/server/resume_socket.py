@@ -15,7 +15,8 @@ from typing import Any
 from ..engine.request import Event, Finished, Token
 from . import protocol as p
 from .chats import ChatStream
-from .resume import KeptChat, Resumes
+from .kept_chat import KeptChat
+from .resume import Resumes
 
 FrameOf = Callable[[ChatStream, Event], dict[str, Any] | None]
 

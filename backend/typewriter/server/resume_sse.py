@@ -22,7 +22,8 @@ from starlette.types import Receive, Scope, Send
 from .chats import Cancel, ChatStream
 from .limits import client_address
 from .lifecycle import ServerState
-from .resume import KeptChat, Resumes
+from .kept_chat import KeptChat
+from .resume import Resumes
 
 CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{16,128}")
 HEADER = "x-conversation-id"

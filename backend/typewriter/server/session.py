@@ -20,7 +20,8 @@ from . import protocol as p
 from .chats import Cancel, ChatStream, StreamState, open_chat
 from .lifecycle import ServerState
 from .limits import FrameRate
-from .resume import KeptChat, Resumes
+from .kept_chat import KeptChat
+from .resume import Resumes
 from .resume_socket import SocketChat
 
 log = logging.getLogger("typewriter.server")
