@@ -13,7 +13,9 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from ..text.detokenizer import IncrementalDetokenizer
-from .request import Event, FinishReason, GenerationRequest, Timings
+from .constraints import ConstrainedAnswer
+from .logprobs import token_logprobs
+from .request import Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
 from .sampling import Sampler
 from ..text.stops import StopMatcher
 
@@ -35,8 +37,11 @@ _ALLOWED = {
 
 class RequestState:
     def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer,
-                 eos_ids: Collection[int], now: float):
+                 eos_ids: Collection[int], now: float, constraint: ConstrainedAnswer | None = None):
         self.id = request.id
+        self.follows = request.follows
+        self.constraint = constraint  # its mask applies before sampling; each token taken moves it on
+        self.logprobs: TokenLogprobs | None = None  # of the token last drawn, when the request asked
         self.params = request.params
         self.on_event = on_event
         self.status = Status.WAITING
@@ -82,8 +87,14 @@ class RequestState:
     # ---- one token ----
 
     def sample(self, logits: np.ndarray) -> int:
-        """The next token id from this sequence's row of logits [vocab]."""
-        return self.sampler.sample(logits, self.prompt_ids + self.output_ids)
+        """The next token id from this sequence's row of logits [vocab], within its constraint's mask."""
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits)
+        history = self.prompt_ids + self.output_ids
+        token_id = self.sampler.sample(logits, history)
+        if self.params.logprobs is not None:
+            self.logprobs = token_logprobs(self.params, logits, history, token_id, self.params.logprobs)
+        return token_id
 
     def take(self, token_id: int, now: float) -> tuple[str, FinishReason | None]:
         """Append a generated token. Returns the answer text it makes certain (possibly "") and why the answer
@@ -93,6 +104,8 @@ class RequestState:
         self.output_ids.append(token_id)
         if len(self.output_ids) == 1:
             self.first_token = now
+        if self.constraint is not None:
+            self.constraint.consume(token_id)
         if token_id in self.eos_ids and not self.params.ignore_eos:
             self.detokenizer.flush()  # an unfinished character is dropped, never sent as U+FFFD
             return self.stops.flush(), FinishReason.EOS
