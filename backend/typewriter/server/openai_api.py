@@ -8,43 +8,23 @@ answer runs: when it goes away the chat is cancelled within a decode step, also 
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
-from ..engine.request import Finished, FinishReason, Queued, Started, Token
 from . import protocol as p
-from .chats import Cancel, ChatStream, open_chat
+from .chats import open_chat
 from .lifecycle import Phase, ServerState
 from .limits import client_address
-from .openai_request import BadField, CompletionRequest, parse_body
+from .openai_answer import Answer
+from .openai_common import error_response
+from .openai_request import HONOURED, BadField, CompletionRequest, parse_body
 
-FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
-                  FinishReason.TIMEOUT: "length"}  # ran out of its time budget: cut short, like a length limit
-# Ends that are no answer of the model's: an error in OpenAI's shape (HTTP status, protocol-style code).
-FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long for a free slot; try again"),
-            FinishReason.SHUTDOWN: (503, "shutdown", "the server is shutting down; retry in a moment"),
-            FinishReason.CANCELLED: (499, "cancelled", "the request was cancelled"),
-            FinishReason.ERROR: (500, "internal", "generation failed; see the server log")}
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,
-          "loading": 503, "too_large": 413, "method_not_allowed": 405}
+          "loading": 503, "too_large": 413, "method_not_allowed": 405, "not_supported": 400}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
-STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
-
-
-def error_response(status: int, code: str, message: str, param: str | None = None,
-                   retry_after_s: float | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    headers = {"retry-after": str(max(1, round(retry_after_s)))} if retry_after_s is not None else None
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
-                        status_code=status, headers=headers)
 
 
 class OpenAI:
@@ -89,7 +69,7 @@ class OpenAI:
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        return Answer(stream, completion, state.engine.model_name, lambda: limits.disconnect(client))
+        return Answer(stream, completion, state.engine.model_name, lambda: limits.disconnect(client), state.tokenizer)
 
     def _refused(self, code: str, message: str, param: str | None = None,
                  retry_after_s: float | None = None) -> Response:
@@ -106,87 +86,6 @@ class OpenAI:
         return error_response(503, "internal", "the server is not serving chats; see /readyz")
 
 
-class Answer:
-    """The response to one accepted completion: it owns the chat until its end was sent or its client left."""
-
-    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release):
-        self.stream, self.completion, self.model, self.release = stream, completion, model, release
-        self.created = int(time.time())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.create_task(self._watch(receive))
-        try:
-            if self.completion.stream:
-                await self._send_stream(send)
-            else:
-                await self._send_whole(scope, send)
-        except OSError:  # the client went away mid-send (uvicorn's ClientDisconnected is one)
-            self.stream.cancel(Cancel.DISCONNECT)
-        finally:
-            watcher.cancel()
-            self.stream.end()
-            self.release()
-
-    async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.stream.cancel(Cancel.DISCONNECT)
-
-    async def _send_whole(self, scope: Scope, send: Send) -> None:
-        texts, event = [], None
-        while not isinstance(event, Finished):
-            event = await self.stream.next_event()
-            if isinstance(event, Token) and self.stream.shows(event):
-                texts.append(event.text)
-        if event.reason in FAILURES:
-            status, code, message = FAILURES[event.reason]
-            response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
-        else:
-            response = JSONResponse({
-                **self._envelope("chat.completion"),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
-                             "logprobs": None, "finish_reason": FINISH_REASONS[event.reason]}],
-                "usage": _usage(event)})
-        await response(scope, _no_receive, send)
-
-    async def _send_stream(self, send: Send) -> None:
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
-        headers += [(k.encode(), v.encode()) for k, v in STREAM_HEADERS.items()]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        async for chunk in self._events():
-            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _events(self) -> AsyncIterator[str]:
-        usage_field = {"usage": None} if self.completion.include_usage else {}
-        while True:
-            event = await self.stream.next_event()
-            if isinstance(event, Queued):
-                yield f": queued {event.position}\n\n"
-            elif isinstance(event, Started):
-                yield _sse(self._chunk({"role": "assistant", "content": ""}, None) | usage_field)
-            elif isinstance(event, Token):
-                if self.stream.shows(event):
-                    yield _sse(self._chunk({"content": event.text}, None) | usage_field)
-            else:
-                break
-        if event.reason in FAILURES:  # the openai client raises an APIError for an event with "error"
-            _, code, message = FAILURES[event.reason]
-            yield _sse({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
-        else:
-            yield _sse(self._chunk({}, FINISH_REASONS[event.reason]) | usage_field)
-            if self.completion.include_usage:
-                yield _sse({**self._envelope("chat.completion.chunk"), "choices": [], "usage": _usage(event)})
-        yield "data: [DONE]\n\n"
-
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
-        return {**self._envelope("chat.completion.chunk"),
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
-
-    def _envelope(self, kind: str) -> dict[str, Any]:
-        return {"id": self.completion.chat.id, "object": kind, "created": self.created, "model": self.model}
-
-
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -200,21 +99,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 def _field(message: str, completion: CompletionRequest) -> tuple[str, str] | None:
-    """(OpenAI field, our param) named by a refusal of our sampling params, like `params.top_p: ...`."""
+    """(OpenAI field, our param) named by a refusal of our sampling params, like `params.top_p: ...`, or of a
+    field read as OpenAI's, like `tools: ...`."""
     if message.startswith("params."):
         ours = message[len("params."):].split(":", 1)[0]
         return completion.names.get(ours, ours), ours
+    named = message.split(": ", 1)[0]
+    if named.split(".")[0].split("[")[0] in HONOURED:
+        return named, named
     return None
-
-
-def _usage(event: Finished) -> dict[str, int]:
-    return {"prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
-            "total_tokens": event.prompt_tokens + event.completion_tokens}
-
-
-def _sse(data: dict[str, Any]) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
-async def _no_receive() -> dict:
-    return {"type": "http.disconnect"}
