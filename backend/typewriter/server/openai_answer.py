@@ -34,7 +34,9 @@ class Choice:
     finished: Finished | None = None
 
     def finish_reason(self) -> str:
-        return "tool_calls" if self.calls else FINISH_REASONS[self.finished.reason]
+        """`tool_calls` for an answer that called tools and ended of itself; one cut short says so."""
+        reason = FINISH_REASONS[self.finished.reason]
+        return "tool_calls" if self.calls and reason == "stop" else reason
 
 
 class Answer:

@@ -1,5 +1,6 @@
-"""OpenAI-compatible HTTP: `POST /v1/chat/completions` (streamed as server-sent events or as one JSON) and
-`GET /v1/models`, over the same chats as the socket (chats.py). docs/openai.md has the field mapping.
+"""OpenAI-compatible HTTP: `POST /v1/chat/completions` and `POST /v1/responses` (each streamed as server-sent events
+or as one JSON: openai_answer.py, responses_answer.py) and `GET /v1/models`, over the same chats as the socket
+(chats.py). docs/openai.md has the field mapping.
 
 A streamed answer is `chat.completion.chunk` events ending in `data: [DONE]`; while it waits for a slot the
 stream carries SSE comments (`: queued 3`), which clients skip. The client's connection is watched while the
@@ -19,7 +20,10 @@ from .lifecycle import Phase, ServerState
 from .limits import client_address
 from .openai_answer import Answer
 from .openai_common import error_response
-from .openai_request import HONOURED, BadField, CompletionRequest, parse_body
+from .openai_request import HONOURED, BadField, parse_body
+from .responses_answer import ResponseAnswer
+from .responses_request import HONOURED as RESPONSES_HONOURED
+from .responses_request import parse_body as parse_responses_body
 
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,
@@ -40,18 +44,29 @@ class OpenAI:
         return JSONResponse({"object": "list", "data": [model]})
 
     async def unknown(self, request: Request) -> Response:
-        if request.url.path in ("/v1/chat/completions", "/v1/models"):
+        if request.url.path in ("/v1/chat/completions", "/v1/responses", "/v1/models"):
             return error_response(405, "method_not_allowed", f"{request.method} is not allowed here; see docs/openai.md")
-        return error_response(404, "not_found", f"no route {request.url.path}; this server has /v1/chat/completions "
-                                                "and /v1/models")
+        return error_response(404, "not_found", f"no route {request.url.path}; this server has /v1/chat/completions, "
+                                                "/v1/responses and /v1/models")
 
     async def chat_completions(self, request: Request) -> Response:
+        return await self._accept(request, parse_body,
+                                  lambda stream, body, release: Answer(stream, body, self.state.engine.model_name,
+                                                                       release, self.state.tokenizer))
+
+    async def responses(self, request: Request) -> Response:
+        return await self._accept(request, parse_responses_body,
+                                  lambda stream, body, release: ResponseAnswer(stream, body, self.state.engine.model_name,
+                                                                               release, self.state.tokenizer))
+
+    async def _accept(self, request: Request, parse, answer) -> Response:
+        """Read the body with `parse`, open its chat, and hand it to `answer(stream, body, release)`."""
         state, settings = self.state, self.state.settings
         if not state.ready:
             return self._not_ready()
         try:
             body = await _read_body(request, settings.max_message_bytes)
-            completion = parse_body(body, settings.max_messages)
+            parsed = parse(body, settings.max_messages)
         except BadField as e:
             return self._refused(e.code, e.message, e.param)
         except ClientDisconnect:
@@ -62,14 +77,14 @@ class OpenAI:
         if refused:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
         try:
-            stream = await open_chat(state, completion.chat, client)
+            stream = await open_chat(state, parsed.chat, client)
         except p.ProtocolError as e:
             limits.disconnect(client)
-            param = _field(e.message, completion)
+            param = _field(e.message, parsed.names)
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        return Answer(stream, completion, state.engine.model_name, lambda: limits.disconnect(client), state.tokenizer)
+        return answer(stream, parsed, lambda: limits.disconnect(client))
 
     def _refused(self, code: str, message: str, param: str | None = None,
                  retry_after_s: float | None = None) -> Response:
@@ -98,13 +113,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def _field(message: str, completion: CompletionRequest) -> tuple[str, str] | None:
+def _field(message: str, names: dict[str, str]) -> tuple[str, str] | None:
     """(OpenAI field, our param) named by a refusal of our sampling params, like `params.top_p: ...`, or of a
     field read as OpenAI's, like `tools: ...`."""
     if message.startswith("params."):
         ours = message[len("params."):].split(":", 1)[0]
-        return completion.names.get(ours, ours), ours
+        return names.get(ours, ours), ours
     named = message.split(": ", 1)[0]
-    if named.split(".")[0].split("[")[0] in HONOURED:
+    if named.split(".")[0].split("[")[0] in (*HONOURED, *RESPONSES_HONOURED):
         return named, named
     return None

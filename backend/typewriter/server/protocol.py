@@ -155,13 +155,15 @@ def tool_call(request_id: str, index: int, call_id: str, name: str, arguments: s
 
 
 def end(request_id: str, finished: Finished, tool_calls: bool = False) -> dict[str, Any]:
-    """`tool_calls`: the answer called tools (sent as `tool_call` frames), so its reason is `tool_calls`."""
+    """`tool_calls`: the answer called tools (sent as `tool_call` frames); if it ended of itself, its reason is
+    `tool_calls`."""
     assert finished.reason is not FinishReason.ERROR
     t = finished.timings
+    natural = finished.reason in (FinishReason.EOS, FinishReason.STOP_SEQUENCE)
     return {
         "type": "end",
         "id": request_id,
-        "reason": "tool_calls" if tool_calls else finished.reason.value,
+        "reason": "tool_calls" if tool_calls and natural else finished.reason.value,
         "usage": {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens},
         "timings": {"queue_ms": round(t.queue_ms, 3), "ttft_ms": round(t.ttft_ms, 3),
                     "total_ms": round(t.total_ms, 3), "tokens_per_s": round(t.tokens_per_s, 3)},
