@@ -11,13 +11,19 @@ from __future__ import annotations
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import jsonschema
 import numpy as np
 import openai
 import pytest
-from real_server import http_get, real_server
+import grpc
+from real_server import grpc_address, http_get, real_server
 from tiny_model import random_weights, tiny_config, write_gguf
+
+from typewriter.client import Client
+from typewriter.server.grpc_gen import chat_pb2 as pb
+from typewriter.server.grpc_gen import chat_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -49,6 +55,12 @@ TOOL_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
+@dataclass(frozen=True)
+class Served:
+    url: str
+    grpc: str
+
+
 @pytest.fixture(scope="module")
 def smol(tmp_path_factory):
     with real_server(SETTINGS, tmp_path_factory.mktemp("smol") / "server.log") as url:
@@ -62,8 +74,8 @@ def tiny_tools(tmp_path_factory):
     path = write_gguf(folder / "tools.gguf", cfg, random_weights(cfg),
                       edit=lambda w: w.add_chat_template(TOOL_TEMPLATE))
     settings = SETTINGS | {"TYPEWRITER_MODEL_PATH": str(path), "TYPEWRITER_SYSTEM_PROMPT": "Be brief."}
-    with real_server(settings, folder / "server.log") as url:
-        yield url
+    with real_server(settings, folder / "server.log", args=["--grpc-port", "0"]) as url:
+        yield Served(url, grpc_address(folder / "server.log"))
 
 
 def client_of(base: str) -> openai.OpenAI:
@@ -179,7 +191,7 @@ def test_the_responses_api_is_stateless_and_says_so(smol):
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "calculator"}}])
 def test_a_forced_tool_call_returns_arguments_that_validate(tiny_tools, choice):
     schema = CALCULATOR["function"]["parameters"]
-    with client_of(tiny_tools) as client:
+    with client_of(tiny_tools.url) as client:
         answers = [client.chat.completions.create(model="m", messages=[{"role": "user", "content": "What is 6*7?"}],
                                                   tools=[CALCULATOR, WEATHER], tool_choice=choice, temperature=1.0,
                                                   seed=seed, max_tokens=120).choices[0] for seed in range(8)]
@@ -195,7 +207,7 @@ def test_a_forced_tool_call_returns_arguments_that_validate(tiny_tools, choice):
 
 
 def test_a_tool_call_streams_its_name_first_then_its_arguments_as_openai_does(tiny_tools):
-    with client_of(tiny_tools) as client:
+    with client_of(tiny_tools.url) as client:
         chunks = list(client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=[WEATHER],
             tool_choice="required", temperature=1.0, seed=3, max_tokens=200, stream=True))
@@ -214,7 +226,7 @@ def test_a_tool_result_goes_back_through_the_template_and_the_responses_api_call
                                                               "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "call_1", "content": "42"}]
     flat = {"type": "function", **CALCULATOR["function"]}
-    with client_of(tiny_tools) as client:
+    with client_of(tiny_tools.url) as client:
         after = client.chat.completions.create(model="m", messages=messages, tools=[CALCULATOR], tool_choice="none",
                                                temperature=0, max_tokens=10).choices[0]
         called = client.responses.create(model="m", input="What is 6*7?", tools=[flat], tool_choice="required",
@@ -229,3 +241,49 @@ def test_a_tool_result_goes_back_through_the_template_and_the_responses_api_call
     arguments = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     assert arguments == done.arguments and json.loads(arguments)["expression"]
+
+
+# ---- the socket (through the Python client) and gRPC take the same objects ----
+
+
+def test_the_socket_takes_response_format_and_tools(tiny_tools):
+    with Client(tiny_tools.url) as client:
+        quiz = client.complete("A quiz, please.", response_format=QUIZ_FORMAT, temperature=1.0, seed=1,
+                               max_new_tokens=400)
+        talk = client.conversation()
+        called = talk.say("What is 6*7?", tools=[CALCULATOR], tool_choice="required", temperature=1.0,
+                          max_new_tokens=200).result()
+    jsonschema.validate(json.loads(quiz.text), QUIZ)
+    assert (quiz.reason, called.reason, called.text) == ("eos", "tool_calls", "")
+    (call,) = called.tool_calls
+    assert call.name == "calculator" and call.call_id.startswith("call_")
+    jsonschema.validate(json.loads(call.arguments), CALCULATOR["function"]["parameters"])
+    assert talk.messages[-1]["tool_calls"][0]["function"]["arguments"] == call.arguments
+
+
+def test_grpc_takes_response_format_and_tools(tiny_tools):
+    schema = CALCULATOR["function"]["parameters"]
+    tool = pb.Tool(name="calculator", description="Evaluate.", parameters_json=json.dumps(schema))
+    requests = {
+        "json": pb.ChatRequest(id="g1", messages=[pb.Message(role="user", content="A quiz.")],
+                               params=pb.Params(max_new_tokens=400, temperature=1.0),
+                               response_format=pb.ResponseFormat(type="json_schema", name="quiz",
+                                                                 schema_json=json.dumps(QUIZ), strict=True)),
+        "tool": pb.ChatRequest(id="g2", messages=[pb.Message(role="user", content="6*7?")],
+                               params=pb.Params(max_new_tokens=200, temperature=1.0), tools=[tool],
+                               tool_choice="calculator"),
+    }
+    with grpc.insecure_channel(tiny_tools.grpc) as channel:
+        stub = chat_pb2_grpc.ChatStub(channel)
+        events = {k: list(stub.Stream(iter([pb.ClientMessage(chat=r)]), timeout=120)) for k, r in requests.items()}
+        with pytest.raises(grpc.RpcError) as caught:
+            bad = pb.ChatRequest(id="g3", messages=[pb.Message(role="user", content="hi")],
+                                 response_format=pb.ResponseFormat(type="json_schema", schema_json="{nope"))
+            list(stub.Stream(iter([pb.ClientMessage(chat=bad)]), timeout=60))
+    text = "".join(e.token.text for e in events["json"] if e.WhichOneof("kind") == "token")
+    jsonschema.validate(json.loads(text), QUIZ)
+    calls = [e.tool_call for e in events["tool"] if e.WhichOneof("kind") == "tool_call"]
+    assert len(calls) == 1 and calls[0].name == "calculator"
+    jsonschema.validate(json.loads(calls[0].arguments), schema)
+    assert events["tool"][-1].end.reason == "tool_calls"
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "schema_json" in caught.value.details()
