@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -16,6 +17,20 @@ from typewriter.weights.load import embedded_model_path as find_embedded_model
 # when logging.config.dictConfig (every uvicorn.Config) clears the handlers, unless it is one of the process's own.
 # Under pytest's capture it would be the capture's buffer: closing that ended the whole run ("lost sys.stderr").
 absl.logging.get_absl_handler().python_handler.stream = sys.__stderr__
+
+
+# Where scripts/fetch-qwen-0.5b.sh assembles Qwen2.5-Coder-0.5B-Instruct (never a dependency of `make test`).
+QWEN_GGUF = Path(os.environ.get("TYPEWRITER_BENCH_CACHE") or Path.home() / ".cache" / "typewriter") / "models" \
+    / "qwen2.5-coder-0.5b-instruct.gguf"
+
+
+@pytest.fixture(scope="session")
+def qwen_gguf() -> Path:
+    """The `qwen` group's model: its tests run where scripts/fetch-qwen-0.5b.sh has put the file, and say how to
+    get it where it has not."""
+    if not QWEN_GGUF.is_file():
+        pytest.skip(f"the qwen group needs {QWEN_GGUF}: run scripts/fetch-qwen-0.5b.sh")
+    return QWEN_GGUF
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,10 @@ arguments are valid only because the engine's mask keeps them so).
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -18,7 +21,7 @@ import numpy as np
 import openai
 import pytest
 import grpc
-from real_server import grpc_address, http_get, real_server
+from real_server import ROOT, grpc_address, http_get, real_server
 from tiny_model import random_weights, tiny_config, write_gguf
 
 from typewriter.client import Client
@@ -287,3 +290,25 @@ def test_grpc_takes_response_format_and_tools(tiny_tools):
     jsonschema.validate(json.loads(calls[0].arguments), schema)
     assert events["tool"][-1].end.reason == "tool_calls"
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "schema_json" in caught.value.details()
+
+
+# ---- the examples, run as a reader would run them ----
+
+
+def run_example(script: str, base: str, *args: str) -> str:
+    out = subprocess.run([sys.executable, f"examples/{script}", *args], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "TYPEWRITER_URL": base}, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_quiz_example_prints_a_quiz_that_validated(smol):
+    printed = run_example("quiz_json.py", smol, "fractions")
+    assert printed.startswith("Quiz: ") and "1. " in printed and "\nanswers: " in printed
+
+
+def test_the_calculator_example_calls_its_tool_and_answers(tiny_tools):
+    """The tiny model's expression is noise within the tool's pattern; the example computes it or says why not,
+    and sends the result back for the answer (tests/test_qwen_structured.py checks the arithmetic on Qwen)."""
+    printed = run_example("calculator_tool.py", tiny_tools.url, "What is 6*7?")
+    assert printed.startswith("calculator('")
