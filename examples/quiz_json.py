@@ -21,8 +21,8 @@ QUIZ = {
         "questions": {"type": "array", "minItems": 2, "maxItems": 3, "items": {
             "type": "object", "additionalProperties": False, "required": ["question", "choices", "answer"],
             "properties": {
-                "question": {"type": "string", "maxLength": 120},
-                "choices": {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "string", "maxLength": 40}},
+                "question": {"type": "string", "maxLength": 100},
+                "choices": {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "string", "maxLength": 30}},
                 "answer": {"type": "integer", "minimum": 0, "maximum": 2, "description": "index of the right choice"},
             }}},
     },
@@ -33,9 +33,11 @@ def main(topic: str) -> None:
     url = os.environ.get("TYPEWRITER_URL", "http://127.0.0.1:8000")
     client = OpenAI(base_url=f"{url}/v1", api_key=os.environ.get("TYPEWRITER_API_KEY") or "unused")
     answer = client.chat.completions.create(
-        model="tutor", max_tokens=600, temperature=0.3,
+        model="tutor", max_tokens=500, temperature=0.3,
         messages=[{"role": "user", "content": f"Write a short multiple-choice quiz about {topic}."}],
         response_format={"type": "json_schema", "json_schema": {"name": "quiz", "schema": QUIZ, "strict": True}})
+    if answer.choices[0].finish_reason == "length":  # every string at its longest does not fit in max_tokens
+        sys.exit("the quiz ran out of room before it was complete; ask again")
     quiz = json.loads(answer.choices[0].message.content)
     jsonschema.validate(quiz, QUIZ)  # never raises for an answer that ended with "stop"
     print(f"Quiz: {quiz['topic']}")
