@@ -86,7 +86,7 @@ class Grammars:
         return matcher
 
     def start(self, constraint: Constraint) -> ConstrainedAnswer:
-        return ConstrainedAnswer(self.compile(constraint).deep_copy(), self.vocab_size)
+        return ConstrainedAnswer(self.compile(constraint).deep_copy())
 
     def fill_masks(self, answers: Sequence[ConstrainedAnswer]) -> None:
         """Each answer's mask of allowed next tokens, computed together (llguidance's thread pool)."""
@@ -112,7 +112,7 @@ class Grammars:
 class ConstrainedAnswer:
     """One answer's place in its constraint."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, vocab_size: int):
+    def __init__(self, matcher: llguidance.LLMatcher):
         self.matcher = matcher
         self.allowed: np.ndarray | None = None  # [vocab] bool, set by Grammars.fill_masks for the next token
 
