@@ -43,7 +43,7 @@ FROM packages AS kernel
 COPY backend/typewriter/runners/__init__.py backend/typewriter/runners/__init__.py
 COPY backend/typewriter/runners/lite backend/typewriter/runners/lite
 RUN mkdir /kernel && ((apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null \
-     && python -m typewriter.runners.lite.kernel && cp backend/typewriter/runners/lite/attention-*.so /kernel/) \
+     && python -m typewriter.runners.lite.kernel && cp backend/typewriter/runners/lite/kernels-*.so /kernel/) \
      || echo "no C compiler here: int8-lite's attention will run in numpy")
 
 

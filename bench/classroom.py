@@ -25,8 +25,8 @@ Measures, per server and class size (all on the client's clock):
                    (`response_format` json_schema, on both servers); how many such answers parse and validate,
                    and how many ran out of --max-new-tokens
 
-Our server is started as `typewriter serve --max-active N --max-context 2048` (N: the largest class, at most 16)
-unless --ours names a running one. llama-server (scripts/build-llama-server.sh builds it) is restarted for each
+Our server is started at its defaults (`typewriter serve --max-context 2048`: it sizes its slots by the step times
+it measures) unless --max-active is given or --ours names a running one. llama-server (scripts/build-llama-server.sh builds it) is restarted for each
 class size with one slot per student and 2048 tokens of context per slot, threads 2, its prompt cache on, once
 with separate KV buffers per slot (default) and once with one unified buffer (-kvu); the table shows the better
 of the two per size (the one that meets the target, else the more tokens/s) and the JSON both.
@@ -197,10 +197,13 @@ def run(args: argparse.Namespace) -> dict:
     ours = None
     if not args.ours:
         largest = max(args.students)
-        ours = typewriter_server(args.max_active or min(largest, 16), max(32, largest), args.max_context, args.model)
+        ours = typewriter_server(args.max_active, max(32, largest), args.max_context, args.model)
         print(f"starting our server (log {ours.log}) ...", file=sys.stderr, flush=True)
         ours.start(args.ready_timeout)
     ws_url = args.ours or f"ws://{HOST}:{ours.port}/ws"
+    ready = httpx.get("http" + ws_url[2:].rsplit("/", 1)[0] + "/readyz", timeout=10).json()
+    slots = ready.get("runtime", {}).get("slots")  # how many, and how our server sized them
+    print(f"our server: {slots}", file=sys.stderr, flush=True)
     sizes = []
     try:
         for n in args.students:
@@ -221,7 +224,7 @@ def run(args: argparse.Namespace) -> dict:
     caps = {"ours": capacity({s["students"]: s["ours"] for s in sizes}),
             "peer": capacity({s["students"]: s["peer"] for s in sizes}) if layouts else None}
     config = {k: v for k, v in vars(args).items() if k != "params"} | {"model": model, "peer_bin": binary,
-                                                                        "ours_url": ws_url}
+                                                                        "ours_url": ws_url, "ours_slots": slots}
     return {"config": config, "sizes": sizes, "capacity": caps}
 
 
@@ -260,7 +263,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds one answer may take before it counts as error `timeout` (default 120)")
     p.add_argument("--ours", metavar="ws://127.0.0.1:PORT/ws", help="a running server; default: start one")
     p.add_argument("--max-active", type=positive, metavar="N",
-                   help="our server's --max-active (default: largest class, at most 16)")
+                   help="our server's --max-active (default: its own, sized by measured step times)")
     p.add_argument("--max-context", type=positive, default=2048, metavar="N",
                    help="context per stream / per slot (default 2048)")
     p.add_argument("--model", metavar="PATH", help="the GGUF file both servers load (default: the embedded model)")

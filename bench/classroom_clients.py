@@ -68,7 +68,7 @@ class TypewriterChat:
         # Greedy and no repetition penalty on both servers: the same arithmetic, so comparable answers.
         frame = {"type": "chat", "id": f"turn-{self.count}", "messages": messages,
                  "params": {"max_new_tokens": self.params.max_new_tokens, "temperature": 0,
-                            "repetition_penalty": 1.0}}
+                            "repetition_penalty": 1.0, "loop_guard": False}}  # the same work as llama-server's
         if response_format is not None:
             frame["response_format"] = response_format
         turn, sent, last = Turn(constrained=response_format is not None), time.perf_counter(), None

@@ -86,10 +86,13 @@ class Server:
         self.stop()
 
 
-def typewriter_server(max_active: int, max_queue: int, max_context: int, model: str | None) -> Server:
+def typewriter_server(max_active: int | None, max_queue: int, max_context: int, model: str | None) -> Server:
+    """`max_active` None: the slots the server sizes itself (its default)."""
     port = free_port()
     argv = [sys.executable, "-m", "typewriter", "serve", "--host", HOST, "--port", str(port),
-            "--max-active", str(max_active), "--max-queue", str(max_queue), "--max-context", str(max_context)]
+            "--max-queue", str(max_queue), "--max-context", str(max_context)]
+    if max_active:
+        argv += ["--max-active", str(max_active)]
     if model:
         argv += ["--model", model]
     # every simulated student connects from loopback, and the abuse limits count per address (llama-server has

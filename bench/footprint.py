@@ -74,8 +74,9 @@ def main() -> int:
 def lite_rows(runner, rows, weights, source, tokenizer) -> int:
     """int8-lite: no variables and no programs to compile; its calls grow the programs' buffers and the cache."""
     matrices = sum(w.nbytes for k, w in weights.items() if w.ndim == 2) / 4 / 2**20  # int8: a quarter of fp32
-    rows.append(("int8-lite programs made", rss_mb(), f"int8 matrices {matrices:.0f} MiB (each in the program and "
-                 f"packed by XNNPACK), embeddings float16 {runner.embeddings.nbytes / 2**20:.0f} MiB, K/V cache "
+    rows.append(("int8-lite programs made", rss_mb(), f"int8 matrices {matrices:.0f} MiB (packed by XNNPACK; the "
+                 f"programs' files mapped and released), embeddings float16 {runner.embeddings.nbytes / 2**20:.0f} MiB "
+                 f"(mapped: only the rows read are resident), K/V cache "
                  f"{runner.cache.nbytes / 2**20:.0f} MiB not yet touched"))
     weights.clear()  # the caller's dict: its arrays go now
     del source

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -104,10 +105,12 @@ class Q4Programs:
         return y
 
     def make(self):
+        import tempfile
+
+        from typewriter.models.rotation import quantize_int8
         from typewriter.runners.lite.flatbuffer import ProgramBuilder
         from typewriter.runners.lite.layers import RotationFolder
-        from typewriter.runners.lite.programs import ProgramSet
-        from typewriter.models.rotation import quantize_int8
+        from typewriter.runners.lite.programs import EMBEDDINGS, ProgramSet
 
         cfg = self.cfg
         p = ProgramBuilder(1)
@@ -126,9 +129,15 @@ class Q4Programs:
         logits = ProgramBuilder(1)
         normed = logits.rms(logits.input(cfg.dim), cfg.norm_eps)
         rotated = logits.matmul(normed, folder.stream.numpy(np.eye(cfg.dim, dtype=np.float32)))  # rows @ R
-        logits = logits.finish([logits.int8_matmul(rotated, *quantize_int8(folder.output()))])
-        embeddings = np.asarray(self.weights["tok_embeddings"], np.float32).astype(np.float16)
-        return ProgramSet(first, layers, logits, embeddings)
+        output = np.concatenate([columns for _, _, columns in folder.output()], axis=1)
+        logits = logits.finish([logits.int8_matmul(rotated, *quantize_int8(output))])
+        programs = ProgramSet(Path(tempfile.mkdtemp(prefix="q4-programs-")), cfg.n_layers)
+        programs.first.write_bytes(first)
+        for i, layer in enumerate(layers):
+            programs.layer(i).write_bytes(layer)
+        programs.logits.write_bytes(logits)
+        np.save(programs.folder / EMBEDDINGS, np.asarray(self.weights["tok_embeddings"], np.float32).astype(np.float16))
+        return programs
 
 
 def channel_peaks(cfg, weights, ids: list[int]) -> dict[str, np.ndarray]:
@@ -203,7 +212,8 @@ def main() -> None:
     reference = our_logits(cfg, weights, ids, "fp32")
     peaks = channel_peaks(cfg, weights, [t for q in CALIBRATION for t in tokenizer.encode_chat(
         [{"role": "user", "content": q}])])
-    variants = {"int8-lite": lambda: make_programs(cfg, weights, calibration=calibration_ids(tokenizer))}
+    variants = {"int8-lite": lambda: make_programs(cfg, weights, Path(tempfile.mkdtemp(prefix="programs-")),
+                                                   calibration=calibration_ids(tokenizer))}
     for k in (int(k) for k in args.outliers.split(",")):
         outliers = {name: tuple(int(c) for c in np.argsort(-a)[:k]) for name, a in peaks.items()} if k else {}
         variants[f"q4_1 exact, {k} float channels"] = lambda o=outliers: Q4Programs(cfg, weights, o).make()

@@ -7,6 +7,7 @@ and quantizing activations to 8 bits a row. Reported per format, over every posi
 KL(fp32 || format) mean and p99 (nats), top-1 agreement with fp32, and perplexity on the text.
 
     .venv/bin/python bench/quality.py [--formats fp32,int8,int8-lite] [--no-peer] [--json artifacts/quality.json]
+    .venv/bin/python bench/quality.py --model "$(scripts/fetch-qwen-0.5b.sh)" --formats fp32,int8-lite
 
 int8-lite is measured as the server makes it (GPTQ on runners/lite/calibration.txt); `int8-lite-nearest` rounds each
 weight to its nearest step instead (as before GPTQ).
@@ -87,6 +88,7 @@ def main() -> None:
     parser.add_argument("--no-peer", action="store_true", help="leave llama.cpp out")
     parser.add_argument("--text", default=str(HERE / "data" / "heldout.txt"))
     parser.add_argument("--json", help="also write the report here")
+    parser.add_argument("--model", help="a GGUF file (default: the embedded model)")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from typewriter.runners.xla.tf_env import prepare_environment
@@ -95,7 +97,7 @@ def main() -> None:
     from typewriter.runtime import calibration_ids, read_model
     from typewriter.weights.load import embedded_model_path
 
-    path = embedded_model_path()
+    path = Path(args.model) if args.model else embedded_model_path()
     cfg, weights, tokenizer = read_model(path)
     ids = tokenizer.encode(Path(args.text).read_text())
     reference = our_logits(cfg, weights, ids, "fp32")
@@ -105,11 +107,11 @@ def main() -> None:
         rows[f"typewriter {fmt}"] = compare(reference, logits, ids)
         print(json.dumps({"model": f"typewriter {fmt}", **rows[f"typewriter {fmt}"]}), flush=True)
     if not args.no_peer:
-        rows["llama.cpp Q4_1"] = compare(reference, llama_logits(str(path), ids), ids)
-        print(json.dumps({"model": "llama.cpp Q4_1", **rows["llama.cpp Q4_1"]}), flush=True)
+        rows["llama.cpp"] = compare(reference, llama_logits(str(path), ids), ids)  # the file's own types
+        print(json.dumps({"model": "llama.cpp", **rows["llama.cpp"]}), flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"text": args.text, "rows": rows}, indent=2))
+        Path(args.json).write_text(json.dumps({"model": path.name, "text": args.text, "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

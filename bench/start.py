@@ -1,6 +1,7 @@
 """Start-up time and memory against llama.cpp's llama-server, in one run.
 
     .venv/bin/python bench/start.py --json artifacts/start.json
+    .venv/bin/python bench/start.py --model "$(scripts/fetch-qwen-0.5b.sh)"      # another GGUF file
 
 Our server at its defaults (8 slots, 2,048 tokens of context each) and llama-server with the same slots and
 context (scripts/build-llama-server.sh builds it), each asked one tutoring question the moment it is ready:
@@ -53,7 +54,7 @@ def caches(folder: Path) -> dict[str, str]:
 def ours(cache: Path, args: argparse.Namespace) -> dict:
     port = free_port()
     argv = [sys.executable, "-m", "typewriter", "serve", "--host", HOST, "--port", str(port),
-            "--max-active", str(SLOTS), "--max-context", str(CONTEXT)]
+            "--max-active", str(SLOTS), "--max-context", str(CONTEXT), "--model", args.model]
     server = Server("typewriter", argv, port, "/readyz", caches(cache))
     t0 = time.perf_counter()
     with server.start(args.ready_timeout, poll_s=0.1):
@@ -73,7 +74,7 @@ def ours(cache: Path, args: argparse.Namespace) -> dict:
 
 def peer(binary: str, args: argparse.Namespace) -> dict:
     port = free_port()
-    argv = [binary, "-m", embedded_model(), "--host", HOST, "--port", str(port), "-np", str(SLOTS),
+    argv = [binary, "-m", args.model, "--host", HOST, "--port", str(port), "-np", str(SLOTS),
             "-c", str(SLOTS * CONTEXT), "-t", "2"]
     server = Server("llama-server", argv, port, "/health")
     t0 = time.perf_counter()
@@ -85,12 +86,12 @@ def peer(binary: str, args: argparse.Namespace) -> dict:
             "rss_mb": rss // 1024}
 
 
-def cli(cache: Path) -> float:
+def cli(cache: Path, model: str) -> float:
     """`typewriter generate`: launch to the first byte of the answer on stdout."""
     env = {**os.environ, **caches(cache)}
     t0 = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "typewriter", "generate", QUESTION[0]["content"],
-                                "--max-new-tokens", "8"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+                                "--max-new-tokens", "8", "--model", model], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     process.stdout.read(1)
     first = time.perf_counter() - t0
     process.stdout.read()
@@ -100,7 +101,8 @@ def cli(cache: Path) -> float:
 
 
 def run(args: argparse.Namespace) -> dict:
-    result = {"machine": os.uname().machine, "load_before": round(os.getloadavg()[0], 2)}
+    result = {"machine": os.uname().machine, "model": Path(args.model).name,
+              "load_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="typewriter-xla-") as server_cache, \
             tempfile.TemporaryDirectory(prefix="typewriter-xla-cli-") as cli_cache:
         for label in ("cold", "warm"):
@@ -108,7 +110,7 @@ def run(args: argparse.Namespace) -> dict:
             result[f"ours_{label}"] = ours(Path(server_cache), args)
             print(f"  {result[f'ours_{label}']}", file=sys.stderr, flush=True)
         for label in ("cold", "warm"):
-            result[f"cli_{label}_first_text_s"] = cli(Path(cli_cache))
+            result[f"cli_{label}_first_text_s"] = cli(Path(cli_cache), args.model)
             print(f"typewriter generate, {label} cache: first text after {result[f'cli_{label}_first_text_s']} s",
                   file=sys.stderr, flush=True)
     if not args.no_peer:
@@ -136,10 +138,12 @@ def report(r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--model", help="the GGUF file both servers load (default: the embedded model)")
     parser.add_argument("--llama-server", help="a llama-server binary (default: build it with the script)")
     parser.add_argument("--no-peer", action="store_true", help="only our server and CLI")
     parser.add_argument("--ready-timeout", type=float, default=900.0, metavar="S")
     args = parser.parse_args()
+    args.model = args.model or embedded_model()
     result = run(args)
     print(report(result))
     if args.json:

@@ -5,7 +5,9 @@
  * One answer is live at a time. Its messages come from `connection.chat` and go through `applyMessage`
  * (state.js), which keeps the received text; the text a frame adds goes into a Pacer, and a
  * requestAnimationFrame loop moves what the pacer releases into the turn's Writer. Stop halts the display
- * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows.
+ * where it is and keeps that text as the answer; the server's `end` (reason `cancelled`) follows. A question
+ * asked while the tutor gets ready is held by the transport and sent once it is; the status line says so.
+ * An AnswerClock (timing.js) measures each answer on the page; its figures show with the developer setting.
  *
  * Every chat is kept (chats.js); `state.turns` is the open chat's own array of turns, changed in place.
  * The chat list (chatlist.js) opens, renames and deletes them.
@@ -15,12 +17,14 @@ import { ChatList } from "./chatlist.js";
 import { CHATS_KEY, currentChat, deleteChat, droppedNotice, loadChats, openChat, renameChat, saveChats, startChat, titleOf, touch } from "./chats.js";
 import { copyText } from "./clipboard.js";
 import { highlightCode, languageName } from "./code.js";
+import { developerMode } from "./developer.js";
 import { renderFormula } from "./formula.js";
 import { Notice } from "./notice.js";
 import { Pacer, wholeWords } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
 import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, stopTurn } from "./state.js";
-import { statusLine } from "./status.js";
+import { heldText, statusLine } from "./status.js";
+import { AnswerClock } from "./timing.js";
 import { Connection } from "./transport.js";
 import { TurnView } from "./view.js";
 
@@ -39,6 +43,9 @@ const settings = (() => {
   }
 })();
 const wsPath = typeof settings.ws_path === "string" ? settings.ws_path : "/ws";
+const readyPath = typeof settings.readyz_path === "string" ? settings.readyz_path : "/readyz";
+/** Developer figures under each answer: `?dev=1` turns them on (kept in this browser), `?dev=0` off. */
+const developer = developerMode(location.search, localStorage);
 /** @param {unknown} n */
 const limit = (n) => (typeof n === "number" && n > 0 ? n : Infinity);
 const encoder = new TextEncoder();
@@ -58,7 +65,7 @@ const notice = new Notice(byId("notice"));
 const say = notice.say.bind(notice);
 
 const chats = loadChats(localStorage);
-const state = emptyState();
+const state = emptyState(typeof settings.model === "string" ? settings.model : "");
 state.turns = currentChat(chats).turns;
 /** @type {Map<Turn, TurnView>} */
 const views = new Map();
@@ -68,9 +75,11 @@ let live = /** @type {{turn: Turn, controller: AbortController, pacer: Pacer} | 
 let follow = true;
 
 const connection = new Connection(new URL(wsPath, location.href.replace(/^http/, "ws")).href, {
-  onStatus: ({ state: s, retryInMs }) => {
+  readyUrl: new URL(readyPath, location.href).href,
+  onStatus: ({ state: s, retryInMs, progress = "" }) => {
     state.connection = s;
     state.retryInMs = retryInMs;
+    state.progress = progress;
     showStatus();
   },
 });
@@ -79,6 +88,9 @@ function showStatus() {
   const { text, state: s } = statusLine(state, live && isLive(live.turn.status) ? live.turn : null);
   statusBar.textContent = text;
   statusBar.dataset.state = s;
+  // A question not sent yet (no socket, or the tutor getting ready) says under it that it is kept.
+  const held = live?.turn.status === "waiting" ? heldText(state.connection) : null;
+  if (live && held !== null && held !== live.turn.note) commit(live.turn, { ...live.turn, note: held });
 }
 
 function persist() {
@@ -112,7 +124,7 @@ function commit(turn, next) {
 
 /** @param {Turn} turn */
 function addView(turn) {
-  const view = new TurnView(turn, { copy, regenerate, resend }, extras);
+  const view = new TurnView(turn, { copy, regenerate, resend }, extras, { showStats: developer });
   views.forEach((v) => (v.isLast = false));
   view.isLast = true;
   views.set(turn, view);
@@ -133,6 +145,7 @@ function updateComposer() {
 
 /** @param {Turn} turn */
 async function answer(turn) {
+  const clock = new AnswerClock(performance.now()); // the question was sent just now
   const view = addView(turn);
   const pacer = new Pacer();
   const controller = new AbortController();
@@ -142,6 +155,14 @@ async function answer(turn) {
   updateComposer();
   showStatus();
 
+  let ended = false;
+  /** The figures, once the chat has ended and its first character is on screen (or never will be). */
+  const settleStats = () => {
+    if (!ended || turn.stats || (clock.shownAt === null && !pacer.done && !controller.signal.aborted)) return;
+    commit(turn, { ...turn, stats: clock.summary() });
+    persist();
+  };
+
   let unshown = ""; // released by the pacer, held back until its word is complete (reduced motion)
   const tick = (/** @type {number} */ now) => {
     unshown = controller.signal.aborted ? "" : unshown + pacer.take(now); // Stop halts the display at once
@@ -149,12 +170,14 @@ async function answer(turn) {
     unshown = unshown.slice(text.length);
     if (text) {
       view.writer.feed(text);
+      clock.shown(performance.now());
       if (follow) scrollToEnd();
     }
     if (pacer.done) {
       view.finishTyping();
       if (follow) scrollToEnd();
     } else requestAnimationFrame(tick);
+    settleStats();
   };
   requestAnimationFrame(tick);
 
@@ -173,11 +196,19 @@ async function answer(turn) {
     // applyMessage only ever appends to a live answer, and leaves an ended one (after Stop) as it is.
     const arrived = next.answer.slice(turn.answer.length);
     commit(turn, next);
-    if (arrived) pacer.push(arrived, performance.now());
-    if (isTerminal(msg)) pacer.end(performance.now());
+    if (arrived) {
+      pacer.push(arrived, performance.now());
+      clock.received(arrived, performance.now());
+    }
+    if (isTerminal(msg)) {
+      pacer.end(performance.now());
+      clock.ended(performance.now());
+    }
     showStatus();
   }
   if (live?.turn === turn) live = null;
+  ended = true;
+  settleStats();
   persist();
   updateComposer();
   showStatus();
@@ -378,5 +409,5 @@ window.addEventListener("pagehide", persist);
 showChat();
 chatList.render(chats);
 persist(); // a conversation kept by an older page moves into the chat list now
-connection.connect();
+connection.start();
 input.focus();

@@ -9,7 +9,7 @@
  * @typedef {{type: "chat", id: string, messages: ChatMessage[], params?: Record<string, unknown>}} ChatFrame
  * @typedef {{prompt_tokens: number, completion_tokens: number}} Usage
  * @typedef {{queue_ms: number, ttft_ms: number, total_ms: number, tokens_per_s: number}} Timings
- * @typedef {"eos" | "length" | "stop_sequence" | "cancelled" | "timeout" | "queue_timeout" | "shutdown"} EndReason
+ * @typedef {"eos" | "length" | "stop_sequence" | "repetition" | "cancelled" | "timeout" | "queue_timeout" | "shutdown"} EndReason
  * @typedef {{type: "queued", id: string, position: number}
  *   | {type: "start", id: string, prompt_tokens: number, cached_tokens?: number, dropped_messages?: number}
  *   | {type: "token", id: string, index: number, text: string}
@@ -104,6 +104,7 @@ export function errorText(code) {
 const END_TEXT = /** @type {Record<string, string>} */ ({
   cancelled: "Stopped",
   length: "The answer reached its length limit.",
+  repetition: "The answer started repeating itself, so it was stopped.",
   timeout: "The answer took too long and was cut short.",
   queue_timeout: "The tutor was too busy to start your answer in time. Please ask again in a moment.",
   shutdown: "The tutor restarted before finishing. Please ask again.",
@@ -126,20 +127,4 @@ export function droppedText(dropped) {
  */
 export function endText(reason) {
   return END_TEXT[reason] ?? "";
-}
-
-/**
- * Small numbers for the curious: time to first token and speed.
- * @param {Timings | null} timings
- * @param {Usage | null} usage
- */
-export function statsText(timings, usage) {
-  if (!timings) return "";
-  const parts = [];
-  if (Number.isFinite(timings.ttft_ms)) parts.push(`first token ${(timings.ttft_ms / 1000).toFixed(2)} s`);
-  if (Number.isFinite(timings.tokens_per_s) && timings.tokens_per_s > 0) {
-    parts.push(`${timings.tokens_per_s.toFixed(1)} tokens/s`);
-  }
-  if (usage && Number.isFinite(usage.completion_tokens)) parts.push(`${usage.completion_tokens} tokens`);
-  return parts.join(" · ");
 }

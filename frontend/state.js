@@ -14,7 +14,7 @@
  * answer never changes again: a token that was already on its way is neither kept nor shown.
  */
 
-import { droppedText, endText, errorText, queueText, statsText } from "./protocol.js";
+import { droppedText, endText, errorText, queueText } from "./protocol.js";
 
 /** @typedef {import("./protocol.js").ChatMessage} ChatMessage */
 /** @typedef {import("./protocol.js").ServerMessage} ServerMessage */
@@ -26,7 +26,7 @@ import { droppedText, endText, errorText, queueText, statsText } from "./protoco
  * @property {string} answer    the text received so far; once stopped, the text that was shown
  * @property {TurnStatus} status
  * @property {string} note      why it ended, in words ("Stopped", an error sentence), or ""
- * @property {string} stats     time to first token and speed, or ""
+ * @property {string} stats     developer figures measured on the page (timing.js), or ""
  */
 
 /** @type {TurnStatus[]} */
@@ -66,15 +66,13 @@ const streaming = (turn) => (turn.status === "streaming" ? turn : { ...moveTo(tu
 
 /**
  * The turn after one server frame of its chat (protocol v1: queued* start token* then end or error).
- * A frame for a turn that has already ended, as after a Stop, can only bring the final stats.
+ * A frame for a turn that has already ended, as after a Stop, changes nothing.
  * @param {Turn} turn
  * @param {ServerMessage} frame
  * @returns {Turn}
  */
 export function applyMessage(turn, frame) {
-  if (!isLive(turn.status)) {
-    return frame.type === "end" ? { ...turn, stats: statsText(frame.timings, frame.usage) } : turn;
-  }
+  if (!isLive(turn.status)) return turn;
   switch (frame.type) {
     case "queued":
       return { ...moveTo(turn, "queued"), note: queueText(frame.position) };
@@ -86,7 +84,6 @@ export function applyMessage(turn, frame) {
       return {
         ...moveTo(turn, frame.reason === "cancelled" ? "stopped" : "done"),
         note: endText(frame.reason) || turn.note, // a natural end keeps the note about left-out messages
-        stats: statsText(frame.timings, frame.usage),
       };
     case "error":
       return { ...moveTo(turn, frame.code === "disconnected" ? "interrupted" : "failed"), note: errorText(frame.code) };
@@ -110,11 +107,16 @@ export function stopTurn(turn, shown) {
  * @property {Turn[]} turns  the open chat's turns (chats.js keeps every chat and saves them)
  * @property {"connecting" | "open" | "reconnecting" | "warming" | "full"} connection
  * @property {number} retryInMs
+ * @property {string} progress  while warming: how far the server's load has come, in its words
+ * @property {string} model  the server's model id, shown while nothing is being written ("" when unknown)
  */
 
-/** @returns {State} */
-export function emptyState() {
-  return { turns: [], connection: "connecting", retryInMs: 0 };
+/**
+ * @param {string} [model]
+ * @returns {State}
+ */
+export function emptyState(model = "") {
+  return { turns: [], connection: "connecting", retryInMs: 0, progress: "", model };
 }
 
 /**

@@ -9,13 +9,24 @@
  * `cancelled` when the signal aborts before the request was sent. Aborting after it was sent sends `stop`
  * and keeps yielding until the server's `end`. Chats run one at a time (the server answers `busy`
  * otherwise): a new one waits for the previous terminal, which after a stop is one decode step away.
+ *
+ * A chat is held, not failed, while there is no socket to send it on: it goes out when one opens. The server
+ * reads no frame on a socket it closes with 1013 (its model is loading, or it holds as many sockets as it
+ * takes), so a chat sent on such a socket is held too and sent again on the next. While the model loads, the
+ * connection asks `readyUrl` (GET /readyz) for the load's progress about once a second instead of opening
+ * sockets, and opens one as soon as the server says it is ready.
  */
 
 import { isTerminal, parseServerMessage } from "./protocol.js";
 
 /** @typedef {import("./protocol.js").ServerMessage} ServerMessage */
 /** @typedef {import("./protocol.js").ChatFrame} ChatFrame */
-/** @typedef {{state: "connecting" | "open" | "reconnecting" | "warming" | "full", retryInMs: number}} ConnectionStatus */
+/**
+ * @typedef {object} ConnectionStatus
+ * @property {"connecting" | "open" | "reconnecting" | "warming" | "full"} state
+ * @property {number} retryInMs
+ * @property {string} [progress]  while warming: how far the server's load has come, in its words
+ */
 /**
  * @typedef {object} ConnectionOptions
  * @property {typeof WebSocket} [WebSocket]
@@ -23,6 +34,17 @@ import { isTerminal, parseServerMessage } from "./protocol.js";
  * @property {number} [baseDelayMs]  first reconnect delay; it doubles per failed attempt
  * @property {number} [maxDelayMs]
  * @property {() => number} [random] jitter source, so many pages do not reconnect in lockstep
+ * @property {string | null} [readyUrl]  the server's readiness (GET /readyz), asked while its model loads
+ * @property {typeof fetch} [fetch]
+ * @property {number} [pollMs]  how often readyUrl is asked while the model loads
+ */
+/**
+ * Where one chat's messages go, and which socket it was sent on.
+ * @typedef {object} Route
+ * @property {WebSocket | null} socket  the socket the chat went out on; null while it waits to be sent
+ * @property {boolean} answered  a message about it has come on that socket
+ * @property {(msg: ServerMessage) => void} deliver
+ * @property {() => void} hold  the socket closed with 1013 unanswered: send the chat again on the next one
  */
 
 const OPEN = 1;
@@ -33,19 +55,25 @@ export class Connection {
    * @param {string} url
    * @param {ConnectionOptions} [options]
    */
-  constructor(url, { WebSocket = globalThis.WebSocket, onStatus = () => {}, baseDelayMs = 500, maxDelayMs = 15000, random = Math.random } = {}) {
+  constructor(url, options = {}) {
+    const { WebSocket = globalThis.WebSocket, onStatus = () => {}, baseDelayMs = 500, maxDelayMs = 15000 } = options;
+    const { random = Math.random, readyUrl = null, pollMs = 1000 } = options;
+    const { fetch = (/** @type {string} */ url, /** @type {RequestInit} */ init) => globalThis.fetch(url, init) } = options;
     this.url = url;
     this.WebSocket = WebSocket;
     this.onStatus = onStatus;
     this.baseDelayMs = baseDelayMs;
     this.maxDelayMs = maxDelayMs;
     this.random = random;
+    this.readyUrl = readyUrl;
+    this.fetch = fetch;
+    this.pollMs = pollMs;
     /** @type {WebSocket | null} */
     this.socket = null;
     this.attempt = 0;
     /** @type {ReturnType<typeof setTimeout> | undefined} */
     this.retryTimer = undefined;
-    /** @type {Map<string, (msg: ServerMessage) => void>} where each running chat's messages go */
+    /** @type {Map<string, Route>} each chat not yet ended, in the order they were asked */
     this.routes = new Map();
     /** @type {Set<() => void>} */
     this.openWaiters = new Set();
@@ -53,10 +81,21 @@ export class Connection {
     this.previous = Promise.resolve();
     this.closed = false;
     this.warming = false;
+    /** asking readyUrl while the model loads (one loop at a time) */
+    this.watching = false;
   }
 
   get isOpen() {
     return this.socket?.readyState === OPEN;
+  }
+
+  /**
+   * Start: with a readyUrl, ask it first, so a page opened while the model loads waits for it (with its progress)
+   * rather than opening a socket the server would close at once; else open the socket.
+   */
+  start() {
+    if (this.readyUrl) this.watchLoading();
+    else this.connect();
   }
 
   /** Open the socket now, cancelling any backoff wait. */
@@ -64,34 +103,79 @@ export class Connection {
     if (this.closed || (this.socket && this.socket.readyState <= OPEN)) return;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
-    this.onStatus({ state: this.attempt === 0 ? "connecting" : this.warming ? "warming" : "reconnecting", retryInMs: 0 });
+    this.onStatus({ state: this.warming ? "warming" : this.attempt === 0 ? "connecting" : "reconnecting", retryInMs: 0 });
     const socket = new this.WebSocket(this.url);
     this.socket = socket;
+    let opened = false;
     socket.onopen = () => {
-      this.attempt = 0;
-      this.warming = false;
+      opened = true;
       this.onStatus({ state: "open", retryInMs: 0 });
       for (const wake of this.openWaiters) wake();
     };
     socket.onmessage = (event) => {
       const msg = parseServerMessage(event.data);
       if (!msg || msg.type === "pong") return;
-      // Only `invalid_json` lacks an id, and it can only be about the chat in flight.
+      // Only `invalid_json` lacks an id, and it can only be about the chat in flight, the oldest one.
       const id = "id" in msg && msg.id !== null ? msg.id : [...this.routes.keys()][0];
-      this.routes.get(id ?? "")?.(msg);
+      this.routes.get(id ?? "")?.deliver(msg);
     };
     socket.onclose = (/** @type {{code?: number, reason?: string}} */ event) => {
       if (this.socket !== socket) return;
       this.socket = null;
-      for (const [id, deliver] of this.routes) {
-        deliver({ type: "error", id, code: "disconnected", message: "the connection closed" });
-      }
       // 1013 (try again later): the server is up but its model is still loading, or it holds as many
-      // connections as it takes (in all, or from this address); its reason says which.
+      // connections as it takes (in all, or from this address); its reason says which. It read nothing.
       const later = event?.code === CLOSE_TRY_AGAIN_LATER;
+      for (const [id, route] of this.routes) {
+        if (route.socket !== socket) continue; // not sent yet: it waits for the next socket
+        route.socket = null;
+        if (later && !route.answered) route.hold();
+        else route.deliver({ type: "error", id, code: "disconnected", message: "the connection closed" });
+      }
+      if (opened && !later) this.attempt = 0; // a good connection: the backoff starts over
       this.warming = later && /loading/i.test(event?.reason ?? "");
-      if (!this.closed) this.scheduleRetry(this.warming ? "warming" : later ? "full" : "reconnecting");
+      if (this.closed) return;
+      if (this.warming && this.readyUrl) this.watchLoading();
+      else this.scheduleRetry(this.warming ? "warming" : later ? "full" : "reconnecting");
     };
+  }
+
+  /**
+   * While the model loads: ask readyUrl for its progress about once a second, and open the socket once the
+   * server no longer says "loading" (ready, or anything a socket will say better, or no answer at all).
+   * @private
+   */
+  async watchLoading() {
+    if (this.watching) return;
+    this.watching = true;
+    try {
+      for (;;) {
+        const body = await this.readiness();
+        if (this.closed || this.socket) return;
+        if (body?.status !== "loading") break;
+        this.warming = true;
+        const progress = typeof body.progress === "string" ? body.progress : "";
+        this.onStatus({ state: "warming", retryInMs: this.pollMs, progress });
+        await new Promise((resolve) => setTimeout(resolve, this.pollMs));
+      }
+    } finally {
+      this.watching = false;
+    }
+    this.connect();
+  }
+
+  /**
+   * The body of readyUrl, or null when it cannot be had.
+   * @private
+   * @returns {Promise<{status?: string, progress?: unknown} | null>}
+   */
+  async readiness() {
+    try {
+      const response = await this.fetch(/** @type {string} */ (this.readyUrl), { cache: "no-store" });
+      const body = await response.json();
+      return body && typeof body === "object" ? body : null;
+    } catch {
+      return null;
+    }
   }
 
   /** Stop for good (tests, page teardown). */
@@ -114,14 +198,15 @@ export class Connection {
   }
 
   /**
-   * Resolve once the socket is open; connects at once if it is waiting to retry.
+   * Resolve once the socket is open; connects at once if it is waiting to retry, unless the model is loading
+   * (then the socket opens when the server says it is ready).
    * @param {AbortSignal} [signal]
    * @returns {Promise<boolean>} false if the signal aborted first
    */
   async whenOpen(signal) {
     if (this.isOpen) return true;
     if (signal?.aborted) return false;
-    this.connect();
+    if (!this.watching) this.connect();
     return new Promise((resolve) => {
       const done = (/** @type {boolean} */ ok) => {
         this.openWaiters.delete(wake);
@@ -143,7 +228,8 @@ export class Connection {
   }
 
   /**
-   * Send one chat and yield its messages, ending with exactly one terminal message.
+   * Send one chat and yield its messages, ending with exactly one terminal message. The chat is held while
+   * there is no socket, and sent again when a socket closed with 1013 before answering it.
    * @param {ChatFrame} frame
    * @param {AbortSignal} [signal]  abort to stop the answer
    * @returns {AsyncGenerator<ServerMessage, void, void>}
@@ -160,42 +246,62 @@ export class Connection {
     /** @type {(() => void) | null} */
     let wake = null;
     let finished = false;
-    this.routes.set(id, (msg) => {
-      inbox.push(msg);
-      if (isTerminal(msg)) {
-        finished = true;
-        this.routes.delete(id);
-        release();
-      }
-      wake?.();
-    });
+    let held = false;
+    /** @type {Route} */
+    const route = {
+      socket: null,
+      answered: false,
+      deliver: (msg) => {
+        route.answered = true;
+        inbox.push(msg);
+        if (isTerminal(msg)) {
+          finished = true;
+          this.routes.delete(id);
+          release();
+        }
+        wake?.();
+      },
+      hold: () => {
+        held = true;
+        wake?.();
+      },
+    };
+    this.routes.set(id, route);
     const stop = () => this.send({ type: "stop", id });
 
     try {
       await before;
-      if (signal?.aborted || !(await this.whenOpen(signal)) || !this.send(frame)) {
-        this.routes.delete(id);
-        release();
-        const cancelled = signal?.aborted ?? false;
-        yield cancelled
-          ? { type: "end", id, reason: "cancelled", usage: null, timings: null }
-          : { type: "error", id, code: "disconnected", message: "the connection closed" };
-        return;
-      }
-      signal?.addEventListener("abort", stop, { once: true });
       for (;;) {
-        while (inbox.length) {
-          const msg = /** @type {ServerMessage} */ (inbox.shift());
-          yield msg;
-          if (isTerminal(msg)) return;
+        if (signal?.aborted || !(await this.whenOpen(signal))) {
+          this.routes.delete(id);
+          release();
+          yield { type: "end", id, reason: "cancelled", usage: null, timings: null };
+          return;
         }
-        await new Promise((resolve) => (wake = () => resolve(undefined)));
-        wake = null;
+        if (!this.send(frame)) continue; // closed in between: wait for the next socket
+        route.socket = this.socket;
+        held = false;
+        signal?.addEventListener("abort", stop, { once: true });
+        while (!held) {
+          while (inbox.length) {
+            const msg = /** @type {ServerMessage} */ (inbox.shift());
+            yield msg;
+            if (isTerminal(msg)) return;
+          }
+          if (!held) await new Promise((resolve) => (wake = () => resolve(undefined)));
+          wake = null;
+        }
+        signal?.removeEventListener("abort", stop);
       }
     } finally {
       signal?.removeEventListener("abort", stop);
-      // A consumer that leaves early still owes the server a stop; the next chat waits for its end.
-      if (!finished && this.routes.has(id)) stop();
+      // A consumer that leaves early still owes the server a stop for a chat it sent (the next chat waits for
+      // its end); one never sent is simply dropped.
+      if (!finished && route.socket) stop();
+      else if (!finished) {
+        this.routes.delete(id);
+        release();
+      }
     }
   }
 }

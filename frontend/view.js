@@ -1,7 +1,7 @@
 // @ts-check
 /**
  * The DOM of one turn: the student's question (with Edit, to ask it again differently), the tutor's answer,
- * and the line under it (how it ended, stats, Copy, Regenerate). Questions are shown as plain text; answers
+ * and the line under it (how it ended, Copy, Regenerate, and with the developer setting the page's figures). Questions are shown as plain text; answers
  * are filled by a Writer.
  */
 
@@ -27,9 +27,11 @@ export class TurnView {
    * @param {{copy: (turn: Turn, button: HTMLButtonElement) => void, regenerate: (turn: Turn) => void,
    *   resend: (turn: Turn, question: string) => void}} actions
    * @param {import("./render.js").Extras} [extras]  formulas and code colours for the answer
+   * @param {{showStats?: boolean}} [options]  showStats: the developer figures (developer.js)
    */
-  constructor(turn, actions, extras = {}) {
+  constructor(turn, actions, extras = {}, { showStats = false } = {}) {
     this.turn = turn;
+    this.showStats = showStats;
     this.root = el("li", "turn");
 
     this.actions = actions;
@@ -72,7 +74,7 @@ export class TurnView {
     this.note.textContent = note;
     this.note.hidden = !note;
     this.note.setAttribute("role", status === "failed" ? "alert" : "none");
-    this.stats.textContent = stats;
+    this.stats.textContent = this.showStats ? stats : ""; // the empty span still keeps the buttons to the right
     this.copyButton.hidden = live || !answer;
     this.regenButton.hidden = live;
     this.regenButton.textContent = status === "failed" || status === "interrupted" ? "Try again" : "Regenerate";

@@ -16,6 +16,7 @@ set -euo pipefail
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 CACHE="${TYPEWRITER_BENCH_CACHE:-$HOME/.cache/typewriter}/llama.cpp-$VERSION"
 BIN="$CACHE/build/bin/llama-server"
+QUANTIZE="$CACHE/build/bin/llama-quantize"  # built beside it: scripts/make-synthetic-model.py quantizes with it
 flags=$(grep -m1 '^flags' /proc/cpuinfo)
 has() { [[ " $flags " == *" $1 "* ]] && echo ON || echo OFF; }
 options=(-DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
@@ -29,11 +30,11 @@ built_for() { [ -f "$CACHE/build/options" ] && [ "$(cat "$CACHE/build/options")"
 python_deps() {  # llama-cpp-python's own import needs diskcache; pip may only reach the package registry
   [ -d "$CACHE/pydeps/diskcache" ] || python3 -m pip install --quiet --target "$CACHE/pydeps" diskcache >&2
 }
-if [ -x "$BIN" ] && built_for; then python_deps; echo "$BIN"; exit 0; fi
+if [ -x "$BIN" ] && [ -x "$QUANTIZE" ] && built_for; then python_deps; echo "$BIN"; exit 0; fi
 mkdir -p "$CACHE"
 exec 9>"$CACHE.lock"
 flock 9
-if [ -x "$BIN" ] && built_for; then python_deps; echo "$BIN"; exit 0; fi  # built by whoever held the lock
+if [ -x "$BIN" ] && [ -x "$QUANTIZE" ] && built_for; then python_deps; echo "$BIN"; exit 0; fi  # built by whoever held the lock
 cd "$CACHE"
 if [ ! -d src ]; then  # unpacked to src.tmp first, so an interrupted unpack is not taken for the sources
   python3 -m pip download --quiet --no-deps --no-binary :all: -d sdist "llama-cpp-python==$VERSION" >&2
@@ -41,9 +42,9 @@ if [ ! -d src ]; then  # unpacked to src.tmp first, so an interrupted unpack is 
   tar -xzf sdist/llama_cpp_python-"$VERSION".tar.gz -C src.tmp --strip-components=1
   mv src.tmp src
 fi
-rm -rf build
+if ! built_for; then rm -rf build; fi  # a build for these options is only completed (llama-quantize added)
 cmake -S src/vendor/llama.cpp -B build "${options[@]}" >&2
-cmake --build build --target llama-server -j "$(nproc)" >&2
+cmake --build build --target llama-server llama-quantize -j "$(nproc)" >&2
 echo "${options[*]}" > build/options
 python_deps
 echo "$BIN"

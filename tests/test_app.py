@@ -9,6 +9,8 @@ import pytest
 from helpers import chat, receive, serving, until_terminal
 from starlette.websockets import WebSocketDisconnect
 
+from typewriter.config import ConfigError, Settings
+
 
 def test_metrics_expose_the_documented_names():
     with serving() as (client, _):
@@ -31,7 +33,8 @@ def test_the_real_page_gets_the_settings_as_json_and_every_response_a_strict_csp
     assert page.status_code == 200 and "<textarea id=\"question\"" in page.text
     match = re.search(r'<script type="application/json" id="settings">(.*?)</script>', page.text, re.S)
     config = json.loads(match.group(1))
-    assert config == {"protocol": 1, "ws_path": "/ws", "max_new_tokens": 16, "max_new_tokens_cap": 64,
+    assert config == {"protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": "SmolLM2-135M-Instruct",
+                      "max_new_tokens": 16, "max_new_tokens_cap": 64,
                       "max_message_bytes": 4096, "max_messages": 8}
     assert not re.search(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", page.text)  # no inline code
     assert script.status_code == 200
@@ -78,18 +81,34 @@ def test_behind_a_proxy_that_rewrites_host_the_listed_origin_opens_the_socket_an
 
 
 def test_the_default_hosts_are_loopback_and_the_listening_address_and_star_allows_any():
-    from typewriter.server.origins import allowed_hosts, host_name, origin_allowed
+    from typewriter.server.origins import allowed_hosts, origin_allowed
 
-    assert allowed_hosts("", "0.0.0.0") == {"localhost", "127.0.0.1", "::1"}
-    assert allowed_hosts("", "10.1.2.3") == {"localhost", "127.0.0.1", "::1", "10.1.2.3"}
-    assert allowed_hosts(" Tutor.School.org , x ", "0.0.0.0") == {"tutor.school.org", "x"}
-    assert allowed_hosts("*", "127.0.0.1") is None
-    assert [host_name(h) for h in ("[::1]:8000", "LocalHost:80", "a:b", "", None)] == ["::1", "localhost", None,
-                                                                                        None, None]
+    assert allowed_hosts("", "0.0.0.0") == ["127.0.0.1", "[::1]", "localhost"]
+    assert allowed_hosts("", "10.1.2.3") == ["10.1.2.3", "127.0.0.1", "[::1]", "localhost"]
+    assert allowed_hosts("", "fd00::7") == ["127.0.0.1", "[::1]", "[fd00::7]", "localhost"]  # as Host writes it
+    assert allowed_hosts(" Tutor.School.org , x, ::1 ", "0.0.0.0") == ["[::1]", "tutor.school.org", "x"]
+    assert allowed_hosts("*", "127.0.0.1") == ["*"]
     assert origin_allowed(None, "anything", ())  # a command-line client sends no Origin
     assert origin_allowed("http://127.0.0.1:8000", "127.0.0.1:8000", ())
     assert not origin_allowed("http://127.0.0.1:9999", "127.0.0.1:8000", ())
     assert origin_allowed("https://Tutor.School.org/", "x", ("https://tutor.school.org",))
+
+
+@pytest.mark.parametrize(("host", "status"), [
+    ("[::1]:8000", 200), ("LocalHost:80", 200), ("tutor.school.org", 200), ("a.tutor.school.org", 200),
+    ("school.org", 400), ("a:b", 400), ("", 400), ("evil.example", 400), ("www.localhost", 400)])
+def test_the_host_check_is_starlettes_with_an_answer_that_names_the_setting(host, status):
+    with serving(allowed_hosts="testserver,localhost,::1,*.tutor.school.org,tutor.school.org") as (client, _):
+        response = client.get("/healthz", headers={"host": host})
+    assert response.status_code == status
+    if status == 400:
+        assert response.text.startswith(f"this server does not answer to the host {host!r}; add it to "
+                                        "TYPEWRITER_ALLOWED_HOSTS")
+
+
+def test_a_misplaced_wildcard_in_allowed_hosts_is_a_named_setting_error():
+    with pytest.raises(ConfigError, match=r"TYPEWRITER_ALLOWED_HOSTS: 'tutor\.\*\.org': a wildcard must be"):
+        Settings(allowed_hosts="localhost,tutor.*.org")
 
 
 def test_with_an_api_key_every_route_but_the_probes_needs_it_and_a_wrong_one_is_refused():

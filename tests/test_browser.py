@@ -75,7 +75,7 @@ def page(server):
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.goto(server)
+        page.goto(f"{server}/?dev=1")  # the developer setting: the page's own figures under each answer
         page.wait_for_selector("#status[data-state=ok]", timeout=30_000)
         yield page
         assert not errors, f"the page logged errors: {errors}"
@@ -109,7 +109,8 @@ def test_an_answer_types_itself_out_and_then_ends(page):
     assert page.locator(".turn").count() == turns_before + 1
     assert page.locator(".turn:last-child .tutor").get_attribute("data-status") == "done"
     assert len(final.strip()) > len(snapshots[0].strip())
-    assert page.locator(".turn:last-child .stats").inner_text(), "no time-to-first-token stats"
+    assert re.match(r"first character \d+\.\d\d s after Send · [\d.]+ tokens/s, \d+ characters/s received$",
+                    page.locator(".turn:last-child .stats").inner_text()), "no figures measured on the page"
     assert page.locator(".turn:last-child .caret").count() == 0
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -129,7 +130,7 @@ def test_stop_keeps_the_partial_answer_and_the_server_ends_it_as_cancelled(page,
     partial = _last_answer(page).inner_text()
     assert partial.strip()
 
-    # The server's end (reason cancelled) brings the stats, and its counter rises.
+    # The server's end (reason cancelled) settles the page's figures, and the server's counter rises.
     expect(page.locator(".turn:last-child .stats")).not_to_have_text("", timeout=10_000)
     _eventually(lambda: _cancelled_total(server) > cancelled_before,
                 'typewriter_requests_total{reason="cancelled"} rises')

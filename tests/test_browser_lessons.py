@@ -1,5 +1,5 @@
 """What a lesson needs, in a real browser under the page's CSP: formulas, coloured code, kept chats, quiet notices,
-comfort settings and an accessibility check. The page and its stand-in socket come from test_browser_page.py;
+comfort settings and an accessibility check. The page and its stand-in socket come from page_harness.py;
 every test also fails on any page error, console error or CSP violation (see `open_page`)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import json
 
 import pytest
 from playwright.sync_api import expect
-from test_browser_page import (DESKTOP, ORIGIN, PHONE, FakeTutor, ask, browser, end, open_page, screenshot, start, token,
-                               wait_done)
+from page_harness import (DESKTOP, ORIGIN, PHONE, FakeTutor, ask, browser, end, open_page, screenshot, start, token,
+                          wait_done)
 
 pytestmark = [pytest.mark.browser]
 __all__ = ["browser"]  # the shared fixture

@@ -91,7 +91,7 @@ def test_help_shows_the_defaults_from_sampling_params_and_settings(capsys):
                   f"(default {s.max_context})"):
         assert shown in generate
     serve = help_text("serve")
-    for shown in (f"(default {s.max_active}; TYPEWRITER_MAX_ACTIVE)", f"(default {s.max_queue}; TYPEWRITER_MAX_QUEUE)",
+    for shown in ("measured at start; TYPEWRITER_MAX_ACTIVE)", f"(default {s.max_queue}; TYPEWRITER_MAX_QUEUE)",
                   f"(default {s.max_context}; TYPEWRITER_MAX_CONTEXT)", f"(default {s.port}; TYPEWRITER_PORT)"):
         assert shown in serve
     assert parse("bench").max_context == s.max_context
@@ -152,7 +152,7 @@ def test_serve_reads_its_options_into_settings_and_refuses_a_bad_one_by_name(mon
     assert settings_from_args(parse("serve")).weights == "int8"
     assert settings_from_args(parse("serve", "--weights", "fp32")).weights == "fp32"  # the flag wins
     code, _, err = typewriter(capsys, "serve", "--port", "70000")
-    assert code == 2 and err.startswith("typewriter: error: TYPEWRITER_PORT: must be at most 65535")
+    assert code == 2 and err.startswith("typewriter: error: --port: must be a port from 0 to 65535")
 
 
 # ---- the commands over the fake engine ----

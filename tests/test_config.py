@@ -10,7 +10,7 @@ from typewriter.config import ConfigError, Settings
 def test_defaults_serve_loopback_on_8000_with_the_embedded_model():
     s = Settings.from_env({})
     assert (s.host, s.port, s.model_path) == ("127.0.0.1", 8000, None)
-    assert (s.max_active, s.max_queue, s.max_context) == (8, 32, 2048)
+    assert (s.max_active, s.max_queue, s.max_context) == (None, 32, 2048)  # None: sized at start
     assert s.max_new_tokens <= s.max_new_tokens_cap < s.max_context
 
 
@@ -44,7 +44,8 @@ def test_nothing_is_read_from_the_process_environment_when_a_mapping_is_given(mo
     ("environ", "message"),
     [
         ({"TYPEWRITER_PORT": "eighty"}, "TYPEWRITER_PORT: must be an integer, got 'eighty'"),
-        ({"TYPEWRITER_PORT": "70000"}, "TYPEWRITER_PORT: must be at most 65535, got 70000"),
+        ({"TYPEWRITER_PORT": "70000"},
+         "TYPEWRITER_PORT: must be a port from 0 to 65535 (0 picks a free one), got 70000"),
         ({"TYPEWRITER_MAX_ACTIVE": "0"}, "TYPEWRITER_MAX_ACTIVE: must be at least 1, got 0"),
         ({"TYPEWRITER_MAX_QUEUE": "-1"}, "TYPEWRITER_MAX_QUEUE: must be at least 0, got -1"),
         ({"TYPEWRITER_PING_INTERVAL_S": "inf"}, "TYPEWRITER_PING_INTERVAL_S: must be a finite number"),

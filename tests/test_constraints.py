@@ -11,9 +11,8 @@ import re
 import jsonschema
 import numpy as np
 import pytest
-from helpers import Recorder
+from helpers import Clock, Recorder, instant_steps
 from scripted import ChainRunner
-from test_engine import Clock, instant_steps
 from tiny_model import VOCAB_SIZE
 
 from typewriter.engine.constraints import json_object_schema

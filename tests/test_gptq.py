@@ -66,16 +66,38 @@ def test_the_calibration_forward_computes_what_the_programs_compute():
         layer["qkv"] = quantize_int8(layer["qkv"])
         calibration.run_layer(layer, folder.down_block, lambda w, moment: quantize_int8(w))
     x = calibration.x / np.sqrt(np.mean(calibration.x ** 2, axis=-1, keepdims=True) + cfg.norm_eps)
-    q, scale = quantize_int8(folder.output())
+    q, scale = quantize_int8(np.concatenate([columns for _, _, columns in folder.output()], axis=1))
     want = LiteRunner(cfg, weights, 1, 64, 64).extend(0, 0, ids, all_logits=True)
     np.testing.assert_allclose(x @ (q * scale), want, atol=0.05 * np.abs(want).max())
 
 
-def test_programs_made_with_a_calibration_round_differently_and_the_text_is_shipped():
+def test_programs_made_with_a_calibration_round_differently_and_the_text_is_shipped(tmp_path):
     cfg = tiny_config()
     weights = random_weights(cfg, seed=3)
     ids = [int(i) for i in RNG.integers(0, cfg.vocab_size, 100)]
-    nearest, calibrated = make_programs(cfg, weights), make_programs(cfg, weights, calibration=ids)
-    assert nearest.layers[0] != calibrated.layers[0] and nearest.logits != calibrated.logits
-    np.testing.assert_array_equal(nearest.embeddings, calibrated.embeddings)
+    (tmp_path / "nearest").mkdir()
+    (tmp_path / "calibrated").mkdir()
+    nearest = make_programs(cfg, weights, tmp_path / "nearest")
+    calibrated = make_programs(cfg, weights, tmp_path / "calibrated", calibration=ids)
+    assert nearest.layer(0).read_bytes() != calibrated.layer(0).read_bytes()
+    assert nearest.logits.read_bytes() != calibrated.logits.read_bytes()
+    np.testing.assert_array_equal(nearest.embeddings(), calibrated.embeddings())
     assert len(text()) > 1000  # package data: an installed wheel holds it
+
+
+def test_the_c_loop_rounds_as_numpys_but_for_float_ties_and_needs_only_the_diagonal_blocks():
+    """gptq.c (two threads over the columns) against the numpy loop, and blocks from `moment` against the whole
+    second moment: the same rounding but where a float's order of additions tips a value across a half step."""
+    from typewriter.runners.lite.kernel import load as load_kernel
+
+    kernel = load_kernel(None)
+    assert kernel is not None
+    x = RNG.standard_normal((300, 192)).astype(np.float32) * RNG.uniform(0.1, 3.0, 192).astype(np.float32)
+    w = RNG.standard_normal((192, 1000)).astype(np.float32)
+    q_numpy, s_numpy = gptq.quantize(w, x.T @ x / len(x))
+    q_c, s_c = gptq.quantize(w, gptq.moment(x), kernel=kernel)
+    np.testing.assert_array_equal(s_numpy, s_c)
+    assert (q_numpy != q_c).mean() < 1e-3 and np.abs(q_numpy.astype(int) - q_c).max() <= 1
+    assert (q_numpy != quantize_int8(w)[0]).mean() > 0.05  # and neither is round-to-nearest
+    assert gptq.moment(x).shape == (3, 64, 64)
+    np.testing.assert_allclose(gptq.moment(x)[1], (x.T @ x / len(x))[64:128, 64:128], rtol=1e-4, atol=1e-4)

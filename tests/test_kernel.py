@@ -19,8 +19,9 @@ from typewriter.runners.lite.runner import LiteRunner
 def test_the_kernel_is_built_once_into_its_folder_and_reused(tmp_path):
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "attention-0123456789abcdef.so").write_bytes(b"built from an older attention.c")
+    (tmp_path / "kernels" / "kernels-0123456789abcdef.so").write_bytes(b"built from older sources")
     first = kernel.load.__wrapped__(str(tmp_path))
-    (built,) = (tmp_path / "kernels").glob("attention-*.so")
+    (built,) = (tmp_path / "kernels").glob("kernels-*.so")
     stamp = built.stat().st_mtime_ns
     second = kernel.load.__wrapped__(str(tmp_path))
     assert first is not None and second is not None
@@ -35,9 +36,9 @@ def test_without_a_compiler_attention_runs_in_numpy_and_the_log_says_why(tmp_pat
 
 
 def test_a_kernel_that_does_not_build_is_named_in_the_log(tmp_path, monkeypatch, caplog):
-    broken = tmp_path / "attention.c"
-    broken.write_text("this is not C;\n")
-    monkeypatch.setattr(kernel, "SOURCE", broken)
+    (tmp_path / "attention.c").write_text("this is not C;\n")
+    (tmp_path / "gptq.c").write_bytes((kernel.SOURCE_DIR / "gptq.c").read_bytes())
+    monkeypatch.setattr(kernel, "SOURCE_DIR", tmp_path)
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         assert kernel.load.__wrapped__(str(tmp_path / "cache")) is None
     assert "did not build" in caplog.text
@@ -71,16 +72,16 @@ def test_the_kernel_matches_a_float64_reference_at_every_position():
 
 def test_a_kernel_built_beside_its_source_needs_no_compiler(tmp_path, monkeypatch, caplog):
     """The container image's way: built at image build time (`python -m typewriter.runners.lite.kernel`), none at run."""
-    source = tmp_path / "attention.c"
-    source.write_bytes(kernel.SOURCE.read_bytes())
-    monkeypatch.setattr(kernel, "SOURCE", source)
+    for name in kernel.SOURCES:
+        (tmp_path / name).write_bytes((kernel.SOURCE_DIR / name).read_bytes())
+    monkeypatch.setattr(kernel, "SOURCE_DIR", tmp_path)
     kernel.main()
-    (built,) = tmp_path.glob("attention-*.so")
+    (built,) = tmp_path.glob("kernels-*.so")
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no cc from here on
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         loaded = kernel.load.__wrapped__(str(tmp_path / "cache"))
     assert loaded is not None and not caplog.text and not (tmp_path / "cache").exists()
-    assert "attention-" in built.name
+    assert "kernels-" in built.name
 
 
 def test_a_slot_or_position_outside_the_cache_is_refused_before_the_kernel_touches_memory():

@@ -146,3 +146,15 @@ def test_only_config_reads_the_environment():
             if called or subscripted or got:
                 readers.append(name)
     assert set(readers) <= {"typewriter.config"}, readers
+
+
+def test_no_test_file_imports_another():
+    """What several test files share lives in a helper module (helpers.py, page_harness.py, ...), never in a test
+    file that pytest also collects."""
+    importers = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            importers += [f"{path.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert importers == []

@@ -30,7 +30,7 @@ def test_healthz_answers_while_the_model_loads_and_readyz_turns_ready_when_loade
         gate.set()
         wait_until(lambda: client.get("/readyz").status_code == 200, "ready")
         body = client.get("/readyz").json()
-    assert body["status"] == "ready" and body["model"] == "scripted-model" and body["tokenizer"] == "scripted"
+    assert body["status"] == "ready" and body["model"] == "SmolLM2-135M-Instruct" and body["tokenizer"] == "scripted"
     assert body["limits"] | {} == {"max_active": 2, "max_queue": 2, "max_context": 256, "max_new_tokens": 16,
                                    "max_new_tokens_cap": 64, "max_messages": 8, "max_message_bytes": 4096}
 

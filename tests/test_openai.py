@@ -12,7 +12,7 @@ import re
 import pytest
 from helpers import serving, small_settings
 
-BODY = {"model": "scripted-model", "messages": [{"role": "user", "content": "say hello"}]}
+BODY = {"model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "say hello"}]}
 
 
 def events_of(response) -> list:
@@ -37,7 +37,7 @@ def test_a_completion_is_one_chat_completion_with_the_answer_usage_and_finish_re
     assert response.status_code == 200
     body = response.json()
     assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
-    assert body["model"] == "scripted-model"
+    assert body["model"] == "SmolLM2-135M-Instruct"  # the id of Settings, not the engine's name
     assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "Hello, world!"},
                                 "logprobs": None, "finish_reason": "stop"}]
     assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
@@ -208,7 +208,7 @@ def test_models_lists_the_loaded_model_and_unknown_routes_are_openai_shaped_404s
         models = client.get("/v1/models").json()
         missing = client.post("/v1/completions", json={})
         wrong_method = client.get("/v1/chat/completions")
-    assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["scripted-model"]
+    assert models["object"] == "list" and [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct"]
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
     assert wrong_method.status_code == 405 and wrong_method.json()["error"]["code"] == "method_not_allowed"
 

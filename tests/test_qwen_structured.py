@@ -1,7 +1,7 @@
 """Structured outputs and tool calls on a model of another family than the embedded one: Qwen2.5-Coder-0.5B-Instruct
 (a Qwen2 model with a 151,936-token vocabulary and a chat template that takes tools), served by a real server
 process and driven by the official `openai` client. The `qwen` group: it runs where scripts/fetch-qwen-0.5b.sh
-has put the file (`pytest -m qwen`)."""
+has put the file (conftest.py leaves it out elsewhere; `make test-qwen` fetches it)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import jsonschema
 import openai
 import pytest
 from real_server import ROOT, real_server
-from test_structured_e2e import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, RUNS, SETTINGS
+from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, RUNS, SETTINGS
 
 pytestmark = [pytest.mark.qwen, pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def qwen(tmp_path_factory, qwen_gguf):
-    settings = SETTINGS | {"TYPEWRITER_MODEL_PATH": str(qwen_gguf), "TYPEWRITER_MAX_ACTIVE": "4"}
+def qwen(tmp_path_factory, qwen_model):
+    settings = SETTINGS | {"TYPEWRITER_MODEL_PATH": str(qwen_model), "TYPEWRITER_MAX_ACTIVE": "4"}
     with real_server(settings, tmp_path_factory.mktemp("qwen") / "server.log") as url:
         yield url
 

@@ -75,7 +75,7 @@ def test_the_config_asks_for_what_long_streams_need():
 def sse_arrivals(front: str) -> list[float]:
     """When each text chunk of one streamed /v1/chat/completions answer arrived through nginx."""
     body = {"messages": [{"role": "user", "content": "question 1"}], "stream": True, "max_tokens": LONG_ANSWER,
-            "temperature": 0, "repetition_penalty": LOOP}
+            "temperature": 0, "repetition_penalty": LOOP, "loop_guard": False}
     arrivals, done = [], False
     with httpx.stream("POST", f"{front}/v1/chat/completions", json=body, timeout=60) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
@@ -121,7 +121,8 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
         loops: list[tuple[int, ChatLoop]] = []
         for i in range(2 * SOCKETS_PER_REPLICA):
             before = [metric(base, "typewriter_open_connections") for base in replicas]
-            loop = ChatLoop(url, f"s{i}", params={"max_new_tokens": LONG_ANSWER, "repetition_penalty": LOOP}).start()
+            loop = ChatLoop(url, f"s{i}", params={"max_new_tokens": LONG_ANSWER, "repetition_penalty": LOOP,
+                                                                     "loop_guard": False}).start()
             loops.append((opened_on(loop, replicas, before), loop))
         assert sorted(replica for replica, _ in loops) == [0, 0, 1, 1], "least_conn puts two sockets on each"
         wait_until(lambda: all(metric(base, "typewriter_requests_total") >= 2 for base in replicas),

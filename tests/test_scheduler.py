@@ -235,3 +235,11 @@ def test_a_request_that_waits_longer_than_the_queue_allows_ends_with_queue_timeo
     assert running.status is Status.RUNNING  # a running request is past the queue: only its own deadline counts
 
 
+
+
+def test_the_prompt_budget_grows_with_a_large_batch_and_stays_at_small_ones():
+    from typewriter.engine.scheduler import BUDGET_ROWS
+
+    scheduler = Scheduler(64, 4, max_chunk=64, budget=16, idle_budget=64)
+    assert [scheduler.step_budget(rows) for rows in (0, 1, BUDGET_ROWS, 2 * BUDGET_ROWS, 4 * BUDGET_ROWS)] == \
+        [64, 16, 16, 32, 64]

@@ -1,5 +1,5 @@
 """The server under real uvicorn on a loopback socket, with the real engine on a scripted runner: what only a real socket shows
-(close codes from the WebSocket layer, the graceful shutdown, the load test)."""
+(close codes from the WebSocket layer, the graceful shutdown). The load test has its own file, test_loadtest.py."""
 
 from __future__ import annotations
 
@@ -18,10 +18,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+import live_server
 from helpers import chat_json, until_terminal_async
 from scripted import factory, script_engine
-from typewriter import cli
-from typewriter.commands.loadtest import percentile
 from typewriter.config import Settings
 from typewriter.server.app import create_app
 from typewriter.server.main import Server, uvicorn_config
@@ -29,24 +28,8 @@ from typewriter.server.main import Server, uvicorn_config
 
 @contextmanager
 def running(engine, **overrides):
-    values = dict(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
-                  max_message_bytes=4096, ping_interval_s=5.0, ping_timeout_s=5.0, shutdown_grace_s=2.0)
-    settings = Settings(**{**values, **overrides})
-    app = create_app(settings, factory(engine))
-    config = uvicorn_config(app, settings, host="127.0.0.1", log_level="warning")
-    server = Server(config, app.state.server)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not (server.started and app.state.server.ready):
-        assert time.monotonic() < deadline and thread.is_alive(), "the server did not start"
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield server, f"127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with live_server.running(factory(engine), **overrides) as served:
+        yield served
 
 
 def chat(request_id: str, **params) -> str:
@@ -197,35 +180,6 @@ def test_an_engine_that_fails_for_good_stops_the_server_with_exit_code_1_after_e
     assert not thread.is_alive(), "the server went on with a failed engine"
     assert [(e["type"], e["code"]) for e in ends] == [("error", "internal")] * MAX_FAULTY_STEPS
     assert server.engine_failed and "the engine failed for good" in capsys.readouterr().err  # serve() returns 1
-
-
-def test_loadtest_reports_latency_percentiles_and_throughput(capsys):
-    with running(script_engine(["t"] * 10, step_s=0.01, slots=2, max_queue=8)) as (_, address):
-        assert cli.main(["loadtest", "--url", f"ws://{address}/ws", "--concurrency", "3", "--requests", "7",
-                         "--max-new-tokens", "16", "--json"]) == 0
-    out = capsys.readouterr().out
-    report = json.loads(out[out.index("{"):])  # after the server's own "Typewriter on http://..." line
-    assert (report["ok"], report["errors"], report["reasons"]) == (7, {}, {"eos": 7})
-    assert report["completion_tokens"] == 77  # 10 pieces and the eos, 7 times
-    assert report["ttft_ms"]["p50"] <= report["ttft_ms"]["p95"]
-    assert 0 < report["inter_token_ms"]["p50"] <= report["inter_token_ms"]["p95"]
-    assert report["tokens_per_s"] > 0
-
-
-def test_loadtest_drives_the_openai_api_over_sse_with_the_same_report(capsys):
-    with running(script_engine(["t"] * 10, step_s=0.01, slots=2, max_queue=8)) as (_, address):
-        assert cli.main(["loadtest", "--url", f"http://{address}/v1", "--concurrency", "2", "--requests", "5",
-                         "--max-new-tokens", "16", "--json"]) == 0
-    out = capsys.readouterr().out
-    report = json.loads(out[out.index("{"):])
-    assert (report["ok"], report["errors"], report["reasons"]) == (5, {}, {"stop": 5})
-    assert report["completion_tokens"] == 55
-    assert 0 < report["inter_token_ms"]["p50"] <= report["inter_token_ms"]["p95"]
-
-
-def test_percentile_is_nearest_rank():
-    values = [5.0, 1.0, 4.0, 2.0, 3.0]
-    assert (percentile(values, 0.5), percentile(values, 0.95), percentile(values, 0.0)) == (3.0, 5.0, 1.0)
 
 
 def test_a_socket_whose_client_is_closing_as_the_server_stops_does_not_end_the_shutdown():

@@ -48,7 +48,8 @@ def test_sigterm_drains_running_answers_refuses_new_ones_and_exits_0(tmp_path):
 
         async def scenario():
             async with connect(url) as short_ws, connect(url) as long_ws:
-                long_chat = chat_json("long", ESSAY, max_new_tokens=LONG_ANSWER, temperature=0.0, repetition_penalty=1.0)
+                long_chat = chat_json("long", ESSAY, max_new_tokens=LONG_ANSWER, temperature=0.0, repetition_penalty=1.0,
+                                      loop_guard=False)
                 await long_ws.send(long_chat)
                 long_first = [await recv_json(long_ws, 60), await recv_json(long_ws, 60)]  # start, a token
                 await short_ws.send(chat_json("short", "Say hi.", max_new_tokens=SHORT_ANSWER))

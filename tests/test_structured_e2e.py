@@ -22,6 +22,7 @@ import openai
 import pytest
 import grpc
 from real_server import ROOT, grpc_address, http_get, real_server
+from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, RUNS, SETTINGS
 from tiny_model import random_weights, tiny_config, write_gguf
 
 from typewriter.client import Client
@@ -30,20 +31,6 @@ from typewriter.server.grpc_gen import chat_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-SETTINGS = {"TYPEWRITER_MAX_ACTIVE": "8", "TYPEWRITER_MAX_QUEUE": "32", "TYPEWRITER_MAX_CONTEXT": "1024",
-            "TYPEWRITER_CHATS_PER_MINUTE": "10000", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "512"}
-QUESTION = [{"role": "user", "content": "Write one multiple-choice question about photosynthesis."}]
-QUIZ = {"type": "object", "additionalProperties": False, "required": ["question", "choices", "answer"],
-        "properties": {"question": {"type": "string", "maxLength": 100},
-                       "choices": {"type": "array", "minItems": 2, "maxItems": 4,
-                                   "items": {"type": "string", "maxLength": 30}},
-                       "answer": {"type": "integer", "minimum": 0, "maximum": 3}}}
-QUIZ_FORMAT = {"type": "json_schema", "json_schema": {"name": "quiz", "schema": QUIZ, "strict": True}}
-RUNS = 100
-CALCULATOR = {"type": "function", "function": {
-    "name": "calculator", "description": "Evaluate an arithmetic expression.",
-    "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
-                   "properties": {"expression": {"type": "string", "pattern": "^[0-9+*/() -]{1,40}$"}}}}}
 WEATHER = {"type": "function", "function": {
     "name": "weather", "parameters": {"type": "object", "required": ["city"], "additionalProperties": False,
                                       "properties": {"city": {"enum": ["Paris", "Oslo"]}}}}}

@@ -202,7 +202,7 @@ def test_k_quant_blocks_load_as_ggmls_layout_says(tmp_path, kind, reference):
     np.testing.assert_array_equal(loaded["layers.0.w_down"], weights["layers.0.w_down"])
 
 
-@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0], ids=lambda q: q.name)
 def test_the_whole_tensor_dequantizer_equals_gguf_pys_on_every_byte_and_scale(kind):
     """Every quant byte value, and scales of every sign and size (subnormal, zero, large), bit for bit."""
     size = gguf.GGML_QUANT_SIZES[kind][1]
@@ -210,7 +210,7 @@ def test_the_whole_tensor_dequantizer_equals_gguf_pys_on_every_byte_and_scale(ki
     blocks = rng.integers(0, 256, (4096, size), dtype=np.uint8)
     blocks[:256, -1] = np.arange(256)  # every value of a quant byte (its high nibble too)
     halves = np.array([0.0, -0.0, 6e-8, -3e-5, 1e-3, -0.5, 2.0, 65504.0], np.float16).view(np.uint8).reshape(-1, 2)
-    heads = 4 if kind == Q.Q4_1 else 2  # d (and Q4_1's m) lead each block
+    heads = 4 if kind in (Q.Q4_1, Q.Q5_1) else 2  # d (and Q4_1's and Q5_1's m) lead each block
     blocks[:, :heads] = np.tile(halves, (4096 // len(halves), heads // 2))
     got = dequantize_fast(blocks, kind)
     assert got.dtype == np.float32 and got.shape == (4096 * 32,)

@@ -10,10 +10,12 @@ import dataclasses
 import ipaddress
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from .engine.request import DEFAULT_MAX_NEW_TOKENS
 
@@ -25,11 +27,23 @@ CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
 WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, runners/
+EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/load.py)
+MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
 class ConfigError(ValueError):
-    """A setting has a value that cannot be used; the message names the variable and what it accepts."""
+    """A setting has a value that cannot be used. The message names where the value came from (`source`: the
+    variable by default, or the command-line option a command read it from) and what it accepts."""
+
+    def __init__(self, setting: str | None, problem: str, source: str | None = None):
+        self.setting, self.problem = setting, problem
+        where = source or (_env(setting) if setting else None)
+        super().__init__(f"{where}: {problem}" if where else problem)
+
+    def given_as(self, source: str) -> ConfigError:
+        """The same error, naming `source` (such as `--port`) as where the value came from."""
+        return ConfigError(self.setting, self.problem, source)
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,9 @@ class Settings:
     # None is off, 0 picks a free port. It listens on `host` too.
     grpc_port: int | None = None
     model_path: str | None = None  # None: the embedded model
+    # The model's name to clients: /v1/models, the `model` of OpenAI responses, /readyz, the page and the log.
+    # None: default_model_id(model_path), a name without spaces that stays the same across restarts.
+    model_id: str | None = None
     # How the model's matrices are held and multiplied (WEIGHT_FORMATS). fp32 is the file's weights exactly, in XLA.
     # int8-lite (runners/lite/) runs int8 matmuls on LiteRT with nothing to compile: faster steps than fp32, ready
     # sooner, a smaller footprint, and a KL from fp32 below llama.cpp's own on the same file
@@ -48,10 +65,11 @@ class Settings:
     # (runners/xla/quantized.py) is XLA's.
     # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
     weights: str = "auto"
-    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. 8 slots give
-    # several times one stream's tokens/s, each stream still faster than anyone reads
-    # (docs/measurements/2026-11-30-batched-decode-and-the-socket.md).
-    max_active: int = 8
+    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. More slots give
+    # more students at once, each stream slower (docs/measurements/2026-11-30-batched-decode-and-the-socket.md);
+    # None: as many as this machine carries under the capacity bar, sized at start from measured step times
+    # (engine/capacity.py; int8-lite), or runtime.XLA_SLOTS for XLA's programs.
+    max_active: int | None = None
     max_queue: int = 32
     max_context: int = 2048
     # The most prompt tokens prefilled per step while answers stream. Within it the scheduler sizes each chunk by
@@ -104,13 +122,20 @@ class Settings:
     log_level: str = "info"
 
     def __post_init__(self) -> None:
-        _at_least("port", self.port, 0)
-        if self.port > 65535:
-            raise ConfigError(f"{_env('port')}: must be at most 65535, got {self.port}")
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("port", f"must be a port from 0 to 65535 (0 picks a free one), got {self.port}")
         if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
-            raise ConfigError(f"{_env('grpc_port')}: must be a port from 0 to 65535 (0 picks a free one), got "
-                              f"{self.grpc_port}")
-        _at_least("max_active", self.max_active, 1)
+            raise ConfigError("grpc_port", f"must be a port from 0 to 65535 (0 picks a free one), got "
+                                           f"{self.grpc_port}")
+        if self.grpc_port and self.grpc_port == self.port:
+            raise ConfigError("grpc_port", f"must differ from the HTTP port ({self.port}), got {self.grpc_port}")
+        if self.model_id is None:
+            object.__setattr__(self, "model_id", default_model_id(self.model_path))
+        elif not MODEL_ID.fullmatch(self.model_id):
+            raise ConfigError("model_id", f"must be 1 to 128 characters without spaces (such as SmolLM2-135M-Instruct),"
+                                          f" got {self.model_id!r}")
+        if self.max_active is not None:
+            _at_least("max_active", self.max_active, 1)
         _at_least("max_queue", self.max_queue, 0)
         _at_least("max_context", self.max_context, 16)
         _at_least("prefill_budget", self.prefill_budget, 1)
@@ -121,10 +146,8 @@ class Settings:
         _at_least("max_new_tokens", self.max_new_tokens, 1)
         _at_least("max_new_tokens_cap", self.max_new_tokens_cap, self.max_new_tokens)
         if self.max_new_tokens_cap >= self.max_context:
-            raise ConfigError(
-                f"{_env('max_new_tokens_cap')}: must be smaller than max_context ({self.max_context}) so a prompt "
-                f"still fits, got {self.max_new_tokens_cap}"
-            )
+            raise ConfigError("max_new_tokens_cap", f"must be smaller than max_context ({self.max_context}) so a "
+                                                    f"prompt still fits, got {self.max_new_tokens_cap}")
         _at_least("max_message_bytes", self.max_message_bytes, 1024)
         _at_least("max_messages", self.max_messages, 1)
         _at_least("send_backlog", self.send_backlog, 1)
@@ -135,20 +158,24 @@ class Settings:
         try:
             parse_proxies(self.trusted_proxies)
         except ValueError as e:
-            raise ConfigError(f"{_env('trusted_proxies')}: {e}; give IP addresses separated by commas") from None
+            raise ConfigError("trusted_proxies", f"{e}; give IP addresses separated by commas") from None
+        for name in parse_list(self.allowed_hosts):
+            if "*" in name and name != "*" and not (name.startswith("*.") and "*" not in name[2:]):
+                raise ConfigError("allowed_hosts", f"{name!r}: a wildcard must be * alone or lead a domain, like "
+                                                   "*.school.org")
         for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s"):
             _at_least(name, getattr(self, name), 0.0)
         for name in ("request_timeout_s", "queue_timeout_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ConfigError(f"{_env(name)}: must be greater than 0 (or none), got {value}")
+                raise ConfigError(name, f"must be greater than 0 (or none), got {value}")
         if self.weights not in WEIGHT_FORMATS:
-            raise ConfigError(f"{_env('weights')}: must be one of {', '.join(WEIGHT_FORMATS)}, got {self.weights!r}")
+            raise ConfigError("weights", f"must be one of {', '.join(WEIGHT_FORMATS)}, got {self.weights!r}")
         if self.client_system_prompt not in CLIENT_SYSTEM_PROMPT:
-            raise ConfigError(f"{_env('client_system_prompt')}: must be one of {', '.join(CLIENT_SYSTEM_PROMPT)}, got "
-                              f"{self.client_system_prompt!r}")
+            raise ConfigError("client_system_prompt", f"must be one of {', '.join(CLIENT_SYSTEM_PROMPT)}, got "
+                                                      f"{self.client_system_prompt!r}")
         if self.log_level not in LOG_LEVELS:
-            raise ConfigError(f"{_env('log_level')}: must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+            raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
@@ -160,7 +187,7 @@ class Settings:
         known_vars = {_env(name) for name in fields} | {XLA_CACHE_VAR, LITE_CACHE_VAR, *CLIENT_VARS}
         stray = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known_vars)
         if stray:
-            raise ConfigError(f"{stray[0]}: not a setting; known: {', '.join(sorted(known_vars))}")
+            raise ConfigError(None, f"{stray[0]}: not a setting; known: {', '.join(sorted(known_vars))}")
         hints = typing.get_type_hints(cls)
         values: dict[str, object] = {}
         for name in fields:
@@ -177,7 +204,7 @@ def _env(name: str) -> str:
 
 def _at_least(name: str, value: float, low: float) -> None:
     if value < low:
-        raise ConfigError(f"{_env(name)}: must be at least {low}, got {value}")
+        raise ConfigError(name, f"must be at least {low}, got {value}")
 
 
 def _parse(name: str, raw: str, hint: object) -> object:
@@ -191,7 +218,7 @@ def _parse(name: str, raw: str, hint: object) -> object:
     if kind is bool:
         if text.lower() in BOOLEANS:
             return BOOLEANS[text.lower()]
-        raise ConfigError(f"{_env(name)}: must be true or false, got {raw!r}")
+        raise ConfigError(name, f"must be true or false, got {raw!r}")
     try:
         value = kind(text)
     except ValueError:
@@ -199,7 +226,7 @@ def _parse(name: str, raw: str, hint: object) -> object:
     if value is None or (kind is float and not math.isfinite(value)):
         noun = "an integer" if kind is int else "a finite number"
         blank = " or 'none'" if optional else ""
-        raise ConfigError(f"{_env(name)}: must be {noun}{blank}, got {raw!r}")
+        raise ConfigError(name, f"must be {noun}{blank}, got {raw!r}")
     return value
 
 
@@ -213,6 +240,22 @@ def parse_proxies(spec: str) -> frozenset[str]:
             except ValueError:
                 raise ValueError(f"{item!r} is not an IP address") from None
     return frozenset(out)
+
+
+def parse_list(spec: str) -> tuple[str, ...]:
+    """`allowed_hosts`, `allowed_origins`: a comma-separated list, lowercased."""
+    return tuple(item.strip().lower() for item in spec.split(",") if item.strip())
+
+
+def default_model_id(model_path: str | None) -> str:
+    """The model id when `model_id` is not set: the embedded model's name, else the model file's or folder's
+    name without a `.gguf` ending, each run of spaces made one "-" (`~/models/Qwen2.5 0.5B.gguf` -> `Qwen2.5-0.5B`).
+    It never comes from inside the file: a GGUF's `general.name` is often a training run's label."""
+    if not model_path:
+        return EMBEDDED_MODEL_ID
+    name = PurePath(os.path.abspath(os.path.expanduser(model_path))).name
+    name = name[: -len(".gguf")] if name.lower().endswith(".gguf") else name
+    return "-".join(name.split())[:128] or "model"
 
 
 def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:

@@ -12,7 +12,7 @@ class InvalidRequest(TypewriterError):
 
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
-        self.field = field
+        self.field, self.problem = field, message
 
 
 class PromptTooLong(TypewriterError):

@@ -7,20 +7,24 @@ what it asks for, and starts the engine.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .engine.capacity import MOST_SLOTS, Sizing, size_slots
 from .engine.engine import Engine
 from .models.model_config import ModelConfig
 from .runners.heap import return_freed_memory
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
 from .weights.gguf_file import GGUFFile
-from .weights.load import open_source, read_config
+from .weights.load import open_source, read_config, weight_reader
 
 Progress = Callable[[str], None]
+XLA_SLOTS = 8  # XLA compiles a program per batch size: a fixed count keeps the compiling bounded
+log = logging.getLogger("typewriter.runtime")
 LITE_FORMATS = ("int8-lite", "int8-lite-fast")  # runners/lite/runner.py's FORMATS, without importing LiteRT
 
 
@@ -90,7 +94,7 @@ def load_engine(settings, progress: Progress = lambda _: None) -> tuple[Engine, 
 def load(
     model_path: str | Path | None,
     *,
-    slots: int,
+    slots: int | None,
     max_context: int,
     max_queue: int,
     prefill_budget: int,
@@ -100,7 +104,9 @@ def load(
     weight_format: str | None = None,
     program_cache: str | None = None,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
-    """Load a model and start its engine: `slots` streams decoded together, `max_context` tokens of KV cache each,
+    """Load a model and start its engine: `slots` streams decoded together (None: as many as this machine carries
+    under the capacity bar, measured for int8-lite (engine/capacity.py), XLA_SLOTS for XLA's programs, compiled
+    per batch size), `max_context` tokens of KV cache each,
     `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding, matrices in
     `weight_format` (None: Settings'), int8-lite's programs kept in the folder `program_cache` (None: made every
     time; config.lite_cache_dir is the commands' default). `compile` (XLA's programs): "all" before this returns,
@@ -123,23 +129,57 @@ def load(
     if weight_format in LITE_FORMATS:
         from .runners.lite.load import open_runner
 
-        runner = open_runner(path, cfg, lambda: load_weights(source, weight_progress)[1], tokenizer.encode, slots,
+        runner = open_runner(path, cfg, lambda: weight_reader(source)[1], tokenizer.encode, slots or MOST_SLOTS,
                              max_context, weight_format, program_cache, progress)
+        sizing = _size_lite(runner, slots, program_cache, progress)
     else:
         from .runners.xla import load as xla
 
         cfg, weights = load_weights(source, weight_progress)
-        runner = xla.build(cfg, weights, slots, max_context, weight_format, progress)
+        runner = xla.build(cfg, weights, slots or XLA_SLOTS, max_context, weight_format, progress)
+        sizing = Sizing(runner.slots, "set" if slots else "XLA's default")
         del weights
     return_freed_memory()
     load_s = time.perf_counter() - t0
-    progress(f"loaded {cfg.name} in {load_s:.1f}s")
+    progress(f"loaded {path.name} in {load_s:.1f}s")  # the file: its general.name is no stable id
     t1 = time.perf_counter()
     if runner.compiler is not None:
         xla.warm_up(runner, compile, progress)
     engine = Engine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget, model_name=cfg.name,
-                    queue_timeout_s=queue_timeout_s).start()
-    return engine, tokenizer, LoadTimes(load_s, time.perf_counter() - t1)
+                    queue_timeout_s=queue_timeout_s)
+    engine.sizing = sizing
+    log.info("%d slots (%s)", sizing.slots, sizing.sized_by)
+    return engine.start(), tokenizer, LoadTimes(load_s, time.perf_counter() - t1)
+
+
+def _size_lite(runner, slots: int | None, program_cache: str | None, progress: Progress) -> Sizing:
+    """The slot count: `slots` as given, else sized from the runner's measured step times (kept beside its cached
+    programs, so a warm start measures nothing) and the memory available. The probe's K/V writes are dropped."""
+    from .runners.lite.load import fit_step_model
+
+    if slots is not None:
+        return Sizing(slots, "set")
+    folder = runner.programs.folder
+    cached = program_cache is not None and folder.parent == Path(program_cache)
+    progress("int8-lite: sizing the slots by step time")
+    model = fit_step_model(runner, folder if cached else None)
+    cfg = runner.cfg
+    kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
+    sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
+    runner.reset_cache(sizing.slots)
+    progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
+    return sizing
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes; None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def export(model_path: str | Path | None, out: Path, max_context: int, progress: Progress = lambda _: None) -> Path:

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { afterEach, test } from "node:test";
 
-import { errorText, parseServerMessage, queueText, statsText } from "../../frontend/protocol.js";
+import { errorText, parseServerMessage, queueText } from "../../frontend/protocol.js";
 import { Connection } from "../../frontend/transport.js";
 
 /** A WebSocket stand-in: records what the page sends and lets the test play the server. */
@@ -206,6 +206,108 @@ test("sending while the socket waits to retry reconnects at once", async (t) => 
   assert.equal((await done).length, 1);
 });
 
+test("a chat sent on a socket the server closes with 1013 is held and sent again on the next, never failed", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { conn, statuses } = connect({ baseDelayMs: 500 });
+  const msgs = [];
+  const done = (async () => {
+    for await (const m of conn.chat(frame("a"))) msgs.push(m);
+  })();
+  FakeSocket.last.open(); // the server accepts, then closes at once: its model is loading
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent, [frame("a")]);
+  FakeSocket.last.drop(1013, "the model is still loading; retry when /readyz is 200");
+  await tick();
+  assert.deepEqual(msgs, [], "no error: the server read nothing on that socket");
+  assert.equal(statuses.at(-1).state, "warming");
+  t.mock.timers.tick(statuses.at(-1).retryInMs);
+  FakeSocket.last.open();
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent, [frame("a")], "sent again on the new socket");
+  FakeSocket.last.receive(end("a"));
+  await done;
+  assert.deepEqual(msgs.map((m) => m.type), ["end"]);
+});
+
+test("while the model loads, readyUrl gives the progress, no socket is opened, and the held question goes when ready", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const answers = [
+    { status: "loading", progress: "int8-lite: program 6/32" },
+    { status: "loading", progress: "int8-lite: program 19/32" },
+    { status: "ready", model: "SmolLM2-135M-Instruct" },
+  ];
+  const asked = [];
+  const fetch = async (url, init) => {
+    asked.push([url, init.cache]);
+    return { json: async () => answers.shift() };
+  };
+  const { conn, statuses } = connect({ readyUrl: "http://test/readyz", fetch, pollMs: 1000 });
+  FakeSocket.last.open();
+  FakeSocket.last.drop(1013, "the model is still loading; retry when /readyz is 200");
+  const done = collect(conn.chat(frame("a")));
+  await tick();
+  assert.deepEqual(statuses.at(-1), { state: "warming", retryInMs: 1000, progress: "int8-lite: program 6/32" });
+  assert.equal(FakeSocket.all.length, 1, "asking does not open a socket the server would close");
+  t.mock.timers.tick(1000);
+  await tick();
+  assert.equal(statuses.at(-1).progress, "int8-lite: program 19/32");
+  t.mock.timers.tick(1000);
+  await tick();
+  assert.equal(FakeSocket.all.length, 2, "ready: the socket opens at once");
+  assert.deepEqual(asked, [["http://test/readyz", "no-store"], ["http://test/readyz", "no-store"], ["http://test/readyz", "no-store"]]);
+  FakeSocket.last.open();
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent, [frame("a")]);
+  FakeSocket.last.receive(end("a"));
+  assert.deepEqual((await done).map((m) => m.type), ["end"]);
+});
+
+test("when readyUrl cannot be asked, the connection goes back to reconnecting with backoff", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const fetch = async () => {
+    throw new TypeError("Failed to fetch");
+  };
+  const { statuses } = connect({ readyUrl: "http://test/readyz", fetch });
+  FakeSocket.last.drop(1013, "the model is still loading; retry when /readyz is 200");
+  await tick();
+  assert.equal(FakeSocket.all.length, 2, "no readiness to wait for: try the socket");
+  FakeSocket.last.drop();
+  assert.equal(statuses.at(-1).state, "reconnecting");
+});
+
+test("a question asked while the socket is down waits for it rather than failing", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { conn, statuses } = connect({ baseDelayMs: 500 });
+  FakeSocket.last.drop();
+  const msgs = [];
+  const done = (async () => {
+    for await (const m of conn.chat(frame("a"))) msgs.push(m);
+  })();
+  await tick();
+  FakeSocket.last.drop(); // the reconnect asked for fails too
+  await tick();
+  assert.deepEqual(msgs, []);
+  t.mock.timers.tick(statuses.at(-1).retryInMs);
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive(end("a"));
+  await done;
+  assert.deepEqual(msgs.map((m) => m.type), ["end"]);
+});
+
+test("a held question stopped before it was sent ends as cancelled and sends nothing", async (t) => {
+  t.mock.timers.enable({ apis: ["setTimeout"] });
+  const { conn } = connect({ readyUrl: "http://test/readyz", fetch: async () => ({ json: async () => ({ status: "loading", progress: "" }) }) });
+  FakeSocket.last.drop(1013, "the model is still loading");
+  const controller = new AbortController();
+  const done = collect(conn.chat(frame("a"), controller.signal));
+  await tick();
+  controller.abort();
+  assert.deepEqual((await done).map((m) => [m.type, m.reason]), [["end", "cancelled"]]);
+  assert.deepEqual(FakeSocket.all.flatMap((s) => s.sent), []);
+  assert.equal(conn.routes.size, 0);
+});
+
 test("frames the page does not understand are ignored", () => {
   assert.equal(parseServerMessage("{"), null);
   assert.equal(parseServerMessage(JSON.stringify({ type: "token", id: 3, text: "x" })), null);
@@ -222,5 +324,4 @@ test("every error code has a plain sentence, and queue positions read naturally"
   assert.equal(queueText(3), "2 people ahead of you");
   assert.equal(queueText(2), "1 person ahead of you");
   assert.match(queueText(1), /next/);
-  assert.equal(statsText(end("a").timings, end("a").usage), "first token 0.12 s · 24.5 tokens/s · 2 tokens");
 });

@@ -13,18 +13,18 @@ importing it loads neither TensorFlow nor the server.
 
 The async API is the same with `await`: `AsyncClient`, `async for delta in client.chat(...)`,
 `await chat.result()`, `await chat.stop()`. Errors: ChatError (with the protocol's `code`), ServerClosed (with
-the `close_code`), HandshakeRefused (an HTTP status, e.g. 401 for a wrong API key), ChatTimeout; all are
-ClientError.
+the `close_code`), HandshakeRefused (an HTTP status, e.g. 401 for a wrong API key), ConnectFailed (no socket: a
+wrong port or host, a timeout, TLS), ChatTimeout; all are ClientError.
 """
 
 from .aio import AsyncChat, AsyncClient, AsyncConversation
-from .errors import ChatError, ChatTimeout, ClientError, HandshakeRefused, ServerClosed
+from .errors import ChatError, ChatTimeout, ClientError, ConnectFailed, HandshakeRefused, ServerClosed
 from .events import Ended, Event, Queued, Result, Started, Timings, TokenEvent, ToolCallEvent, Usage
 from .protocol import DEFAULT_URL, Params, Retry, ws_url
 from .sync import Chat, Client, Conversation
 
 __all__ = [
     "AsyncChat", "AsyncClient", "AsyncConversation", "Chat", "ChatError", "ChatTimeout", "Client", "ClientError",
-    "Conversation", "DEFAULT_URL", "Ended", "Event", "HandshakeRefused", "Params", "Queued", "Result", "Retry",
-    "ServerClosed", "Started", "Timings", "TokenEvent", "ToolCallEvent", "Usage", "ws_url",
+    "ConnectFailed", "Conversation", "DEFAULT_URL", "Ended", "Event", "HandshakeRefused", "Params", "Queued",
+    "Result", "Retry", "ServerClosed", "Started", "Timings", "TokenEvent", "ToolCallEvent", "Usage", "ws_url",
 ]

@@ -26,8 +26,8 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from .errors import ChatTimeout, ClientError, ServerClosed
 from .events import Ended, Event, Result, TokenEvent
-from .protocol import (DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers, checked_params,
-                       closed_error, decode, encode, messages_of, refused_error, ws_url)
+from .protocol import (CONNECT_ERRORS, DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers,
+                       checked_params, closed_error, connect_error, decode, encode, messages_of, refused_error, ws_url)
 
 
 class AsyncClient:
@@ -93,8 +93,8 @@ class AsyncClient:
                 self._ws = await connect(self.url, additional_headers=self._headers, open_timeout=self.open_timeout)
             except InvalidStatus as e:
                 raise refused_error(e) from None
-            except TimeoutError:
-                raise ChatTimeout(f"no handshake from {self.url} within {self.open_timeout} s") from None
+            except CONNECT_ERRORS as e:  # refused, DNS, a timeout, TLS, not a WebSocket server
+                raise connect_error(self.url, e, self.open_timeout) from None
         return self._ws
 
     async def _send(self, frame: dict[str, Any]) -> None:

@@ -6,6 +6,8 @@
         print(e.code, e.message)  # "overloaded", "prompt_too_long", "invalid_request", ...
     except ServerClosed as e:     # the server closed the socket: e.close_code 1013, 1012, 1008, 1009, ...
         print(e.close_code, e.reason)
+    except ConnectFailed as e:    # no socket at all: a wrong port or host, a timeout, TLS; e.url says where
+        print(e.reason)
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ class ServerClosed(ClientError):
     def __init__(self, close_code: int, reason: str = ""):
         super().__init__(f"the server closed the connection with {close_code}" + (f": {reason}" if reason else ""))
         self.close_code, self.reason = close_code, reason
+
+
+class ConnectFailed(ClientError):
+    """The socket could not be opened: nothing listens at the URL's port, its host name does not resolve, no
+    handshake came within `open_timeout`, TLS failed, or what answered is not a WebSocket server. `url` is the
+    socket's URL; `reason` says which, in words."""
+
+    code = "connect_failed"
+
+    def __init__(self, url: str, reason: str):
+        super().__init__(f"cannot connect to {url}: {reason}")
+        self.url, self.reason = url, reason
 
 
 class HandshakeRefused(ClientError):

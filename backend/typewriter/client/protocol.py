@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import json
 import random
+import socket
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 from urllib.parse import urlsplit, urlunsplit
 
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from .errors import CLOSE_ABNORMAL, CLOSE_TRY_AGAIN_LATER, ChatError, HandshakeRefused, ServerClosed
+from .errors import CLOSE_ABNORMAL, CLOSE_TRY_AGAIN_LATER, ChatError, ConnectFailed, HandshakeRefused, ServerClosed
 from .events import Ended, Event, Result, Started, TokenEvent, ToolCallEvent, parse_event
 
 DEFAULT_URL = "http://127.0.0.1:8000"
@@ -91,7 +93,10 @@ def encode(frame: dict[str, Any]) -> str:
 
 
 def decode(text: str | bytes) -> dict[str, Any]:
-    frame = json.loads(text)
+    try:
+        frame = json.loads(text)
+    except ValueError:
+        raise ChatError("invalid_frame", f"the server sent a frame that is not JSON: {text!r:.200}") from None
     if not isinstance(frame, dict):
         raise ChatError("invalid_frame", f"the server sent a frame that is not a JSON object: {text!r:.200}")
     return frame
@@ -102,6 +107,31 @@ def closed_error(e: ConnectionClosed) -> ServerClosed:
     if e.rcvd is None:
         return ServerClosed(CLOSE_ABNORMAL, "the connection broke")
     return ServerClosed(e.rcvd.code, e.rcvd.reason)
+
+
+# What opening a socket raises, other than an HTTP refusal (InvalidStatus, which is HandshakeRefused).
+CONNECT_ERRORS = (OSError, InvalidHandshake, InvalidURI)
+
+
+def connect_error(url: str, e: Exception, open_timeout: float) -> ConnectFailed:
+    """Why the socket at `url` could not be opened, as ConnectFailed with a reason a person can act on."""
+    parts = urlsplit(url)
+    host, port = parts.hostname, parts.port or (443 if parts.scheme in ("wss", "https") else 80)
+    if isinstance(e, ConnectionRefusedError):
+        reason = f"connection refused: nothing listens on port {port} of {host}; is the server running on this port?"
+    elif isinstance(e, socket.gaierror):
+        reason = f"the host name {host!r} does not resolve ({e.strerror})"
+    elif isinstance(e, TimeoutError):
+        reason = f"no handshake within {open_timeout} s (open_timeout)"
+    elif isinstance(e, ssl.SSLError):
+        reason = f"TLS failed ({e.reason or e}); is it an https:// or wss:// server?"
+    elif isinstance(e, InvalidURI):
+        reason = f"not a WebSocket URL ({e})"
+    elif isinstance(e, InvalidHandshake):
+        reason = f"what answered is not a WebSocket server ({e}); is this a Typewriter server's address?"
+    else:
+        reason = f"{e.strerror or e}" if isinstance(e, OSError) else str(e)
+    return ConnectFailed(url, reason)
 
 
 def refused_error(e: InvalidStatus) -> HandshakeRefused:

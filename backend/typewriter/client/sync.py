@@ -27,8 +27,8 @@ from websockets.sync.client import ClientConnection, connect
 
 from .errors import ChatTimeout, ClientError, ServerClosed
 from .events import Ended, Event, Result, TokenEvent
-from .protocol import (DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers, checked_params,
-                       closed_error, decode, encode, messages_of, refused_error, ws_url)
+from .protocol import (CONNECT_ERRORS, DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers,
+                       checked_params, closed_error, connect_error, decode, encode, messages_of, refused_error, ws_url)
 
 
 class Client:
@@ -90,8 +90,8 @@ class Client:
                 self._ws = opening.__enter__()  # held open across calls; close() exits it
             except InvalidStatus as e:
                 raise refused_error(e) from None
-            except TimeoutError:
-                raise ChatTimeout(f"no handshake from {self.url} within {self.open_timeout} s") from None
+            except CONNECT_ERRORS as e:  # refused, DNS, a timeout, TLS, not a WebSocket server
+                raise connect_error(self.url, e, self.open_timeout) from None
         return self._ws
 
     def _send(self, frame: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import ENV_PREFIX, WEIGHT_FORMATS, Settings
+from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, Settings
 from ..engine.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
 
 # The SamplingParams fields that are options; each option's dest is the field's name.
@@ -41,7 +41,7 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False,
                                             f"; {ENV_PREFIX}WEIGHTS") if from_settings else ("", "", ""))
     p.add_argument("--model", metavar="PATH", help="a GGUF file, a Hugging Face model directory or a SavedModel "
                    "from `typewriter export`; `typewriter models` lists the families that load "
-                   f"(default: the embedded SmolLM2-135M-Instruct{model_var})")
+                   f"(default: the embedded {EMBEDDED_MODEL_ID}{model_var})")
     p.add_argument("--max-context", type=int, default=None if from_settings else context, metavar="N",
                    help=f"tokens of KV cache per stream (default {context}{context_var})")
     if weights:

@@ -11,6 +11,7 @@ import json
 import statistics
 import time
 
+from ..config import default_model_id
 from ..progress import StderrProgress
 from ..engine.request import Finished, GenerationRequest, SamplingParams, Token
 from .args import add_model_arguments, positive_int, setting_default
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         progress(f"single stream, {args.tokens} tokens")
         single = _run(engine, [prompt], args.tokens)[0]
         result = {
-            "model": engine.model_name,
+            "model": default_model_id(args.model),
             "load_s": round(times.load_s, 2),
             "compile_s": round(times.compile_s, 2),
             "prompt_tokens": len(prompt),

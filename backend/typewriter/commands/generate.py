@@ -9,6 +9,7 @@ import time
 import uuid
 
 from ..progress import StderrProgress
+from ..text.conversation import check_question
 from ..engine.request import Finished, GenerationRequest, Token
 from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
 
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from ..config import lite_cache_dir
     from ..runtime import load
 
-    sampling_params(args)  # bad values fail before the model loads
+    check_question(args.prompt, "prompt")  # bad values fail before the model loads
+    sampling_params(args)
     t0 = time.perf_counter()
     # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,

@@ -1,10 +1,15 @@
 """`typewriter loadtest --url URL`: drive a running server's chat endpoint and measure it.
 
-The URL says which front door: `ws://HOST:PORT/ws` is protocol v1 over the socket, `http://HOST:PORT/v1` the
-OpenAI-compatible API streamed as server-sent events, so the two can be compared on one server. N connections
-each send chats one after another until M chats have been sent. Time to first token is from sending the chat to
-its first text (a `token` frame, or a chunk with content); inter-token latency is between consecutive ones (text
-the server holds back, such as a partial stop string, arrives with a later one and so counts in that gap).
+The URL says which front door: `ws://HOST:PORT/ws` is protocol v1 over the socket (through typewriter.client),
+`http://HOST:PORT/v1` the OpenAI-compatible API streamed as server-sent events, so the two can be compared on one
+server. A base URL names its door's usual path (`ws://HOST:PORT` is the socket, `http://HOST:PORT` the OpenAI API);
+a URL that names neither is refused with what to type. N connections each send chats one after another until M
+chats have been sent. Time to first token is from sending the chat to its first text (a `token` frame, or a chunk
+with content); inter-token latency is between consecutive ones (text the server holds back, such as a partial stop
+string, arrives with a later one and so counts in that gap).
+
+Exit codes: 0 every chat ended, 1 some chats failed (the report says how), 2 a bad option, or a URL that leads
+to no server to drive (nothing listens, the name does not resolve, or no chat endpoint answers there).
 """
 
 from __future__ import annotations
@@ -17,16 +22,26 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
 
+from ..errors import TypewriterError
 from .args import positive_int
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
+CONNECT_TIMEOUT_S = 10.0
+
+
+class Unreachable(TypewriterError):
+    """The URL leads to no chat endpoint to drive: nothing listens, the host name does not resolve, or what
+    answers is not a Typewriter server's socket or OpenAI API."""
+
+    code = "unreachable"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", required=True, type=chat_url,
                         help="the server's chat endpoint: ws://HOST:PORT/ws (protocol v1) or http://HOST:PORT/v1 "
-                             "(OpenAI-compatible, streamed)")
+                             "(OpenAI-compatible, streamed); ws://HOST:PORT and http://HOST:PORT mean the same")
     parser.add_argument("--concurrency", type=positive_int, default=4, metavar="N",
                         help="connections chatting at once (default %(default)s)")
     parser.add_argument("--requests", type=positive_int, default=16, metavar="M",
@@ -35,14 +50,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=positive_int, default=128, metavar="N",
                         help="answer length each chat asks for (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="the report as one JSON object instead of a table")
+    parser.epilog = "exit codes: 0 every chat ended, 1 some chats failed, 2 a bad option or no server at the URL"
 
 
 def chat_url(text: str) -> str:
-    """An argparse type: a ws:// or wss:// URL of the socket, or an http(s):// URL of the OpenAI API."""
-    if not text.startswith(("ws://", "wss://", "http://", "https://")):
+    """An argparse type: the socket's ws(s):// URL or the OpenAI API's http(s):// URL. A base URL gets its door's
+    path (/ws, /v1) and a pasted .../v1/chat/completions is cut back to /v1; any other path is refused with the
+    two URLs it could have meant."""
+    parts = urlsplit(text.strip())
+    scheme = parts.scheme.lower()
+    if scheme not in ("ws", "wss", "http", "https") or not parts.netloc:
         raise argparse.ArgumentTypeError(f"must be a ws:// URL such as ws://127.0.0.1:8000/ws or an http:// URL "
                                          f"such as http://127.0.0.1:8000/v1, got {text!r}")
-    return text
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1/chat/completions"):
+        path = path.removesuffix("/chat/completions")
+    door = "/ws" if scheme in ("ws", "wss") else "/v1"
+    if not path or path.endswith(door):
+        return urlunsplit((scheme, parts.netloc, path or door, "", ""))
+    prefix = path.rsplit("/", 1)[0] if path.endswith(("/ws", "/v1")) else path  # a proxy's, kept
+    secure = scheme in ("wss", "https")
+    socket, openai = (f"{'wss' if secure else 'ws'}://{parts.netloc}{prefix}/ws",
+                      f"{'https' if secure else 'http'}://{parts.netloc}{prefix}/v1")
+    raise argparse.ArgumentTypeError(f"{text!r} names neither door: give {socket} for the socket or {openai} for "
+                                     "the OpenAI API")
 
 
 @dataclass
@@ -55,24 +86,38 @@ class Results:
     errors: Counter = field(default_factory=Counter)
     first_error: dict[str, str] = field(default_factory=dict)  # code -> the server's message, to act on
 
+    def failed(self, code: str, message: str) -> None:
+        self.errors[code] += 1
+        self.first_error.setdefault(code, message)
+
+    def text_at(self, now: float, sent: float, last: float | None) -> float:
+        """Count text that arrived at `now` for a chat sent at `sent` whose text last arrived at `last`."""
+        (self.ttft_s if last is None else self.inter_token_s).append(now - (sent if last is None else last))
+        return now
+
 
 def run(args: argparse.Namespace) -> int:
     report = asyncio.run(measure(args.url, args.concurrency, args.requests, args.prompt, args.max_new_tokens))
     print(json.dumps(report, indent=2) if args.json else format_table(report))
-    return 0 if not report["errors"] else 1
+    return 0 if report["ok"] == report["requests"] and not report["errors"] else 1
 
 
 async def measure(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict:
+    """Drive `url` (a URL chat_url accepts) and report; raises Unreachable before any chat when no server is
+    there to drive."""
+    on_socket = url.startswith(("ws://", "wss://"))
+    await (_check_socket(url) if on_socket else _check_openai(url))
     results = Results()
     numbers = itertools.count()
+    connections = min(concurrency, requests)
     started = time.perf_counter()
-    client = _client if url.startswith(("ws://", "wss://")) else _openai_client
-    await asyncio.gather(*(client(url, numbers, requests, prompt, max_new_tokens, results)
-                           for _ in range(min(concurrency, requests))))
+    worker = _socket_worker if on_socket else _openai_worker
+    await asyncio.gather(*(worker(url, numbers, requests, prompt, max_new_tokens, results)
+                           for _ in range(connections)))
     wall_s = time.perf_counter() - started
     return {
         "url": url,
-        "concurrency": concurrency,
+        "concurrency": connections,
         "requests": requests,
         "ok": results.ok,
         "reasons": dict(results.reasons),
@@ -86,95 +131,119 @@ async def measure(url: str, concurrency: int, requests: int, prompt: str, max_ne
     }
 
 
-async def _client(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import WebSocketException
+# ---- the socket, through typewriter.client ----
+
+
+async def _check_socket(url: str) -> None:
+    from ..client import AsyncClient, ConnectFailed, HandshakeRefused
 
     try:
-        async with connect(url, max_size=None) as ws:
-            while (n := next(numbers)) < requests:
-                await _one_chat(ws, f"loadtest-{n}", prompt, max_new_tokens, results)
-    except (OSError, WebSocketException) as e:
-        code = f"connection: {type(e).__name__}"
-        results.errors[code] += 1
-        results.first_error.setdefault(code, str(e))
+        async with AsyncClient(url, open_timeout=CONNECT_TIMEOUT_S):
+            pass
+    except (ConnectFailed, HandshakeRefused) as e:
+        raise Unreachable(str(e)) from None
 
 
-async def _one_chat(ws, chat_id: str, prompt: str, max_new_tokens: int, results: Results) -> None:
-    frame = {"type": "chat", "id": chat_id, "messages": [{"role": "user", "content": prompt}],
-             "params": {"max_new_tokens": max_new_tokens}}
-    sent = time.perf_counter()
-    await ws.send(json.dumps(frame))
-    last = None
-    async for raw in ws:
-        message = json.loads(raw)
-        kind = message["type"]
-        now = time.perf_counter()
-        if kind == "token":
-            if last is None:
-                results.ttft_s.append(now - sent)
-            else:
-                results.inter_token_s.append(now - last)
-            last = now
-        elif kind == "end":
-            results.ok += 1
-            results.reasons[message["reason"]] += 1
-            results.completion_tokens += message["usage"]["completion_tokens"]
-            return
-        elif kind == "error":
-            results.errors[message["code"]] += 1
-            results.first_error.setdefault(message["code"], message["message"])
-            return
+async def _socket_worker(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+    from ..client import AsyncClient, ChatError, ClientError, Ended, ServerClosed, TokenEvent
+
+    async with AsyncClient(url, open_timeout=CONNECT_TIMEOUT_S) as client:  # checked a moment ago
+        while (n := next(numbers)) < requests:
+            sent, last = time.perf_counter(), None
+            try:
+                async for event in client.chat(prompt, id=f"loadtest-{n}", max_new_tokens=max_new_tokens).events():
+                    if isinstance(event, TokenEvent):
+                        last = results.text_at(time.perf_counter(), sent, last)
+                    elif isinstance(event, Ended):
+                        results.ok += 1
+                        results.reasons[event.reason] += 1
+                        results.completion_tokens += event.usage.completion_tokens
+            except ChatError as e:
+                results.failed(e.code, e.message)
+            except ServerClosed as e:  # the next chat opens a new socket
+                results.failed(f"closed {e.close_code}", e.reason or str(e))
+            except ClientError as e:  # the server went away: this connection stops
+                results.failed(e.code, str(e))
+                return
 
 
-async def _openai_client(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+# ---- the OpenAI API, streamed ----
+
+
+async def _check_openai(url: str) -> None:
     import httpx
 
-    endpoint = url.rstrip("/") + "/chat/completions"
+    try:
+        async with httpx.AsyncClient(timeout=CONNECT_TIMEOUT_S) as http:
+            response = await http.get(f"{url}/models")
+    except httpx.HTTPError as e:
+        raise Unreachable(_connect_failure(url, e)) from None
+    if response.status_code not in (200, 401, 503):  # 401: a key is needed; 503: loading, the chats will say
+        raise Unreachable(f"{url}/models answered HTTP {response.status_code}, so {url} is no Typewriter server's "
+                          "OpenAI API; give http://HOST:PORT/v1 (or ws://HOST:PORT/ws for the socket)")
+
+
+def _connect_failure(url: str, e: Exception) -> str:
+    """httpx's error, worded as typewriter.client words a socket's (the OSError under it says what happened)."""
+    import httpx
+
+    from ..client.protocol import connect_error
+
+    deepest, cause = None, e.__cause__ or e.__context__
+    while cause is not None:  # "All connection attempts failed" is an OSError too; the one under it says why
+        deepest = cause if isinstance(cause, OSError) else deepest
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(e, httpx.TimeoutException):
+        deepest = TimeoutError()
+    return str(connect_error(url, deepest or e, CONNECT_TIMEOUT_S))
+
+
+async def _openai_worker(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+    import httpx
+
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=600.0)) as http:
-            while (n := next(numbers)) < requests:
-                await _one_completion(http, endpoint, prompt, max_new_tokens, results)
-    except httpx.HTTPError as e:
-        code = f"connection: {type(e).__name__}"
-        results.errors[code] += 1
-        results.first_error.setdefault(code, str(e))
+            while next(numbers) < requests:
+                await _one_completion(http, f"{url}/chat/completions", prompt, max_new_tokens, results)
+    except httpx.HTTPError as e:  # the server went away: this connection stops
+        results.failed("connect_failed", _connect_failure(url, e))
 
 
 async def _one_completion(http, endpoint: str, prompt: str, max_new_tokens: int, results: Results) -> None:
-    body = {"model": "typewriter", "messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens,
+    body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens,
             "stream": True, "stream_options": {"include_usage": True}}
-    sent = time.perf_counter()
-    last = None
+    sent, last = time.perf_counter(), None
     async with http.stream("POST", endpoint, json=body) as response:
         if response.status_code != 200:
-            error = json.loads(await response.aread()).get("error", {})
-            _failed(results, error.get("code") or f"http {response.status_code}", error.get("message", ""))
+            text = (await response.aread()).decode(errors="replace")
+            try:
+                error = json.loads(text)["error"]
+                results.failed(str(error["code"]), str(error["message"]))
+            except (ValueError, KeyError, TypeError):
+                results.failed(f"http_{response.status_code}", text[:200] or "no body")
             return
         async for line in response.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[len("data: "):])
-            now = time.perf_counter()
-            if "error" in chunk:
-                _failed(results, chunk["error"]["code"], chunk["error"]["message"])
+            try:
+                chunk = json.loads(line[len("data: "):])
+            except ValueError:
+                results.failed("invalid_event", f"not JSON: {line[:200]!r}")
                 return
-            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                if last is None:
-                    results.ttft_s.append(now - sent)
-                else:
-                    results.inter_token_s.append(now - last)
-                last = now
-            if chunk["choices"] and chunk["choices"][0]["finish_reason"]:
+            if "error" in chunk:
+                results.failed(chunk["error"]["code"], chunk["error"]["message"])
+                return
+            choice = chunk["choices"][0] if chunk["choices"] else {}
+            if choice.get("delta", {}).get("content"):
+                last = results.text_at(time.perf_counter(), sent, last)
+            if choice.get("finish_reason"):
                 results.ok += 1
-                results.reasons[chunk["choices"][0]["finish_reason"]] += 1
+                results.reasons[choice["finish_reason"]] += 1
             if chunk.get("usage"):
                 results.completion_tokens += chunk["usage"]["completion_tokens"]
 
 
-def _failed(results: Results, code: str, message: str) -> None:
-    results.errors[code] += 1
-    results.first_error.setdefault(code, message)
+# ---- the report ----
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -1,12 +1,20 @@
 """`typewriter serve`: the options people change most, read into `Settings` (an option wins over its TYPEWRITER_*
-variable, and what neither gives is the Settings default); server/main.py runs the server."""
+variable, and what neither gives is the Settings default); server/main.py runs the server.
+
+A refused value is named as the user gave it: `--port: ...` for an option, `TYPEWRITER_PORT: ...` for a variable.
+"""
 
 from __future__ import annotations
 
 import argparse
 
-from ..config import ENV_PREFIX, LOG_LEVELS, Settings
+from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, LOG_LEVELS, ConfigError, Settings
 from .args import add_model_arguments, setting_default
+
+# The Settings field each option sets; its argparse dest is the option's name (--model's is `model`).
+OPTIONS = {"host": "--host", "port": "--port", "grpc_port": "--grpc-port", "model_path": "--model",
+           "model_id": "--model-id", "max_context": "--max-context", "weights": "--weights",
+           "max_active": "--max-active", "max_queue": "--max-queue", "log_level": "--log-level"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,18 +27,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"also serve gRPC (typewriter.v1.Chat) on this port, 0 picks a free one (default off; "
                              f"{ENV_PREFIX}GRPC_PORT)")
     add_model_arguments(parser, from_settings=True)
+    parser.add_argument("--model-id", metavar="ID",
+                        help="the model's name to clients: /v1/models, responses, /readyz, the page and the log "
+                             f"(default: {EMBEDDED_MODEL_ID} for the embedded model, else the file's name without "
+                             f".gguf or the folder's name, spaces made -; {ENV_PREFIX}MODEL_ID)")
     parser.add_argument("--max-active", type=int, metavar="N",
-                        help=f"streams decoded together ({default('max_active')})")
+                        help=f"streams decoded together (default: as many as this machine carries under the "
+                             f"capacity bar, measured at start; {ENV_PREFIX}MAX_ACTIVE)")
     parser.add_argument("--max-queue", type=int, metavar="N",
                         help=f"chats that may wait for a slot ({default('max_queue')})")
     parser.add_argument("--log-level", choices=LOG_LEVELS, help=f"({default('log_level')})")
+    parser.epilog = ("exit codes: 0 after a drain (SIGTERM, Ctrl-C), 1 the model failed to load or the engine "
+                     "failed, 2 a bad option or setting, 4 the port (or the gRPC port) cannot be bound")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Raises ConfigError, naming the variable or option, for a value Settings refuses."""
-    return Settings.from_env(host=args.host, port=args.port, grpc_port=args.grpc_port, model_path=args.model, max_active=args.max_active,
-                             max_queue=args.max_queue, max_context=args.max_context, weights=args.weights,
-                             log_level=args.log_level)
+    """Raises ConfigError, naming the option the user typed, or the variable, for a value Settings refuses."""
+    given = {field: getattr(args, option[2:].replace("-", "_")) for field, option in OPTIONS.items()}
+    try:
+        return Settings.from_env(**given)
+    except ConfigError as e:
+        if e.setting in OPTIONS and given[e.setting] is not None:
+            raise e.given_as(OPTIONS[e.setting]) from None
+        raise
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .constraints import Grammars
+from .capacity import Sizing
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .runner import PrefillChunk, Runner
 from .scheduler import Chunk, Plan, Scheduler
@@ -95,6 +96,7 @@ class Engine:
         self.model_name = model_name
         self.max_context = runner.max_len
         self.max_active = runner.slots
+        self.sizing: Sizing | None = None  # how the slot count was chosen (runtime.py), for /readyz
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
@@ -166,8 +168,10 @@ class Engine:
             compiler.prepare_answer(len(request.prompt_ids), request.params.max_new_tokens)
 
     def describe_runtime(self) -> dict:
-        """The runner's own account of itself, for /readyz (runner.py's `describe`)."""
-        return self.runner.describe()
+        """The runner's own account of itself (runner.py's `describe`) and how its slots were sized, for
+        /readyz."""
+        sizing = self.sizing or Sizing(self.max_active, "set")
+        return {**self.runner.describe(), "slots": sizing.describe()}
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
         """End every running and waiting request with reason `shutdown`, then stop the thread (and any

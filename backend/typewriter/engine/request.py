@@ -23,6 +23,7 @@ class FinishReason(str, enum.Enum):
     CANCELLED = "cancelled"
     SHUTDOWN = "shutdown"
     ERROR = "error"
+    REPETITION = "repetition"  # the answer was repeating itself (repetition.py)
 
 
 class ConstraintKind(str, enum.Enum):
@@ -74,6 +75,9 @@ class SamplingParams:
     # None: no log probabilities; k: each token's log probability and the k most likely alternatives, in the
     # distribution the token was drawn from (engine/logprobs.py)
     logprobs: int | None = None
+    # End an answer that repeats itself over and over (reason `repetition`, engine/repetition.py); off for a client
+    # that wants repetition.
+    loop_guard: bool = True
 
     def __post_init__(self) -> None:
         _check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
@@ -101,6 +105,8 @@ class SamplingParams:
             raise InvalidRequest("ignore_eos", "cannot be combined with a constraint: a complete answer can only end")
         if self.logprobs is not None:
             _check_int("logprobs", self.logprobs, 0, MAX_TOP_LOGPROBS)
+        if not isinstance(self.loop_guard, bool):
+            raise InvalidRequest("loop_guard", f"must be true or false, got {self.loop_guard!r}")
 
     @property
     def greedy(self) -> bool:

@@ -15,6 +15,7 @@ import numpy as np
 from ..text.detokenizer import IncrementalDetokenizer
 from .constraints import ConstrainedAnswer
 from .logprobs import token_logprobs
+from .repetition import LoopGuard
 from .request import Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
 from .sampling import Sampler
 from ..text.stops import StopMatcher
@@ -54,6 +55,8 @@ class RequestState:
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
+        # Not for a constrained answer: cut by the guard it would not parse; it ends by its constraint or its length.
+        self.loops = LoopGuard() if request.params.loop_guard and request.params.constraint is None else None
         self.last_position = 0  # the queue position last reported
         self.submitted = now
         self.started = 0.0
@@ -115,6 +118,9 @@ class RequestState:
         if len(self.output_ids) >= self.params.max_new_tokens:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
+        if self.loops is not None and self.loops.push(token_id):
+            self.detokenizer.flush()
+            return text + self.stops.flush(), FinishReason.REPETITION
         return text, None
 
     def timings(self, now: float) -> Timings:

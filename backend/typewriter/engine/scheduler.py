@@ -3,11 +3,11 @@ Pure Python, no tensors.
 
 `schedule` makes every decision of one engine step before any model work: which requests end now (cancelled,
 past their deadline), which running ones take the decode step, and which prompt chunks are prefilled in the
-same step. Prompt tokens per step are bounded by `budget` while answers are being decoded, and by time: the
-chunks may add to a step at most what step_cost.py predicts keeps it within STALL decode-only steps (a chunk far
-into its context costs more a token, its attention reading every cached position), so a long prompt is
-prefilled over several steps and running answers never stall for long; with nothing to decode the bound is
-`idle_budget`. Prefills continue first come, first served; newcomers then take free slots while budget is left,
+same step. Prompt tokens per step are bounded by `budget` while answers are being decoded (grown with a large
+batch: `step_budget`), and by time: the chunks may add to a step at most what step_cost.py predicts keeps it
+within STALL decode-only steps (a chunk far into its context costs more a token, its attention reading every
+cached position), so a long prompt is prefilled over several steps and running answers never stall for long;
+with nothing to decode the bound is `idle_budget`. Prefills continue first come, first served; newcomers then take free slots while budget is left,
 each starting from the longest prefix of its prompt already cached (see prefix_cache.py).
 """
 
@@ -22,6 +22,11 @@ from .prefix_cache import PrefixCache
 from .request import FinishReason
 from .request_state import RequestState, Status
 from .step_cost import COLD_CHUNK, StepCost
+
+
+# Rows per `budget` of prompt tokens a step: up to this many answers decoding, a step prefills at most `budget`
+# tokens; twice as many rows, twice the budget (within the time rule).
+BUDGET_ROWS = 8
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,7 @@ class Scheduler:
         for seq, _ in plan.ended:
             self.finish(seq)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
-        budget = self.budget if plan.decode else self.idle_budget
+        budget = self.step_budget(len(plan.decode))
         self._allowance_s = self.costs.allowance_s(len(plan.decode)) if plan.decode and self.costs.ready else None
         for seq in self.prefilling:
             taken = self._chunk(plan, seq, budget) if self._room(plan, budget) else 0
@@ -108,6 +113,14 @@ class Scheduler:
             budget -= taken
         plan.queued = self._new_positions()
         return plan
+
+    def step_budget(self, decode_rows: int) -> int:
+        """Prompt tokens a step may prefill beside `decode_rows` answers: `budget`, grown with the rows beyond
+        BUDGET_ROWS (a batch's step is longer, so the time rule allows it more, and a class arriving together
+        waits on the token cap otherwise); with none decoding, `idle_budget`."""
+        if not decode_rows:
+            return self.idle_budget
+        return self.budget * max(1, decode_rows // BUDGET_ROWS)
 
     def prefilled(self, chunk: Chunk) -> None:
         """The chunk's K/V are in the cache; a sequence whose prompt is complete starts decoding."""

@@ -41,9 +41,10 @@ class Rotation:
         return Rotation(n)
 
     def numpy(self, x: np.ndarray) -> np.ndarray:
-        y = x.reshape(-1, self.a, self.b) @ self.inner
+        rows = x.size // (self.a * self.b)
+        y = (np.ascontiguousarray(x).reshape(-1, self.b) @ self.inner).reshape(rows, self.a, self.b)  # one GEMM
         if self.outer is not None:
-            y = np.einsum("mij,ik->mkj", y, self.outer)
+            y = np.matmul(self.outer.T, y)  # [a, a] @ [rows, a, b]: each row's blocks mixed
         return y.reshape(x.shape)
 
     def __call__(self, rows):

@@ -15,12 +15,12 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from ..config import Settings
+from ..config import Settings, parse_list
 from . import protocol as p
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .auth import ApiKeyCheck
 from .limits import client_address
-from .origins import HostCheck, allowed_hosts, origin_allowed, parse_list
+from .origins import HostCheck, allowed_hosts, origin_allowed
 from .metrics import CONTENT_TYPE
 from .openai_api import OpenAI
 from .session import Session
@@ -58,9 +58,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
 
     async def index(request: Request) -> Response:
         config = {
-            "protocol": 1, "ws_path": "/ws", "max_new_tokens": settings.max_new_tokens,
-            "max_new_tokens_cap": settings.max_new_tokens_cap, "max_message_bytes": settings.max_message_bytes,
-            "max_messages": settings.max_messages,
+            "protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": settings.model_id,
+            "max_new_tokens": settings.max_new_tokens, "max_new_tokens_cap": settings.max_new_tokens_cap,
+            "max_message_bytes": settings.max_message_bytes, "max_messages": settings.max_messages,
         }
         return templates.TemplateResponse(request, "index.html", {"config": config})
 

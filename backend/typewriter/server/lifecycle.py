@@ -31,7 +31,6 @@ class EngineHandle(Protocol):
     max_context: int
     max_active: int
     max_queue: int
-    model_name: str
     on_step: Callable | None  # called on the engine thread with each computing step's StepStats
 
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
@@ -121,7 +120,7 @@ class ServerState:
             stats = engine.stats()
             body = {
                 "status": "ready",
-                "model": engine.model_name,
+                "model": s.model_id,
                 "tokenizer": self.tokenizer.name,
                 "limits": {
                     "max_active": engine.max_active, "max_queue": engine.max_queue,
@@ -180,7 +179,7 @@ class ServerState:
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",
-                 engine.model_name, engine.max_active, engine.max_queue, engine.max_context)
+                 self.settings.model_id, engine.max_active, engine.max_queue, engine.max_context)
 
     def _failed(self, message: str) -> None:
         if self.phase is Phase.LOADING:

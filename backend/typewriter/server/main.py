@@ -13,6 +13,7 @@ from websockets.exceptions import InvalidState
 from ..config import Settings
 from .app import create_app
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
+from .listen import EXIT_CANNOT_LISTEN, cannot_listen, listen, taken
 
 if TYPE_CHECKING:
     from .grpc_server import GrpcServer
@@ -24,14 +25,32 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
     """Run until SIGTERM or SIGINT, then drain: /readyz turns 503 at once, new sockets and chats are refused,
     running answers may finish for `drain_s`, then end with reason `shutdown`. Returns 0 after a drain (a second
     signal cuts it short), 1 if the model failed to load or the engine failed for good (so that a supervisor,
-    Docker's restart policy or Kubernetes, starts a fresh process)."""
+    Docker's restart policy or Kubernetes, starts a fresh process), EXIT_CANNOT_LISTEN if the HTTP or gRPC port
+    cannot be bound (said in one line; nothing was started)."""
+    try:
+        sockets = listen(settings.host, settings.port)
+    except OSError as e:
+        print(f"typewriter: error: {cannot_listen('port', settings.host, settings.port, e, '--port')}",
+              file=sys.stderr, flush=True)
+        return EXIT_CANNOT_LISTEN
+    if settings.grpc_port is not None and (why := taken("gRPC port", settings.host, settings.grpc_port,
+                                                        "--grpc-port")):
+        for sock in sockets:
+            sock.close()
+        print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
+        return EXIT_CANNOT_LISTEN
     logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory)
-    config = uvicorn_config(app, settings)
-    server = Server(config, app.state.server)
-    server.run()
-    return 1 if server.load_failed or server.engine_failed or server.grpc_failed else 0
+    server = Server(uvicorn_config(app, settings), app.state.server)
+    try:
+        server.run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+    if server.grpc_failed:
+        return EXIT_CANNOT_LISTEN
+    return 1 if server.load_failed or server.engine_failed else 0
 
 
 def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
@@ -50,9 +69,10 @@ def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, plus: print the URL once bound, serve gRPC beside it (`grpc_port`), exit if the model
-    fails to load, and end every chat with reason `shutdown` before uvicorn closes the sockets (it would
-    otherwise drop them with 1012) and the gRPC server stops."""
+    """uvicorn's server, plus: serve gRPC beside it (`grpc_port`; bound first, so a port in use stops it before
+    the model loads), print the URL once bound, exit if the model fails to load, and end every chat with reason
+    `shutdown` before uvicorn closes the sockets (it would otherwise drop them with 1012) and the gRPC server
+    stops."""
 
     def __init__(self, config: uvicorn.Config, state: ServerState):
         super().__init__(config)
@@ -63,27 +83,33 @@ class Server(uvicorn.Server):
         self.grpc_failed = False
 
     async def startup(self, sockets=None) -> None:
+        grpc_port = self.state.settings.grpc_port
+        if grpc_port is not None and not await self._start_grpc(self.config.host, grpc_port):
+            self.grpc_failed = self.should_exit = True  # before the lifespan: nothing loads, nothing to drain
+            return
         await super().startup(sockets)
         if self.started:
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             print(f"Typewriter on http://{_shown(host)}:{port}/ (loading the model; /readyz says when it is ready)",
                   flush=True)
-            grpc_port = self.state.settings.grpc_port
-            if grpc_port is not None:
-                await self._start_grpc(self.config.host, grpc_port)  # beside HTTP, on its address
 
-    async def _start_grpc(self, host: str, port: int) -> None:
+    async def _start_grpc(self, host: str, port: int) -> bool:
+        """Serve gRPC beside HTTP, on its address; False (and one line saying why) when the port cannot be had."""
         from .grpc_server import GrpcServer  # grpcio is imported only when gRPC is on
 
-        self.grpc = GrpcServer(self.state)
-        try:
-            port = await self.grpc.start(host, port)
-        except RuntimeError as e:
-            print(f"typewriter: error: gRPC cannot listen on {_shown(host)}:{port} ({e})", file=sys.stderr,
-                  flush=True)
-            self.grpc_failed = self.should_exit = True  # shutdown still runs: the HTTP server is already up
-            return
-        print(f"gRPC on {_shown(host)}:{port}", flush=True)
+        why = taken("gRPC port", host, port, "--grpc-port")
+        if why is None:
+            grpc = GrpcServer(self.state)
+            try:
+                bound = await grpc.start(host, port)
+            except RuntimeError as e:  # taken in between, or refused for a reason of gRPC's own
+                why = f"gRPC cannot listen on {_shown(host)}:{port} ({e})"
+        if why is not None:
+            print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
+            return False
+        self.grpc = grpc
+        print(f"gRPC on {_shown(host)}:{bound}", flush=True)
+        return True
 
     async def on_tick(self, counter: int) -> bool:
         if self.state.phase is Phase.FAILED:

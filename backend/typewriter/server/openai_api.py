@@ -39,7 +39,7 @@ class OpenAI:
     async def models(self, request: Request) -> Response:
         if not self.state.ready:
             return self._not_ready()
-        model = {"id": self.state.engine.model_name, "object": "model", "created": self.created,
+        model = {"id": self.state.settings.model_id, "object": "model", "created": self.created,
                  "owned_by": "typewriter"}
         return JSONResponse({"object": "list", "data": [model]})
 
@@ -51,12 +51,12 @@ class OpenAI:
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._accept(request, parse_body,
-                                  lambda stream, body, release: Answer(stream, body, self.state.engine.model_name,
+                                  lambda stream, body, release: Answer(stream, body, self.state.settings.model_id,
                                                                        release, self.state.tokenizer))
 
     async def responses(self, request: Request) -> Response:
         return await self._accept(request, parse_responses_body,
-                                  lambda stream, body, release: ResponseAnswer(stream, body, self.state.engine.model_name,
+                                  lambda stream, body, release: ResponseAnswer(stream, body, self.state.settings.model_id,
                                                                                release, self.state.tokenizer))
 
     async def _accept(self, request: Request, parse, answer) -> Response:

@@ -11,7 +11,8 @@ from starlette.responses import JSONResponse
 from ..engine.request import FinishReason, TokenLogprobs
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
-                  FinishReason.TIMEOUT: "length"}  # ran out of its time budget: cut short, like a length limit
+                  FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
+                  FinishReason.REPETITION: "stop"}  # the model was repeating itself: it had nothing more to say
 # Ends that are no answer of the model's: an error in OpenAI's shape (HTTP status, protocol-style code).
 FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long for a free slot; try again"),
             FinishReason.SHUTDOWN: (503, "shutdown", "the server is shutting down; retry in a moment"),

@@ -16,13 +16,15 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..engine.request import MAX_TOP_LOGPROBS
+from ..text.conversation import check_question
 from . import protocol as p
 from .structured import parse_response_format, parse_tools
 
 # OpenAI's name -> ours. max_tokens and max_completion_tokens are the same thing under two names.
 SAMPLING = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "temperature": "temperature",
             "top_p": "top_p", "seed": "seed", "stop": "stop",
-            "top_k": "top_k", "repetition_penalty": "repetition_penalty"}  # the last two: extensions, as in vLLM
+            "top_k": "top_k", "repetition_penalty": "repetition_penalty",  # extensions, as in vLLM
+            "loop_guard": "loop_guard"}  # an extension: false lets an answer repeat itself
 HONOURED = ("model", "messages", "stream", "stream_options", "n", "response_format", "tools", "tool_choice",
             "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias", *SAMPLING)
 IGNORED = ("user", "store", "metadata", "service_tier", "parallel_tool_calls", "prompt_cache_key",
@@ -143,6 +145,11 @@ def _messages(raw: object, max_messages: int) -> tuple[p.ChatMessage, ...]:
             raise BadField(f"messages[{i}].role", "only the first message may be a system (or developer) message")
     if messages[-1].role not in ("user", "tool"):
         raise BadField("messages", "the last message must be the user's (or a tool's result)")
+    if messages[-1].role == "user":
+        try:
+            check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
+        except InvalidRequest as e:
+            raise BadField(e.field, e.problem) from None
     return messages
 
 

@@ -12,11 +12,12 @@ from typing import Any
 
 from ..errors import InvalidRequest
 from ..engine.request import Constraint, Finished, FinishReason, SamplingParams
+from ..text.conversation import check_question
 from .structured import Tools, parse_response_format, parse_tools
 
 MAX_ID_LENGTH = 64
 ROLES = ("system", "user", "assistant", "tool")
-PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
+PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop", "loop_guard")
 ERROR_CODES = ("invalid_json", "invalid_request", "system_prompt_not_allowed", "prompt_too_long", "busy", "overloaded",
                "not_found", "rate_limited", "shutdown", "internal", "not_supported")
 CHAT_FIELDS = ("type", "id", "messages", "params", "response_format", "tools", "tool_choice")
@@ -204,6 +205,8 @@ def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int
         raise ProtocolError("invalid_request", "messages: the last message must be the user's (or a tool's result)",
                             chat_id)
     try:
+        if messages[-1].role == "user":
+            check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
         response_format = parse_response_format(frame["response_format"]) if "response_format" in frame else None
         tools = parse_tools(frame.get("tools"), frame.get("tool_choice"))
     except InvalidRequest as e:

@@ -12,8 +12,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..engine.request import fit_max_new_tokens
+from ..errors import InvalidRequest
 
 Message = dict[str, str]
+
+
+def check_question(content: str, field: str) -> None:
+    """The question, the last user message, must have something in it: content that is empty or only whitespace
+    (what str.isspace calls whitespace) is InvalidRequest naming `field`. Given nothing to answer, a small model
+    writes hundreds of tokens of loops. Earlier messages of a conversation may be blank."""
+    if not content.strip():
+        raise InvalidRequest(field, "must not be empty or only whitespace: there is nothing to answer")
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,14 @@ from ..errors import ModelFormatError
 from .token_text import LeadingSpace, TokenText
 from .tool_format import ToolFormat, tool_format
 
+# The tutor's instructions; what each model follows of them is measured by bench/tutor_answers.py
+# (docs/measurements/2026-12-04-tutor-answers.md).
 DEFAULT_SYSTEM_PROMPT = (
-    "You are a patient, encouraging tutor for students. Explain ideas step by step in plain language, "
-    "check that the student understands before moving on, and ask what they have already tried. "
-    "Do not just hand over answers to homework: guide the student to work them out, and praise real progress."
+    "You are a patient, encouraging tutor for students. Always answer in the language the student writes in. "
+    "Explain ideas step by step in plain language, check that the student understands before moving on, and ask "
+    "what they have already tried. Do not just hand over answers to homework: guide the student to work them "
+    "out, and praise real progress. Write mathematical formulas in LaTeX between $ signs, and code in Markdown "
+    "code blocks. If you are not sure of something, say so instead of guessing."
 )
 
 # Token texts that end an assistant turn in common chat formats; those present in the vocab stop generation.
@@ -44,6 +48,18 @@ PLAIN_CHAT_TEMPLATE = (
     "{% else %}{{ 'Tutor: ' + message['content'] + '\n\n' }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ 'Tutor:' }}{% endif %}"
 )
+
+
+class _Shared:
+    """Hands transformers our tokenizer itself where it would deep-copy it: the copy is a round trip through
+    the whole tokenizer's JSON, most of a large vocabulary's load, and neither side changes the tokenizer (the
+    encodings are the same either way: tests/test_tokenizer.py)."""
+
+    def __init__(self, raw: RawTokenizer):
+        self.raw = raw
+
+    def __deepcopy__(self, memo) -> RawTokenizer:
+        return self.raw
 
 
 class Tokenizer:
@@ -67,7 +83,7 @@ class Tokenizer:
         # How the model writes tool calls, if its template takes tools in a format we read (tool_format.py)
         self.tool_format: ToolFormat | None = tool_format(chat_template)
         self.hf = PreTrainedTokenizerFast(
-            tokenizer_object=raw,
+            tokenizer_object=_Shared(raw),
             bos_token=bos_token,
             eos_token=eos_token,
             unk_token=unk_token,
@@ -255,13 +271,16 @@ def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> 
                                 f"(supported: {_SUPPORTED_DECODERS})")
 
     if kinds == ["ByteLevel"]:
-        char_to_byte = {c: b for b, c in _bytes_to_unicode().items()}
+        # each alphabet character to the byte it stands for, as a latin-1 character: translate, then encode; any
+        # other character fails the encoding (those up to 255 are sent past latin-1 first)
+        to_latin1 = {ord(c): b for b, c in _bytes_to_unicode().items()}
+        to_latin1 |= {c: "\uffff" for c in range(256) if c not in to_latin1}
         table = [b""] * size
         for i, token in vocab:
             try:
-                table[i] = bytes(char_to_byte[c] for c in token)
-            except KeyError:  # as tokenizers' ByteLevel decoder does: a token outside the alphabet stays UTF-8
-                table[i] = token.encode("utf-8")
+                table[i] = token.translate(to_latin1).encode("latin-1")
+            except UnicodeEncodeError:  # as tokenizers' ByteLevel decoder does: a token outside the alphabet
+                table[i] = token.encode("utf-8")  # stays UTF-8
         return TokenText(table, LeadingSpace.KEEP)
 
     if kinds == ["Metaspace"]:

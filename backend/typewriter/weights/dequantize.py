@@ -1,5 +1,6 @@
-"""GGUF tensor data to float32. llama.cpp's 32-value block types that small models use most (Q4_0, Q4_1, Q8_0:
-the embedded model is Q4_1 with a Q8_0 embedding) are done here in a few passes over the whole tensor; gguf-py
+"""GGUF tensor data to float32. llama.cpp's 32-value block types that small models use most (Q4_0, Q4_1, Q5_0,
+Q5_1, Q8_0: the embedded model is Q4_1 with a Q8_0 embedding, Qwen2.5's 0.5B mostly Q5_0) are done here in a few
+passes over the whole tensor; gguf-py
 does the rest, row by row, which is slower on those three (docs/measurements/2026-12-02-start-up-and-memory.md).
 The values are the same bit for bit (tests/test_weights.py).
 """
@@ -11,8 +12,6 @@ from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize as gguf_dequantize
 
-_BYTES = np.arange(256, dtype=np.uint8)
-_LOW, _HIGH = (_BYTES & 0x0F).astype(np.float32), (_BYTES >> 4).astype(np.float32)  # a byte's two 4-bit values
 
 
 def _half(blocks: np.ndarray, at: int) -> np.ndarray:
@@ -24,8 +23,8 @@ def _nibbles(blocks: np.ndarray, at: int) -> np.ndarray:
     """[n, 32] float32: each block's 16 bytes from `at`, low 4 bits as values 0-15, high 4 bits as 16-31."""
     qs = blocks[:, at:at + 16]
     out = np.empty((blocks.shape[0], 2, 16), np.float32)
-    np.take(_LOW, qs, out=out[:, 0])
-    np.take(_HIGH, qs, out=out[:, 1])
+    np.bitwise_and(qs, 0x0F, out=out[:, 0], casting="unsafe")  # bit operations straight into float32: no
+    np.right_shift(qs, 4, out=out[:, 1], casting="unsafe")  # table, no uint8 temporary
     return out.reshape(-1, 32)
 
 
@@ -49,7 +48,29 @@ def _q8_0(blocks: np.ndarray) -> np.ndarray:  # {f16 d; i8 qs[32]}: q * d
     return out
 
 
-_DECODERS = {Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q8_0: _q8_0}
+def _fifth_bits(blocks: np.ndarray, at: int) -> np.ndarray:
+    """[n, 32] float32: each block's 32 fifth bits (a little-endian uint32 at byte `at`), as 0 or 16."""
+    bits = np.unpackbits(np.ascontiguousarray(blocks[:, at:at + 4]), axis=1, bitorder="little")  # [n, 32]
+    return bits.astype(np.float32) * 16.0
+
+
+def _q5_0(blocks: np.ndarray) -> np.ndarray:  # {f16 d; u8 qh[4]; u8 qs[16]}: ((q | bit << 4) - 16) * d
+    out = _nibbles(blocks, 6)
+    out += _fifth_bits(blocks, 2)
+    out -= 16.0
+    out *= _half(blocks, 0)
+    return out
+
+
+def _q5_1(blocks: np.ndarray) -> np.ndarray:  # {f16 d; f16 m; u8 qh[4]; u8 qs[16]}: (q | bit << 4) * d + m
+    out = _nibbles(blocks, 8)
+    out += _fifth_bits(blocks, 4)
+    out *= _half(blocks, 0)
+    out += _half(blocks, 2)
+    return out
+
+
+_DECODERS = {Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q5_0: _q5_0, Q.Q5_1: _q5_1, Q.Q8_0: _q8_0}
 
 
 def dequantize(data: np.ndarray, kind: Q) -> np.ndarray:

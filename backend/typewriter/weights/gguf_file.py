@@ -109,6 +109,17 @@ class GGUFFile:
     def has(self, name: str) -> bool:
         return name in self.tensors
 
+    def plain_rows(self, name: str) -> bool:
+        """Whether `rows` can read part of this tensor: its type is supported and its rows are not permuted."""
+        return self.tensors[name].tensor_type in SUPPORTED_TYPES and not (
+            self.arch in PERMUTED_QK and (".attn_q." in name or ".attn_k." in name))
+
+    def rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop-1 of a 2-D tensor [rows, cols] as float32, reading only their blocks."""
+        t = self.tensors[name]
+        cols = int(t.shape[0])
+        return dequantize(t.data[start:stop], t.tensor_type).reshape(stop - start, cols)
+
     def tensor(self, name: str, cfg: ModelConfig) -> np.ndarray:
         """The tensor in numpy's row-major [out, in] order (GGUF lists dims innermost first), as float32."""
         t = self.tensors[name]

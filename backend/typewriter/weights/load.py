@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -74,53 +74,101 @@ def read_config(src: Source) -> ModelConfig:
         raise ModelFormatError(f"{src.path.name}: the model config has a missing or malformed field ({e})") from None
 
 
+class WeightReader(Mapping[str, np.ndarray]):
+    """A source's canonical tensors by name, each read (and dequantized) only when asked for and checked against
+    its expected shape, so a caller that works a layer at a time never holds the whole model as float32. Every
+    name is found in the source when the reader is made: a missing tensor fails before anything is read."""
+
+    def __init__(self, src: GGUFFile | HFDirectory, cfg: ModelConfig):
+        self.src, self.cfg = src, cfg
+        self.kind = GGUF if isinstance(src, GGUFFile) else HF
+        self.table = name_table(cfg.family)
+        self.shapes = self.table.expected_shapes(cfg)
+        self.stored: dict[str, str] = {}  # canonical name -> the source's
+        for name in self.shapes:
+            places = self.table.source_names(name, self.kind)
+            stored = next((p for p in places if src.has(p)), None)
+            if stored is None:
+                raise ModelFormatError(f"{src.path.name}: missing tensor {' or '.join(places)} ({name})")
+            self.stored[name] = stored
+
+    def __iter__(self):
+        return iter(self.shapes)
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.canonical(name, self.src.tensor(self.stored[name], self.cfg))
+
+    def canonical(self, name: str, w: np.ndarray) -> np.ndarray:
+        """The stored tensor `w` as the canonical `name`: transposed where Hugging Face stores [in, out], its part
+        of a fused tensor, and its shape checked."""
+        stored = self.stored[name]
+        if self.kind == HF and name.rsplit(".", 1)[-1] in self.table.HF_TRANSPOSED:
+            w = np.ascontiguousarray(w.T)  # stored [in, out]
+        if (fused := getattr(self.table, "fused_part", lambda name, cfg: None)(name, self.cfg)) is not None:
+            part, rows = fused
+            if w.shape[0] != sum(rows):
+                raise ModelFormatError(f"{self.src.path.name}: tensor {stored} has shape {w.shape}, expected "
+                                       f"({sum(rows)}, ...): the parts {rows} fused")
+            w = np.split(w, np.cumsum(rows)[:-1])[part]
+        if w.shape != self.shapes[name]:
+            raise ModelFormatError(f"{self.src.path.name}: tensor {stored} has shape {w.shape}, expected "
+                                   f"{self.shapes[name]}")
+        return w
+
+    def rows(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows start..stop-1 of a 2-D tensor [rows, cols]; a GGUF file's plain rows are read alone (a
+        vocabulary-sized matrix as float32 is hundreds of MB for a 0.5B model), anything else whole, then cut."""
+        shape = self.shapes[name]
+        stored = self.stored[name]
+        if (self.kind == GGUF and len(shape) == 2 and self.src.plain_rows(stored)
+                and not getattr(self.table, "fused_part", lambda name, cfg: None)(name, self.cfg)):
+            w = self.src.rows(stored, start, stop)
+            if w.shape != (stop - start, shape[1]):
+                raise ModelFormatError(f"{self.src.path.name}: tensor {stored} rows have shape {w.shape}, "
+                                       f"expected {(stop - start, shape[1])}")
+            return w
+        return self[name][start:stop]
+
+
+def weight_reader(src: Source) -> tuple[ModelConfig, Mapping[str, np.ndarray]]:
+    """The config and the canonical tensors of a source, read lazily (a WeightReader) from a GGUF file or a
+    Hugging Face directory; a SavedModel's are one checkpoint, read at once."""
+    cfg = read_config(src)
+    if isinstance(src, SavedModelDir):
+        return cfg, src.weights(cfg)
+    return cfg, WeightReader(src, cfg)
+
+
 def load_weights(
     path: str | Path | Source | None = None, progress: Callable[[int, int], None] | None = None
 ) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    """From a path (None: the embedded model) or a source already opened with `open_source`."""
-    if isinstance(path, (GGUFFile, HFDirectory, SavedModelDir)):
-        src = path
-        kind = GGUF if isinstance(path, GGUFFile) else HF if isinstance(path, HFDirectory) else None
-    else:
-        src, kind = open_source(resolve_model_path(path))
-    cfg = read_config(src)
+    """Every canonical tensor at once, from a path (None: the embedded model) or a source already opened with
+    `open_source`."""
+    src = path if isinstance(path, (GGUFFile, HFDirectory, SavedModelDir)) else open_source(
+        resolve_model_path(path))[0]
     if isinstance(src, SavedModelDir):  # its tensors are one checkpoint, read at once
+        cfg = read_config(src)
         weights = src.weights(cfg)
         if progress:
             progress(len(weights), len(weights))
         return cfg, weights
-    table = name_table(cfg.family)
-    shapes = table.expected_shapes(cfg)
-    stored_names: dict[str, str] = {}  # canonical name -> the source's, all checked before anything is read
-    for name in shapes:
-        places = table.source_names(name, kind)
-        stored = next((p for p in places if src.has(p)), None)
-        if stored is None:
-            raise ModelFormatError(f"{src.path.name}: missing tensor {' or '.join(places)} ({name})")
-        stored_names[name] = stored
+    cfg = read_config(src)
+    reader = WeightReader(src, cfg)
     weights: dict[str, np.ndarray] = {}
-    fused_part = getattr(table, "fused_part", lambda name, cfg: None)
-    # A GGUF file's tensors are dequantized on READ_THREADS threads (numpy lets go of the GIL), which shortens a
-    # start (docs/measurements/2026-12-02-start-up-and-memory.md). A fused tensor is read once for its parts.
+    # A GGUF file's tensors are dequantized on READ_THREADS threads (numpy lets go of the GIL): faster than one
+    # (docs/measurements/2026-12-02-start-up-and-memory.md). A fused tensor is read once for its consecutive parts.
     with ThreadPoolExecutor(READ_THREADS if isinstance(src, GGUFFile) else 1) as pool:
-        reads = [stored for stored, _ in itertools.groupby(stored_names.values())]  # as the loop takes them
+        reads = [stored for stored, _ in itertools.groupby(reader.stored.values())]  # as the loop takes them
         arrays = pool.map(lambda stored: src.tensor(stored, cfg), reads)
         last: tuple[str, np.ndarray] | None = None
-        for n, (name, shape) in enumerate(shapes.items()):
-            stored = stored_names[name]
+        for n, name in enumerate(reader.shapes):
+            stored = reader.stored[name]
             w = last[1] if last and last[0] == stored else next(arrays)
             last = (stored, w)
-            if kind == HF and name.rsplit(".", 1)[-1] in table.HF_TRANSPOSED:
-                w = np.ascontiguousarray(w.T)  # stored [in, out]
-            if (fused := fused_part(name, cfg)) is not None:
-                part, rows = fused
-                if w.shape[0] != sum(rows):
-                    raise ModelFormatError(f"{src.path.name}: tensor {stored} has shape {w.shape}, expected "
-                                           f"({sum(rows)}, ...): the parts {rows} fused")
-                w = np.split(w, np.cumsum(rows)[:-1])[part]
-            if w.shape != shape:
-                raise ModelFormatError(f"{src.path.name}: tensor {stored} has shape {w.shape}, expected {shape}")
-            weights[name] = w
+            weights[name] = reader.canonical(name, w)
             if progress:
-                progress(n + 1, len(shapes))
+                progress(n + 1, len(reader.shapes))
     return cfg, weights

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...models.model_config import ModelConfig
+from . import gptq
 from .attention import _rope
 
 TEXT = Path(__file__).with_name("calibration.txt")
@@ -35,7 +36,7 @@ def _norm(x: np.ndarray, eps: float) -> np.ndarray:
 
 
 def _moment(x: np.ndarray) -> np.ndarray:
-    return x.T @ x / len(x)
+    return gptq.moment(x)  # the blocks GPTQ reads
 
 
 def _times(x: np.ndarray, m: Matrix) -> np.ndarray:
@@ -59,7 +60,8 @@ class Calibration:
         self.mask = np.triu(np.full((n, n), -np.inf, np.float32), 1)
 
     def stream_moment(self) -> np.ndarray:
-        """E[x^T x] of the normed stream: what a layer's qkv, and the logits, read."""
+        """E[x^T x] of the normed stream (the diagonal blocks gptq.py reads): what a layer's qkv, and the logits,
+        read."""
         return _moment(_norm(self.x, self.cfg.norm_eps))
 
     def run_layer(self, layer: dict, down_block: np.ndarray, round_: Round) -> None:

@@ -132,7 +132,10 @@ class ProgramBuilder:
         """x [rows, in] @ (q * scale), rows at 8 bits as XNNPACK rounds them (asymmetric, one scale a row)."""
         s = self.s
         quant = s.QuantizationParametersT()
-        quant.scale, quant.zeroPoint, quant.quantizedDimension = scale.tolist(), [0] * len(scale), 0
+        # numpy arrays, not lists: the generated Pack writes a list element by element in Python (a vocabulary's
+        # worth of scales took seconds), an array in one copy
+        quant.scale, quant.zeroPoint = np.asarray(scale, np.float32), np.zeros(len(scale), np.int64)
+        quant.quantizedDimension = 0
         w = self._tensor(q.shape[::-1], s.TensorType.INT8, np.ascontiguousarray(q.T), quant)  # [out, in]
         options = s.FullyConnectedOptionsT()
         options.asymmetricQuantizeInputs = True
@@ -181,6 +184,8 @@ class ProgramBuilder:
 
         self.graph.inputs, self.graph.outputs = self.inputs, list(outputs)
         self.model.subgraphs = [self.graph]
-        builder = flatbuffers.Builder(1 << 20)
+        # Sized for every buffer at once: the builder doubles its bytearray (a copy each time) when it runs out.
+        data = sum(b.data.nbytes for b in self.model.buffers if b.data is not None)
+        builder = flatbuffers.Builder(data + (1 << 20))
         builder.Finish(self.model.Pack(builder), file_identifier=b"TFL3")
         return bytes(builder.Output())

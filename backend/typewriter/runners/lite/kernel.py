@@ -1,10 +1,12 @@
-"""int8-lite's attention kernel (attention.c), called through ctypes (which lets go of the GIL for the call).
+"""int8-lite's kernels, called through ctypes (which lets go of the GIL for the call): attention (attention.c),
+and GPTQ's rounding loop while the programs are made (gptq.c), in one library.
 
-The library is named by a hash of the source and the compiler flags, `attention-<hash>.so`. `load` takes the one
-built beside the source ahead of time (`python -m typewriter.runners.lite.kernel`: the container image's way,
+The library is named by a hash of the sources and the compiler flags, `kernels-<hash>.so`. `load` takes the one
+built beside the sources ahead of time (`python -m typewriter.runners.lite.kernel`: the container image's way,
 which needs no compiler at run time), else builds one with the machine's `cc` into `kernels/` of the program cache
-on first use. Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why once in the
-log and returns None, and attention runs in numpy (attention.py), slower at long contexts.
+on first use. Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why
+once in the log and returns None: attention runs in numpy (attention.py), slower at long contexts, and GPTQ's loop
+too (gptq.py), slower to make the programs.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import os
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 log = logging.getLogger("typewriter.lite")
-SOURCE = Path(__file__).with_name("attention.c")
+SOURCE_DIR = Path(__file__).parent
+SOURCES = ("attention.c", "gptq.c")  # one library: attention for every step, GPTQ's loop while programs are made
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-pthread")
 TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
 _P = ctypes.c_void_p
@@ -45,6 +49,10 @@ class Kernel:
         self.library.typewriter_set_split_work.argtypes = [ctypes.c_int64]
         self.library.typewriter_set_wide.argtypes = [ctypes.c_int]
         self.wide = bool(self.library.typewriter_wide())  # AVX-512: 16 lanes, the same bits (attention.c)
+        self._gptq = self.library.typewriter_gptq
+        self._gptq.restype = None
+        self._gptq.argtypes = [_P, _P, ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                               _P, _P, _P, _P]
 
     def set_wide(self, on: bool) -> None:
         """Use the AVX-512 routine where the CPU has it (the default), or keep to the AVX2 one (tests)."""
@@ -101,6 +109,33 @@ class Kernel:
         return out
 
 
+    def gptq(self, w: np.ndarray, u: np.ndarray, scale: np.ndarray, inv_scale: np.ndarray, q: np.ndarray,
+             threads: int = 2) -> None:
+        """GPTQ's rounding loop (gptq.c) over w [groups, g, out] float32 (updated in place) with u [groups, g, g]
+        float32, scale and inv_scale [out] float32, into q [groups, g, out] int8; the columns split between
+        `threads` threads (ctypes lets go of the GIL)."""
+        groups, g, out = w.shape
+        for a in (w, u, scale, inv_scale, q):
+            if not a.flags.c_contiguous:
+                raise ValueError("gptq's arrays must be contiguous")
+        if u.shape != (groups, g, g) or scale.shape != (out,) or inv_scale.shape != (out,) or q.shape != w.shape:
+            raise ValueError(f"gptq: w {w.shape}, u {u.shape}, scale {scale.shape}, q {q.shape} do not match")
+        if w.dtype != np.float32 or u.dtype != np.float32 or q.dtype != np.int8:
+            raise ValueError("gptq takes float32 w and u and an int8 q")
+        bounds = np.linspace(0, out, max(1, min(threads, out)) + 1).astype(np.int64)
+
+        def run(c0: int, c1: int) -> None:
+            scratch = np.empty(512, np.float32)  # gptq.c's TILE_COLUMNS
+            self._gptq(w.ctypes.data, u.ctypes.data, groups, g, out, int(c0), int(c1), scale.ctypes.data,
+                       inv_scale.ctypes.data, q.ctypes.data, scratch.ctypes.data)
+
+        if len(bounds) == 2:
+            run(0, out)
+            return
+        with ThreadPoolExecutor(len(bounds) - 1, thread_name_prefix="typewriter-gptq") as pool:
+            list(pool.map(run, bounds[:-1], bounds[1:]))
+
+
 class Rows:
     """A step's rows for `Kernel.layer`, made once and used for every layer: token i of slot slots[i] at
     positions[i] (int64, contiguous, kept alive here while C reads them), and the scratch their q goes through."""
@@ -150,7 +185,7 @@ def load(folder: str | None) -> Kernel | None:
     """The kernel: the one built beside its source (the container image has it, see `main`), else one built into
     `folder` (None: a temporary folder) unless already there; None where it cannot be."""
     reason = _cpu_lacks()
-    if reason is None and (beside := _library(SOURCE.parent)).exists():
+    if reason is None and (beside := _library(SOURCE_DIR)).exists():
         return Kernel(beside)
     if reason is None and shutil.which("cc") is None:
         reason = "no C compiler (cc) on PATH, and none built beside attention.c"
@@ -181,19 +216,22 @@ def _cpu_lacks() -> str | None:
 
 
 def _library(folder: Path) -> Path:
-    """Where the library of this source and these flags is kept in `folder`."""
-    return folder / f"attention-{hashlib.sha256(SOURCE.read_bytes() + ' '.join(FLAGS).encode()).hexdigest()[:16]}.so"
+    """Where the library of these sources and these flags is kept in `folder`."""
+    sources = b"".join((SOURCE_DIR / name).read_bytes() for name in SOURCES)
+    return folder / f"kernels-{hashlib.sha256(sources + ' '.join(FLAGS).encode()).hexdigest()[:16]}.so"
 
 
 def _compile(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        subprocess.run(["cc", *FLAGS, "-o", str(staging), str(SOURCE), "-lm"], capture_output=True, text=True,
-                       check=True, timeout=120)
+        subprocess.run(["cc", *FLAGS, "-o", str(staging), *(str(SOURCE_DIR / name) for name in SOURCES), "-lm"],
+                       capture_output=True, text=True, check=True, timeout=120)
         os.replace(staging, path)  # whole or not there: two processes building at once both succeed
-        for older in path.parent.glob("attention-*.so"):  # built from an older source: a running server keeps
-            if older != path:  # its mapping, and a later start of that version builds its own again
+        # built from older sources (attention-*.so: before GPTQ joined the library): a running server keeps its
+        # mapping, and a later start of that version builds its own again
+        for older in [*path.parent.glob("kernels-*.so"), *path.parent.glob("attention-*.so")]:
+            if older != path:
                 older.unlink(missing_ok=True)
     except subprocess.CalledProcessError as e:
         raise OSError(e.stderr.strip().splitlines()[-1] if e.stderr.strip() else f"cc exited {e.returncode}") from e
@@ -205,7 +243,7 @@ def _compile(path: Path) -> None:
 def main() -> None:
     """`python -m typewriter.runners.lite.kernel`: build the library beside attention.c (the Dockerfile's build stage,
     so the image needs no compiler)."""
-    path = _library(SOURCE.parent)
+    path = _library(SOURCE_DIR)
     _compile(path)
     Kernel(path)  # it loads
     print(path)

@@ -13,19 +13,27 @@ Programs (rows resizable): `first` x~ -> qkv of layer 0; `layer i` (x~, attentio
 layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits. They take the matrices already rounded,
 (int8 [in, out], scale [out]) pairs: programs.py rounds them (gptq.py, or to nearest).
 
-With `two_pass` (int8-lite; int8-lite-fast has none) the matrices q/k/v, o and down take their rows to about 16
-bits (flatbuffer.py); gate, up and the logits stay at XNNPACK's 8 bits. Of the matrices, these three gained the
-most quality (bench/quality.py) for the step time they cost
-(docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+With `two_pass` (int8-lite; int8-lite-fast has none) the matrices q/k/v, o and down and the logits take their rows
+to about 16 bits (flatbuffer.py); gate and up stay at XNNPACK's 8 bits. Of the layers' matrices, those three gained
+the most quality (bench/quality.py) for the step time they cost
+(docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md); the logits' rows took a 0.5B model with a 151,936-row
+vocabulary to llama.cpp's KL from fp32 (docs/measurements/2026-12-04-a-school-sized-model.md).
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
 from ...models.model_config import ModelConfig
 from ...models.rotation import Rotation
+from ...weights.load import WeightReader
 from .flatbuffer import ProgramBuilder
+
+# Rows of a vocabulary-sized matrix folded at once: the whole of a 150k-token vocabulary in float32 is over
+# 500 MB for a 0.5B model, a slice of this many a few tens of MB.
+CHUNK_ROWS = 16384
 
 
 class RotationFolder:
@@ -34,7 +42,8 @@ class RotationFolder:
     bias); `output()` the logits matrix; `embeddings()` the rotated embedding rows (float16). Each rotation is
     applied by blocks (models/rotation.py), not as a dense matrix."""
 
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray]):
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray]):
+        """`weights`: the canonical tensors, a dict or a WeightReader that reads each only when it is needed."""
         self.cfg, self.weights = cfg, weights
         self.stream = Rotation.of(cfg.dim)
         self.head = Rotation.of(cfg.head_dim).inner  # a Hadamard inside each head
@@ -46,8 +55,9 @@ class RotationFolder:
 
     def layer(self, i: int) -> dict:
         cfg = self.cfg
-        w = {k.split(".", 2)[2]: np.asarray(a, np.float32) for k, a in self.weights.items()
-             if k.startswith(f"layers.{i}.")}  # asarray: the file's float32 arrays are read, never copied
+        # asarray: the file's float32 arrays are read, never copied
+        w = {k.split(".", 2)[2]: np.asarray(self.weights[k], np.float32) for k in self.weights
+             if k.startswith(f"layers.{i}.")}
         g1, g2 = w["attention_norm"], w["ffn_norm"]
         wv = _times_blocks(w["wv"].T, self.head)  # [d, k * e], each head's V rotated
         layer = {
@@ -62,24 +72,44 @@ class RotationFolder:
             layer["bqkv"] = np.concatenate([w["bq"], w["bk"], bv]).astype(np.float32)
         return layer
 
-    def output(self) -> np.ndarray:
-        out = self.weights["tok_embeddings" if self.cfg.tie_embeddings else "output"]
-        return self._into(np.asarray(out, np.float32).T, np.asarray(self.weights["norm"], np.float32))
+    def output(self, columns: int = CHUNK_ROWS) -> Iterator[tuple[int, int, np.ndarray]]:
+        """The logits matrix [d, v] a slice of columns at a time: (start, stop, its columns [d, stop - start]).
+        A vocabulary's worth at once, in float32 and rotated, would be several copies of hundreds of MB."""
+        name = "tok_embeddings" if self.cfg.tie_embeddings else "output"
+        norm = np.asarray(self.weights["norm"], np.float32)
+        for start in range(0, self.cfg.vocab_size, columns):
+            stop = min(start + columns, self.cfg.vocab_size)
+            yield start, stop, self._into(_rows(self.weights, name, start, stop).T, norm)
 
-    def embeddings(self) -> np.ndarray:
-        return self.stream.numpy(np.asarray(self.weights["tok_embeddings"], np.float32)).astype(np.float16)
+    def embeddings(self, rows: int = CHUNK_ROWS) -> np.ndarray:
+        """The rotated embedding rows [v, d], float16, made a slice of rows at a time."""
+        out = np.empty((self.cfg.vocab_size, self.cfg.dim), np.float16)
+        for start in range(0, self.cfg.vocab_size, rows):
+            stop = min(start + rows, self.cfg.vocab_size)
+            out[start:stop] = self.stream.numpy(_rows(self.weights, "tok_embeddings", start, stop))
+        return out
+
+
+def _rows(weights: Mapping[str, np.ndarray], name: str, start: int, stop: int) -> np.ndarray:
+    """Rows start..stop-1 of a 2-D tensor as float32, read alone where the weights are a WeightReader."""
+    if isinstance(weights, WeightReader):
+        return np.asarray(weights.rows(name, start, stop), np.float32)
+    return np.asarray(weights[name][start:stop], np.float32)
 
 
 def _blocks_times(block: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """diag(block, block, ...)^T @ m for m [times * b, out]."""
-    b = block.shape[0]
-    return (block.T @ m.reshape(-1, b, m.shape[1])).reshape(m.shape)
+    """diag(block, block, ...)^T @ m for m [times * b, out], as one matrix product (a stack of small ones went
+    through numpy's loop, several times slower)."""
+    b, out = block.shape[0], m.shape[1]
+    times = m.shape[0] // b
+    side = m.reshape(times, b, out).transpose(1, 0, 2).reshape(b, times * out)  # [b, times * out]
+    return np.ascontiguousarray((block.T @ side).reshape(b, times, out).transpose(1, 0, 2)).reshape(m.shape)
 
 
 def _times_blocks(m: np.ndarray, block: np.ndarray) -> np.ndarray:
     """m @ diag(block, block, ...) for m [n, times * b]."""
     b = block.shape[0]
-    return (m.reshape(m.shape[0], -1, b) @ block).reshape(m.shape)
+    return (np.ascontiguousarray(m).reshape(-1, b) @ block).reshape(m.shape)
 
 
 def _int8(p: ProgramBuilder, x: int, w: tuple[np.ndarray, np.ndarray], two_pass: bool = False) -> int:
@@ -114,6 +144,7 @@ def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_bl
     return p.finish([x, _qkv(p, cfg, x, following, two_pass)])
 
 
-def logits_program(cfg: ModelConfig, output: tuple[np.ndarray, np.ndarray], rows: int = 1) -> bytes:
+def logits_program(cfg: ModelConfig, output: tuple[np.ndarray, np.ndarray], two_pass: bool = True,
+                   rows: int = 1) -> bytes:
     p = ProgramBuilder(rows)
-    return p.finish([_int8(p, p.rms(p.input(cfg.dim), cfg.norm_eps), output)])
+    return p.finish([_int8(p, p.rms(p.input(cfg.dim), cfg.norm_eps), output, two_pass)])

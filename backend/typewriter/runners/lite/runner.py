@@ -10,19 +10,22 @@ rows. The calls run on the engine thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from ...engine.runner import PrefillChunk, StepOutput
 from ...models.model_config import ModelConfig
 from .attention import HostCache
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel
 from .kernel import load as load_kernel
-from ...engine.runner import PrefillChunk, StepOutput
-from .interpreter import lite_interpreter
+from .interpreter import lite_interpreter, release_mapped
 from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
@@ -36,8 +39,8 @@ FORMATS = (FORMAT, FAST)
 class _Interpreter:
     """One interpreter and its inputs and outputs, resized to `rows` when a call has another count."""
 
-    def __init__(self, content: bytes, threads: int):
-        self.it = lite_interpreter(content, threads)
+    def __init__(self, program: Path, threads: int):
+        self.it = lite_interpreter(program, threads)
         self.inputs = [d["index"] for d in self.it.get_input_details()]
         self.widths = [int(d["shape"][1]) for d in self.it.get_input_details()]
         self.outputs = [d["index"] for d in self.it.get_output_details()]
@@ -61,12 +64,13 @@ class LiteRunner:
 
     compiler = None  # nothing compiles while it serves
 
-    def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray] | None, slots: int, max_len: int,
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
                  programs: ProgramSet | None = None, kernel: Kernel | None | str = "auto",
                  calibration: list[int] | None = None, weight_format: str = FORMAT):
-        """From the model's `weights`, or from `programs` made before (programs.py's cache). `kernel`: the
-        attention kernel (kernel.py), "auto" for one built in a temporary folder, None for numpy's attention.
+        """From the model's `weights` (its programs are then made in a temporary folder), or from `programs` made
+        before (program_cache.py). `kernel`: the attention kernel (kernel.py), "auto" for one built in a temporary
+        folder, None for numpy's attention.
         `calibration`: token ids to round the weights by (programs.make_programs; None: to nearest).
         `weight_format`: FORMAT or FAST (which rows go to 16 bits, layers.py); with `programs`, what they were
         made as."""
@@ -77,14 +81,19 @@ class LiteRunner:
         t0 = time.perf_counter()
         self.weight_format = weight_format
         self.cfg, self._max_chunk = cfg, max_chunk
-        self.flatbuffers = programs or make_programs(cfg, weights, lambda i, n: _report(progress, i, n), calibration,
-                                                       two_pass=weight_format == FORMAT)
-        self.embeddings = self.flatbuffers.embeddings  # [v, d] float16, rows already rotated
-        self.first = _Interpreter(self.flatbuffers.first, threads)
-        self.layers = [_Interpreter(layer, threads) for layer in self.flatbuffers.layers]
-        self.logits = _Interpreter(self.flatbuffers.logits, threads)
         if kernel == "auto":
             kernel = load_kernel(None)
+        with contextlib.ExitStack() as made_here:
+            if programs is None:  # made in a folder that is gone once its files are mapped
+                folder = Path(made_here.enter_context(tempfile.TemporaryDirectory(prefix="typewriter-lite-")))
+                programs = make_programs(cfg, weights, folder, lambda i, n: report_progress(progress, i, n),
+                                         calibration, two_pass=weight_format == FORMAT, kernel=kernel)
+            self.programs = programs
+            self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped
+            self.first = _Interpreter(programs.first, threads)
+            self.layers = [_Interpreter(programs.layer(i), threads) for i in range(programs.n_layers)]
+            self.logits = _Interpreter(programs.logits, threads)
+            release_mapped(programs.folder)
         if kernel and cfg.head_dim % KERNEL_TILE:
             log.warning("int8-lite's attention kernel takes heads of a multiple of %d channels, %s has %d: "
                         "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
@@ -107,6 +116,12 @@ class LiteRunner:
     @property
     def max_chunk(self) -> int:
         return self._max_chunk
+
+    def reset_cache(self, slots: int) -> None:
+        """A fresh, empty K/V cache of `slots` slots (before serving: after the capacity probe, whose writes it
+        drops, and with the slot count the probe chose)."""
+        cache = self.cache
+        self.cache = HostCache(self.cfg, slots, cache.max_len, cache.kernel, cache.threads)
 
     def describe(self) -> dict:
         attention = "kernel" if self.cache.kernel else "numpy"
@@ -187,7 +202,7 @@ class LiteRunner:
         self.cache.copy_slot(source, target)
 
 
-def _report(progress: Callable[[str], None], done: int, total: int) -> None:
+def report_progress(progress: Callable[[str], None], done: int, total: int) -> None:
     if done == 0:
         progress(f"{FORMAT}: rotating the weights")
     elif done % max(1, total // 5) == 0 or done == total:

@@ -69,7 +69,7 @@ class Tool(_message.Message):
     def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
 
 class Params(_message.Message):
-    __slots__ = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop")
+    __slots__ = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop", "loop_guard")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
     TOP_P_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +77,7 @@ class Params(_message.Message):
     REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    LOOP_GUARD_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     temperature: float
     top_p: float
@@ -84,7 +85,8 @@ class Params(_message.Message):
     repetition_penalty: float
     seed: int
     stop: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+    loop_guard: bool
+    def __init__(self, max_new_tokens: _Optional[int] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., loop_guard: _Optional[bool] = ...) -> None: ...
 
 class StopRequest(_message.Message):
     __slots__ = ("id",)
