@@ -41,6 +41,8 @@ def run(engine, tokenizer, rows: int, constrained: int, tokens: int) -> dict:
     full = [s for s, n in steps if n == rows]
     full = full[len(full) // 4:]  # after every prompt was prefilled
     ms = sorted(s * 1000 for s in full)
+    if not ms:  # answers too short to see a step with every row decoding
+        return {"rows": rows, "constrained": constrained, "steps": 0}
     return {"rows": rows, "constrained": constrained, "steps": len(ms), "median_ms": round(statistics.median(ms), 2),
             "p95_ms": round(ms[int(0.95 * (len(ms) - 1))], 2)}
 
