@@ -137,6 +137,7 @@ def test_content_parts_are_joined_and_developer_is_a_system_message():
     ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id", "invalid_request"),
     ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "x"}]}, "tools", "not_supported"),
     ({"messages": [{"role": "function", "content": "42"}]}, "messages[0].role", "invalid_request"),
+    ({"messages": [{"role": ["user"], "content": "42"}]}, "messages[0].role", "invalid_request"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0].content[0]", "invalid_request"),
     ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"},

@@ -165,7 +165,7 @@ def _message(i: int, message: object) -> p.ChatMessage:
             raise BadField(f"{where}.{name}", "not supported (function_call is tool_calls' old name; audio is not "
                                               "read); leave it out", "not_supported")
     role = message.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         kinds = "function messages are tool messages now; " if role == "function" else ""
         raise BadField(f"{where}.role", f"{kinds}must be one of {', '.join(ROLES)}, got {p._short(role)}")
     calls = message.get("tool_calls") or []

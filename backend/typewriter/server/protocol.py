@@ -228,7 +228,8 @@ def _parse_message(i: int, message: object, chat_id: str) -> ChatMessage:
     if not isinstance(message, dict):
         raise ProtocolError("invalid_request", f"messages[{i}]: must be an object with role and content", chat_id)
     known = {"assistant": ("role", "content", "tool_calls"), "tool": ("role", "content", "tool_call_id")}
-    fields = known.get(message.get("role"), ("role", "content"))
+    role = message.get("role")
+    fields = known.get(role, ("role", "content")) if isinstance(role, str) else ("role", "content")
     extra = sorted(k for k in message if k not in fields)
     if extra:
         raise ProtocolError("invalid_request", f"messages[{i}].{extra[0]}: unknown field; known: {', '.join(fields)}",

@@ -166,7 +166,7 @@ def _item(where: str, item: object, before: list[p.ChatMessage]) -> list[p.ChatM
     if kind != "message":
         raise BadField(f"{where}.type", "only message, function_call and function_call_output items are supported")
     role = item.get("role")
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise BadField(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {p._short(role)}")
     return [p.ChatMessage(ROLES[role], _content(where, item.get("content")))]
 

@@ -135,7 +135,8 @@ def _choice(value: object, names: list[str], flat: bool) -> tuple[str, str | Non
         return value, None
     name = None
     if isinstance(value, dict) and value.get("type") == "function":
-        name = value.get("name") if flat else (value.get("function") or {}).get("name")
+        function = value if flat else value.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
     if not isinstance(name, str):
         shape = '{"type": "function", "name": ...}' if flat else '{"type": "function", "function": {"name": ...}}'
         raise InvalidRequest("tool_choice", f"must be none, auto, required or {shape}")
@@ -155,6 +156,10 @@ def _flag(spec: dict, key: str, where: str, default: bool = False) -> bool:
 
 def _schema_text(schema: dict, strict: bool) -> str:
     """Strict: a schema keyword the engine cannot enforce is refused. Not strict: it is ignored (`lenient`)."""
+    options = schema.get("x-guidance", {})
+    if not isinstance(options, dict):
+        raise InvalidRequest("response_format.json_schema.schema.x-guidance", "must be an object of llguidance's "
+                                                                             "JSON options")
     if not strict:
-        schema = {**schema, "x-guidance": {**schema.get("x-guidance", {}), "lenient": True}}
+        schema = {**schema, "x-guidance": {**options, "lenient": True}}
     return json.dumps(schema, ensure_ascii=False)
