@@ -21,6 +21,9 @@ Measures, per server and class size (all on the client's clock):
                    length or stop, timeout for one past --request-timeout, connect for a failed connection; a
                    student whose turn fails stops there
   capacity         the largest class size with inter-token p95 < 100 ms, TTFT p95 < 1 s and no errors
+  constrained      with --constrained F: every (1/F)th student asks each answer as JSON under ANSWER_SCHEMA
+                   (`response_format` json_schema, on both servers); how many such answers parse and validate,
+                   and how many ran out of --max-new-tokens
 
 Our server is started at its defaults (`typewriter serve --max-context 2048`: it sizes its slots by the step times
 it measures) unless --max-active is given or --ours names a running one. llama-server (scripts/build-llama-server.sh builds it) is restarted for each
@@ -68,6 +71,12 @@ QUESTIONS = [
     "How does the water cycle work?",
 ]
 METRICS = ("typewriter_prefix_reused_tokens_total", "typewriter_prompt_tokens_total")
+# A constrained student's answer: the explanation and a question back, as a tutoring app would show them.
+ANSWER_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["explanation", "check_question"],
+                 "properties": {"explanation": {"type": "string", "maxLength": 600},
+                                "check_question": {"type": "string", "maxLength": 200}}}
+RESPONSE_FORMAT = {"type": "json_schema", "json_schema": {"name": "tutor_answer", "schema": ANSWER_SCHEMA,
+                                                          "strict": True}}
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,7 @@ class Plan:
     start_s: float
     questions: list[str]
     pauses_s: list[float]
+    response_format: dict | None = None  # RESPONSE_FORMAT for a constrained student
 
 
 def classroom(students: int, args: argparse.Namespace) -> list[Plan]:
@@ -85,7 +95,8 @@ def classroom(students: int, args: argparse.Namespace) -> list[Plan]:
         picks = rng.sample(QUESTIONS, min(args.turns, len(QUESTIONS)))  # no repeats unless turns > questions
         questions = [picks[k % len(picks)] for k in range(args.turns)]
         pauses = [rng.uniform(*args.pause) for _ in range(args.turns - 1)]
-        plans.append(Plan(rng.uniform(0, args.jitter), questions, pauses))
+        constrained = args.constrained > 0 and i % round(1 / args.constrained) == 0
+        plans.append(Plan(rng.uniform(0, args.jitter), questions, pauses, RESPONSE_FORMAT if constrained else None))
     return plans
 
 
@@ -100,7 +111,7 @@ async def student(chat, plan: Plan, system_prompt: str, turns: list[Turn]) -> No
                 if k:
                     await asyncio.sleep(plan.pauses_s[k - 1])
                 messages.append({"role": "user", "content": question})
-                turn = await chat.ask(list(messages))
+                turn = await chat.ask(list(messages), plan.response_format)
                 turns.append(turn)
                 if turn.error:
                     return
@@ -142,7 +153,8 @@ def measure_ours(ws_url: str, plans: list[Plan], args: argparse.Namespace, syste
     http_url = "http" + ws_url[2:].rsplit("/", 1)[0]
     before, load = read_metrics(http_url), os.getloadavg()[0]
     turns, wall_s = asyncio.run(run_class(lambda: TypewriterChat(ws_url, args.params), plans, system_prompt))
-    return summarise(turns, wall_s, prefix_hit(before, read_metrics(http_url))) | {"load_before": load}
+    return summarise(turns, wall_s, prefix_hit(before, read_metrics(http_url))) | {"load_before": load} \
+        | constrained_answers(turns)
 
 
 def measure_peer(binary: str, model: str, unified: bool, plans: list[Plan], args: argparse.Namespace,
@@ -151,7 +163,22 @@ def measure_peer(binary: str, model: str, unified: bool, plans: list[Plan], args
     with server.start(args.ready_timeout):
         load = os.getloadavg()[0]
         turns, wall_s = asyncio.run(run_class(lambda: LlamaChat(server.http_url, args.params), plans, system_prompt))
-    return summarise(turns, wall_s, None) | {"load_before": load, "log": str(server.log)}
+    return summarise(turns, wall_s, None) | {"load_before": load, "log": str(server.log)} | constrained_answers(turns)
+
+
+def constrained_answers(turns: list[Turn]) -> dict:
+    """Of the constrained answers: how many, how many parse and validate, how many ran out of length."""
+    import jsonschema
+
+    asked = [t for t in turns if t.constrained and not t.error]
+    valid = 0
+    for turn in asked:
+        try:
+            jsonschema.validate(json.loads(turn.text), ANSWER_SCHEMA)
+            valid += 1
+        except (ValueError, jsonschema.ValidationError):
+            pass
+    return {"constrained": {"answers": len(asked), "valid": valid, "length": sum(t.reason == "length" for t in asked)}}
 
 
 def progress(name: str, students: int, s: dict) -> None:
@@ -247,8 +274,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=positive, default=2, metavar="N", help="llama-server -t (default 2)")
     p.add_argument("--ready-timeout", type=float, default=900.0, metavar="S",
                    help="seconds to wait for a server to be ready")
+    p.add_argument("--constrained", type=float, default=0.0, metavar="F",
+                   help="the share of students whose answers are JSON under a schema, e.g. 0.25 (default 0)")
     p.add_argument("--json", type=Path, metavar="PATH", help="also write every number as JSON here")
     args = p.parse_args(argv)
+    if not 0 <= args.constrained <= 1:
+        p.error(f"--constrained: want a share from 0 to 1, got {args.constrained}")
     args.params = Params(args.max_new_tokens, args.request_timeout)
     return args
 

@@ -27,6 +27,8 @@ class Turn:
     dropped_messages: int = 0  # oldest messages our server left out to fit the context (llama-server refuses)
     error: str | None = None  # a code; None when the answer ended normally
     detail: str = ""  # the server's message for the error, to act on
+    constrained: bool = False  # asked with a response_format
+    reason: str = ""  # how it ended, in the server's words (length: cut by max_new_tokens)
 
     def on_text(self, sent: float, last: float | None) -> float:
         """Record a non-empty delta that arrived now; returns now, the new `last`."""
@@ -59,7 +61,7 @@ class TypewriterChat:
     async def __aexit__(self, *exc) -> None:
         await self.ws.close()
 
-    async def ask(self, messages: list[dict]) -> Turn:
+    async def ask(self, messages: list[dict], response_format: dict | None = None) -> Turn:
         from websockets.exceptions import ConnectionClosed
 
         self.count += 1
@@ -67,7 +69,9 @@ class TypewriterChat:
         frame = {"type": "chat", "id": f"turn-{self.count}", "messages": messages,
                  "params": {"max_new_tokens": self.params.max_new_tokens, "temperature": 0,
                             "repetition_penalty": 1.0, "loop_guard": False}}  # the same work as llama-server's
-        turn, sent, last = Turn(), time.perf_counter(), None
+        if response_format is not None:
+            frame["response_format"] = response_format
+        turn, sent, last = Turn(constrained=response_format is not None), time.perf_counter(), None
         try:
             async with asyncio.timeout(self.params.timeout_s):
                 await self.ws.send(json.dumps(frame))
@@ -84,6 +88,7 @@ class TypewriterChat:
                         usage = message.get("usage", {})
                         turn.completion_tokens = usage.get("completion_tokens", 0)
                         turn.prompt_tokens = usage.get("prompt_tokens", 0)
+                        turn.reason = message.get("reason", "")
                         if message.get("reason") not in OK_REASONS:
                             turn.error = f"end_{message.get('reason')}"
                         return turn
@@ -114,13 +119,15 @@ class LlamaChat:
     async def __aexit__(self, *exc) -> None:
         await self.client.aclose()
 
-    async def ask(self, messages: list[dict]) -> Turn:
+    async def ask(self, messages: list[dict], response_format: dict | None = None) -> Turn:
         import httpx
 
         body = {"messages": messages, "max_tokens": self.params.max_new_tokens, "temperature": 0,
                 "repeat_penalty": 1.0, "cache_prompt": True, "stream": True,
                 "stream_options": {"include_usage": True}}
-        turn, sent, last = Turn(), time.perf_counter(), None
+        if response_format is not None:  # llama-server reads OpenAI's json_schema and makes a grammar of it
+            body["response_format"] = response_format
+        turn, sent, last = Turn(constrained=response_format is not None), time.perf_counter(), None
         try:
             async with asyncio.timeout(self.params.timeout_s):
                 async with self.client.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -140,6 +147,7 @@ class LlamaChat:
                             turn.detail = chunk["error"].get("message", "")
                             return turn
                         for choice in chunk.get("choices") or ():
+                            turn.reason = choice.get("finish_reason") or turn.reason
                             if text := (choice.get("delta") or {}).get("content"):
                                 turn.text += text
                                 last = turn.on_text(sent, last)

@@ -93,6 +93,7 @@ const ERROR_TEXT = /** @type {Record<string, string>} */ ({
   rate_limited: "That's a lot of questions in a short time. Take a moment, then ask again.",
   shutdown: "The tutor is restarting. It will reconnect by itself in a moment; then ask again.",
   internal: "Something went wrong on the tutor's side. Please try again.",
+  not_supported: "The tutor can't do what the page asked for (a tool or answer format this model lacks).",
   disconnected: "The connection dropped before the answer finished. It will reconnect by itself; then try again.",
 });
 

@@ -1,5 +1,5 @@
 """What several test files need: protocol v1 frames, reading them until a chat ends, waiting for a condition,
-and recording an engine request's events."""
+recording an engine request's events, and a hand-moved clock for an engine driven step by step."""
 
 from __future__ import annotations
 
@@ -11,8 +11,27 @@ from collections.abc import Callable
 from contextlib import contextmanager
 
 from typewriter.engine.request import Finished, Token
+from typewriter.engine.step_cost import SEEN
 
 WAIT_S = 10.0  # generous: only reached when something is broken
+
+
+class Clock:
+    """Time that moves only when a test moves it."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def instant_steps(costs) -> None:
+    """On the hand-moved clock every step takes no time: tell the step costs so, as the engine would after a few
+    steps, so that the token budget alone bounds a chunk here (the time bound has tests of its own)."""
+    costs.observe(1, [], 0.0)
+    for _ in range(SEEN):
+        costs.observe(1, [(0, 1)], 0.0)
 
 
 def wait_until(condition: Callable[[], object], what: str = "the condition", timeout: float = WAIT_S,

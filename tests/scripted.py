@@ -162,6 +162,7 @@ class ScriptTokenizer:
 
     name = "scripted"
     default_system_prompt = "Be a tutor."
+    tool_format = None  # its answers are fixed: it calls no tools
     max_prompt_words = 4096
 
     def __init__(self, pieces: Sequence[str]):
@@ -171,7 +172,7 @@ class ScriptTokenizer:
         self.vocab_size = self.eos + 1 + self.max_prompt_words
         self.calls: list[tuple[list[dict[str, str]], str | None]] = []
 
-    def encode_chat(self, messages, system=None) -> list[int]:
+    def encode_chat(self, messages, system=None, tools=None) -> list[int]:
         self.calls.append((list(messages), system))
         ids = []
         for m in messages:

@@ -13,7 +13,7 @@ import queue
 import threading
 
 import pytest
-from helpers import Recorder, wait_until
+from helpers import Clock, Recorder, instant_steps, wait_until
 from scripted import letter_runner, letters
 from tiny_model import (
     IM_END, VOCAB_SIZE, byte_token, greedy_loop, random_weights, tiny_config, write_gguf, write_hf_dir,
@@ -27,16 +27,6 @@ from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
 from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights import load_weights
-
-
-class Clock:
-    """Time that moves only when a test moves it."""
-
-    def __init__(self):
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +45,6 @@ def make_engine(tokenizer):
         return engine
 
     return make
-
-
-def instant_steps(costs) -> None:
-    """On the hand-moved clock every step takes no time: tell the step costs so, as the engine would after a few
-    steps, so that the token budget alone bounds a chunk here (the time bound has tests of its own)."""
-    costs.observe(1, [], 0.0)
-    for _ in range(SEEN):
-        costs.observe(1, [(0, 1)], 0.0)
 
 
 def request(tokenizer, rid, text, **params) -> GenerationRequest:

@@ -40,7 +40,8 @@ def test_a_completion_is_one_chat_completion_with_the_answer_usage_and_finish_re
     assert body["model"] == "SmolLM2-135M-Instruct"  # the id of Settings, not the engine's name
     assert body["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "Hello, world!"},
                                 "logprobs": None, "finish_reason": "stop"}]
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
     assert engine.tokenizer.calls == [([{"role": "user", "content": "say hello"}], "Be brief.")]
 
 
@@ -65,7 +66,8 @@ def test_include_usage_adds_a_last_chunk_with_usage_and_no_choices():
         events = events_of(completion(client, stream=True, stream_options={"include_usage": True}))
     *chunks, usage, done = events
     assert done == "[DONE]"
-    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 3, "completion_tokens": 5,
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens_details": {"cached_tokens": 0},
+                                                         "prompt_tokens": 3, "completion_tokens": 5,
                                                            "total_tokens": 8}
     assert all(c["usage"] is None for c in chunks)
 
@@ -111,18 +113,31 @@ def test_content_parts_are_joined_and_developer_is_a_system_message():
     ({"stop": [""]}, "stop", "invalid_request"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "invalid_request"),
     ({"presence_penalty": 1}, "presence_penalty", "invalid_request"),
-    ({"n": 2}, "n", "invalid_request"),
-    ({"logprobs": True}, "logprobs", "invalid_request"),
-    ({"logit_bias": {"1": 5}}, "logit_bias", "invalid_request"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "invalid_request"),
-    ({"response_format": {"type": "json_object"}}, "response_format", "invalid_request"),
+    ({"n": 9}, "n", "invalid_request"),
+    ({"top_logprobs": 3}, "top_logprobs", "invalid_request"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "invalid_request"),
+    ({"logit_bias": {"1": 5}}, "logit_bias", "not_supported"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "not_supported"),  # no tool format
+    ({"tools": [{"type": "retrieval"}]}, "tools[0].type", "invalid_request"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function",
+      "function": {"name": "g"}}}, "tool_choice", "invalid_request"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "logprobs": True}, "logprobs", "not_supported"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}], "response_format": {"type": "json_object"}},
+     "response_format", "not_supported"),
+    ({"response_format": {"type": "xml"}}, "response_format.type", "invalid_request"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "a b", "schema": {}}}},
+     "response_format.json_schema.name", "invalid_request"),
+    ({"response_format": {"type": "regex", "regex": "[a-"}}, "response_format", "invalid_request"),
     ({"stream_options": {"include_usage": True}}, "stream_options", "invalid_request"),
     ({"stream": "yes"}, "stream", "invalid_request"),
     ({"temprature": 0}, "temprature", "invalid_request"),
     ({"messages": []}, "messages", "invalid_request"),
-    ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "x"}]}, "messages[0].tool_call_id",
+    ({"messages": [{"role": "user", "content": "42", "tool_call_id": "x"}]}, "messages[0].tool_call_id",
      "invalid_request"),
-    ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].role", "invalid_request"),
+    ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id", "invalid_request"),
+    ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "x"}]}, "tools", "not_supported"),
+    ({"messages": [{"role": "function", "content": "42"}]}, "messages[0].role", "invalid_request"),
+    ({"messages": [{"role": ["user"], "content": "42"}]}, "messages[0].role", "invalid_request"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0].content[0]", "invalid_request"),
     ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"},

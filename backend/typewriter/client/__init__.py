@@ -19,12 +19,12 @@ wrong port or host, a timeout, TLS), ChatTimeout; all are ClientError.
 
 from .aio import AsyncChat, AsyncClient, AsyncConversation
 from .errors import ChatError, ChatTimeout, ClientError, ConnectFailed, HandshakeRefused, ServerClosed
-from .events import Ended, Event, Queued, Result, Started, Timings, TokenEvent, Usage
+from .events import Ended, Event, Queued, Result, Started, Timings, TokenEvent, ToolCallEvent, Usage
 from .protocol import DEFAULT_URL, Params, Retry, ws_url
 from .sync import Chat, Client, Conversation
 
 __all__ = [
     "AsyncChat", "AsyncClient", "AsyncConversation", "Chat", "ChatError", "ChatTimeout", "Client", "ClientError",
     "ConnectFailed", "Conversation", "DEFAULT_URL", "Ended", "Event", "HandshakeRefused", "Params", "Queued",
-    "Result", "Retry", "ServerClosed", "Started", "Timings", "TokenEvent", "Usage", "ws_url",
+    "Result", "Retry", "ServerClosed", "Started", "Timings", "TokenEvent", "ToolCallEvent", "Usage", "ws_url",
 ]

@@ -5,6 +5,7 @@
             case Queued(position=n):     print(f"waiting, {n} ahead")
             case Started(prompt_tokens=n): print(f"prompt of {n} tokens")
             case TokenEvent(text=t):     print(t, end="")
+            case ToolCallEvent(name=n, arguments=a): print(f"calls {n}({a})")
             case Ended(reason=r, usage=u): print(f"\\n{r}, {u.completion_tokens} tokens")
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-REASONS = ("eos", "length", "stop_sequence", "repetition", "cancelled", "timeout", "queue_timeout", "shutdown")
+REASONS = ("eos", "length", "stop_sequence", "tool_calls", "repetition", "cancelled", "timeout", "queue_timeout",
+           "shutdown")
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,22 @@ class TokenEvent:
 
 
 @dataclass(frozen=True)
+class ToolCallEvent:
+    """A call the answer made of one of the chat's tools, whole: `arguments` is JSON text of an object. The calls
+    arrive before `Ended` (whose reason is then `tool_calls`)."""
+
+    id: str
+    index: int
+    call_id: str
+    name: str
+    arguments: str
+
+    def as_message(self) -> dict[str, Any]:
+        """As an assistant message's `tool_calls` entry, to send the conversation back with the call's result."""
+        return {"id": self.call_id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@dataclass(frozen=True)
 class Ended:
     """The chat is over: `reason` is one of REASONS (`cancelled` after `stop()`)."""
 
@@ -71,7 +89,7 @@ class Ended:
     timings: Timings
 
 
-Event = Queued | Started | TokenEvent | Ended
+Event = Queued | Started | TokenEvent | ToolCallEvent | Ended
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,7 @@ class Result:
     usage: Usage
     timings: Timings
     started: Started | None = None  # None when the chat ended before it got a slot (queue_timeout, shutdown)
+    tool_calls: tuple[ToolCallEvent, ...] = ()  # the calls the answer made, when the chat offered tools
 
     @property
     def cancelled(self) -> bool:
@@ -91,7 +110,7 @@ class Result:
 
 
 def parse_event(frame: dict[str, Any]) -> Event | None:
-    """The typed event of a `queued`, `start`, `token` or `end` frame; None for any other type."""
+    """The typed event of a `queued`, `start`, `token`, `tool_call` or `end` frame; None for any other type."""
     kind = frame.get("type")
     if kind == "queued":
         return Queued(frame["id"], frame["position"])
@@ -100,6 +119,8 @@ def parse_event(frame: dict[str, Any]) -> Event | None:
                        frame.get("dropped_messages", 0))
     if kind == "token":
         return TokenEvent(frame["id"], frame["index"], frame["text"])
+    if kind == "tool_call":
+        return ToolCallEvent(frame["id"], frame["index"], frame["call_id"], frame["name"], frame["arguments"])
     if kind == "end":
         usage, timings = frame.get("usage", {}), frame.get("timings", {})
         return Ended(frame["id"], frame["reason"],

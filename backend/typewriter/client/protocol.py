@@ -17,18 +17,21 @@ from urllib.parse import urlsplit, urlunsplit
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from .errors import CLOSE_ABNORMAL, CLOSE_TRY_AGAIN_LATER, ChatError, ConnectFailed, HandshakeRefused, ServerClosed
-from .events import Ended, Event, Result, Started, TokenEvent, parse_event
+from .events import Ended, Event, Result, Started, TokenEvent, ToolCallEvent, parse_event
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
 MAX_RETRY_ATTEMPTS = 20
 MAX_RETRY_DELAY_S = 60.0
 
-Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": str}
+# {"role": "system" | "user" | "assistant" | "tool", "content": str}; an assistant's may carry "tool_calls", a
+# tool's "tool_call_id" (OpenAI's shapes, docs/protocol.md)
+Message = dict[str, Any]
 
 
 class Params(TypedDict, total=False):
-    """Sampling parameters of a chat; the server checks each value and refuses one out of range."""
+    """Sampling parameters of a chat, and what its answer must keep to; the server checks each value and refuses
+    one out of range. `response_format`, `tools` and `tool_choice` take OpenAI's shapes (docs/protocol.md)."""
 
     max_new_tokens: int
     temperature: float
@@ -37,9 +40,13 @@ class Params(TypedDict, total=False):
     repetition_penalty: float
     seed: int | None
     stop: str | Sequence[str]
+    response_format: dict[str, Any]
+    tools: list[dict[str, Any]]
+    tool_choice: str | dict[str, Any]
 
 
 PARAMS = tuple(Params.__annotations__)
+FRAME_OPTIONS = ("response_format", "tools", "tool_choice")  # sent beside `params` in the chat frame
 
 
 def ws_url(url: str) -> str:
@@ -186,6 +193,7 @@ class ChatState:
     def __init__(self, chat_id: str, messages: list[Message], params: dict[str, Any]):
         self.id, self.messages, self.params = chat_id, messages, params
         self.parts: list[str] = []
+        self.tool_calls: list[ToolCallEvent] = []
         self.started: Started | None = None
         self.ended: Ended | None = None
         self.error: Exception | None = None
@@ -195,8 +203,10 @@ class ChatState:
 
     def chat_frame(self) -> dict[str, Any]:
         frame: dict[str, Any] = {"type": "chat", "id": self.id, "messages": self.messages}
-        if self.params:
-            frame["params"] = self.params
+        params = {k: v for k, v in self.params.items() if k not in FRAME_OPTIONS}
+        if params:
+            frame["params"] = params
+        frame |= {k: v for k, v in self.params.items() if k in FRAME_OPTIONS}
         return frame
 
     def stop_frame(self) -> dict[str, Any]:
@@ -226,6 +236,8 @@ class ChatState:
             self.started = event
         elif isinstance(event, TokenEvent):
             self.parts.append(event.text)
+        elif isinstance(event, ToolCallEvent):
+            self.tool_calls.append(event)
         elif isinstance(event, Ended):
             self.ended = event
         return event
@@ -243,7 +255,8 @@ class ChatState:
             raise self.error
         if self.ended is None:
             raise RuntimeError(f"chat {self.id} has not ended yet")
-        return Result(self.id, self.text, self.ended.reason, self.ended.usage, self.ended.timings, self.started)
+        return Result(self.id, self.text, self.ended.reason, self.ended.usage, self.ended.timings, self.started,
+                      tuple(self.tool_calls))
 
 
 class History:
@@ -256,5 +269,8 @@ class History:
         return [*self.messages, {"role": "user", "content": text}]
 
     def answered(self, text: str, result: Result) -> None:
-        """Append the question and its answer (the partial one after a stop)."""
-        self.messages += [{"role": "user", "content": text}, {"role": "assistant", "content": result.text}]
+        """Append the question and its answer (the partial one after a stop), with the tool calls it made."""
+        answer: Message = {"role": "assistant", "content": result.text}
+        if result.tool_calls:
+            answer["tool_calls"] = [call.as_message() for call in result.tool_calls]
+        self.messages += [{"role": "user", "content": text}, answer]

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
+from .constraints import Grammars
 from .capacity import Sizing
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .runner import PrefillChunk, Runner
@@ -100,6 +101,7 @@ class Engine:
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len)
+        self.grammars = Grammars(tokenizer, runner.vocab_size)  # compiled constraints, kept (constraints.py)
         self.clock = clock
         self.state = EngineState.IDLE
         self.steps = 0  # decode steps run, for tests and metrics
@@ -138,7 +140,9 @@ class Engine:
         start = request.answer_start.ids if request.answer_start else ()
         if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in start):
             raise InvalidRequest("continue.ids", f"every token id must be between 0 and {self.vocab_size - 1}")
-        seq = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock())
+        constraint = request.params.constraint
+        answer = self.grammars.start(constraint) if constraint is not None else None  # raises InvalidRequest
+        seq = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock(), answer)
         with self._lock:
             if self.state not in (EngineState.IDLE, EngineState.RUNNING):
                 raise EngineStopped(f"the engine is not running ({self.state.value})")
@@ -267,20 +271,29 @@ class Engine:
             log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in seqs),
                       exc_info=fault.error)
             self._end_failed(seqs, fault.what)
+        takes = []  # (sequence, its row of logits): first tokens, then the decode rows
         for chunk, logits in zip(chunks, out.prefilled):
             if chunk.seq.status is not Status.FINISHED:
-                self._prefilled(chunk, logits)
+                with self._lock:
+                    self.scheduler.prefilled(chunk)
+                if chunk.last:
+                    takes.append((chunk.seq, logits))
         if batch and not decode_failed:
             self.steps += 1
-            for seq, row in zip(batch, out.decoded):
+            takes += zip(batch, out.decoded)
+        self._constrain([seq for seq, _ in takes])
+        for seq, row in takes:
+            if seq.status is not Status.FINISHED:  # not one whose mask failed
                 self._take(seq, row)
         return 1 if out.faults else 0
 
-    def _prefilled(self, chunk: Chunk, logits: np.ndarray | None) -> None:
-        with self._lock:
-            self.scheduler.prefilled(chunk)
-        if chunk.last:
-            self._take(chunk.seq, logits)
+    def _constrain(self, seqs: list[RequestState]) -> None:
+        """The masks of this step's constrained rows, all in one call; a fault ends those requests only."""
+        constrained = [seq for seq in seqs if seq.constraint is not None]
+        try:
+            self.grammars.fill_masks([seq.constraint for seq in constrained])
+        except Exception:
+            self._fail(constrained, "a constraint's mask")
 
     def _take(self, seq: RequestState, logits: np.ndarray) -> None:
         """Sample, detokenize and emit one token; a fault here ends only this request."""
@@ -290,7 +303,7 @@ class Engine:
         except Exception:
             self._fail([seq], "sampling or detokenizing")
             return
-        self._emit(seq, Token(seq.id, seq.last_index, token_id, text))
+        self._emit(seq, Token(seq.id, seq.last_index, token_id, text, seq.logprobs))
         if reason is not None:
             self._finish(seq, reason)
 

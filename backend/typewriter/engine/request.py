@@ -26,6 +26,31 @@ class FinishReason(str, enum.Enum):
     REPETITION = "repetition"  # the answer was repeating itself (repetition.py)
 
 
+class ConstraintKind(str, enum.Enum):
+    JSON_SCHEMA = "json_schema"  # source: the schema as JSON text
+    JSON_OBJECT = "json_object"  # source: a schema for any object (constraints.json_object_schema)
+    REGEX = "regex"
+    GRAMMAR = "grammar"  # Lark, in llguidance's dialect (which may embed `%json {...}` schemas)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What every answer token must keep the text within (engine/constraints.py). `origin` names the request
+    field it came from, for a refusal (`response_format`, `tools`)."""
+
+    kind: ConstraintKind
+    source: str
+    origin: str = field(default="constraint", compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source:
+            raise InvalidRequest(self.origin, "the constraint is empty")
+        if len(self.source) > MAX_CONSTRAINT_LENGTH:
+            raise InvalidRequest(self.origin, f"a constraint may be at most {MAX_CONSTRAINT_LENGTH} characters")
+
+
+MAX_CONSTRAINT_LENGTH = 65_536
+MAX_TOP_LOGPROBS = 20  # as OpenAI's API
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 128
 DEFAULT_MAX_NEW_TOKENS = 512
@@ -46,6 +71,10 @@ class SamplingParams:
     # False: compute the whole prompt, reusing no cached prefix (benchmarks of an uncached first token; llama.cpp's
     # server has the same switch). Its K/V are kept for later requests as any prompt's are.
     cache_prompt: bool = True
+    constraint: Constraint | None = None  # the answer keeps to it (engine/constraints.py)
+    # None: no log probabilities; k: each token's log probability and the k most likely alternatives, in the
+    # distribution the token was drawn from (engine/logprobs.py)
+    logprobs: int | None = None
     # End an answer that repeats itself over and over (reason `repetition`, engine/repetition.py); off for a client
     # that wants repetition.
     loop_guard: bool = True
@@ -70,6 +99,12 @@ class SamplingParams:
             if len(s) > MAX_STOP_LENGTH:
                 raise InvalidRequest("stop", f"a stop sequence may be at most {MAX_STOP_LENGTH} characters")
         object.__setattr__(self, "stop", tuple(self.stop))
+        if self.constraint is not None and not isinstance(self.constraint, Constraint):
+            raise InvalidRequest("constraint", "must be a Constraint")
+        if self.constraint is not None and self.ignore_eos:
+            raise InvalidRequest("ignore_eos", "cannot be combined with a constraint: a complete answer can only end")
+        if self.logprobs is not None:
+            _check_int("logprobs", self.logprobs, 0, MAX_TOP_LOGPROBS)
         if not isinstance(self.loop_guard, bool):
             raise InvalidRequest("loop_guard", f"must be true or false, got {self.loop_guard!r}")
 
@@ -124,6 +159,9 @@ class GenerationRequest:
     # Continue this answer: its ids follow the prompt, its tokens count against max_new_tokens, and the
     # generated tokens are numbered after them.
     answer_start: AnswerStart | None = None
+    # The id of a request submitted before this one with the same prompt (another choice of `n`): this one takes
+    # a slot only once that one's prompt is in the cache, and copies it instead of computing it again.
+    follows: str | None = None
 
 
 # ---- events, engine thread -> caller ----
@@ -144,11 +182,18 @@ class Started:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    logprob: float  # of the token drawn
+    top: tuple[tuple[int, float], ...]  # (token id, log probability), most likely first
+
+
+@dataclass(frozen=True)
 class Token:
     request_id: str
     index: int  # 0-based index of the generated token
     token_id: int
     text: str  # may be "" while text is held back (incomplete character or partial stop sequence)
+    logprobs: TokenLogprobs | None = None  # when the request asked for them
     # The last Token of an answer that ends by eos, length or stop_sequence carries every held-back character
     # that belongs to the answer (the eos token itself is reported, with its text ""). Text still held back
     # when a request is cancelled, times out or is shut down is dropped: it was never shown.

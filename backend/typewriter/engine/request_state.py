@@ -19,8 +19,10 @@ import numpy as np
 
 from ..errors import InvalidRequest
 from ..text.detokenizer import IncrementalDetokenizer
+from .constraints import ConstrainedAnswer
+from .logprobs import token_logprobs
 from .repetition import LoopGuard
-from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings
+from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
 from .sampling import Sampler
 from ..text.stops import StopMatcher
 
@@ -42,8 +44,11 @@ _ALLOWED = {
 
 class RequestState:
     def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer,
-                 eos_ids: Collection[int], now: float):
+                 eos_ids: Collection[int], now: float, constraint: ConstrainedAnswer | None = None):
         self.id = request.id
+        self.follows = request.follows
+        self.constraint = constraint  # its mask applies before sampling; each token taken moves it on
+        self.logprobs: TokenLogprobs | None = None  # of the token last drawn, when the request asked
         self.params = request.params
         self.on_event = on_event
         self.status = Status.WAITING
@@ -59,7 +64,8 @@ class RequestState:
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
-        self.loops = LoopGuard() if request.params.loop_guard else None
+        # Not for a constrained answer: cut by the guard it would not parse; it ends by its constraint or its length.
+        self.loops = LoopGuard() if request.params.loop_guard and request.params.constraint is None else None
         self.last_position = 0  # the queue position last reported
         self.submitted = now
         self.started = 0.0
@@ -100,8 +106,14 @@ class RequestState:
     # ---- one token ----
 
     def sample(self, logits: np.ndarray) -> int:
-        """The next token id from this sequence's row of logits [vocab]."""
-        return self.sampler.sample(logits, self.prompt_ids + self.output_ids)
+        """The next token id from this sequence's row of logits [vocab], within its constraint's mask."""
+        if self.constraint is not None:
+            logits = self.constraint.mask(logits)
+        history = self.prompt_ids + self.output_ids
+        token_id = self.sampler.sample(logits, history)
+        if self.params.logprobs is not None:
+            self.logprobs = token_logprobs(self.params, logits, history, token_id, self.params.logprobs)
+        return token_id
 
     def take(self, token_id: int, now: float) -> tuple[str, FinishReason | None]:
         """Append a generated token. Returns the answer text it makes certain (possibly "") and why the answer
@@ -111,6 +123,8 @@ class RequestState:
         self.output_ids.append(token_id)
         if len(self.output_ids) == 1:
             self.first_token = now
+        if self.constraint is not None:
+            self.constraint.consume(token_id)
         return self._pipe(token_id, self.last_index + 1)
 
     def _pipe(self, token_id: int, answer_tokens: int) -> tuple[str, FinishReason | None]:
@@ -134,6 +148,12 @@ class RequestState:
         InvalidRequest if it already ended, or does not stream as `start.text`."""
         shown = []
         for n, token_id in enumerate(start.ids, 1):
+            if self.constraint is not None:  # the constraint goes on from where the answer is
+                try:
+                    self.constraint.consume(token_id)
+                except RuntimeError:
+                    raise InvalidRequest("continue.ids", f"token {n - 1} of the answer's start does not follow "
+                                                         "its response_format") from None
             text, reason = self._pipe(token_id, n)
             if reason is not None:
                 raise InvalidRequest("continue", f"the answer already ended at its token {n - 1} "

@@ -102,7 +102,7 @@ class Scheduler:
             if not taken:  # first come, first served: nobody later goes ahead
                 break
             budget -= taken
-        while self._room(plan, budget) and self.waiting and self.free_slots:
+        while self._room(plan, budget) and self.waiting and self.free_slots and not self._leader_busy():
             seq, copy_from = self._admit()
             plan.admitted.append(seq)
             if copy_from is not None:
@@ -152,6 +152,12 @@ class Scheduler:
     def sequences(self) -> list[RequestState]:
         """Every sequence not yet finished: those with a slot, then waiting ones in order."""
         return [*self.running.values(), *self.waiting]
+
+    def _leader_busy(self) -> bool:
+        """The next in line follows a request (another choice of the same prompt) whose prompt is not yet in
+        the cache: it waits, first in line, to copy that prompt instead of computing it again."""
+        leader = self.find(self.waiting[0].follows) if self.waiting[0].follows else None
+        return leader is not None and leader.status in (Status.WAITING, Status.PREFILLING)
 
     def _waited_too_long(self, seq: RequestState, now: float) -> bool:
         return self.queue_timeout_s is not None and now - seq.submitted > self.queue_timeout_s

@@ -105,6 +105,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             Route("/metrics", metrics),
             WebSocketRoute("/ws", chat_socket),
             Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
+            Route("/v1/responses", openai.responses, methods=["POST"]),
             Route("/v1/models", openai.models, methods=["GET"]),
             Route("/v1/stream/{conversation_id}", openai.streams.replay, methods=["GET"]),
             Route("/v1/stream/{conversation_id}", openai.streams.stop, methods=["DELETE"]),

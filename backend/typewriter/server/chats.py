@@ -23,10 +23,11 @@ import time
 
 from ..text.conversation import fit_conversation
 from ..errors import TypewriterError
-from ..engine.request import Event, Finished, GenerationRequest, Started, Token
+from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from . import continuation
 from . import protocol as p
 from .lifecycle import Phase, ServerState
+from .tool_calls import ToolCallDelta, ToolCallSplitter
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
@@ -51,9 +52,15 @@ class Cancel(str, enum.Enum):
 class ChatStream:
     """One submitted chat, from submission until its front door has handled its `Finished` (or given up)."""
 
-    def __init__(self, server: ServerState, client_id: str, engine_id: str, dropped_messages: int = 0):
+    def __init__(self, server: ServerState, client_id: str, engine_id: str, dropped_messages: int = 0,
+                 choice_ids: list[str] | None = None, splitters: dict[str, ToolCallSplitter] | None = None):
+        """`choice_ids`: the engine ids of every answer (n choices; the first is `engine_id`); `splitters`: per
+        answer, where the chat offers tools (tool_calls.py)."""
         self.server = server
         self.client_id, self.engine_id = client_id, engine_id
+        self.choice_ids = choice_ids or [engine_id]
+        self.splitters = splitters or {}
+        self._last_token: dict[str, Token] = {}
         self.dropped_messages = dropped_messages  # the oldest messages left out so the conversation fits
         self.continued: str | None = None  # how the start of an answer it continues was taken (continuation.py)
         self.state = StreamState.WAITING
@@ -83,7 +90,8 @@ class ChatStream:
         if self.cancelled is None:
             self.cancelled = why
         if self.server.engine is not None:
-            self.server.engine.cancel(self.engine_id)
+            for engine_id in self.choice_ids:
+                self.server.engine.cancel(engine_id)
 
     def shows(self, token: Token) -> bool:
         """Whether a front door should send this token: tokens still queued behind a stop were produced before
@@ -100,6 +108,26 @@ class ChatStream:
         if self.state is not StreamState.ENDED:
             self.move(StreamState.ENDED)
             self.server.stream_closed()
+
+    def choice(self, request_id: str) -> int:
+        """Which of the chat's answers an event is about (0 unless it asked for n > 1)."""
+        return self.choice_ids.index(request_id)
+
+    def tool_calls(self, request_id: str) -> list:
+        """The tool calls an answer made (tool_calls.ToolCallDone), complete once its Finished arrived."""
+        splitter = self.splitters.get(request_id)
+        return splitter.calls if splitter is not None else []
+
+    def _split(self, event: Event) -> list[Event | ToolCallDelta]:
+        splitter = self.splitters.get(event.request_id)
+        if splitter is None:
+            return [event]
+        if isinstance(event, Token):
+            self._last_token[event.request_id] = event
+            return splitter.split(event)
+        if isinstance(event, Finished):
+            return [*splitter.flush(self._last_token.get(event.request_id)), event]
+        return [event]
 
     # ---- engine thread -> event loop ----
 
@@ -128,7 +156,8 @@ class ChatStream:
         elif isinstance(event, Finished):
             metrics.finished(event)
             _log_request(self, event)
-        self.events.put_nowait(event)
+        for item in self._split(event):
+            self.events.put_nowait(item)
         if self.events.qsize() > settings.send_backlog and self.cancelled is None:
             log.warning("chat %s: the client is not reading (%d events waiting); cancelling it",
                         self.engine_id, self.events.qsize())
@@ -148,20 +177,38 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStrea
                                               f"one address; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s = server.settings
     params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
-    messages, system = _system_prompt(server, [{"role": m.role, "content": m.content} for m in chat.messages],
-                                      chat.id)
-    engine_id = server.next_request_id()
+    if chat.answer_start is not None and chat.n > 1:
+        raise p.ProtocolError("invalid_request", "continue: an answer is continued as one choice; n must be 1",
+                              chat.id)
+    tool_format = _tool_format(server, chat)
+    tools = chat.tools.for_template() if chat.tools is not None else None
+    if chat.tools is not None and chat.tools.must_call:
+        grammar = tool_format.grammar(chat.tools.offered(), chat.tools.strict)
+        params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
+    messages, system = _system_prompt(server, [m.as_dict() for m in chat.messages], chat.id)
+    engine_ids = [server.next_request_id() for _ in range(chat.n)]
     try:
+        if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work
+            await asyncio.to_thread(server.engine.grammars.compile, params.constraint)
         fitted = await asyncio.to_thread(
-            fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system),
+            fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system, tools),
             server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"))
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
-        stream = ChatStream(server, chat.id, engine_id, fitted.dropped_messages)
+        splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if chat.tools is not None else None
+        stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters)
         try:
-            stream.continued = await continuation.submit(
-                server, GenerationRequest(engine_id, fitted.prompt_ids, params), chat.answer_start,
-                stream.on_event(asyncio.get_running_loop()))
+            if chat.answer_start is not None:  # one choice (checked above), going on from the answer's start
+                stream.continued = await continuation.submit(
+                    server, GenerationRequest(engine_ids[0], fitted.prompt_ids, params), chat.answer_start,
+                    stream.on_event(asyncio.get_running_loop()))
+            for n, engine_id in enumerate(engine_ids if chat.answer_start is None else ()):
+                seed = None if params.seed is None else (params.seed + n) % 2**63  # the other choices copy the
+                server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,  # first one's prompt
+                                                       dataclasses.replace(params, seed=seed),
+                                                       follows=engine_ids[0] if n else None),
+                                     stream.on_event(asyncio.get_running_loop()))
         except BaseException:
+            stream.cancel(Cancel.DISCONNECT)
             stream.end()
             raise
     except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
@@ -173,6 +220,18 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStrea
         raise p.ProtocolError("internal", "the server could not start this chat; see the server log",
                               chat.id) from None
     return stream
+
+
+def _tool_format(server: ServerState, chat: p.Chat):
+    """The model's tool format, where the chat offers tools or carries earlier calls; refused for a model whose
+    chat template has none."""
+    uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
+    fmt = server.tokenizer.tool_format
+    if uses_tools and fmt is None:
+        raise p.ProtocolError("not_supported", f"tools: {server.tokenizer.name}'s chat template has no tool format "
+                                               "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 "
+                                               "writes); leave out tools, tool calls and tool messages", chat.id)
+    return fmt
 
 
 def _system_prompt(server: ServerState, messages: list[dict[str, str]],

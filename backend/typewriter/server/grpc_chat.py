@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Mapping
@@ -18,7 +19,7 @@ from typing import Any
 
 import grpc
 
-from ..engine.request import Event, Finished, FinishReason, Queued, Started
+from ..engine.request import Event, Finished, FinishReason, Queued, Started, Token
 from . import protocol as p
 from .auth import presented_key
 from .chats import Cancel, ChatStream, StreamState, open_chat
@@ -46,6 +47,7 @@ STATUS = {
     "rate_limited": Status.RESOURCE_EXHAUSTED,
     "shutdown": Status.UNAVAILABLE,
     "internal": Status.INTERNAL,
+    "not_supported": Status.UNIMPLEMENTED,  # tools for a model whose chat template has no tool format
     UNAUTHORIZED: Status.UNAUTHENTICATED,
 }
 
@@ -118,7 +120,10 @@ class ChatService(chat_pb2_grpc.ChatServicer):
                         raise refusal
                     if event.reason is FinishReason.ERROR:
                         await abort(context, "internal", f"generation failed: {event.error}")
-                    yield server_event(p.end(chat.id, event))
+                    calls = stream.tool_calls(event.request_id)
+                    for i, call in enumerate(calls):
+                        yield server_event(p.tool_call(chat.id, i, call.call_id, call.name, call.arguments))
+                    yield server_event(p.end(chat.id, event, bool(calls)))
                     return
                 message = None if refusal is not None else event_message(stream, event)
                 if message is not None:
@@ -158,8 +163,53 @@ def parse_chat(request: pb.ChatRequest, max_messages: int) -> p.Chat:
     params = {field.name: list(value) if field.is_repeated else value
               for field, value in request.params.ListFields()}
     frame = {"type": "chat", "id": request.id, "params": params,
-             "messages": [{"role": m.role, "content": m.content} for m in request.messages]}
+             "messages": [_message(m) for m in request.messages]}
+    if request.HasField("response_format"):
+        frame["response_format"] = _response_format(request.id, request.response_format)
+    if request.tools:
+        frame["tools"] = [{"type": "function", "function": _tool(request.id, i, t)}
+                          for i, t in enumerate(request.tools)]
+    if request.tool_choice:
+        choice = request.tool_choice
+        frame["tool_choice"] = choice if choice in ("none", "auto", "required") else \
+            {"type": "function", "function": {"name": choice}}
     return p.parse_chat(frame, max_messages)
+
+
+def _message(m: pb.Message) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        message["tool_calls"] = [{"id": c.call_id, "type": "function",
+                                  "function": {"name": c.name, "arguments": c.arguments}} for c in m.tool_calls]
+    if m.tool_call_id:
+        message["tool_call_id"] = m.tool_call_id
+    return message
+
+
+def _response_format(chat_id: str, f: pb.ResponseFormat) -> dict[str, Any]:
+    """As protocol v1's object: only the fields its type reads."""
+    if f.type == "json_schema":
+        schema = _json(chat_id, "response_format.schema_json", f.schema_json or "{}")
+        return {"type": "json_schema", "json_schema": {"name": f.name, "schema": schema, "strict": f.strict}}
+    if f.type in ("regex", "grammar"):
+        return {"type": f.type, f.type: f.regex if f.type == "regex" else f.grammar}
+    return {"type": f.type}
+
+
+def _tool(chat_id: str, i: int, tool: pb.Tool) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        function["description"] = tool.description
+    if tool.parameters_json:
+        function["parameters"] = _json(chat_id, f"tools[{i}].parameters_json", tool.parameters_json)
+    return function
+
+
+def _json(chat_id: str, where: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise p.ProtocolError("invalid_request", f"{where}: not JSON text ({e})", chat_id) from None
 
 
 def event_message(stream: ChatStream, event: Event) -> pb.ServerEvent | None:
@@ -169,9 +219,9 @@ def event_message(stream: ChatStream, event: Event) -> pb.ServerEvent | None:
     if isinstance(event, Started):
         return server_event(p.start(stream.client_id, event.prompt_tokens, event.cached_tokens,
                                     stream.dropped_messages))
-    if stream.shows(event):
+    if isinstance(event, Token) and stream.shows(event):
         return server_event(p.token(stream.client_id, event.index, event.text))
-    return None
+    return None  # a token not to show, or a tool call's piece (each call goes out whole before the end)
 
 
 def server_event(frame: dict[str, Any]) -> pb.ServerEvent:

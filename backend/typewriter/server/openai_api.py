@@ -1,57 +1,40 @@
-"""OpenAI-compatible HTTP: `POST /v1/chat/completions` (streamed as server-sent events or as one JSON) and
-`GET /v1/models`, over the same chats as the socket (chats.py). docs/openai.md has the field mapping.
+"""OpenAI-compatible HTTP: `POST /v1/chat/completions` and `POST /v1/responses` (each streamed as server-sent events
+or as one JSON: openai_answer.py, responses_answer.py) and `GET /v1/models`, over the same chats as the socket
+(chats.py). docs/openai.md has the field mapping.
+
+A stream carries a `: keep-alive` comment whenever it has been quiet for `sse_keepalive_s` (queued, or its prompt
+being read), so that no proxy's idle timeout cuts it. A streamed chat completion that names an
+`X-Conversation-Id` is kept for its client to read again after a dropped connection (resume_sse.py).
 
 A streamed answer is `chat.completion.chunk` events ending in `data: [DONE]`; while it waits for a slot the
-stream carries SSE comments (`: queued 3`), which clients skip, and a `: keep-alive` comment whenever it has been
-quiet for `sse_keepalive_s` (queued, or its prompt being read), so that no proxy's idle timeout cuts it. The
-client's connection is watched while the answer runs: when it goes away the chat is cancelled within a decode
-step, also while it is still queued, unless the request named an `X-Conversation-Id`: then the stream is kept
-for the client to resume (resume_sse.py).
+stream carries SSE comments (`: queued 3`), which clients skip. The client's connection is watched while the
+answer runs: when it goes away the chat is cancelled within a decode step, also while it is still queued.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.types import Receive, Scope, Send
 
-from ..engine.request import Finished, FinishReason, Queued, Started, Token
 from . import protocol as p
-from .chats import Cancel, ChatStream, open_chat
+from .chats import open_chat
 from .lifecycle import Phase, ServerState
 from .limits import client_address
-from .openai_request import BadField, CompletionRequest, parse_body
+from .openai_answer import Answer
+from .openai_common import error_response
+from .openai_request import HONOURED, BadField, parse_body
 from .resume import Resumes
 from .resume_sse import HEADER, BadConversation, Streams, conversation_id
+from .responses_answer import ResponseAnswer
+from .responses_request import HONOURED as RESPONSES_HONOURED
+from .responses_request import parse_body as parse_responses_body
 
-FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
-                  FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
-                  FinishReason.REPETITION: "stop"}  # the model was repeating itself: it had nothing more to say
-# Ends that are no answer of the model's: an error in OpenAI's shape (HTTP status, protocol-style code).
-FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long for a free slot; try again"),
-            FinishReason.SHUTDOWN: (503, "shutdown", "the server is shutting down; retry in a moment"),
-            FinishReason.CANCELLED: (499, "cancelled", "the request was cancelled"),
-            FinishReason.ERROR: (500, "internal", "generation failed; see the server log")}
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,
-          "loading": 503, "too_large": 413, "method_not_allowed": 405}
+          "loading": 503, "too_large": 413, "method_not_allowed": 405, "not_supported": 400}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
-STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
-KEEPALIVE = ": keep-alive\n\n"
-
-
-def error_response(status: int, code: str, message: str, param: str | None = None,
-                   retry_after_s: float | None = None) -> JSONResponse:
-    kind = "invalid_request_error" if status < 500 else "server_error"
-    headers = {"retry-after": str(max(1, round(retry_after_s)))} if retry_after_s is not None else None
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
-                        status_code=status, headers=headers)
 
 
 class OpenAI:
@@ -60,7 +43,8 @@ class OpenAI:
         self.state = state
         self.created = int(time.time())
         self.resumes = resumes
-        self.streams = Streams(state, resumes, lambda status, code, message: self._refused(code, message, status=status)) \
+        self.streams = Streams(state, resumes, lambda status, code, message: self._refused(code, message,
+                                                                                          status=status)) \
             if resumes is not None else None
 
     async def models(self, request: Request) -> Response:
@@ -71,19 +55,37 @@ class OpenAI:
         return JSONResponse({"object": "list", "data": [model]})
 
     async def unknown(self, request: Request) -> Response:
-        if request.url.path in ("/v1/chat/completions", "/v1/models"):
+        if request.url.path in ("/v1/chat/completions", "/v1/responses", "/v1/models"):
             return error_response(405, "method_not_allowed", f"{request.method} is not allowed here; see docs/openai.md")
-        return error_response(404, "not_found", f"no route {request.url.path}; this server has /v1/chat/completions "
-                                                "and /v1/models")
+        return error_response(404, "not_found", f"no route {request.url.path}; this server has /v1/chat/completions, "
+                                                "/v1/responses and /v1/models")
 
     async def chat_completions(self, request: Request) -> Response:
+        settings = self.state.settings
+
+        def answer(stream, body, release, kept: str | None):
+            chat = Answer(stream, body, settings.model_id, release, self.state.tokenizer, settings.sse_keepalive_s)
+            return self.streams.keep(stream, chat._chunks(), kept, chat.release) if kept is not None else chat
+
+        return await self._accept(request, parse_body, answer, keepable=True)
+
+    async def responses(self, request: Request) -> Response:
+        settings = self.state.settings
+        return await self._accept(request, parse_responses_body,
+                                  lambda stream, body, release, _: ResponseAnswer(
+                                      stream, body, settings.model_id, release, self.state.tokenizer,
+                                      settings.sse_keepalive_s))
+
+    async def _accept(self, request: Request, parse, answer, keepable: bool = False) -> Response:
+        """Read the body with `parse`, open its chat, and hand it to `answer(stream, body, release, kept)`: `kept`
+        the X-Conversation-Id it is kept under (`keepable` routes only), else None."""
         state, settings = self.state, self.state.settings
         if not state.ready:
             return self._not_ready()
         try:
             body = await _read_body(request, settings.max_message_bytes)
-            completion = parse_body(body, settings.max_messages)
-            kept = self._kept_as(request, completion)
+            parsed = parse(body, settings.max_messages)
+            kept = self._kept_as(request, parsed) if keepable else None
         except BadField as e:
             return self._refused(e.code, e.message, e.param)
         except BadConversation as e:
@@ -96,23 +98,19 @@ class OpenAI:
         if refused:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
         try:
-            stream = await open_chat(state, completion.chat, client)
+            stream = await open_chat(state, parsed.chat, client)
         except p.ProtocolError as e:
             limits.disconnect(client)
-            param = _field(e.message, completion)
+            param = _field(e.message, parsed.names)
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        answer = Answer(stream, completion, settings.model_id, lambda: limits.disconnect(client),
-                        settings.sse_keepalive_s)
-        if kept is not None:
-            return self.streams.keep(stream, answer._events(), kept, answer.release)
-        return answer
+        return answer(stream, parsed, lambda: limits.disconnect(client), kept)
 
-    def _kept_as(self, request: Request, completion: CompletionRequest) -> str | None:
+    def _kept_as(self, request: Request, parsed) -> str | None:
         """The conversation id a streamed request is kept under, if it named one and the server keeps chats."""
         value = request.headers.get(HEADER)
-        if value is None or not completion.stream or self.resumes is None or not self.resumes.enabled:
+        if value is None or not parsed.stream or self.resumes is None or not self.resumes.enabled:
             return None
         return conversation_id(value)
 
@@ -131,91 +129,6 @@ class OpenAI:
         return error_response(503, "internal", "the server is not serving chats; see /readyz")
 
 
-class Answer:
-    """The response to one accepted completion: it owns the chat until its end was sent or its client left."""
-
-    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release,
-                 keepalive_s: float | None = None):
-        self.stream, self.completion, self.model, self.release = stream, completion, model, release
-        self.keepalive_s = keepalive_s
-        self.created = int(time.time())
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.create_task(self._watch(receive))
-        try:
-            if self.completion.stream:
-                await self._send_stream(send)
-            else:
-                await self._send_whole(scope, send)
-        except OSError:  # the client went away mid-send (uvicorn's ClientDisconnected is one)
-            self.stream.cancel(Cancel.DISCONNECT)
-        finally:
-            watcher.cancel()
-            self.stream.end()
-            self.release()
-
-    async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.stream.cancel(Cancel.DISCONNECT)
-
-    async def _send_whole(self, scope: Scope, send: Send) -> None:
-        texts, event = [], None
-        while not isinstance(event, Finished):
-            event = await self.stream.next_event()
-            if isinstance(event, Token) and self.stream.shows(event):
-                texts.append(event.text)
-        if event.reason in FAILURES:
-            status, code, message = FAILURES[event.reason]
-            response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
-        else:
-            response = JSONResponse({
-                **self._envelope("chat.completion"),
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
-                             "logprobs": None, "finish_reason": FINISH_REASONS[event.reason]}],
-                "usage": _usage(event)})
-        await response(scope, _no_receive, send)
-
-    async def _send_stream(self, send: Send) -> None:
-        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
-        headers += [(k.encode(), v.encode()) for k, v in STREAM_HEADERS.items()]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        async for chunk in self._events():
-            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    async def _events(self) -> AsyncIterator[str]:
-        usage_field = {"usage": None} if self.completion.include_usage else {}
-        while True:
-            event = await _next_event(self.stream, self.keepalive_s)
-            if event is None:
-                yield KEEPALIVE
-            elif isinstance(event, Queued):
-                yield f": queued {event.position}\n\n"
-            elif isinstance(event, Started):
-                yield _sse(self._chunk({"role": "assistant", "content": ""}, None) | usage_field)
-            elif isinstance(event, Token):
-                if self.stream.shows(event):
-                    yield _sse(self._chunk({"content": event.text}, None) | usage_field)
-            else:
-                break
-        if event.reason in FAILURES:  # the openai client raises an APIError for an event with "error"
-            _, code, message = FAILURES[event.reason]
-            yield _sse({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
-        else:
-            yield _sse(self._chunk({}, FINISH_REASONS[event.reason]) | usage_field)
-            if self.completion.include_usage:
-                yield _sse({**self._envelope("chat.completion.chunk"), "choices": [], "usage": _usage(event)})
-        yield "data: [DONE]\n\n"
-
-    def _chunk(self, delta: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
-        return {**self._envelope("chat.completion.chunk"),
-                "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}]}
-
-    def _envelope(self, kind: str) -> dict[str, Any]:
-        return {"id": self.completion.chat.id, "object": kind, "created": self.created, "model": self.model}
-
-
 async def _read_body(request: Request, limit: int) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -228,32 +141,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return bytes(body)
 
 
-def _field(message: str, completion: CompletionRequest) -> tuple[str, str] | None:
-    """(OpenAI field, our param) named by a refusal of our sampling params, like `params.top_p: ...`."""
+def _field(message: str, names: dict[str, str]) -> tuple[str, str] | None:
+    """(OpenAI field, our param) named by a refusal of our sampling params, like `params.top_p: ...`, or of a
+    field read as OpenAI's, like `tools: ...`."""
     if message.startswith("params."):
         ours = message[len("params."):].split(":", 1)[0]
-        return completion.names.get(ours, ours), ours
+        return names.get(ours, ours), ours
+    named = message.split(": ", 1)[0]
+    if named.split(".")[0].split("[")[0] in (*HONOURED, *RESPONSES_HONOURED):
+        return named, named
     return None
-
-
-def _usage(event: Finished) -> dict[str, int]:
-    return {"prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
-            "total_tokens": event.prompt_tokens + event.completion_tokens}
-
-
-async def _next_event(stream: ChatStream, quiet_s: float | None):
-    """The stream's next event, or None when none came for `quiet_s` (the queue's get is safe to cancel)."""
-    if quiet_s is None:
-        return await stream.next_event()
-    try:
-        return await asyncio.wait_for(stream.next_event(), quiet_s)
-    except TimeoutError:
-        return None
-
-
-def _sse(data: dict[str, Any]) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
-async def _no_receive() -> dict:
-    return {"type": "http.disconnect"}

@@ -1,9 +1,10 @@
 """An OpenAI `POST /v1/chat/completions` body read into a protocol v1 chat (docs/openai.md has the mapping).
 
-Fields fall in three groups. Honoured ones map onto ours. Ignored ones are what OpenAI clients commonly send and
-what changes nothing we do (`user`, `store`, `metadata`, ...). Refused ones ask for something we cannot do (tools,
-logprobs, several choices, JSON mode, additive penalties): a refusal names the field and says what to send
-instead. Any other field is refused as unknown, as protocol v1 does, so a typo never passes silently.
+Fields fall in three groups. Honoured ones map onto ours (`response_format`, `tools` and `tool_choice` through
+structured.py, as the socket reads them). Ignored ones are what OpenAI clients commonly send and what changes
+nothing we do (`user`, `store`, `metadata`, ...). Refused ones ask for something we cannot do (additive penalties,
+`logit_bias`, audio): a refusal names the field and says what to send instead. Any other field is refused as
+unknown, as protocol v1 does, so a typo never passes silently.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
+from ..engine.request import MAX_TOP_LOGPROBS
 from ..text.conversation import check_question
 from . import protocol as p
+from .structured import parse_response_format, parse_tools
 
 # OpenAI's name -> ours. max_tokens and max_completion_tokens are the same thing under two names.
 SAMPLING = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "temperature": "temperature",
@@ -26,8 +29,9 @@ HONOURED = ("model", "messages", "stream", "stream_options", "n", "response_form
             "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs", "logit_bias", *SAMPLING)
 IGNORED = ("user", "store", "metadata", "service_tier", "parallel_tool_calls", "prompt_cache_key",
            "safety_identifier", "reasoning_effort", "verbosity")
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-MESSAGE_FIELDS = ("role", "content", "name", "refusal", "tool_calls", "function_call", "audio")
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+MESSAGE_FIELDS = ("role", "content", "name", "refusal", "tool_calls", "function_call", "audio", "tool_call_id")
+MAX_CHOICES = 8  # `n`: each choice holds a slot while it runs
 
 
 class BadField(Exception):
@@ -79,29 +83,42 @@ def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
     params, names = _sampling(fields)
     chat_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     messages = _messages(fields.get("messages"), max_messages)
-    return CompletionRequest(p.Chat(chat_id, messages, params), stream, include_usage, model, names)
+    try:
+        response_format = parse_response_format(fields["response_format"]) if "response_format" in fields else None
+        tools = parse_tools(fields.get("tools"), fields.get("tool_choice"))
+    except InvalidRequest as e:
+        raise BadField(e.field, str(e).split(": ", 1)[1]) from None
+    if response_format is not None and tools is not None:
+        raise BadField("response_format", "cannot be combined with tools; send one of them", "not_supported")
+    logprobs = _logprobs(fields)
+    if logprobs is not None and tools is not None:
+        raise BadField("logprobs", "cannot be combined with tools; leave one of them out", "not_supported")
+    chat = p.Chat(chat_id, messages, params, response_format, tools, fields.get("n", 1), logprobs)
+    return CompletionRequest(chat, stream, include_usage, model, names)
 
 
 def _refuse_unsupported(fields: dict[str, Any]) -> None:
     n = fields.get("n", 1)
-    if n != 1 or isinstance(n, bool):
-        raise BadField("n", "this server returns one choice per request; leave n out or send 1")
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_CHOICES:
+        raise BadField("n", f"must be an integer from 1 to {MAX_CHOICES}")
     for name in ("frequency_penalty", "presence_penalty"):
         if fields.get(name, 0) != 0:
             raise BadField(name, "additive penalties are not supported; leave it out (or 0) and use "
                                  "repetition_penalty (1 is off, 1.1 the default) instead")
-    if fields.get("logprobs", False) is not False or "top_logprobs" in fields:
-        raise BadField("logprobs" if "logprobs" in fields else "top_logprobs",
-                       "log probabilities are not returned by this server; leave it out")
     if fields.get("logit_bias", {}) != {}:
-        raise BadField("logit_bias", "not supported; leave it out")
-    if fields.get("tools", []) != []:
-        raise BadField("tools", "this model does not call tools; leave tools out")
-    if fields.get("tool_choice", "none") not in ("none", "auto"):
-        raise BadField("tool_choice", "this model does not call tools; leave it out or send \"none\"")
-    response_format = fields.get("response_format", {"type": "text"})
-    if response_format != {"type": "text"}:
-        raise BadField("response_format", "only {\"type\": \"text\"} is supported; JSON modes are not")
+        raise BadField("logit_bias", "not supported; leave it out", "not_supported")
+
+
+def _logprobs(fields: dict[str, Any]) -> int | None:
+    """None: none asked; else how many alternatives each token lists (`top_logprobs`, 0 without it)."""
+    wanted, top = fields.get("logprobs", False), fields.get("top_logprobs")
+    if not isinstance(wanted, bool):
+        raise BadField("logprobs", "must be true or false")
+    if top is not None and (not isinstance(top, int) or isinstance(top, bool) or not 0 <= top <= MAX_TOP_LOGPROBS):
+        raise BadField("top_logprobs", f"must be an integer from 0 to {MAX_TOP_LOGPROBS}")
+    if top is not None and not wanted:
+        raise BadField("top_logprobs", "only with \"logprobs\": true")
+    return (top or 0) if wanted else None
 
 
 def _sampling(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -126,12 +143,13 @@ def _messages(raw: object, max_messages: int) -> tuple[p.ChatMessage, ...]:
     for i, m in enumerate(messages[1:], start=1):
         if m.role == "system":
             raise BadField(f"messages[{i}].role", "only the first message may be a system (or developer) message")
-    if messages[-1].role != "user":
-        raise BadField("messages", "the last message must be the user's")
-    try:
-        check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
-    except InvalidRequest as e:
-        raise BadField(e.field, e.problem) from None
+    if messages[-1].role not in ("user", "tool"):
+        raise BadField("messages", "the last message must be the user's (or a tool's result)")
+    if messages[-1].role == "user":
+        try:
+            check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
+        except InvalidRequest as e:
+            raise BadField(e.field, e.problem) from None
     return messages
 
 
@@ -142,14 +160,31 @@ def _message(i: int, message: object) -> p.ChatMessage:
     extra = sorted(k for k in message if k not in MESSAGE_FIELDS)
     if extra:
         raise BadField(f"{where}.{extra[0]}", "unknown field; known: role, content, name")
-    for name in ("tool_calls", "function_call", "audio"):
+    for name in ("function_call", "audio"):
         if message.get(name) not in (None, []):
-            raise BadField(f"{where}.{name}", "this model does not call tools or read audio; leave it out")
+            raise BadField(f"{where}.{name}", "not supported (function_call is tool_calls' old name; audio is not "
+                                              "read); leave it out", "not_supported")
     role = message.get("role")
-    if role not in ROLES:
-        kinds = "tool and function messages are not supported; " if role in ("tool", "function") else ""
+    if not isinstance(role, str) or role not in ROLES:
+        kinds = "function messages are tool messages now; " if role == "function" else ""
         raise BadField(f"{where}.role", f"{kinds}must be one of {', '.join(ROLES)}, got {p._short(role)}")
-    return p.ChatMessage(ROLES[role], _content(where, message.get("content")))
+    calls = message.get("tool_calls") or []
+    if calls and role != "assistant":
+        raise BadField(f"{where}.tool_calls", "only an assistant message carries tool calls")
+    if not isinstance(calls, list):
+        raise BadField(f"{where}.tool_calls", "must be a list")
+    try:
+        tool_calls = tuple(p.parse_tool_call(f"{where}.tool_calls[{j}]", c) for j, c in enumerate(calls))
+    except InvalidRequest as e:
+        raise BadField(e.field, str(e).split(": ", 1)[1]) from None
+    call_id = message.get("tool_call_id")
+    if role == "tool" and not (isinstance(call_id, str) and call_id):
+        raise BadField(f"{where}.tool_call_id", "must name the call this result answers")
+    if role != "tool" and call_id is not None:
+        raise BadField(f"{where}.tool_call_id", "only a tool message answers a call")
+    content = message.get("content")
+    content = "" if content is None and tool_calls else _content(where, content)
+    return p.ChatMessage(ROLES[role], content, tool_calls, call_id)
 
 
 def _content(where: str, content: object) -> str:

@@ -11,16 +11,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..engine.request import Finished, FinishReason, SamplingParams
+from ..engine.request import Constraint, Finished, FinishReason, SamplingParams
 from ..text.conversation import check_question
+from .structured import Tools, parse_response_format, parse_tools
 
 MAX_ID_LENGTH = 64
 MAX_TOKEN_LENGTH = 128  # a resume token is 43 characters; anything far longer is not one
 MAX_INDEX = 2**31 - 1
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 PARAMS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop", "loop_guard")
 ERROR_CODES = ("invalid_json", "invalid_request", "system_prompt_not_allowed", "prompt_too_long", "busy", "overloaded",
-               "not_found", "rate_limited", "shutdown", "internal")
+               "not_found", "rate_limited", "shutdown", "internal", "not_supported")
+CHAT_FIELDS = ("type", "id", "messages", "params", "response_format", "tools", "tool_choice", "resumable", "continue")
 
 # WebSocket close codes (RFC 6455 section 7.4.1) the server uses.
 CLOSE_UNSUPPORTED_DATA = 1003  # a binary frame
@@ -42,9 +44,28 @@ class ProtocolError(Exception):
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text of an object
+
+
+@dataclass(frozen=True)
 class ChatMessage:
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls (content may then be "")
+    tool_call_id: str | None = None  # a tool message's: the call it answers
+
+    def as_dict(self) -> dict[str, Any]:
+        """As chat templates take a message (OpenAI's shape)."""
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            message["tool_calls"] = [{"id": c.id, "type": "function",
+                                      "function": {"name": c.name, "arguments": c.arguments}} for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 @dataclass(frozen=True)
@@ -62,6 +83,10 @@ class Chat:
     params: dict[str, Any]  # validated names; values are checked when sampling params are built
     resumable: bool = False  # keep its frames and a resume token for a client that loses its socket
     answer_start: Continue | None = None  # continue this answer instead of starting one
+    response_format: Constraint | None = None  # the answer keeps to it
+    tools: Tools | None = None  # functions offered to the model (structured.py)
+    n: int = 1  # answers to the same prompt (the OpenAI API's `n`)
+    logprobs: int | None = None  # log probabilities of each token and this many alternatives (OpenAI API)
 
 
 @dataclass(frozen=True)
@@ -125,7 +150,7 @@ def sampling_params(chat: Chat, default_max_new_tokens: int, max_new_tokens_cap:
             "invalid_request", f"params.max_new_tokens: this server allows at most {max_new_tokens_cap}, got {max_new}",
             chat.id)
     try:
-        return SamplingParams(**values, timeout_s=timeout_s)
+        return SamplingParams(**values, timeout_s=timeout_s, constraint=chat.response_format, logprobs=chat.logprobs)
     except InvalidRequest as e:
         raise ProtocolError("invalid_request", f"params.{e}", chat.id) from None
 
@@ -150,13 +175,21 @@ def token(request_id: str, index: int, text: str) -> dict[str, Any]:
     return {"type": "token", "id": request_id, "index": index, "text": text}
 
 
-def end(request_id: str, finished: Finished) -> dict[str, Any]:
+def tool_call(request_id: str, index: int, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    return {"type": "tool_call", "id": request_id, "index": index, "call_id": call_id, "name": name,
+            "arguments": arguments}
+
+
+def end(request_id: str, finished: Finished, tool_calls: bool = False) -> dict[str, Any]:
+    """`tool_calls`: the answer called tools (sent as `tool_call` frames); if it ended of itself, its reason is
+    `tool_calls`."""
     assert finished.reason is not FinishReason.ERROR
     t = finished.timings
+    natural = finished.reason in (FinishReason.EOS, FinishReason.STOP_SEQUENCE)
     return {
         "type": "end",
         "id": request_id,
-        "reason": finished.reason.value,
+        "reason": "tool_calls" if tool_calls and natural else finished.reason.value,
         "usage": {"prompt_tokens": finished.prompt_tokens, "completion_tokens": finished.completion_tokens},
         "timings": {"queue_ms": round(t.queue_ms, 3), "ttft_ms": round(t.ttft_ms, 3),
                     "total_ms": round(t.total_ms, 3), "tokens_per_s": round(t.tokens_per_s, 3)},
@@ -180,7 +213,7 @@ def encode(frame: dict[str, Any]) -> str:
 
 
 def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int) -> Chat:
-    _only_fields(frame, ("type", "id", "messages", "params", "resumable", "continue"), request_id)
+    _only_fields(frame, CHAT_FIELDS, request_id)
     chat_id = _check_id(frame, request_id)
     raw_messages = frame.get("messages")
     if not isinstance(raw_messages, list) or not raw_messages:
@@ -193,12 +226,19 @@ def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int
         if m.role == "system":
             raise ProtocolError("invalid_request", f"messages[{i}].role: only the first message may be \"system\"",
                                 chat_id)
-    if messages[-1].role != "user":
-        raise ProtocolError("invalid_request", "messages: the last message must be the user's", chat_id)
+    if messages[-1].role not in ("user", "tool"):
+        raise ProtocolError("invalid_request", "messages: the last message must be the user's (or a tool's result)",
+                            chat_id)
     try:
-        check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
+        if messages[-1].role == "user":
+            check_question(messages[-1].content, f"messages[{len(messages) - 1}].content")
+        response_format = parse_response_format(frame["response_format"]) if "response_format" in frame else None
+        tools = parse_tools(frame.get("tools"), frame.get("tool_choice"))
     except InvalidRequest as e:
         raise ProtocolError("invalid_request", str(e), chat_id) from None
+    if response_format is not None and tools is not None:
+        raise ProtocolError("not_supported", "response_format: cannot be combined with tools; send one of them",
+                            chat_id)
     params = frame.get("params", {})
     if not isinstance(params, dict):
         raise ProtocolError("invalid_request", "params: must be an object", chat_id)
@@ -210,7 +250,8 @@ def _parse_chat(frame: dict[str, Any], request_id: str | None, max_messages: int
     if not isinstance(resumable, bool):
         raise ProtocolError("invalid_request", "resumable: must be true or false", chat_id)
     answer_start = _parse_continue(frame["continue"], chat_id) if "continue" in frame else None
-    return Chat(chat_id, messages, dict(params), resumable, answer_start)
+    return Chat(chat_id, messages, dict(params), resumable=resumable, answer_start=answer_start,
+                response_format=response_format, tools=tools)
 
 
 def _parse_continue(value: object, chat_id: str) -> Continue:
@@ -249,17 +290,55 @@ def _is_index(value: object) -> bool:
 def _parse_message(i: int, message: object, chat_id: str) -> ChatMessage:
     if not isinstance(message, dict):
         raise ProtocolError("invalid_request", f"messages[{i}]: must be an object with role and content", chat_id)
-    extra = sorted(k for k in message if k not in ("role", "content"))
+    known = {"assistant": ("role", "content", "tool_calls"), "tool": ("role", "content", "tool_call_id")}
+    role = message.get("role")
+    fields = known.get(role, ("role", "content")) if isinstance(role, str) else ("role", "content")
+    extra = sorted(k for k in message if k not in fields)
     if extra:
-        raise ProtocolError("invalid_request", f"messages[{i}].{extra[0]}: unknown field; known: role, content",
+        raise ProtocolError("invalid_request", f"messages[{i}].{extra[0]}: unknown field; known: {', '.join(fields)}",
                             chat_id)
     role, content = message.get("role"), message.get("content")
     if role not in ROLES:
         raise ProtocolError("invalid_request",
                             f"messages[{i}].role: must be one of {', '.join(ROLES)}, got {_short(role)}", chat_id)
+    calls = message.get("tool_calls") or []
+    if content is None and calls:
+        content = ""
     if not isinstance(content, str):
         raise ProtocolError("invalid_request", f"messages[{i}].content: must be a string", chat_id)
-    return ChatMessage(role, content)
+    try:
+        tool_calls = tuple(parse_tool_call(f"messages[{i}].tool_calls[{j}]", c) for j, c in enumerate(calls)) \
+            if isinstance(calls, list) else None
+    except InvalidRequest as e:
+        raise ProtocolError("invalid_request", str(e), chat_id) from None
+    if tool_calls is None:
+        raise ProtocolError("invalid_request", f"messages[{i}].tool_calls: must be a list", chat_id)
+    call_id = message.get("tool_call_id")
+    if role == "tool" and not (isinstance(call_id, str) and call_id):
+        raise ProtocolError("invalid_request", f"messages[{i}].tool_call_id: must name the call this result answers",
+                            chat_id)
+    return ChatMessage(role, content, tool_calls, call_id)
+
+
+def parse_tool_call(where: str, call: object) -> ToolCall:
+    """An assistant's earlier call, in OpenAI's shape: {"id", "type": "function", "function": {name, arguments}}."""
+    if not isinstance(call, dict) or call.get("type", "function") != "function" \
+            or not isinstance(call.get("function"), dict):
+        raise InvalidRequest(where, 'must be {"id", "type": "function", "function": {"name", "arguments"}}')
+    function = call["function"]
+    name, arguments, call_id = function.get("name"), function.get("arguments"), call.get("id")
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"{where}.function.name", "must be the called function's name")
+    if not isinstance(call_id, str) or not call_id:
+        raise InvalidRequest(f"{where}.id", "must be the call's id")
+    if not isinstance(arguments, str):
+        raise InvalidRequest(f"{where}.function.arguments", "must be JSON text of an object")
+    try:
+        if not isinstance(json.loads(arguments), dict):
+            raise ValueError("not an object")
+    except ValueError:
+        raise InvalidRequest(f"{where}.function.arguments", "must be JSON text of an object") from None
+    return ToolCall(call_id, name, arguments)
 
 
 def _only_fields(frame: dict[str, Any], allowed: tuple[str, ...], request_id: str | None) -> None:

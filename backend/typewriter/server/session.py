@@ -18,6 +18,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from ..engine.request import Event, Finished, FinishReason, Queued, Started, Token
 from . import protocol as p
 from .chats import Cancel, ChatStream, StreamState, open_chat
+from .tool_calls import ToolCallDelta
 from .lifecycle import ServerState
 from .limits import FrameRate
 from .kept_chat import KeptChat
@@ -167,6 +168,10 @@ class Session:
                 frame = self._frame(stream, event)
                 if isinstance(event, Finished):
                     self._ended(stream)  # before the send: a client that reads `end` may start its next chat
+                    if event.reason is not FinishReason.ERROR:
+                        for i, call in enumerate(stream.tool_calls(event.request_id)):
+                            await self._send(p.tool_call(stream.client_id, i, call.call_id, call.name,
+                                                         call.arguments))
                 if frame is not None:
                     await self._send(frame)
                 if isinstance(event, Finished):
@@ -183,9 +188,11 @@ class Session:
             return frame | {"continued": stream.continued} if stream.continued else frame
         if isinstance(event, Token):
             return p.token(stream.client_id, event.index, event.text) if stream.shows(event) else None
+        if isinstance(event, ToolCallDelta):  # each call goes out whole, before the end
+            return None
         if event.reason is FinishReason.ERROR:
             return p.error("internal", f"generation failed: {event.error}", stream.client_id)
-        return p.end(stream.client_id, event)
+        return p.end(stream.client_id, event, bool(stream.tool_calls(event.request_id)))
 
     def _ended(self, stream: ChatStream) -> None:
         stream.end()

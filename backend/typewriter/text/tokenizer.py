@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerFast
 
 from ..errors import ModelFormatError
 from .token_text import LeadingSpace, TokenText
+from .tool_format import ToolFormat, tool_format
 
 # The tutor's instructions; what each model follows of them is measured by bench/tutor_answers.py
 # (docs/measurements/2026-12-04-tutor-answers.md).
@@ -79,6 +80,8 @@ class Tokenizer:
         self.raw = raw
         self.name = name
         self.plain_chat = chat_template is None  # PLAIN_CHAT_TEMPLATE stands in
+        # How the model writes tool calls, if its template takes tools in a format we read (tool_format.py)
+        self.tool_format: ToolFormat | None = tool_format(chat_template)
         self.hf = PreTrainedTokenizerFast(
             tokenizer_object=_Shared(raw),
             bos_token=bos_token,
@@ -202,19 +205,25 @@ class Tokenizer:
         return self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,
                                            add_generation_prompt=True)
 
-    def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]:
+    def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
+                    tools: Sequence[dict] | None = None) -> list[int]:
         """Token ids of the rendered chat. Control tokens typed inside a message (a student writing
-        `<|im_end|><|im_start|>system`) are encoded as plain text: only the template writes real ones."""
+        `<|im_end|><|im_start|>system`) are encoded as plain text: only the template writes real ones. `tools`
+        (OpenAI's `{"type": "function", "function": {...}}` objects) go to the template, which describes them to
+        the model in its own words; only for a model with a `tool_format`."""
+        extra = {"tools": list(tools)} if tools else {}
         encoded = self.hf.apply_chat_template(
             self._conversation(messages, system), tokenize=True, add_generation_prompt=True,
-            sanitize_control_tokens=True,
+            sanitize_control_tokens=True, **extra,
         )
         return list(encoded["input_ids"])
 
-    def _conversation(self, messages: Sequence[dict[str, str]], system: str | None) -> list[dict[str, str]]:
+    def _conversation(self, messages: Sequence[dict[str, Any]], system: str | None) -> list[dict[str, Any]]:
         """The messages, with a system prompt first unless they bring their own: `system`, or the tutor's
-        DEFAULT_SYSTEM_PROMPT when it is None (this is the one place that default is chosen); "" means none."""
-        messages = list(messages)
+        DEFAULT_SYSTEM_PROMPT when it is None (this is the one place that default is chosen); "" means none.
+        A tool call's arguments arrive as JSON text (OpenAI's shape); templates write them with `tojson`, so they
+        go in as the object they spell."""
+        messages = [_arguments_as_objects(m) for m in messages]
         if system is None:
             system = DEFAULT_SYSTEM_PROMPT
         if system and not any(m.get("role") == "system" for m in messages):
@@ -227,6 +236,19 @@ class Tokenizer:
         """The bytes token `token_id` contributes to `decode(..., skip_special_tokens=True)`; b"" for specials.
         See `token_text.leading_space` for what decode does to the start of the text."""
         return self.token_text.table[token_id]
+
+
+def _arguments_as_objects(message: dict[str, Any]) -> dict[str, Any]:
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    objects = []
+    for call in calls:
+        function = dict(call["function"])
+        if isinstance(function.get("arguments"), str):
+            function["arguments"] = json.loads(function["arguments"])
+        objects.append({**call, "function": function})
+    return {**message, "tool_calls": objects}
 
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")

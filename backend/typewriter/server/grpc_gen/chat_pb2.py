@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18typewriter/v1/chat.proto\x12\rtypewriter.v1\"o\n\rClientMessage\x12*\n\x04\x63hat\x18\x01 \x01(\x0b\x32\x1a.typewriter.v1.ChatRequestH\x00\x12*\n\x04stop\x18\x02 \x01(\x0b\x32\x1a.typewriter.v1.StopRequestH\x00\x42\x06\n\x04kind\"j\n\x0b\x43hatRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x08messages\x18\x02 \x03(\x0b\x32\x16.typewriter.v1.Message\x12%\n\x06params\x18\x03 \x01(\x0b\x32\x15.typewriter.v1.Params\"(\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\xa8\x02\n\x06Params\x12\x1b\n\x0emax_new_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x05 \x01(\x01H\x04\x88\x01\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x17\n\nloop_guard\x18\x08 \x01(\x08H\x06\x88\x01\x01\x42\x11\n\x0f_max_new_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\r\n\x0b_loop_guard\"\x19\n\x0bStopRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xbb\x01\n\x0bServerEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\x06queued\x18\x02 \x01(\x0b\x32\x15.typewriter.v1.QueuedH\x00\x12%\n\x05start\x18\x03 \x01(\x0b\x32\x14.typewriter.v1.StartH\x00\x12%\n\x05token\x18\x04 \x01(\x0b\x32\x14.typewriter.v1.TokenH\x00\x12!\n\x03\x65nd\x18\x05 \x01(\x0b\x32\x12.typewriter.v1.EndH\x00\x42\x06\n\x04kind\"\x1a\n\x06Queued\x12\x10\n\x08position\x18\x01 \x01(\x05\"O\n\x05Start\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\rcached_tokens\x18\x02 \x01(\x05\x12\x18\n\x10\x64ropped_messages\x18\x03 \x01(\x05\"$\n\x05Token\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"c\n\x03\x45nd\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12#\n\x05usage\x18\x02 \x01(\x0b\x32\x14.typewriter.v1.Usage\x12\'\n\x07timings\x18\x03 \x01(\x0b\x32\x16.typewriter.v1.Timings\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"T\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\x12\x14\n\x0ctokens_per_s\x18\x04 \x01(\x01\x32N\n\x04\x43hat\x12\x46\n\x06Stream\x12\x1c.typewriter.v1.ClientMessage\x1a\x1a.typewriter.v1.ServerEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18typewriter/v1/chat.proto\x12\rtypewriter.v1\"o\n\rClientMessage\x12*\n\x04\x63hat\x18\x01 \x01(\x0b\x32\x1a.typewriter.v1.ChatRequestH\x00\x12*\n\x04stop\x18\x02 \x01(\x0b\x32\x1a.typewriter.v1.StopRequestH\x00\x42\x06\n\x04kind\"\xdb\x01\n\x0b\x43hatRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12(\n\x08messages\x18\x02 \x03(\x0b\x32\x16.typewriter.v1.Message\x12%\n\x06params\x18\x03 \x01(\x0b\x32\x15.typewriter.v1.Params\x12\x36\n\x0fresponse_format\x18\x04 \x01(\x0b\x32\x1d.typewriter.v1.ResponseFormat\x12\"\n\x05tools\x18\x05 \x03(\x0b\x32\x13.typewriter.v1.Tool\x12\x13\n\x0btool_choice\x18\x06 \x01(\t\"k\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12+\n\ntool_calls\x18\x03 \x03(\x0b\x32\x17.typewriter.v1.ToolCall\x12\x14\n\x0ctool_call_id\x18\x04 \x01(\t\"q\n\x0eResponseFormat\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x13\n\x0bschema_json\x18\x03 \x01(\t\x12\x0e\n\x06strict\x18\x04 \x01(\x08\x12\r\n\x05regex\x18\x05 \x01(\t\x12\x0f\n\x07grammar\x18\x06 \x01(\t\"B\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"\xa8\x02\n\x06Params\x12\x1b\n\x0emax_new_tokens\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x18\n\x0btemperature\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x12\n\x05top_p\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x12\n\x05top_k\x18\x04 \x01(\x05H\x03\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x05 \x01(\x01H\x04\x88\x01\x01\x12\x11\n\x04seed\x18\x06 \x01(\x03H\x05\x88\x01\x01\x12\x0c\n\x04stop\x18\x07 \x03(\t\x12\x17\n\nloop_guard\x18\x08 \x01(\x08H\x06\x88\x01\x01\x42\x11\n\x0f_max_new_tokensB\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\r\n\x0b_loop_guard\"\x19\n\x0bStopRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\xe9\x01\n\x0bServerEvent\x12\n\n\x02id\x18\x01 \x01(\t\x12\'\n\x06queued\x18\x02 \x01(\x0b\x32\x15.typewriter.v1.QueuedH\x00\x12%\n\x05start\x18\x03 \x01(\x0b\x32\x14.typewriter.v1.StartH\x00\x12%\n\x05token\x18\x04 \x01(\x0b\x32\x14.typewriter.v1.TokenH\x00\x12!\n\x03\x65nd\x18\x05 \x01(\x0b\x32\x12.typewriter.v1.EndH\x00\x12,\n\ttool_call\x18\x06 \x01(\x0b\x32\x17.typewriter.v1.ToolCallH\x00\x42\x06\n\x04kind\"K\n\x08ToolCall\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x11\n\targuments\x18\x04 \x01(\t\"\x1a\n\x06Queued\x12\x10\n\x08position\x18\x01 \x01(\x05\"O\n\x05Start\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x15\n\rcached_tokens\x18\x02 \x01(\x05\x12\x18\n\x10\x64ropped_messages\x18\x03 \x01(\x05\"$\n\x05Token\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0c\n\x04text\x18\x02 \x01(\t\"c\n\x03\x45nd\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12#\n\x05usage\x18\x02 \x01(\x0b\x32\x14.typewriter.v1.Usage\x12\'\n\x07timings\x18\x03 \x01(\x0b\x32\x16.typewriter.v1.Timings\"9\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\x05\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\x05\"T\n\x07Timings\x12\x10\n\x08queue_ms\x18\x01 \x01(\x01\x12\x0f\n\x07ttft_ms\x18\x02 \x01(\x01\x12\x10\n\x08total_ms\x18\x03 \x01(\x01\x12\x14\n\x0ctokens_per_s\x18\x04 \x01(\x01\x32N\n\x04\x43hat\x12\x46\n\x06Stream\x12\x1c.typewriter.v1.ClientMessage\x1a\x1a.typewriter.v1.ServerEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,28 +33,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_CLIENTMESSAGE']._serialized_start=43
   _globals['_CLIENTMESSAGE']._serialized_end=154
-  _globals['_CHATREQUEST']._serialized_start=156
-  _globals['_CHATREQUEST']._serialized_end=262
-  _globals['_MESSAGE']._serialized_start=264
-  _globals['_MESSAGE']._serialized_end=304
-  _globals['_PARAMS']._serialized_start=307
-  _globals['_PARAMS']._serialized_end=603
-  _globals['_STOPREQUEST']._serialized_start=605
-  _globals['_STOPREQUEST']._serialized_end=630
-  _globals['_SERVEREVENT']._serialized_start=633
-  _globals['_SERVEREVENT']._serialized_end=820
-  _globals['_QUEUED']._serialized_start=822
-  _globals['_QUEUED']._serialized_end=848
-  _globals['_START']._serialized_start=850
-  _globals['_START']._serialized_end=929
-  _globals['_TOKEN']._serialized_start=931
-  _globals['_TOKEN']._serialized_end=967
-  _globals['_END']._serialized_start=969
-  _globals['_END']._serialized_end=1068
-  _globals['_USAGE']._serialized_start=1070
-  _globals['_USAGE']._serialized_end=1127
-  _globals['_TIMINGS']._serialized_start=1129
-  _globals['_TIMINGS']._serialized_end=1213
-  _globals['_CHAT']._serialized_start=1215
-  _globals['_CHAT']._serialized_end=1293
+  _globals['_CHATREQUEST']._serialized_start=157
+  _globals['_CHATREQUEST']._serialized_end=376
+  _globals['_MESSAGE']._serialized_start=378
+  _globals['_MESSAGE']._serialized_end=485
+  _globals['_RESPONSEFORMAT']._serialized_start=487
+  _globals['_RESPONSEFORMAT']._serialized_end=600
+  _globals['_TOOL']._serialized_start=602
+  _globals['_TOOL']._serialized_end=668
+  _globals['_PARAMS']._serialized_start=671
+  _globals['_PARAMS']._serialized_end=967
+  _globals['_STOPREQUEST']._serialized_start=969
+  _globals['_STOPREQUEST']._serialized_end=994
+  _globals['_SERVEREVENT']._serialized_start=997
+  _globals['_SERVEREVENT']._serialized_end=1230
+  _globals['_TOOLCALL']._serialized_start=1232
+  _globals['_TOOLCALL']._serialized_end=1307
+  _globals['_QUEUED']._serialized_start=1309
+  _globals['_QUEUED']._serialized_end=1335
+  _globals['_START']._serialized_start=1337
+  _globals['_START']._serialized_end=1416
+  _globals['_TOKEN']._serialized_start=1418
+  _globals['_TOKEN']._serialized_end=1454
+  _globals['_END']._serialized_start=1456
+  _globals['_END']._serialized_end=1555
+  _globals['_USAGE']._serialized_start=1557
+  _globals['_USAGE']._serialized_end=1614
+  _globals['_TIMINGS']._serialized_start=1616
+  _globals['_TIMINGS']._serialized_end=1700
+  _globals['_CHAT']._serialized_start=1702
+  _globals['_CHAT']._serialized_end=1780
 # @@protoc_insertion_point(module_scope)

@@ -15,22 +15,58 @@ class ClientMessage(_message.Message):
     def __init__(self, chat: _Optional[_Union[ChatRequest, _Mapping]] = ..., stop: _Optional[_Union[StopRequest, _Mapping]] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ("id", "messages", "params")
+    __slots__ = ("id", "messages", "params", "response_format", "tools", "tool_choice")
     ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CHOICE_FIELD_NUMBER: _ClassVar[int]
     id: str
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     params: Params
-    def __init__(self, id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., params: _Optional[_Union[Params, _Mapping]] = ...) -> None: ...
+    response_format: ResponseFormat
+    tools: _containers.RepeatedCompositeFieldContainer[Tool]
+    tool_choice: str
+    def __init__(self, id: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., params: _Optional[_Union[Params, _Mapping]] = ..., response_format: _Optional[_Union[ResponseFormat, _Mapping]] = ..., tools: _Optional[_Iterable[_Union[Tool, _Mapping]]] = ..., tool_choice: _Optional[str] = ...) -> None: ...
 
 class Message(_message.Message):
-    __slots__ = ("role", "content")
+    __slots__ = ("role", "content", "tool_calls", "tool_call_id")
     ROLE_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_ID_FIELD_NUMBER: _ClassVar[int]
     role: str
     content: str
-    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+    tool_calls: _containers.RepeatedCompositeFieldContainer[ToolCall]
+    tool_call_id: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ..., tool_calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., tool_call_id: _Optional[str] = ...) -> None: ...
+
+class ResponseFormat(_message.Message):
+    __slots__ = ("type", "name", "schema_json", "strict", "regex", "grammar")
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
+    STRICT_FIELD_NUMBER: _ClassVar[int]
+    REGEX_FIELD_NUMBER: _ClassVar[int]
+    GRAMMAR_FIELD_NUMBER: _ClassVar[int]
+    type: str
+    name: str
+    schema_json: str
+    strict: bool
+    regex: str
+    grammar: str
+    def __init__(self, type: _Optional[str] = ..., name: _Optional[str] = ..., schema_json: _Optional[str] = ..., strict: _Optional[bool] = ..., regex: _Optional[str] = ..., grammar: _Optional[str] = ...) -> None: ...
+
+class Tool(_message.Message):
+    __slots__ = ("name", "description", "parameters_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    description: str
+    parameters_json: str
+    def __init__(self, name: _Optional[str] = ..., description: _Optional[str] = ..., parameters_json: _Optional[str] = ...) -> None: ...
 
 class Params(_message.Message):
     __slots__ = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop", "loop_guard")
@@ -59,18 +95,32 @@ class StopRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ...) -> None: ...
 
 class ServerEvent(_message.Message):
-    __slots__ = ("id", "queued", "start", "token", "end")
+    __slots__ = ("id", "queued", "start", "token", "end", "tool_call")
     ID_FIELD_NUMBER: _ClassVar[int]
     QUEUED_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     END_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALL_FIELD_NUMBER: _ClassVar[int]
     id: str
     queued: Queued
     start: Start
     token: Token
     end: End
-    def __init__(self, id: _Optional[str] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., start: _Optional[_Union[Start, _Mapping]] = ..., token: _Optional[_Union[Token, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ...) -> None: ...
+    tool_call: ToolCall
+    def __init__(self, id: _Optional[str] = ..., queued: _Optional[_Union[Queued, _Mapping]] = ..., start: _Optional[_Union[Start, _Mapping]] = ..., token: _Optional[_Union[Token, _Mapping]] = ..., end: _Optional[_Union[End, _Mapping]] = ..., tool_call: _Optional[_Union[ToolCall, _Mapping]] = ...) -> None: ...
+
+class ToolCall(_message.Message):
+    __slots__ = ("index", "call_id", "name", "arguments")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGUMENTS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    call_id: str
+    name: str
+    arguments: str
+    def __init__(self, index: _Optional[int] = ..., call_id: _Optional[str] = ..., name: _Optional[str] = ..., arguments: _Optional[str] = ...) -> None: ...
 
 class Queued(_message.Message):
     __slots__ = ("position",)

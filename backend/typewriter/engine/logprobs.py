@@ -1,0 +1,47 @@
+"""Log probabilities of a drawn token and its likeliest alternatives, in the distribution it was drawn from.
+
+The same steps as the sampler's (sampling.py), on the same row: the repetition penalty, the constraint's mask (the
+row arrives masked), the temperature, top-k and top-p. So the probabilities of the tokens the sampler could draw sum
+to 1, and a token outside them is never listed. A greedy answer (temperature 0) draws from a point mass: its log
+probabilities are those of the penalised, masked row at temperature 1, which is what a client reading them wants.
+Computed only for requests that ask (`SamplingParams.logprobs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from .request import SamplingParams, TokenLogprobs
+from .sampling import _nucleus, _penalise
+
+
+def token_logprobs(params: SamplingParams, logits: np.ndarray, history: Sequence[int], token_id: int,
+                   top: int) -> TokenLogprobs:
+    """`logits`: the row [vocab] the token was drawn from (masked, not yet penalised); `top`: how many of the
+    likeliest tokens to list."""
+    ids, logp = distribution(params, logits, history)
+    order = np.lexsort((ids, -logp))  # likeliest first; ties to the lower id, as the sampler breaks them
+    ids, logp = ids[order], logp[order]
+    found = np.flatnonzero(ids == token_id)
+    chosen = float(logp[found[0]]) if found.size else float("-inf")
+    return TokenLogprobs(chosen, tuple((int(i), float(p)) for i, p in zip(ids[:top], logp[:top])))
+
+
+def distribution(params: SamplingParams, logits: np.ndarray, history: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, log probabilities) of every token the sampler could draw from this row."""
+    logits = np.asarray(logits, dtype=np.float64).reshape(-1).copy()
+    if params.repetition_penalty != 1.0 and len(history):
+        logits = _penalise(logits, history, params.repetition_penalty)
+    ids = np.flatnonzero(np.isfinite(logits))  # a masked token has no probability at all
+    scores = logits[ids] / (params.temperature if not params.greedy else 1.0)
+    if not params.greedy and 0 < params.top_k < scores.size:
+        keep = np.argpartition(-scores, params.top_k - 1)[: params.top_k]
+        ids, scores = ids[keep], scores[keep]
+    probs = np.exp(scores - scores.max())
+    probs /= probs.sum()
+    if not params.greedy and params.top_p < 1.0:
+        ids, probs = _nucleus(ids, probs, params.top_p)
+        probs = probs / probs.sum()
+    return ids, np.log(probs)

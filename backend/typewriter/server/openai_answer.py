@@ -1,0 +1,193 @@
+"""The response to one accepted `POST /v1/chat/completions`: its choices streamed as `chat.completion.chunk`
+events, or gathered into one `chat.completion`.
+
+Each choice (`n` of them, one engine request each) has its own role chunk, text deltas, tool call deltas
+(`delta.tool_calls`: the first with the call's id and name, then pieces of its arguments, as OpenAI streams them),
+log probabilities and finish reason (`tool_calls` when it called a tool). Log probabilities of tokens whose text is
+held back go out with the next chunk that carries text, or with the choice's last chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from ..engine.request import Finished, Queued, Started, Token
+from .chats import Cancel, ChatStream
+from .openai_common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, LogprobWriter, error_response,
+                            next_event, sse)
+from .openai_request import CompletionRequest
+from .tool_calls import ToolCallDelta
+
+
+@dataclass
+class Choice:
+    index: int
+    texts: list[str] = field(default_factory=list)
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)  # call index -> OpenAI's tool call object
+    logprobs: list[dict[str, Any]] = field(default_factory=list)  # not yet sent, when streaming
+    finished: Finished | None = None
+
+    def finish_reason(self) -> str:
+        """`tool_calls` for an answer that called tools and ended of itself; one cut short says so."""
+        reason = FINISH_REASONS[self.finished.reason]
+        return "tool_calls" if self.calls and reason == "stop" else reason
+
+
+class Answer:
+    """It owns the chat until its end was sent or its client left."""
+
+    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release, tokenizer,
+                 keepalive_s: float | None = None):
+        self.stream, self.completion, self.model, self.release = stream, completion, model, release
+        self.keepalive_s = keepalive_s  # a stream's quiet before a keep-alive comment (None: none)
+        self.created = int(time.time())
+        self.choices = [Choice(i) for i in range(len(stream.choice_ids))]
+        self.logprobs = LogprobWriter(tokenizer) if completion.chat.logprobs is not None else None
+        self.cached_tokens = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watcher = asyncio.create_task(self._watch(receive))
+        try:
+            if self.completion.stream:
+                await self._send_stream(send)
+            else:
+                await self._send_whole(scope, send)
+        except OSError:  # the client went away mid-send (uvicorn's ClientDisconnected is one)
+            self.stream.cancel(Cancel.DISCONNECT)
+        finally:
+            watcher.cancel()
+            self.stream.end()
+            self.release()
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.stream.cancel(Cancel.DISCONNECT)
+
+    async def _events(self) -> AsyncIterator[tuple[Choice | None, Any]]:
+        """(its choice, event) until every choice has finished; a failed choice cancels the others. (None, None):
+        the stream has been quiet for `keepalive_s`."""
+        running = len(self.choices)
+        while running:
+            event = await next_event(self.stream, self.keepalive_s if self.completion.stream else None)
+            if event is None:
+                yield None, None
+                continue
+            if isinstance(event, Queued):
+                yield None, event
+                continue
+            choice = self.choices[self.stream.choice(event.request_id)]
+            if isinstance(event, Started) and choice.index == 0:
+                self.cached_tokens = event.cached_tokens
+            if isinstance(event, Token) and self.logprobs is not None and event.logprobs is not None \
+                    and self.logprobs.shown(event.token_id):
+                choice.logprobs.append(self.logprobs.entry(event.token_id, event.logprobs))
+            if isinstance(event, Finished):
+                choice.finished, running = event, running - 1
+                if event.reason in FAILURES and running:
+                    self.stream.cancel(Cancel.DISCONNECT)
+            yield choice, event
+
+    # ---- one JSON ----
+
+    async def _send_whole(self, scope: Scope, send: Send) -> None:
+        async for choice, event in self._events():
+            if isinstance(event, Token) and self.stream.shows(event):
+                choice.texts.append(event.text)
+            elif isinstance(event, ToolCallDelta):
+                self._add_call(choice, event)
+        failed = next((c.finished for c in self.choices if c.finished.reason in FAILURES), None)
+        if failed is not None:
+            status, code, message = FAILURES[failed.reason]
+            response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
+        else:
+            response = JSONResponse({**self._envelope("chat.completion"),
+                                     "choices": [self._whole_choice(c) for c in self.choices],
+                                     "usage": self._usage()})
+        await response(scope, _no_receive, send)
+
+    def _whole_choice(self, choice: Choice) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(choice.texts) or None}
+        if choice.calls:
+            message["tool_calls"] = [choice.calls[i] for i in sorted(choice.calls)]
+        elif message["content"] is None:
+            message["content"] = ""
+        logprobs = {"content": choice.logprobs, "refusal": None} if self.logprobs is not None else None
+        return {"index": choice.index, "message": message, "logprobs": logprobs,
+                "finish_reason": choice.finish_reason()}
+
+    @staticmethod
+    def _add_call(choice: Choice, delta: ToolCallDelta) -> None:
+        if delta.name is not None:
+            choice.calls[delta.index] = {"id": delta.call_id, "type": "function",
+                                         "function": {"name": delta.name, "arguments": ""}}
+        choice.calls[delta.index]["function"]["arguments"] += delta.arguments
+
+    # ---- a stream ----
+
+    async def _send_stream(self, send: Send) -> None:
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
+        headers += [(k.encode(), v.encode()) for k, v in STREAM_HEADERS.items()]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        async for chunk in self._chunks():
+            await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _chunks(self) -> AsyncIterator[str]:
+        usage_field = {"usage": None} if self.completion.include_usage else {}
+        async for choice, event in self._events():
+            if event is None:
+                yield KEEPALIVE
+            elif isinstance(event, Queued):
+                yield f": queued {event.position}\n\n"
+            elif isinstance(event, Started):
+                yield sse(self._chunk(choice, {"role": "assistant", "content": ""}) | usage_field)
+            elif isinstance(event, Token):
+                if self.stream.shows(event):
+                    yield sse(self._chunk(choice, {"content": event.text}) | usage_field)
+            elif isinstance(event, ToolCallDelta):
+                call = {"index": event.index, "function": {"arguments": event.arguments}}
+                if event.name is not None:
+                    call = {"index": event.index, "id": event.call_id, "type": "function",
+                            "function": {"name": event.name, "arguments": event.arguments}}
+                choice.calls[event.index] = call
+                yield sse(self._chunk(choice, {"tool_calls": [call]}) | usage_field)
+            elif event.reason in FAILURES:  # the openai client raises an APIError for an event with "error"
+                _, code, message = FAILURES[event.reason]
+                yield sse({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
+                yield "data: [DONE]\n\n"
+                return
+            else:
+                yield sse(self._chunk(choice, {}, choice.finish_reason()) | usage_field)
+        if self.completion.include_usage:
+            yield sse({**self._envelope("chat.completion.chunk"), "choices": [], "usage": self._usage()})
+        yield "data: [DONE]\n\n"
+
+    def _chunk(self, choice: Choice, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        logprobs = None
+        if self.logprobs is not None and (choice.logprobs and ("content" in delta or finish_reason)):
+            logprobs, choice.logprobs = {"content": choice.logprobs, "refusal": None}, []
+        return {**self._envelope("chat.completion.chunk"),
+                "choices": [{"index": choice.index, "delta": delta, "logprobs": logprobs,
+                             "finish_reason": finish_reason}]}
+
+    def _envelope(self, kind: str) -> dict[str, Any]:
+        return {"id": self.completion.chat.id, "object": kind, "created": self.created, "model": self.model}
+
+    def _usage(self) -> dict[str, Any]:
+        """The prompt counted once (the other choices copy its cache); every choice's answer."""
+        prompt = self.choices[0].finished.prompt_tokens
+        completion = sum(c.finished.completion_tokens for c in self.choices)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
+
+
+async def _no_receive() -> dict:
+    return {"type": "http.disconnect"}

@@ -1,0 +1,66 @@
+"""What both OpenAI-style routes share (`/v1/chat/completions`, `/v1/responses`): error bodies, how our finish
+reasons read in OpenAI's terms, server-sent events, and log probabilities in OpenAI's shape."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from ..engine.request import FinishReason, TokenLogprobs
+
+FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
+                  FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
+                  FinishReason.REPETITION: "stop"}  # the model was repeating itself: it had nothing more to say
+# Ends that are no answer of the model's: an error in OpenAI's shape (HTTP status, protocol-style code).
+FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long for a free slot; try again"),
+            FinishReason.SHUTDOWN: (503, "shutdown", "the server is shutting down; retry in a moment"),
+            FinishReason.CANCELLED: (499, "cancelled", "the request was cancelled"),
+            FinishReason.ERROR: (500, "internal", "generation failed; see the server log")}
+STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
+KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see the stream is alive
+
+
+async def next_event(stream, quiet_s: float | None):
+    """The chat stream's next event, or None when none came for `quiet_s` (a keep-alive is due; the queue's get is
+    safe to cancel)."""
+    if quiet_s is None:
+        return await stream.next_event()
+    try:
+        return await asyncio.wait_for(stream.next_event(), quiet_s)
+    except TimeoutError:
+        return None
+
+
+def error_response(status: int, code: str, message: str, param: str | None = None,
+                   retry_after_s: float | None = None) -> JSONResponse:
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    headers = {"retry-after": str(max(1, round(retry_after_s)))} if retry_after_s is not None else None
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}},
+                        status_code=status, headers=headers)
+
+
+def sse(data: dict[str, Any], event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+class LogprobWriter:
+    """A token's log probabilities as OpenAI writes them: each token's text, bytes and its alternatives."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def entry(self, token_id: int, logprobs: TokenLogprobs) -> dict[str, Any]:
+        return {**self._token(token_id, logprobs.logprob),
+                "top_logprobs": [self._token(i, p) for i, p in logprobs.top]}
+
+    def shown(self, token_id: int) -> bool:
+        """An end-of-answer token is no text and is not listed, as OpenAI lists none."""
+        return token_id not in self.tokenizer.eos_token_ids
+
+    def _token(self, token_id: int, logprob: float) -> dict[str, Any]:
+        piece = self.tokenizer.token_bytes(token_id)
+        return {"token": piece.decode("utf-8", "replace"), "logprob": max(logprob, -9999.0), "bytes": list(piece)}

@@ -1,0 +1,161 @@
+"""How a model writes a tool call, read off its chat template: the grammar that forces one, and the parser that
+finds calls in the streamed answer.
+
+The tools reach the model through its own template (`Tokenizer.encode_chat(..., tools=)`), so a model's answer
+follows the format it was trained on. One format is known: Hermes-style, which Qwen2.5, Hermes and many others
+use: each call is `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. A template that takes tools in
+another format, or none, has no `ToolFormat`, and a request with tools is refused for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+# What a call's JSON looks like when it is forced (constraints.py's JSON options, kept the same inside the call).
+_JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    name: str
+    open: str  # before each call's JSON
+    close: str  # after it
+
+    def grammar(self, tools: Sequence[dict], strict: bool = True) -> str:
+        """A Lark grammar (llguidance's dialect) whose every sentence is one call of one of `tools` (OpenAI's
+        function objects: name, parameters), its arguments valid for that tool's parameters."""
+        calls = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
+                  "properties": {"name": {"const": t["name"]},
+                                 "arguments": t.get("parameters") or {"type": "object"}}} for t in tools]
+        schema = {"anyOf": calls} if len(calls) > 1 else calls[0]
+        schema = {**schema, "x-guidance": {**_JSON_STYLE, "lenient": not strict}}
+        return f"start: {json.dumps(self.open)} call {json.dumps(self.close)}\ncall: %json {json.dumps(schema)}\n"
+
+
+HERMES = ToolFormat("hermes", "<tool_call>\n", "\n</tool_call>")
+
+
+def tool_format(chat_template: str | None) -> ToolFormat | None:
+    """The format a chat template writes tool calls in, or None when it takes no tools or writes them otherwise."""
+    if chat_template and re.search(r"\btools\b", chat_template) and "<tool_call>" in chat_template:
+        return HERMES
+    return None
+
+
+@dataclass(frozen=True)
+class TextPiece:
+    text: str
+
+
+@dataclass(frozen=True)
+class CallStarted:
+    index: int
+    name: str
+
+
+@dataclass(frozen=True)
+class CallArguments:
+    index: int
+    text: str  # the next piece of the arguments' JSON text
+
+
+Piece = TextPiece | CallStarted | CallArguments
+
+
+class ToolCallParser:
+    """Splits a streamed answer into text and tool calls, sending only what can no longer change: text that may be
+    the start of a call's opening is held back, and so are a call's last characters that may be its closing.
+    A call's name is sent as soon as it is read, then its arguments piece by piece, as OpenAI streams them."""
+
+    _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
+
+    def __init__(self, fmt: ToolFormat):
+        self.open, self.close = fmt.open.strip(), fmt.close.strip()
+        self.calls: list[dict] = []  # {"name", "arguments"} of each call, as it completes
+        self._text = ""  # answer text not yet sent (outside a call)
+        self._call: str | None = None  # the current call's text after its opening, while inside one
+        self._args_at: int | None = None  # where its arguments start in `_call`, once its name was read
+        self._sent = 0  # characters of its arguments already sent
+
+    def push(self, text: str) -> list[Piece]:
+        out: list[Piece] = []
+        while text:
+            if self._call is None:
+                self._text += text
+                text = ""
+                at = self._text.find(self.open)
+                if at < 0:
+                    keep = _partial_suffix(self._text, self.open)
+                    out += _text(self._text[: len(self._text) - keep])
+                    self._text = self._text[len(self._text) - keep:]
+                    return out
+                out += _text(self._text[:at])
+                text, self._text, self._call, self._args_at, self._sent = self._text[at + len(self.open):], "", "", \
+                    None, 0
+            else:
+                self._call += text
+                text = ""
+                end = self._call.find(self.close)
+                if end < 0:
+                    return out + self._partial_call()
+                body, text = self._call[:end], self._call[end + len(self.close):]
+                out += self._complete(body)
+        return out
+
+    def flush(self) -> list[Piece]:
+        """The answer ended: held-back text is text; a call cut short ends with what it had if its name went out,
+        and is dropped if not (it was never shown as a call)."""
+        if self._call is not None:
+            return self._complete(self._call) if self._args_at is not None else []
+        rest, self._text = self._text, ""
+        return _text(rest)
+
+    def _partial_call(self) -> list[Piece]:
+        out: list[Piece] = []
+        if self._args_at is None:
+            head = self._HEAD.match(self._call)
+            if head is None:
+                return out
+            self._args_at = head.end()
+            out.append(CallStarted(len(self.calls), json.loads(f'"{head.group(1)}"')))
+        args = self._call[self._args_at:]
+        args = args[: len(args) - _partial_suffix(args, self.close)].rstrip()
+        safe = len(args) - 1 if args.endswith("}") else len(args)  # perhaps the call object's own closing brace
+        if safe > self._sent:
+            out.append(CallArguments(len(self.calls), args[self._sent:safe]))
+            self._sent = safe
+        return out
+
+    def _complete(self, body: str) -> list[Piece]:
+        self._call = None
+        if self._args_at is None:  # not the usual shape (or all in one piece): read it whole
+            try:
+                call = json.loads(body)
+                name, arguments = call["name"], call.get("arguments", call.get("parameters", {}))
+            except (ValueError, KeyError, TypeError):
+                return _text(self.open + body + self.close)  # not a call after all
+            arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+            index = len(self.calls)
+            self.calls.append({"name": name, "arguments": arguments})
+            return [CallStarted(index, name), CallArguments(index, arguments)]
+        args = body[self._args_at:].rstrip()
+        args = args[:-1] if args.endswith("}") else args  # the call object's closing brace
+        out: list[Piece] = [CallArguments(len(self.calls), args[self._sent:])] if len(args) > self._sent else []
+        name = json.loads(f'"{self._HEAD.match(body).group(1)}"')
+        self.calls.append({"name": name, "arguments": args.rstrip()})
+        return out
+
+
+def _text(text: str) -> list[Piece]:
+    return [TextPiece(text)] if text else []
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest tail of `text` that `marker` starts with."""
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0

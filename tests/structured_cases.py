@@ -1,0 +1,18 @@
+"""What the structured-output tests on the embedded model and on Qwen2.5 (test_structured_e2e.py,
+test_qwen_structured.py) ask alike: the server's settings, a quiz schema with bounded strings (so a whole answer
+fits its length), and a calculator tool."""
+
+SETTINGS = {"TYPEWRITER_MAX_ACTIVE": "8", "TYPEWRITER_MAX_QUEUE": "32", "TYPEWRITER_MAX_CONTEXT": "1024",
+            "TYPEWRITER_CHATS_PER_MINUTE": "10000", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "512"}
+QUESTION = [{"role": "user", "content": "Write one multiple-choice question about photosynthesis."}]
+QUIZ = {"type": "object", "additionalProperties": False, "required": ["question", "choices", "answer"],
+        "properties": {"question": {"type": "string", "maxLength": 100},
+                       "choices": {"type": "array", "minItems": 2, "maxItems": 4,
+                                   "items": {"type": "string", "maxLength": 30}},
+                       "answer": {"type": "integer", "minimum": 0, "maximum": 3}}}
+QUIZ_FORMAT = {"type": "json_schema", "json_schema": {"name": "quiz", "schema": QUIZ, "strict": True}}
+RUNS = 100
+CALCULATOR = {"type": "function", "function": {
+    "name": "calculator", "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
+                   "properties": {"expression": {"type": "string", "pattern": "^[0-9+*/() -]{1,40}$"}}}}}

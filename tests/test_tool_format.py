@@ -1,0 +1,64 @@
+"""A model's tool format (text/tool_format.py): read off its chat template, a grammar that forces one call, and
+calls found in a streamed answer however its text is cut into deltas, with nothing sent that is taken back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from typewriter.text.tool_format import HERMES, CallArguments, CallStarted, TextPiece, ToolCallParser, tool_format
+
+CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 * (3 + {4})"}}\n</tool_call>'
+
+
+def parse(text: str, step: int) -> tuple[str, list[tuple[str, str]], list]:
+    """(text outside calls, [(name, arguments streamed)], the parser's complete calls)."""
+    parser, pieces = ToolCallParser(HERMES), []
+    for i in range(0, len(text), step):
+        pieces += parser.push(text[i:i + step])
+    pieces += parser.flush()
+    calls: list[list[str]] = []
+    for piece in pieces:
+        if isinstance(piece, CallStarted):
+            calls.append([piece.name, ""])
+        elif isinstance(piece, CallArguments):
+            calls[piece.index][1] += piece.text
+    return "".join(p.text for p in pieces if isinstance(p, TextPiece)), [tuple(c) for c in calls], parser.calls
+
+
+def test_a_hermes_template_is_known_and_a_plain_one_has_no_tool_format():
+    assert tool_format("{% if tools %}<tools>{{ tools }}</tools> <tool_call>{% endif %}") is HERMES
+    assert tool_format("{% for m in messages %}{{ m.content }}{% endfor %}") is None
+    assert tool_format(None) is None
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
+def test_a_call_streams_its_name_then_its_arguments_whatever_the_cuts(step):
+    text, calls, done = parse(f"Let me compute. {CALL} Done.", step)
+    assert text == "Let me compute.  Done."
+    assert calls == [("calculator", '{"expression": "2 * (3 + {4})"}')]
+    assert done == [{"name": "calculator", "arguments": '{"expression": "2 * (3 + {4})"}'}]
+
+
+def test_text_that_only_looks_like_a_call_is_text_and_a_cut_call_ends_with_what_it_had():
+    assert parse("a <tool_c b <tool_call>not json</tool_call>", 2)[0] == "a <tool_c b <tool_call>not json</tool_call>"
+    text, calls, _ = parse('<tool_call>\n{"name": "f", "arguments": {"x": 1', 1)
+    assert (text, calls) == ("", [("f", '{"x": 1')])
+    assert parse('<tool_call>\n{"na', 1)[:2] == ("", [])  # no name yet: never shown as a call
+
+
+def test_a_call_written_in_another_order_is_read_whole():
+    text, calls, _ = parse('<tool_call>{"arguments": {"x": 1}, "name": "f"}</tool_call>', 4)
+    assert (text, calls) == ("", [("f", '{"x": 1}')])
+
+
+def test_the_forced_grammar_names_each_tool_and_its_parameters():
+    tools = [{"name": "a", "parameters": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+             {"name": "b"}]
+    grammar = HERMES.grammar(tools, strict=False)
+    start, call = grammar.splitlines()
+    assert start == 'start: "<tool_call>\\n" call "\\n</tool_call>"'
+    schema = json.loads(call.removeprefix("call: %json "))
+    assert [c["properties"]["name"]["const"] for c in schema["anyOf"]] == ["a", "b"]
+    assert schema["x-guidance"]["lenient"] is True
