@@ -93,7 +93,8 @@ def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
     logprobs = _logprobs(fields)
     if logprobs is not None and tools is not None:
         raise BadField("logprobs", "cannot be combined with tools; leave one of them out", "not_supported")
-    chat = p.Chat(chat_id, messages, params, response_format, tools, fields.get("n", 1), logprobs)
+    chat = p.Chat(chat_id, messages, params, response_format=response_format, tools=tools, n=fields.get("n", 1),
+                  logprobs=logprobs)
     return CompletionRequest(chat, stream, include_usage, model, names)
 
 

@@ -75,7 +75,8 @@ def parse_body(body: bytes, max_messages: int) -> ResponsesRequest:
     logprobs = _logprobs(fields)
     if logprobs is not None and tools is not None:
         raise BadField("include", "log probabilities cannot be combined with tools", "not_supported")
-    chat = p.Chat(f"resp_{uuid.uuid4().hex[:24]}", messages, params, response_format, tools, 1, logprobs)
+    chat = p.Chat(f"resp_{uuid.uuid4().hex[:24]}", messages, params, response_format=response_format, tools=tools,
+                  logprobs=logprobs)
     echo = {"tools": fields.get("tools", []), "tool_choice": fields.get("tool_choice", "auto"),
             "text": fields.get("text", {"format": {"type": "text"}}), "instructions": fields.get("instructions"),
             "metadata": fields.get("metadata", {}), "temperature": fields.get("temperature"),
