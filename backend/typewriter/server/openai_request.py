@@ -57,6 +57,10 @@ def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
         raise BadField(None, "the body nests arrays or objects too deeply", "invalid_json") from None
     if not isinstance(fields, dict):
         raise BadField(None, "the body must be a JSON object with \"messages\"")
+    try:
+        p.check_text(body, fields)
+    except p.ProtocolError as e:
+        raise BadField(None, e.message) from None
     fields = {k: v for k, v in fields.items() if v is not None}  # clients send null for "not given"
     unknown = sorted(k for k in fields if k not in HONOURED and k not in IGNORED)
     if unknown:

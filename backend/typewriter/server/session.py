@@ -3,6 +3,10 @@
 The reader keeps reading while the pump sends, so a `stop` is seen at once. What a chat is (the checks, the
 fitting, the engine's events on an asyncio queue, the backlog bound) lives in `chats.py`, shared with the other
 front doors; this file only speaks protocol v1 over one socket.
+
+Two rules hold whatever goes wrong: a socket runs one chat at a time, and a chat whose frames can no longer reach
+its client is cancelled. A send that fails because the client left cancels the chat; one that fails for any other
+reason (a frame that cannot be encoded) also closes the socket with 1011, so the client hears that its chat ended.
 """
 
 from __future__ import annotations
@@ -116,8 +120,12 @@ class Session:
                     await self._send(frame)
                 if isinstance(event, Finished):
                     return
+        except Exception:  # a bug; logged here, so no task ends with an exception nobody retrieves
+            log.exception("chat %s: its events could not be turned into frames", stream.engine_id)
+            await self._broken()
         finally:
-            if stream.state is not StreamState.ENDED:  # the task was cancelled
+            if stream.state is not StreamState.ENDED:  # the task was cancelled, or failed: nobody will hear it
+                stream.cancel(Cancel.DISCONNECT)
                 self._ended(stream)
 
     def _frame(self, stream: ChatStream, event: Event) -> dict[str, Any] | None:
@@ -139,15 +147,28 @@ class Session:
     # ---- writing ----
 
     async def _send(self, frame: dict[str, Any]) -> None:
+        """Send a frame; never raises. If it cannot be sent, the socket's chat is cancelled."""
         if not self._open:
             return
         async with self._send_lock:
             try:
                 await self.ws.send_text(p.encode(frame))
-            except (WebSocketDisconnect, RuntimeError, OSError):
+                return
+            except (WebSocketDisconnect, RuntimeError, OSError):  # the client is gone
                 self._open = False
                 if self.stream is not None:
                     self.stream.cancel(Cancel.DISCONNECT)
+                return
+            except Exception:
+                log.exception("a %s frame could not be sent; closing the socket", frame.get("type"))
+        await self._broken()
+
+    async def _broken(self) -> None:
+        """A frame for this socket could not be made or sent: cancel its chat and close it (1011), so the client
+        knows its chat ended and the socket holds nothing that runs on unheard."""
+        if self.stream is not None:
+            self.stream.cancel(Cancel.DISCONNECT)
+        await self._close(p.CLOSE_INTERNAL_ERROR, "the server could not send a frame; see its log")
 
     async def _close(self, code: int, reason: str) -> None:
         self._open = False
