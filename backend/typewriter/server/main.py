@@ -61,6 +61,9 @@ def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
         ws_max_size=settings.max_message_bytes,
         ws_ping_interval=settings.ping_interval_s or None,
         ws_ping_timeout=settings.ping_timeout_s or None,
+        # uvicorn would trust X-Forwarded-For from loopback and rewrite the client address before the limits see it;
+        # trusted_proxies alone decides whose header counts (limits.client_address).
+        proxy_headers=False,
         log_level=settings.log_level,
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),

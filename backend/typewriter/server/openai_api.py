@@ -23,7 +23,7 @@ from . import protocol as p
 from .chats import Cancel, ChatStream, open_chat
 from .lifecycle import Phase, ServerState
 from .limits import client_address
-from .openai_request import BadField, CompletionRequest, parse_body
+from .openai_request import BadField, CompletionRequest, check_media_type, parse_body
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
                   FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
@@ -35,7 +35,7 @@ FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long 
             FinishReason.ERROR: (500, "internal", "generation failed; see the server log")}
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,
-          "loading": 503, "too_large": 413, "method_not_allowed": 405}
+          "loading": 503, "too_large": 413, "method_not_allowed": 405, "unsupported_media_type": 415}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
 
@@ -72,6 +72,7 @@ class OpenAI:
             return self._not_ready()
         try:
             body = await _read_body(request, settings.max_message_bytes)
+            check_media_type(request.headers.get("content-type"))
             completion = parse_body(body, settings.max_messages)
         except BadField as e:
             return self._refused(e.code, e.message, e.param)
