@@ -112,6 +112,12 @@ class GenerationRequest:
     id: str
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
+    # Whose conversation this is. What a slot caches is reused only by requests of the same owner, except the first
+    # `shared_prefix` prompt tokens (a prefix the same for everyone: the server's system prompt), which any request
+    # whose prompt starts with the same `shared_prefix` tokens may reuse (prefix_cache.py). None is an owner too:
+    # the engine's direct callers (the CLI, benchmarks) share everything among themselves.
+    owner: str | None = None
+    shared_prefix: int = 0
 
 
 # ---- events, engine thread -> caller ----

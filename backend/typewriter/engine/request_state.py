@@ -43,6 +43,7 @@ class RequestState:
         self.status = Status.WAITING
         self.slot = -1
         self.prompt_ids = list(request.prompt_ids)
+        self.owner, self.shared_prefix = request.owner, request.shared_prefix  # whose cache it may reuse
         self.output_ids: list[int] = []
         self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
         self.reused = 0  # of those, how many were found already cached (prefix reuse)

@@ -26,6 +26,7 @@ from ..errors import TypewriterError
 from ..engine.request import Event, Finished, GenerationRequest, Started, Token
 from . import protocol as p
 from .lifecycle import Phase, ServerState
+from .owners import shared_length
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
@@ -131,8 +132,9 @@ class ChatStream:
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStream:
-    """Check, fit and submit `chat` for `client` (the address the limits count); raises ProtocolError."""
+async def open_chat(server: ServerState, chat: p.Chat, client: str, owner: str) -> ChatStream:
+    """Check, fit and submit `chat` for `client` (the address the limits count) as a turn of `owner`'s
+    conversation (whose cached tokens it may reuse: owners.py); raises ProtocolError."""
     if server.phase is Phase.STOPPING:
         raise p.ProtocolError("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     if not server.ready:
@@ -154,7 +156,8 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStrea
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
         stream = ChatStream(server, chat.id, engine_id, fitted.dropped_messages)
         try:
-            server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids, params),
+            shared = shared_length(server.shared_prefix, fitted.prompt_ids)
+            server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids, params, owner, shared),
                                  stream.on_event(asyncio.get_running_loop()))
         except BaseException:
             stream.end()

@@ -21,6 +21,7 @@ from ..errors import TypewriterError
 from ..engine.request import Event, GenerationRequest
 from .limits import Limits
 from .metrics import Metrics
+from .owners import Owners, shared_prefix
 
 log = logging.getLogger("typewriter.server")
 
@@ -51,6 +52,7 @@ class ChatEncoder(Protocol):
     default_system_prompt: str  # what encode_chat uses when it is given system=None
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
+    def chat_prefix(self, system: str | None = None) -> list[int]: ...  # what every chat's ids begin with
 
 
 Progress = Callable[[str], None]
@@ -84,6 +86,8 @@ class ServerState:
         self.phase = Phase.LOADING
         self.engine: EngineHandle | None = None
         self.tokenizer: ChatEncoder | None = None
+        self.owners = Owners()  # whose cached conversation a chat may reuse (owners.py)
+        self.shared_prefix: list[int] = []  # the prompt tokens every chat begins with, known once loaded
         self.progress = "starting"
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
@@ -176,6 +180,7 @@ class ServerState:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
         self.engine, self.tokenizer = engine, tokenizer
+        self.shared_prefix = shared_prefix(tokenizer, self.settings.system_prompt)
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",

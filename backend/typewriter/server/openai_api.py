@@ -23,6 +23,7 @@ from . import protocol as p
 from .chats import Cancel, ChatStream, open_chat
 from .lifecycle import Phase, ServerState
 from .limits import client_address
+from .owners import CONVERSATION_KEY
 from .openai_request import BadField, CompletionRequest, check_media_type, parse_body
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
@@ -83,15 +84,16 @@ class OpenAI:
         refused = limits.connect(client)
         if refused:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
+        owner, key = state.owners.conversation(request.headers.get(CONVERSATION_KEY))
         try:
-            stream = await open_chat(state, completion.chat, client)
+            stream = await open_chat(state, completion.chat, client, owner)
         except p.ProtocolError as e:
             limits.disconnect(client)
             param = _field(e.message, completion)
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        return Answer(stream, completion, settings.model_id, lambda: limits.disconnect(client))
+        return Answer(stream, completion, settings.model_id, lambda: limits.disconnect(client), key)
 
     def _refused(self, code: str, message: str, param: str | None = None,
                  retry_after_s: float | None = None) -> Response:
@@ -111,8 +113,10 @@ class OpenAI:
 class Answer:
     """The response to one accepted completion: it owns the chat until its end was sent or its client left."""
 
-    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release):
+    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release, key: str):
+        """`key`: the conversation key to give back, so a next turn that sends it reuses this one (owners.py)."""
         self.stream, self.completion, self.model, self.release = stream, completion, model, release
+        self.headers = {CONVERSATION_KEY: key}
         self.created = int(time.time())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -148,12 +152,12 @@ class Answer:
                 **self._envelope("chat.completion"),
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "".join(texts)},
                              "logprobs": None, "finish_reason": FINISH_REASONS[event.reason]}],
-                "usage": _usage(event)})
+                "usage": _usage(event)}, headers=self.headers)
         await response(scope, _no_receive, send)
 
     async def _send_stream(self, send: Send) -> None:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
-        headers += [(k.encode(), v.encode()) for k, v in STREAM_HEADERS.items()]
+        headers += [(k.encode(), v.encode()) for k, v in (STREAM_HEADERS | self.headers).items()]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         async for chunk in self._events():
             await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})

@@ -30,6 +30,7 @@ class Session:
     def __init__(self, websocket: WebSocket, state: ServerState, client: str = "unknown"):
         """`client`: the address the abuse limits count this connection's chats against."""
         self.ws, self.server, self.client = websocket, state, client
+        self.owner = state.owners.socket()  # this socket's chats are one conversation's turns (owners.py)
         self.settings = state.settings
         self.stream: ChatStream | None = None
         self._opening: str | None = None  # the id of a chat being checked and encoded: busy already
@@ -99,7 +100,7 @@ class Session:
                 "busy", f"chat {busy!r} is still running on this connection; stop it or wait for its end", chat.id)
         self._opening = chat.id
         try:
-            stream = await open_chat(self.server, chat, self.client)
+            stream = await open_chat(self.server, chat, self.client, self.owner)
         finally:
             self._opening = None
         self.stream = stream

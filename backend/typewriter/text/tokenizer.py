@@ -211,6 +211,14 @@ class Tokenizer:
         )
         return list(encoded["input_ids"])
 
+    def chat_prefix(self, system: str | None = None) -> list[int]:
+        """The ids every chat `encode_chat` renders with `system` begins with, whatever its messages: the template's
+        opening and the system prompt, up to where a first user message's own text starts (two chats that differ
+        only there part at it). Public: the prefix cache shares these tokens between conversations."""
+        a, b = (self.encode_chat([{"role": "user", "content": text}], system) for text in ("a", "b"))
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return a[:n]
+
     def _conversation(self, messages: Sequence[dict[str, str]], system: str | None) -> list[dict[str, str]]:
         """The messages, with a system prompt first unless they bring their own: `system`, or the tutor's
         DEFAULT_SYSTEM_PROMPT when it is None (this is the one place that default is chosen); "" means none."""
