@@ -160,7 +160,7 @@ class ScriptTokenizer:
     from n + 1 on prompt ids: one per message start, one per word (by its checksum), so equal texts encode
     equally and a conversation's next turn starts with its earlier turns. With `system_prompt` the system prompt
     is encoded as a first message, as a chat template does (`system` None: default_system_prompt; "": none).
-    Records every encode_chat call."""
+    Records every encode_chat call, and how many characters of message text encode_chat and count have read."""
 
     name = "scripted"
     default_system_prompt = "Be a tutor."
@@ -173,10 +173,17 @@ class ScriptTokenizer:
         self.vocab_size = self.eos + 1 + self.max_prompt_words
         self.system_prompt = system_prompt
         self.calls: list[tuple[list[dict[str, str]], str | None]] = []
+        self.read = 0
 
     def encode_chat(self, messages, system=None) -> list[int]:
         self.calls.append((list(messages), system))
+        self.read += sum(len(m["content"]) for m in messages)
         return self._encode(self._with_system(messages, system))
+
+    def count(self, text: str, limit: int) -> int:
+        """As Tokenizer.count: a token a word."""
+        self.read += len(text)
+        return len(text.split())
 
     def chat_prefix(self, system=None) -> list[int]:
         """As Tokenizer.chat_prefix: the system prompt's message, if encoded, and the first message's start."""

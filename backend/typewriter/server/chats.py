@@ -152,7 +152,8 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str, owner: str) 
     try:
         fitted = await asyncio.to_thread(
             fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system),
-            server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"))
+            server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"),
+            server.tokenizer.count)
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
         stream = ChatStream(server, chat.id, engine_id, fitted.dropped_messages)
         try:

@@ -53,6 +53,7 @@ class ChatEncoder(Protocol):
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
     def chat_prefix(self, system: str | None = None) -> list[int]: ...  # what every chat's ids begin with
+    def count(self, text: str, limit: int) -> int: ...  # a text's tokens, read no further than past `limit`
 
 
 Progress = Callable[[str], None]
