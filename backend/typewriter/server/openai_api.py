@@ -36,7 +36,8 @@ FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long 
             FinishReason.ERROR: (500, "internal", "generation failed; see the server log")}
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,
-          "loading": 503, "too_large": 413, "method_not_allowed": 405, "unsupported_media_type": 415}
+          "loading": 503, "too_large": 413, "method_not_allowed": 405, "unsupported_media_type": 415,
+          "request_timeout": 408}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
 
@@ -72,7 +73,7 @@ class OpenAI:
         if not state.ready:
             return self._not_ready()
         try:
-            body = await _read_body(request, settings.max_message_bytes)
+            body = await _read_body(request, settings.max_message_bytes, settings.header_timeout_s)
             check_media_type(request.headers.get("content-type"))
             completion = parse_body(body, settings.max_messages)
         except BadField as e:
@@ -193,15 +194,21 @@ class Answer:
         return {"id": self.completion.chat.id, "object": kind, "created": self.created, "model": self.model}
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, which must come whole within `timeout_s` (as its header must: connections.py), so a client
+    trickling it cannot hold a connection for ever."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadField(None, f"the body may be at most {limit} bytes", "too_large")
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise BadField(None, f"the body may be at most {limit} bytes", "too_large")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for part in request.stream():
+                body += part
+                if len(body) > limit:
+                    raise BadField(None, f"the body may be at most {limit} bytes", "too_large")
+    except TimeoutError:
+        raise BadField(None, f"the body did not arrive whole within {timeout_s:g} s", "request_timeout") from None
     return bytes(body)
 
 
