@@ -128,3 +128,26 @@ def test_a_frame_that_cannot_be_sent_cancels_its_chat_and_closes_the_socket_with
     assert [f["type"] for f in frames] == ["start"] and code == protocol.CLOSE_INTERNAL_ERROR
     assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics
     assert "a token frame could not be sent" in caplog.text and "never retrieved" not in caplog.text
+
+
+def test_an_sse_event_that_cannot_be_sent_cancels_its_chat(monkeypatch):
+    from typewriter.server import openai_api
+
+    engine = script_engine(["ab"] * 300, step_s=0.01)
+    sse = openai_api._sse
+
+    def failing(data):
+        if data.get("choices") and data["choices"][0]["delta"].get("content"):
+            raise UnicodeEncodeError("utf-8", "\udfff", 0, 1, "surrogates not allowed")
+        return sse(data)
+
+    monkeypatch.setattr(openai_api, "_sse", failing)
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "stream": True}
+    with running(engine) as (_, address):
+        with pytest.raises(httpx.HTTPError):  # the response ends mid-stream
+            with httpx.stream("POST", f"http://{address}/v1/chat/completions", json=body, timeout=5) as response:
+                for _ in response.iter_lines():
+                    pass
+        wait_until(lambda: engine.stats().active == 0, "the chat has left its slot")
+        metrics = httpx.get(f"http://{address}/metrics").text
+    assert 'typewriter_requests_total{reason="cancelled"} 1.0' in metrics

@@ -129,6 +129,9 @@ class Answer:
                 await self._send_whole(scope, send)
         except OSError:  # the client went away mid-send (uvicorn's ClientDisconnected is one)
             self.stream.cancel(Cancel.DISCONNECT)
+        except BaseException:  # anything else that ends the response ends its chat too: nobody would hear it
+            self.stream.cancel(Cancel.DISCONNECT)
+            raise
         finally:
             watcher.cancel()
             self.stream.end()
