@@ -157,3 +157,43 @@ def test_a_repeated_warning_is_said_once_an_interval_with_how_often_it_happened(
         now[0] = t
         said.append(every.tick())
     assert said == [1, None, None, None, 4, None, 2]
+
+
+def test_a_grpc_connection_that_never_sends_its_preface_is_closed_after_the_header_timeout():
+    import asyncio
+
+    from helpers import small_settings
+    from scripted import factory, script_engine
+
+    from typewriter.server.grpc_server import GrpcServer
+    from typewriter.server.lifecycle import ServerState
+
+    async def scenario():
+        state = ServerState(small_settings(header_timeout_s=1.0), factory(script_engine()))
+        server = GrpcServer(state)
+        port = await server.start("127.0.0.1", 0)
+        try:
+            quiet = silent(("127.0.0.1", port))
+            half = silent(("127.0.0.1", port))
+            half.sendall(b"PRI * HTTP/2.0\r\n")  # half the preface
+            with quiet, half:
+                return [await asyncio.to_thread(_closed_after_settings, sock) for sock in (quiet, half)]
+        finally:
+            await server.stop(0)
+
+    assert asyncio.run(scenario()) == [True, True]
+
+
+def _closed_after_settings(sock: socket.socket) -> bool:
+    """Whether the server closes the connection (it first sends its own HTTP/2 settings)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        sock.settimeout(deadline - time.monotonic())
+        try:
+            if sock.recv(4096) == b"":
+                return True
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+    return False
