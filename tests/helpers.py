@@ -93,6 +93,28 @@ def text_of(frames: list[dict]) -> str:
     return "".join(f["text"] for f in token_frames(frames))
 
 
+# ---- fitting a conversation ----
+
+
+def quadratic_reference(messages, encode, context, default, asked=None):
+    """The fitting as it was: the whole history encoded again for every exchange dropped."""
+    from typewriter.engine.request import fit_max_new_tokens
+    from typewriter.text.conversation import FittedPrompt
+
+    head = [m for m in messages[:1] if m["role"] == "system"]
+    rest = list(messages[len(head):])
+    want = asked if asked is not None else min(default, context // 2)
+    prompt = encode(head + rest)
+    dropped = 0
+    if len(prompt) + want > context and len(rest) > 1:
+        target = context - context // 4
+        while len(rest) > 1 and len(prompt) + want > target:
+            cut = 2 if len(rest) > 2 else 1
+            rest, dropped = rest[cut:], dropped + cut
+            prompt = encode(head + rest)
+    return FittedPrompt(prompt, fit_max_new_tokens(len(prompt), context, default, asked), dropped)
+
+
 # ---- engine events ----
 
 

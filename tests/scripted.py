@@ -158,22 +158,45 @@ def letter_runner(eos_after_z: bool = False, one_pass: bool = False, **options) 
 class ScriptTokenizer:
     """The tokenizer interface for a scripted answer. Ids 0..n-1 are the answer's pieces in order, n is eos, and
     from n + 1 on prompt ids: one per message start, one per word (by its checksum), so equal texts encode
-    equally and a conversation's next turn starts with its earlier turns. Records every encode_chat call."""
+    equally and a conversation's next turn starts with its earlier turns. With `system_prompt` the system prompt
+    is encoded as a first message, as a chat template does (`system` None: default_system_prompt; "": none).
+    Records every encode_chat call, and how many characters of message text encode_chat and count have read."""
 
     name = "scripted"
     default_system_prompt = "Be a tutor."
     tool_format = None  # its answers are fixed: it calls no tools
     max_prompt_words = 4096
 
-    def __init__(self, pieces: Sequence[str]):
+    def __init__(self, pieces: Sequence[str], system_prompt: bool = False):
         self.pieces = list(pieces)
         self.eos = len(self.pieces)
         self.eos_token_ids = (self.eos,)
         self.vocab_size = self.eos + 1 + self.max_prompt_words
+        self.system_prompt = system_prompt
         self.calls: list[tuple[list[dict[str, str]], str | None]] = []
+        self.read = 0
 
     def encode_chat(self, messages, system=None, tools=None) -> list[int]:
         self.calls.append((list(messages), system))
+        self.read += sum(len(m["content"]) for m in messages)
+        return self._encode(self._with_system(messages, system))
+
+    def count(self, text: str, limit: int) -> int:
+        """As Tokenizer.count: a token a word."""
+        self.read += len(text)
+        return len(text.split())
+
+    def chat_prefix(self, system=None) -> list[int]:
+        """As Tokenizer.chat_prefix: the system prompt's message, if encoded, and the first message's start."""
+        return self._encode(self._with_system([], system)) + [self.eos + 1]
+
+    def _with_system(self, messages, system) -> list[dict[str, str]]:
+        system = self.default_system_prompt if system is None else system
+        if not self.system_prompt or not system or any(m["role"] == "system" for m in messages):
+            return list(messages)
+        return [{"role": "system", "content": system}, *messages]
+
+    def _encode(self, messages) -> list[int]:
         ids = []
         for m in messages:
             ids.append(self.eos + 1)
@@ -229,9 +252,10 @@ class RecordingEngine(Engine):
 
 def script_engine(pieces: Sequence[str] = ("Hello", ",", " world", "!"), step_s: float = 0.005, slots: int = 2,
                   max_queue: int = 2, max_context: int = 256, prefill_budget: int = 16,
-                  start: bool = True) -> RecordingEngine:
-    """A real Engine whose every answer is `pieces` then eos; `engine.tokenizer` encodes chats as words."""
-    tokenizer = ScriptTokenizer(pieces)
+                  start: bool = True, system_prompt: bool = False) -> RecordingEngine:
+    """A real Engine whose every answer is `pieces` then eos; `engine.tokenizer` encodes chats as words (the
+    system prompt too, with `system_prompt`)."""
+    tokenizer = ScriptTokenizer(pieces, system_prompt)
     runner = ChainRunner(tokenizer.follow, tokenizer.vocab_size, slots=slots, max_len=max_context, max_chunk=64,
                          step_s=step_s)
     engine = RecordingEngine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget,

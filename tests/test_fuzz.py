@@ -2,14 +2,17 @@
 answer or a clean close, another connection keeps getting answers throughout, and no stream is left behind.
 
 Hypothesis makes the frames: any text, any JSON value, frame-shaped objects with random fields and values, those
-cut short, very deep nesting, huge strings and binary frames. Found so far: a few thousand "[" made the JSON
-parser raise RecursionError, which dropped the connection with no error frame.
+cut short, very deep nesting, huge strings and binary frames; every string, field names included, may hold lone
+UTF-16 surrogates, which JSON escapes ("\udfff") and no UTF-8 frame can carry back. Found so far: a few thousand
+"[" made the JSON parser raise RecursionError, which dropped the connection with no error frame; a lone
+surrogate in a chat's id made every frame of that chat unsendable, and the chat ran on with nobody attached.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import threading
 import time
 
@@ -29,21 +32,25 @@ SETTINGS = {"TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_CONTEXT": "
             "TYPEWRITER_MAX_MESSAGE_BYTES": str(MAX_BYTES), "TYPEWRITER_MAX_NEW_TOKENS_CAP": "8",
             "TYPEWRITER_CHATS_PER_MINUTE": "100000", "TYPEWRITER_FRAMES_PER_SECOND": "1000"}
 
-scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
-                    st.text(max_size=30))
+# Text, or text around lone surrogates (json.dumps escapes them): not text at all, which must be invalid_request.
+surrogates = st.text(st.characters(codec=None, categories=["Cs"]), min_size=1, max_size=3)
+texts = st.one_of(st.text(max_size=30), st.tuples(st.text(max_size=10), surrogates, st.text(max_size=10)).map("".join))
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False), texts)
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.text(max_size=10), inner, max_size=4)),
+                                                       st.dictionaries(texts, inner, max_size=4)),
                       max_leaves=20)
 fields = st.sampled_from(["type", "id", "messages", "params", "role", "content", "max_new_tokens", "temperature",
                           "stop", "seed", "top_p"])
 frame_like = st.fixed_dictionaries(
     {"type": st.one_of(st.sampled_from(["chat", "stop", "ping"]), values)},
-    optional={"id": st.one_of(st.text(max_size=70), values),
+    optional={"id": st.one_of(st.text(max_size=70), texts, values),
               "messages": st.one_of(st.lists(st.fixed_dictionaries(
                   {"role": st.one_of(st.sampled_from(["user", "assistant", "system"]), values),
-                   "content": st.one_of(st.text(max_size=50), values)}), max_size=3), values),
-              "params": st.one_of(st.dictionaries(fields, values, max_size=4), values)},
-).flatmap(lambda base: st.dictionaries(fields, values, max_size=2).map(lambda extra: {**extra, **base}))
+                   "content": st.one_of(st.text(max_size=50), texts, values)}), max_size=3), values),
+              "params": st.one_of(st.dictionaries(fields, values, max_size=4),
+                                  st.fixed_dictionaries({"stop": st.lists(texts, max_size=3)}), values)},
+).flatmap(lambda base: st.dictionaries(st.one_of(fields, texts), values, max_size=2).map(
+    lambda extra: {**extra, **base}))
 as_json = st.one_of(frame_like, values).map(json.dumps)
 frames = st.one_of(
     as_json,
@@ -55,11 +62,16 @@ frames = st.one_of(
 )
 
 
+SURROGATE = re.compile(r"\\ud[89a-f]", re.I)  # an escaped surrogate in a frame's text
+
+
 class Client:
     """One fuzzing connection, opened again whenever the server closed the last one."""
 
     def __init__(self, url: str):
         self.url, self.ws, self.frames, self.closes = url, None, 0, []
+        self.errors: dict[str, int] = {}  # error frames by code
+        self.unencodable = 0  # frames holding a lone surrogate, each refused as invalid_request
         self.stack = contextlib.ExitStack()
 
     def send(self, frame: str | bytes) -> None:
@@ -70,6 +82,11 @@ class Client:
             self.ws.send(frame)
             while True:  # until the frame's answer: an error, a pong, a chat's end, or a clean close
                 reply = json.loads(self.ws.recv(timeout=15))
+                if reply["type"] == "error":
+                    self.errors[reply["code"]] = self.errors.get(reply["code"], 0) + 1
+                    if "holds a lone surrogate" in reply["message"]:
+                        assert reply["code"] == "invalid_request" and SURROGATE.search(frame), frame
+                        self.unencodable += 1
                 if reply["type"] in ("error", "pong", "end"):
                     return
         except ConnectionClosed as e:
@@ -127,8 +144,10 @@ def test_every_fuzzed_frame_gets_an_answer_or_a_clean_close_while_another_client
                 time.monotonic() < deadline:
             time.sleep(0.2)
     print(f"fuzzed {client.frames} frames; clean closes by code: "
-          f"{ {c: client.closes.count(c) for c in set(client.closes)} }; the witness got {len(answers)} answers")
+          f"{ {c: client.closes.count(c) for c in set(client.closes)} }; errors by code: {client.errors}, "
+          f"{client.unencodable} for a lone surrogate; the witness got {len(answers)} answers")
     assert client.frames >= EXAMPLES
+    assert client.unencodable > 0 and "internal" not in client.errors
     assert answers and all(a["type"] == "end" for a in answers), answers[-3:]
     assert active == 0
 

@@ -3,7 +3,7 @@ prompt whose text matches a cached conversation is rewritten to its tokens. Pure
 
 from __future__ import annotations
 
-from typewriter.engine.prefix_cache import MIN_COPY, PrefixCache, common_prefix, realign
+from typewriter.engine.prefix_cache import MIN_COPY, Held, PrefixCache, common_prefix, realign
 
 
 def test_common_prefix_counts_the_equal_leading_ids():
@@ -34,10 +34,10 @@ def test_a_long_prefix_in_a_busy_slot_is_copied_into_the_least_recently_used_fre
     cache.release(1, [50])
     cache.release(2, [60])
     shared = list(range(100, 100 + MIN_COPY))
-    place = cache.place(shared + [1], free=[1, 2], busy=lambda s: shared + [7], busy_slots=[0])
+    place = cache.place(shared + [1], free=[1, 2], busy=lambda s: Held(shared + [7], None), busy_slots=[0])
     assert (place.slot, place.reused, place.copy_from) == (1, MIN_COPY, 0)
     short = shared[: MIN_COPY - 1]
-    place = cache.place(short + [1], free=[2], busy=lambda s: short + [7], busy_slots=[0])
+    place = cache.place(short + [1], free=[2], busy=lambda s: Held(short + [7], None), busy_slots=[0])
     assert (place.reused, place.copy_from) == (0, None)  # too short to be worth a copy
 
 
@@ -88,3 +88,70 @@ def test_a_next_turn_reuses_an_answer_whose_text_encodes_to_other_tokens(real_to
     place = cache.place(fresh, free=[0], busy=lambda s: [], busy_slots=[], piece=_piece(tok), room=64)
     assert place.reused == len(cached) and place.prompt[:len(cached)] == cached
     assert tok.decode(place.prompt, skip_special_tokens=False) == tok.decode(fresh, skip_special_tokens=False)
+
+
+# ---- owners: a conversation is reused by its own owner; others get the shared prefix or nothing ----
+
+SYSTEM = list(range(500, 520))  # the server's system prompt, as every request of the server begins
+
+
+def test_another_owners_conversation_gives_the_shared_prefix_whether_a_guess_of_it_is_right_or_wrong():
+    secret, wrong = [71, 38, 44], [71, 38, 45]  # "My student ID is 7138...": the right and a wrong guess
+    results = {}
+    for guess in ("right", "wrong"):
+        cache = PrefixCache(2)
+        cache.release(0, SYSTEM + secret + [9, 9], owner="alice")
+        prompt = SYSTEM + (secret if guess == "right" else wrong) + [1]
+        place = cache.place(prompt, free=[0, 1], busy=lambda s: Held([], None), busy_slots=[], owner="bob",
+                            shared=len(SYSTEM))
+        results[guess] = (place.slot, place.reused, place.copy_from)
+    # the least recently used slot, with the system prompt copied in: alice's conversation stays for her
+    assert results["right"] == results["wrong"] == (1, len(SYSTEM), 0)
+
+
+def test_the_owner_reuses_its_whole_conversation_and_nobody_reuses_part_of_the_shared_prefix():
+    cache = PrefixCache(2)
+    cache.release(0, SYSTEM + [71, 38, 9], owner="alice")
+    cache.release(1, SYSTEM[:10] + [3], owner="carol")  # began with only part of it
+    turn = SYSTEM + [71, 38, 9, 5]
+    assert cache.place(turn, free=[0, 1], busy=None, busy_slots=[], owner="alice", shared=len(SYSTEM)).reused == 23
+    cache.release(0, SYSTEM + [71, 38, 9], owner="alice")
+    assert cache.place(SYSTEM[:10] + [4], free=[1], busy=None, busy_slots=[], owner="bob", shared=10).reused == 10
+    cache.release(1, SYSTEM[:10] + [3], owner="carol")
+    stranger = cache.place(SYSTEM + [4], free=[1], busy=None, busy_slots=[], owner="bob", shared=len(SYSTEM))
+    assert stranger.reused == 0  # carol's tokens agree for 10 of the 20 it shares: all or nothing
+    no_shared = cache.place([*SYSTEM, 71, 38, 1], free=[0], busy=None, busy_slots=[], owner="bob", shared=0)
+    assert no_shared.reused == 0  # a prompt that does not begin with the server's shared prefix
+
+
+def test_a_busy_slot_of_another_owner_is_copied_only_for_the_shared_prefix():
+    cache = PrefixCache(2)
+    cache.release(1, [7])
+    running = Held(SYSTEM + [71, 38, 44] + list(range(30)), "alice")  # alice's answer still streaming
+    for guess in ([71, 38, 44], [1, 2, 3]):
+        place = cache.place(SYSTEM + guess + list(range(30)) + [1], free=[1], busy=lambda s: running,
+                            busy_slots=[0], owner="bob", shared=len(SYSTEM))
+        assert (place.reused, place.copy_from) == (len(SYSTEM), 0)
+        cache.release(1, [7])
+    mine = cache.place(running.tokens + [1], free=[1], busy=lambda s: running, busy_slots=[0], owner="alice",
+                       shared=len(SYSTEM))
+    assert (mine.reused, mine.copy_from) == (len(running.tokens), 0)
+
+
+def test_only_the_owners_own_conversation_is_rewritten_to_its_tokens():
+    for owner, expected in (("alice", [1, 2, 5, 6, 7]), ("bob", None)):
+        cache = PrefixCache(1)
+        cache.release(0, [1, 2, 5, 6], owner="alice")
+        place = cache.place([3, 4, 5, 6, 7], free=[0], busy=None, busy_slots=[], piece=piece, room=0, owner=owner)
+        assert place.prompt == expected
+
+
+def test_a_newcomer_takes_the_least_recently_used_slot_not_a_conversation_holding_the_shared_prefix():
+    cache = PrefixCache(3)
+    cache.release(2, SYSTEM + [1, 2], owner="alice")
+    cache.release(0, SYSTEM + [3, 4], owner="bob")  # bob's is the more recent; slot 1 was never used
+    place = cache.place(SYSTEM + [5], free=[0, 1, 2], busy=None, busy_slots=[], owner="carol", shared=len(SYSTEM))
+    assert (place.slot, place.reused, place.copy_from) == (1, len(SYSTEM), 2)
+    short = SYSTEM[: MIN_COPY - 1]
+    place = cache.place(short + [5], free=[0, 1, 2], busy=None, busy_slots=[], owner="carol", shared=len(short))
+    assert (place.slot, place.reused, place.copy_from) == (1, 0, None)  # too short to be worth a copy

@@ -204,6 +204,16 @@ def test_control_tokens_typed_in_a_message_are_plain_text_not_turn_boundaries(to
     assert injected in tok.decode(ids, skip_special_tokens=False)
 
 
+def test_the_chat_prefix_is_the_system_prompt_every_chat_begins_with_up_to_the_first_messages_text(tok):
+    prefix = tok.chat_prefix("Be kind.")
+    assert tok.decode(prefix, skip_special_tokens=False) == "<|im_start|>system\nBe kind.<|im_end|>\n<|im_start|>user\n"
+    for messages in ([{"role": "user", "content": "My student ID is 7138"}],
+                     [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"},
+                      {"role": "user", "content": "why?"}]):
+        assert tok.encode_chat(messages, system="Be kind.")[: len(prefix)] == prefix
+    assert tok.encode_chat([{"role": "user", "content": "hi"}], system="Be unkind.")[: len(prefix)] != prefix
+
+
 def test_default_system_prompt_describes_a_tutor():
     assert "step by step" in DEFAULT_SYSTEM_PROMPT and "homework" in DEFAULT_SYSTEM_PROMPT
 

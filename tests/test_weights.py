@@ -405,6 +405,15 @@ def _header(entries: dict) -> bytes:
     (_header({"w": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 8]}}) + b"\0" * 8, "not a valid"),
     (_header({"w": {"dtype": "Q9", "shape": [2], "data_offsets": [0, 8]}}) + b"\0" * 8, "not a valid"),
     (b"", "not a valid"),
+    (b"\x01" * 7, "header too small"),
+    ((10**6).to_bytes(8, "little") + b"{}", "invalid header length"),  # longer than the file
+    ((4).to_bytes(8, "little") + b"\xff\xfe\xfd\xfc", "invalid UTF-8"),
+    (_header({"w": {"dtype": "F32", "shape": [2**62, 2**62], "data_offsets": [0, 8]}}) + b"\0" * 8, "overflow"),
+    (_header({"w": {"dtype": "F32", "shape": [-1, 2], "data_offsets": [0, 8]}}) + b"\0" * 8, "invalid JSON"),
+    (_header({"w": {"dtype": "F32", "shape": [2], "data_offsets": ["0", "8"]}}) + b"\0" * 8, "invalid JSON"),
+    (_header({"w": {"dtype": "F32", "shape": [2], "data_offsets": [8, 0]}}) + b"\0" * 8, "invalid offset"),
+    (_header({"w": [1, 2]}) + b"\0" * 8, "invalid JSON"),  # an entry that is not an object
+    (_header({"__metadata__": {"a": 1}}), "invalid JSON"),  # metadata values must be strings
 ])
 def test_every_malformed_safetensors_header_is_a_named_error(tmp_path, damage, named):
     """A folder of junk as --model once ended in an OverflowError traceback (the header length was not checked)."""

@@ -116,6 +116,12 @@ class Settings:
     chats_per_minute: int = 120  # per address, so also per class behind a NAT
     frames_per_second: int = 20  # per socket, in bursts of up to twice that; past it the socket is closed (1008)
     trusted_proxies: str = ""
+    # Connections that have not sent a whole request header yet (server/connections.py): each has header_timeout_s
+    # to send one (and a POST its body), and at most max_pending_per_client from one address and
+    # max_pending_connections in all may wait; past a cap the oldest waiting is closed, so a new one gets its turn.
+    header_timeout_s: float = 10.0
+    max_pending_connections: int = 256
+    max_pending_per_client: int = 64
     # Names the server answers to (the Host header; comma-separated, * for any; "": the loopback names and the
     # listening address) and pages that may open the socket (Origin; comma-separated like https://tutor.school.org;
     # "": the page's own origin). See server/origins.py: together they stop DNS rebinding and other sites' pages.
@@ -165,6 +171,8 @@ class Settings:
         _at_least("max_connections_per_client", self.max_connections_per_client, 1)
         _at_least("chats_per_minute", self.chats_per_minute, 1)
         _at_least("frames_per_second", self.frames_per_second, 1)
+        _at_least("max_pending_connections", self.max_pending_connections, 1)
+        _at_least("max_pending_per_client", self.max_pending_per_client, 1)
         try:
             parse_proxies(self.trusted_proxies)
         except ValueError as e:
@@ -177,6 +185,8 @@ class Settings:
             _at_least(name, getattr(self, name), 0.0)
         _at_least("resume_buffer_bytes", self.resume_buffer_bytes, 4096)
         _at_least("resume_buffer_total_bytes", self.resume_buffer_total_bytes, self.resume_buffer_bytes)
+        if self.header_timeout_s <= 0:
+            raise ConfigError("header_timeout_s", f"must be greater than 0, got {self.header_timeout_s}")
         for name in ("request_timeout_s", "queue_timeout_s", "sse_keepalive_s"):
             value = getattr(self, name)
             if value is not None and value <= 0:

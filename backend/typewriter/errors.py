@@ -18,12 +18,15 @@ class InvalidRequest(TypewriterError):
 class PromptTooLong(TypewriterError):
     code = "prompt_too_long"
 
-    def __init__(self, prompt_tokens: int, max_new_tokens: int, context: int, asked: bool = True):
+    def __init__(self, prompt_tokens: int, max_new_tokens: int, context: int, asked: bool = True,
+                 at_least: bool = False):
+        """`at_least`: `prompt_tokens` is a lower bound, the prompt was not encoded whole (it was that long)."""
+        size = f"at least {prompt_tokens}" if at_least else f"{prompt_tokens}"
         if asked:
-            message = (f"the prompt is {prompt_tokens} tokens and max_new_tokens is {max_new_tokens}, but the "
+            message = (f"the prompt is {size} tokens and max_new_tokens is {max_new_tokens}, but the "
                        f"model's context holds {context} tokens; shorten the conversation or ask for fewer tokens")
         else:
-            message = (f"the prompt is {prompt_tokens} tokens, which leaves room for {max(0, context - prompt_tokens)}"
+            message = (f"the prompt is {size} tokens, which leaves room for {max(0, context - prompt_tokens)}"
                        f" tokens of answer in the model's context of {context}, and an answer needs at least "
                        f"{max_new_tokens}; shorten the conversation")
         super().__init__(message)

@@ -162,6 +162,12 @@ class GenerationRequest:
     # The id of a request submitted before this one with the same prompt (another choice of `n`): this one takes
     # a slot only once that one's prompt is in the cache, and copies it instead of computing it again.
     follows: str | None = None
+    # Whose conversation this is. What a slot caches is reused only by requests of the same owner, except the first
+    # `shared_prefix` prompt tokens (a prefix the same for everyone: the server's system prompt), which any request
+    # whose prompt starts with the same `shared_prefix` tokens may reuse (prefix_cache.py). None is an owner too:
+    # the engine's direct callers (the CLI, benchmarks) share everything among themselves.
+    owner: str | None = None
+    shared_prefix: int = 0
 
 
 # ---- events, engine thread -> caller ----

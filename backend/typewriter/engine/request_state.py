@@ -57,6 +57,7 @@ class RequestState:
         # The model reads an answer's start as prompt: its K/V are prefilled, and its tokens are not generated.
         self.prompt_ids = list(request.prompt_ids) + (list(start.ids) if start else [])
         self.continued = len(start.ids) if start else 0  # answer tokens generated before this request
+        self.owner, self.shared_prefix = request.owner, request.shared_prefix  # whose cache it may reuse
         self.output_ids: list[int] = []
         self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
         self.reused = 0  # of those, how many were found already cached (prefix reuse)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from ..errors import Overloaded
-from .prefix_cache import PrefixCache
+from .prefix_cache import Held, PrefixCache
 from .request import FinishReason
 from .request_state import RequestState, Status
 from .step_cost import COLD_CHUNK, StepCost
@@ -137,7 +137,7 @@ class Scheduler:
             if seq in self.prefilling:
                 self.prefilling.remove(seq)
             del self.running[seq.slot]
-            self.cache.release(seq.slot, seq.cached_ids() if reusable else [])
+            self.cache.release(seq.slot, seq.cached_ids() if reusable else [], seq.owner)
             self.free_slots.append(seq.slot)
         elif seq.status is Status.WAITING:
             self.waiting.remove(seq)
@@ -186,8 +186,8 @@ class Scheduler:
         seq = self.waiting.popleft()
         busy = sorted(self.running)
         room = self.context - len(seq.prompt_ids) - seq.params.max_new_tokens if self.context else 0
-        place = self.cache.place(seq.prompt_ids, self.free_slots, lambda s: self.running[s].cached_ids(), busy,
-                                 reuse=seq.params.cache_prompt, piece=self.piece, room=room)
+        place = self.cache.place(seq.prompt_ids, self.free_slots, self._holds, busy, reuse=seq.params.cache_prompt,
+                                 piece=self.piece, room=room, owner=seq.owner, shared=seq.shared_prefix)
         if place.prompt is not None:  # the same text, as the cached conversation's tokens spell it
             seq.prompt_ids = place.prompt
         self.free_slots.remove(place.slot)
@@ -196,6 +196,10 @@ class Scheduler:
         self.running[seq.slot] = seq
         self.prefilling.append(seq)
         return seq, place.copy_from
+
+    def _holds(self, slot: int) -> Held:
+        seq = self.running[slot]
+        return Held(seq.cached_ids(), seq.owner)
 
     def _new_positions(self) -> list[tuple[RequestState, int]]:
         """Waiting sequences whose place in line changed. One that only waits for its prefill turn (a slot is

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
@@ -19,7 +20,7 @@ from ..config import Settings, parse_list
 from . import protocol as p
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .auth import ApiKeyCheck
-from .limits import client_address
+from .limits import client_address, forwarded_https
 from .origins import HostCheck, allowed_hosts, origin_allowed
 from .metrics import CONTENT_TYPE
 from .openai_api import OpenAI
@@ -66,8 +67,16 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         }
         return templates.TemplateResponse(request, "index.html", {"config": config})
 
+    def socket_origin_ok(scope: Scope) -> bool:
+        """The socket's Origin check (origins.py), against the scheme its page was served over: wss, or https at a
+        trusted proxy."""
+        headers = Headers(scope=scope)
+        peer = scope["client"][0] if scope.get("client") else None
+        https = scope.get("scheme") == "wss" or forwarded_https(peer, headers, state.limits.trusted)
+        return origin_allowed(headers.get("origin"), headers.get("host"), allowed_origins, https)
+
     async def chat_socket(websocket: WebSocket) -> None:
-        if not origin_allowed(websocket.headers.get("origin"), websocket.headers.get("host"), allowed_origins):
+        if not socket_origin_ok(websocket.scope):
             await websocket.close(p.CLOSE_POLICY_VIOLATION)  # before accept: the handshake is refused (403)
             return
         await websocket.accept()
@@ -117,7 +126,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     )
     # Each add wraps the app so far: the security headers go on last, so the refusals below carry them too.
     app.add_middleware(ApiKeyCheck, key=settings.api_key, page_exempt=settings.api_key_page,
-                       origin_ok=lambda origin, host: origin_allowed(origin, host, allowed_origins))
+                       origin_ok=socket_origin_ok)
     app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))
     app.add_middleware(SecurityHeaders)
     app.state.server = state

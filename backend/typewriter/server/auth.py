@@ -26,7 +26,7 @@ def presented_key(headers: dict[bytes, bytes]) -> str | None:
 class ApiKeyCheck:
     """Refuses a request without the key: HTTP 401 with a JSON error (the handshake of a socket likewise)."""
 
-    def __init__(self, app: ASGIApp, key: str, page_exempt: bool, origin_ok: Callable[[str | None, str | None], bool]):
+    def __init__(self, app: ASGIApp, key: str, page_exempt: bool, origin_ok: Callable[[Scope], bool]):
         self.app, self.key, self.page_exempt, self.origin_ok = app, key.encode(), page_exempt, origin_ok
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -49,7 +49,5 @@ class ApiKeyCheck:
             return False
         if scope["type"] == "http":
             return path == "/" or path.startswith(PAGE_PREFIXES)
-        headers = dict(scope["headers"])
-        origin = headers.get(b"origin")  # only a browser sends one; the socket checks it again
-        host = headers.get(b"host")
-        return origin is not None and self.origin_ok(origin.decode("latin-1"), host and host.decode("latin-1"))
+        # only a browser sends an Origin; the socket checks it again
+        return b"origin" in dict(scope["headers"]) and self.origin_ok(scope)

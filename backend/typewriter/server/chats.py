@@ -27,6 +27,7 @@ from ..engine.request import Constraint, ConstraintKind, Event, Finished, Genera
 from . import continuation
 from . import protocol as p
 from .lifecycle import Phase, ServerState
+from .owners import shared_length
 from .tool_calls import ToolCallDelta, ToolCallSplitter
 
 log = logging.getLogger("typewriter.server")
@@ -164,8 +165,9 @@ class ChatStream:
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStream:
-    """Check, fit and submit `chat` for `client` (the address the limits count); raises ProtocolError."""
+async def open_chat(server: ServerState, chat: p.Chat, client: str, owner: str) -> ChatStream:
+    """Check, fit and submit `chat` for `client` (the address the limits count) as a turn of `owner`'s
+    conversation (whose cached tokens it may reuse: owners.py); raises ProtocolError."""
     if server.phase is Phase.STOPPING:
         raise p.ProtocolError("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     if not server.ready:
@@ -192,20 +194,24 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str) -> ChatStrea
             await asyncio.to_thread(server.engine.grammars.compile, params.constraint)
         fitted = await asyncio.to_thread(
             fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system, tools),
-            server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"))
+            server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"),
+            server.tokenizer.count)
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
         splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if chat.tools is not None else None
         stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters)
         try:
+            shared = shared_length(server.shared_prefix, fitted.prompt_ids)  # what any owner's cache may give
             if chat.answer_start is not None:  # one choice (checked above), going on from the answer's start
                 stream.continued = await continuation.submit(
-                    server, GenerationRequest(engine_ids[0], fitted.prompt_ids, params), chat.answer_start,
-                    stream.on_event(asyncio.get_running_loop()))
+                    server, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
+                                              shared_prefix=shared),
+                    chat.answer_start, stream.on_event(asyncio.get_running_loop()))
             for n, engine_id in enumerate(engine_ids if chat.answer_start is None else ()):
                 seed = None if params.seed is None else (params.seed + n) % 2**63  # the other choices copy the
                 server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,  # first one's prompt
                                                        dataclasses.replace(params, seed=seed),
-                                                       follows=engine_ids[0] if n else None),
+                                                       follows=engine_ids[0] if n else None, owner=owner,
+                                                       shared_prefix=shared),
                                      stream.on_event(asyncio.get_running_loop()))
         except BaseException:
             stream.cancel(Cancel.DISCONNECT)

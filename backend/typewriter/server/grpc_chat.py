@@ -27,6 +27,7 @@ from .grpc_gen import chat_pb2 as pb
 from .grpc_gen import chat_pb2_grpc
 from .lifecycle import Phase, ServerState
 from .limits import client_address
+from .owners import CONVERSATION_KEY
 
 log = logging.getLogger("typewriter.server")
 
@@ -69,7 +70,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
             await abort(context, "overloaded", refused)
         context.add_done_callback(lambda _: limits.disconnect(client))  # also when it ends while we wait to send
         try:
-            async for event in self._chat(requests, context, client):
+            async for event in self._chat(requests, context, client, metadata.get(CONVERSATION_KEY)):
                 yield event
         except p.ProtocolError as e:
             self.server.metrics.rejected.labels(code=e.code).inc()
@@ -91,7 +92,9 @@ class ChatService(chat_pb2_grpc.ChatServicer):
             await context.abort(Status.UNAVAILABLE, reason)  # no protocol code: the socket's close 1013
 
     async def _chat(self, requests: AsyncIterator[pb.ClientMessage], context: grpc.aio.ServicerContext,
-                    client: str) -> AsyncIterator[pb.ServerEvent]:
+                    client: str, key: str | None) -> AsyncIterator[pb.ServerEvent]:
+        """`key`: the conversation key the client sent back, if any (owners.py); the one to send next time goes
+        out in the initial metadata."""
         first = await anext(aiter(requests), None)
         kind = first.WhichOneof("kind") if first is not None else None
         if kind == "stop":
@@ -100,7 +103,9 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         if kind != "chat":
             raise p.ProtocolError("invalid_request", "a stream's first message must be a chat request")
         chat = parse_chat(first.chat, self.server.settings.max_messages)
-        stream = await open_chat(self.server, chat, client)
+        owner, key = self.server.owners.conversation(key)
+        stream = await open_chat(self.server, chat, client, owner)
+        await context.send_initial_metadata(((CONVERSATION_KEY, key),))
         reader = asyncio.create_task(self._read(requests, stream), name=f"grpc-read-{stream.engine_id}")
 
         def gone(_=None) -> None:  # the RPC ended: at once when it is cancelled, whatever the handler awaits

@@ -51,7 +51,9 @@ class GrpcServer:
         the address cannot be bound (in use: SO_REUSEPORT is off, so a second server cannot share it)."""
         settings = self.state.settings
         options = [("grpc.so_reuseport", 0),
-                   ("grpc.max_receive_message_length", settings.max_message_bytes)]  # as a socket's frame
+                   ("grpc.max_receive_message_length", settings.max_message_bytes),  # as a socket's frame
+                   # a connection that never sends HTTP/2's preface is closed, as an HTTP one without its header
+                   ("grpc.server_handshake_timeout_ms", round(settings.header_timeout_s * 1000))]
         if settings.ping_interval_s and settings.ping_timeout_s:  # a dead peer loses its chat, as on the socket
             options += [("grpc.keepalive_time_ms", round(settings.ping_interval_s * 1000)),
                         ("grpc.keepalive_timeout_ms", round(settings.ping_timeout_s * 1000)),

@@ -21,6 +21,7 @@ from ..errors import TypewriterError
 from ..engine.request import Event, GenerationRequest
 from .limits import Limits
 from .metrics import Metrics
+from .owners import Owners, shared_prefix
 
 log = logging.getLogger("typewriter.server")
 
@@ -52,6 +53,8 @@ class ChatEncoder(Protocol):
 
     def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
     def encode(self, text: str) -> list[int]: ...  # an answer's start, continued from its text
+    def chat_prefix(self, system: str | None = None) -> list[int]: ...  # what every chat's ids begin with
+    def count(self, text: str, limit: int) -> int: ...  # a text's tokens, read no further than past `limit`
 
 
 Progress = Callable[[str], None]
@@ -85,6 +88,8 @@ class ServerState:
         self.phase = Phase.LOADING
         self.engine: EngineHandle | None = None
         self.tokenizer: ChatEncoder | None = None
+        self.owners = Owners()  # whose cached conversation a chat may reuse (owners.py)
+        self.shared_prefix: list[int] = []  # the prompt tokens every chat begins with, known once loaded
         self.progress = "starting"
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
@@ -177,6 +182,7 @@ class ServerState:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
         self.engine, self.tokenizer = engine, tokenizer
+        self.shared_prefix = shared_prefix(tokenizer, self.settings.system_prompt)
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",

@@ -26,6 +26,14 @@ def client_address(peer: str | None, headers: Mapping[str, str], trusted: frozen
     return address
 
 
+def forwarded_https(peer: str | None, headers: Mapping[str, str], trusted: frozenset[str]) -> bool:
+    """Whether a trusted proxy says the client reached it over https (its `X-Forwarded-Proto`, the first entry
+    being the client's side); from any other peer the header is ignored."""
+    if (peer or "unknown") not in trusted:
+        return False
+    return headers.get("x-forwarded-proto", "").split(",")[0].strip().lower() == "https"
+
+
 def _is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)

@@ -3,6 +3,7 @@ parses its options in commands/serve.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ from websockets.exceptions import InvalidState
 
 from ..config import Settings
 from .app import create_app
+from .connections import Waiting, ensure_descriptors, guarded_http, log_accept_failures_once_an_interval
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .listen import EXIT_CANNOT_LISTEN, cannot_listen, listen, taken
 
@@ -54,6 +56,9 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
 
 
 def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
+    metrics = app.state.server.metrics
+    waiting = Waiting(settings.max_pending_connections, settings.max_pending_per_client, settings.header_timeout_s,
+                      lambda reason: metrics.dropped_connections.labels(reason=reason).inc())
     values = dict(
         host=settings.host,
         port=settings.port,
@@ -61,6 +66,10 @@ def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
         ws_max_size=settings.max_message_bytes,
         ws_ping_interval=settings.ping_interval_s or None,
         ws_ping_timeout=settings.ping_timeout_s or None,
+        # uvicorn would trust X-Forwarded-For from loopback and rewrite the client address before the limits see it;
+        # trusted_proxies alone decides whose header counts (limits.client_address).
+        proxy_headers=False,
+        http=guarded_http(waiting),  # a header timeout, and caps on connections not yet a request (connections.py)
         log_level=settings.log_level,
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
@@ -83,6 +92,8 @@ class Server(uvicorn.Server):
         self.grpc_failed = False
 
     async def startup(self, sockets=None) -> None:
+        log_accept_failures_once_an_interval(asyncio.get_running_loop())
+        ensure_descriptors(self.state.settings.max_connections, self.state.settings.max_pending_connections)
         grpc_port = self.state.settings.grpc_port
         if grpc_port is not None and not await self._start_grpc(self.config.host, grpc_port):
             self.grpc_failed = self.should_exit = True  # before the lifespan: nothing loads, nothing to drain

@@ -48,6 +48,10 @@ class Metrics:
             "Of those, tokens found already cached (an earlier turn, a shared system prompt): not computed again.",
             registry=r)
         self.connections = Gauge("typewriter_open_connections", "Open WebSocket connections.", registry=r)
+        self.dropped_connections = Counter(
+            "typewriter_dropped_connections",
+            "Connections closed before they sent a whole request header: too slow (header_timeout), or the oldest "
+            "waiting past a cap (pending_per_client, pending_total).", ["reason"], registry=r)
         active = Gauge("typewriter_active_streams", "Requests holding a slot.", registry=r)
         active.set_function(lambda: engine_counts()[0])
         queued = Gauge("typewriter_queued_requests", "Requests waiting for a slot.", registry=r)

@@ -20,6 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..engine.request import Finished, Queued, Started, Token
 from .chats import Cancel, ChatStream
+from .owners import CONVERSATION_KEY
 from .openai_common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, LogprobWriter, error_response,
                             next_event, sse)
 from .openai_request import CompletionRequest
@@ -43,10 +44,13 @@ class Choice:
 class Answer:
     """It owns the chat until its end was sent or its client left."""
 
-    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release, tokenizer,
+    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release, tokenizer, key: str,
                  keepalive_s: float | None = None):
+        """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
+        one's cache (owners.py)."""
         self.stream, self.completion, self.model, self.release = stream, completion, model, release
         self.keepalive_s = keepalive_s  # a stream's quiet before a keep-alive comment (None: none)
+        self.headers = {CONVERSATION_KEY: key}
         self.created = int(time.time())
         self.choices = [Choice(i) for i in range(len(stream.choice_ids))]
         self.logprobs = LogprobWriter(tokenizer) if completion.chat.logprobs is not None else None
@@ -61,6 +65,9 @@ class Answer:
                 await self._send_whole(scope, send)
         except OSError:  # the client went away mid-send (uvicorn's ClientDisconnected is one)
             self.stream.cancel(Cancel.DISCONNECT)
+        except BaseException:  # anything else that ends the response ends its chat too: nobody would hear it
+            self.stream.cancel(Cancel.DISCONNECT)
+            raise
         finally:
             watcher.cancel()
             self.stream.end()
@@ -110,7 +117,7 @@ class Answer:
         else:
             response = JSONResponse({**self._envelope("chat.completion"),
                                      "choices": [self._whole_choice(c) for c in self.choices],
-                                     "usage": self._usage()})
+                                     "usage": self._usage()}, headers=self.headers)
         await response(scope, _no_receive, send)
 
     def _whole_choice(self, choice: Choice) -> dict[str, Any]:
@@ -134,7 +141,7 @@ class Answer:
 
     async def _send_stream(self, send: Send) -> None:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
-        headers += [(k.encode(), v.encode()) for k, v in STREAM_HEADERS.items()]
+        headers += [(k.encode(), v.encode()) for k, v in (STREAM_HEADERS | self.headers).items()]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         async for chunk in self._chunks():
             await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})

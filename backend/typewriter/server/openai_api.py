@@ -13,6 +13,7 @@ answer runs: when it goes away the chat is cancelled within a decode step, also 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from starlette.requests import ClientDisconnect, Request
@@ -24,7 +25,8 @@ from .lifecycle import Phase, ServerState
 from .limits import client_address
 from .openai_answer import Answer
 from .openai_common import error_response
-from .openai_request import HONOURED, BadField, parse_body
+from .openai_request import HONOURED, BadField, check_media_type, parse_body
+from .owners import CONVERSATION_KEY
 from .resume import Resumes
 from .resume_sse import HEADER, BadConversation, Streams, conversation_id
 from .responses_answer import ResponseAnswer
@@ -33,7 +35,8 @@ from .responses_request import parse_body as parse_responses_body
 
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,
-          "loading": 503, "too_large": 413, "method_not_allowed": 405, "not_supported": 400}
+          "loading": 503, "too_large": 413, "method_not_allowed": 405, "not_supported": 400,
+          "unsupported_media_type": 415, "request_timeout": 408}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
 
 
@@ -63,8 +66,9 @@ class OpenAI:
     async def chat_completions(self, request: Request) -> Response:
         settings = self.state.settings
 
-        def answer(stream, body, release, kept: str | None):
-            chat = Answer(stream, body, settings.model_id, release, self.state.tokenizer, settings.sse_keepalive_s)
+        def answer(stream, body, release, kept: str | None, key: str):
+            chat = Answer(stream, body, settings.model_id, release, self.state.tokenizer, key,
+                          settings.sse_keepalive_s)
             return self.streams.keep(stream, chat._chunks(), kept, chat.release) if kept is not None else chat
 
         return await self._accept(request, parse_body, answer, keepable=True)
@@ -72,18 +76,20 @@ class OpenAI:
     async def responses(self, request: Request) -> Response:
         settings = self.state.settings
         return await self._accept(request, parse_responses_body,
-                                  lambda stream, body, release, _: ResponseAnswer(
-                                      stream, body, settings.model_id, release, self.state.tokenizer,
+                                  lambda stream, body, release, _, key: ResponseAnswer(
+                                      stream, body, settings.model_id, release, self.state.tokenizer, key,
                                       settings.sse_keepalive_s))
 
     async def _accept(self, request: Request, parse, answer, keepable: bool = False) -> Response:
-        """Read the body with `parse`, open its chat, and hand it to `answer(stream, body, release, kept)`: `kept`
-        the X-Conversation-Id it is kept under (`keepable` routes only), else None."""
+        """Read the body with `parse`, open its chat, and hand it to `answer(stream, body, release, kept, key)`:
+        `kept` the X-Conversation-Id it is kept under (`keepable` routes only), else None; `key` the conversation
+        key to give back, so a next turn that sends it reuses this one's cache (owners.py)."""
         state, settings = self.state, self.state.settings
         if not state.ready:
             return self._not_ready()
         try:
-            body = await _read_body(request, settings.max_message_bytes)
+            body = await _read_body(request, settings.max_message_bytes, settings.header_timeout_s)
+            check_media_type(request.headers.get("content-type"))
             parsed = parse(body, settings.max_messages)
             kept = self._kept_as(request, parsed) if keepable else None
         except BadField as e:
@@ -97,15 +103,16 @@ class OpenAI:
         refused = limits.connect(client)
         if refused:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
+        owner, key = state.owners.conversation(request.headers.get(CONVERSATION_KEY))
         try:
-            stream = await open_chat(state, parsed.chat, client)
+            stream = await open_chat(state, parsed.chat, client, owner)
         except p.ProtocolError as e:
             limits.disconnect(client)
             param = _field(e.message, parsed.names)
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        return answer(stream, parsed, lambda: limits.disconnect(client), kept)
+        return answer(stream, parsed, lambda: limits.disconnect(client), kept, key)
 
     def _kept_as(self, request: Request, parsed) -> str | None:
         """The conversation id a streamed request is kept under, if it named one and the server keeps chats."""
@@ -129,15 +136,21 @@ class OpenAI:
         return error_response(503, "internal", "the server is not serving chats; see /readyz")
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, which must come whole within `timeout_s` (as its header must: connections.py), so a client
+    trickling it cannot hold a connection for ever."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadField(None, f"the body may be at most {limit} bytes", "too_large")
     body = bytearray()
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            raise BadField(None, f"the body may be at most {limit} bytes", "too_large")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for part in request.stream():
+                body += part
+                if len(body) > limit:
+                    raise BadField(None, f"the body may be at most {limit} bytes", "too_large")
+    except TimeoutError:
+        raise BadField(None, f"the body did not arrive whole within {timeout_s:g} s", "request_timeout") from None
     return bytes(body)
 
 

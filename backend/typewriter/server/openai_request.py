@@ -52,6 +52,15 @@ class CompletionRequest:
     names: dict[str, str]  # our param name -> the OpenAI field it came from, to name it in a later refusal
 
 
+def check_media_type(content_type: str | None) -> None:
+    """Only a JSON body runs a chat. A page on another site can make a student's browser POST a form or text/plain
+    body here without asking first; a JSON one needs a CORS preflight, which this server never grants."""
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    if media_type != "application/json":
+        raise BadField(None, f"the body must be sent as Content-Type: application/json, got {media_type or 'none'}",
+                       "unsupported_media_type")
+
+
 def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
     try:
         fields = json.loads(body, parse_constant=_reject_constant)
@@ -61,6 +70,10 @@ def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
         raise BadField(None, "the body nests arrays or objects too deeply", "invalid_json") from None
     if not isinstance(fields, dict):
         raise BadField(None, "the body must be a JSON object with \"messages\"")
+    try:
+        p.check_text(body, fields)
+    except p.ProtocolError as e:
+        raise BadField(None, e.message) from None
     fields = {k: v for k, v in fields.items() if v is not None}  # clients send null for "not given"
     unknown = sorted(k for k in fields if k not in HONOURED and k not in IGNORED)
     if unknown:

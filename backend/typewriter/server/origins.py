@@ -46,14 +46,17 @@ def _as_in_host_header(name: str) -> str:
         return name
 
 
-def origin_allowed(origin: str | None, host_header: str | None, allowed: Iterable[str]) -> bool:
-    """An `Origin` may open the socket if it is listed, or, with nothing listed, if it is the page's own."""
+def origin_allowed(origin: str | None, host_header: str | None, allowed: Iterable[str], https: bool = False) -> bool:
+    """An `Origin` may open the socket if it is listed, or, with nothing listed, if it is the page's own: the host
+    and port of `Host`, and the scheme the page was served over (https when `https`)."""
     if origin is None:
         return True
     listed = tuple(allowed)
     if listed:
         return origin.rstrip("/").lower() in {o.rstrip("/") for o in listed}
-    return urlsplit(origin).netloc.lower() == (host_header or "").lower()
+    parts = urlsplit(origin)
+    return (parts.scheme.lower() == ("https" if https else "http")
+            and parts.netloc.lower() == (host_header or "").lower())
 
 
 class HostCheck:

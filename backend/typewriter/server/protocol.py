@@ -7,6 +7,7 @@ changed. Nothing here knows about sockets or the engine.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,10 +25,15 @@ ERROR_CODES = ("invalid_json", "invalid_request", "system_prompt_not_allowed", "
                "not_found", "rate_limited", "shutdown", "internal", "not_supported")
 CHAT_FIELDS = ("type", "id", "messages", "params", "response_format", "tools", "tool_choice", "resumable", "continue")
 
+# A JSON escape of a UTF-16 surrogate: how a lone one (which no UTF-8 text holds) gets into parsed JSON.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES = re.compile(_SURROGATE_ESCAPE.pattern.encode())
+
 # WebSocket close codes (RFC 6455 section 7.4.1) the server uses.
 CLOSE_UNSUPPORTED_DATA = 1003  # a binary frame
 CLOSE_POLICY_VIOLATION = 1008  # a cross-origin handshake, or a flood of frames
 CLOSE_MESSAGE_TOO_BIG = 1009  # a frame over max_message_bytes
+CLOSE_INTERNAL_ERROR = 1011  # a frame for this socket could not be sent; its chat was cancelled
 CLOSE_SERVICE_RESTART = 1012  # the server is shutting down: reconnect in a moment
 CLOSE_TRY_AGAIN_LATER = 1013  # the model is still loading, or failed to load
 
@@ -119,6 +125,7 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
     if not isinstance(frame, dict):
         raise ProtocolError("invalid_request", "a frame must be a JSON object with a \"type\" field")
     request_id = _readable_id(frame.get("id"))
+    check_text(text, frame, request_id)
     kind = frame.get("type")
     if kind == "chat":
         return _parse_chat(frame, request_id, max_messages)
@@ -134,10 +141,51 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
                                            f"{_short(kind)}", request_id)
 
 
+def check_text(raw: str | bytes, value: object, request_id: str | None = None) -> None:
+    """Refuse (`invalid_request`, naming the field) a decoded JSON value that holds a string which is not text: a
+    lone surrogate such as "\\udfff", which JSON's escapes can carry and UTF-8 cannot, so no frame echoing it could
+    be sent and no tokenizer reads it. `raw` is what was decoded; only an escape in it (or a surrogate already in
+    it) can make such a string, so most frames are not walked."""
+    if isinstance(raw, str):
+        suspect = _SURROGATE_ESCAPE.search(raw) is not None or not _encodable(raw)
+    else:
+        suspect = _SURROGATE_ESCAPE_BYTES.search(raw) is not None
+    if suspect:
+        refuse_unencodable(value, request_id)
+
+
+def refuse_unencodable(value: object, request_id: str | None = None) -> None:
+    """`invalid_request` naming the first string of `value` that is not text (see `unencodable`), if any."""
+    if (where := unencodable(value)) is not None:
+        raise ProtocolError("invalid_request", f"{where}: holds a lone surrogate (a \\ud800-\\udfff escape without "
+                                               "its pair), which is not text; send UTF-8 text", request_id)
+
+
+def unencodable(value: object) -> str | None:
+    """Where (`messages[0].content`, `params.stop[1]`, `a field name in params`) the first string of a decoded JSON
+    value, key or value, is one UTF-8 cannot encode; None if there is none. Iterative: a frame may nest deeply."""
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if not _encodable(item):
+                return path or "the frame"
+        elif isinstance(item, dict):
+            for key, inner in item.items():
+                if not _encodable(key):
+                    return f"a field name in {path or 'the frame'}"
+                stack.append((f"{path}.{key}" if path else key, inner))
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", inner) for i, inner in enumerate(item))
+    return None
+
+
 def parse_chat(frame: dict[str, Any], max_messages: int) -> Chat:
     """A chat frame already decoded from its transport (gRPC builds one from its message), checked by the same
     rules as a socket's."""
-    return _parse_chat(frame, _readable_id(frame.get("id")), max_messages)
+    request_id = _readable_id(frame.get("id"))
+    refuse_unencodable(frame, request_id)
+    return _parse_chat(frame, request_id, max_messages)
 
 
 def sampling_params(chat: Chat, default_max_new_tokens: int, max_new_tokens_cap: int,
@@ -358,9 +406,17 @@ def _check_id(frame: dict[str, Any], request_id: str | None) -> str:
 
 def _readable_id(value: object) -> str | None:
     """The id to echo in an error: only a well-formed one, so a client never sees an id it did not send."""
-    if isinstance(value, str) and 1 <= len(value) <= MAX_ID_LENGTH:
+    if isinstance(value, str) and 1 <= len(value) <= MAX_ID_LENGTH and _encodable(value):
         return value
     return None
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _short(value: object) -> str:

@@ -20,16 +20,20 @@ from starlette.types import Receive, Scope, Send
 
 from ..engine.request import Finished, FinishReason, Queued, Started, Token
 from .chats import Cancel, ChatStream
+from .owners import CONVERSATION_KEY
 from .openai_common import FAILURES, KEEPALIVE, STREAM_HEADERS, LogprobWriter, error_response, next_event, sse
 from .responses_request import ResponsesRequest
 from .tool_calls import ToolCallDelta
 
 
 class ResponseAnswer:
-    def __init__(self, stream: ChatStream, request: ResponsesRequest, model: str, release, tokenizer,
+    def __init__(self, stream: ChatStream, request: ResponsesRequest, model: str, release, tokenizer, key: str,
                  keepalive_s: float | None = None):
+        """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
+        one's cache (owners.py)."""
         self.stream, self.request, self.model, self.release = stream, request, model, release
         self.keepalive_s = keepalive_s  # a stream's quiet before a keep-alive comment (None: none)
+        self.headers = {CONVERSATION_KEY: key}
         self.created = int(time.time())
         self.logprobs = LogprobWriter(tokenizer) if request.chat.logprobs is not None else None
         self.output: list[dict[str, Any]] = []  # items, completed or open
@@ -47,8 +51,11 @@ class ResponseAnswer:
                 await self._send_stream(send)
             else:
                 await self._send_whole(scope, send)
-        except OSError:
+        except OSError:  # the client went away mid-send
             self.stream.cancel(Cancel.DISCONNECT)
+        except BaseException:  # anything else that ends the response ends its chat too: nobody would hear it
+            self.stream.cancel(Cancel.DISCONNECT)
+            raise
         finally:
             watcher.cancel()
             self.stream.end()
@@ -67,12 +74,12 @@ class ResponseAnswer:
             status, code, message = FAILURES[finished.reason]
             response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
         else:
-            response = JSONResponse(self._response(self._status(finished), finished))
+            response = JSONResponse(self._response(self._status(finished), finished), headers=self.headers)
         await response(scope, _no_receive, send)
 
     async def _send_stream(self, send: Send) -> None:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8")]
-        headers += [(k.encode(), v.encode()) for k, v in STREAM_HEADERS.items()]
+        headers += [(k.encode(), v.encode()) for k, v in (STREAM_HEADERS | self.headers).items()]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         async for chunk in self._events():
             await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})

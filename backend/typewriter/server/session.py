@@ -5,6 +5,11 @@ fitting, the engine's events on an asyncio queue, the backlog bound) lives in `c
 front doors; this file only speaks protocol v1 over one socket. A resumable chat is pumped by its kept log
 instead (resume.py, resume_socket.py), and this socket is its reader until the socket closes or another socket
 resumes the chat.
+
+Two rules hold whatever goes wrong: a socket runs one chat at a time, and a chat whose frames can no longer reach
+its client is cancelled (a resumable one waits for its client instead, up to resume_grace_s). A send that fails
+because the client left cancels the chat; one that fails for any other reason (a frame that cannot be encoded)
+also closes the socket with 1011, so the client hears that its chat ended.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ class Session:
         """`client`: the address the abuse limits count this connection's chats against; `resumes`: the
         server's kept chats (None: chats are never kept)."""
         self.ws, self.server, self.client = websocket, state, client
+        self.owner = state.owners.socket()  # this socket's chats are one conversation's turns (owners.py)
         self.settings = state.settings
         self.resumes = resumes
         self.stream: ChatStream | None = None
@@ -114,7 +120,7 @@ class Session:
         self._check_idle(chat.id)
         self._opening = chat.id
         try:
-            stream = await open_chat(self.server, chat, self.client)
+            stream = await open_chat(self.server, chat, self.client, self.owner)
         finally:
             self._opening = None
         self.stream = stream
@@ -176,8 +182,12 @@ class Session:
                     await self._send(frame)
                 if isinstance(event, Finished):
                     return
+        except Exception:  # a bug; logged here, so no task ends with an exception nobody retrieves
+            log.exception("chat %s: its events could not be turned into frames", stream.engine_id)
+            await self._broken()
         finally:
-            if stream.state is not StreamState.ENDED:  # the task was cancelled
+            if stream.state is not StreamState.ENDED:  # the task was cancelled, or failed: nobody will hear it
+                stream.cancel(Cancel.DISCONNECT)
                 self._ended(stream)
 
     def _frame(self, stream: ChatStream, event: Event) -> dict[str, Any] | None:
@@ -202,18 +212,38 @@ class Session:
     # ---- writing ----
 
     async def _send(self, frame: dict[str, Any]) -> None:
-        await self._send_text(p.encode(frame))
+        """Send a frame; never raises. If it cannot be made or sent, the socket's chat is cancelled."""
+        try:
+            text = p.encode(frame)
+        except Exception:
+            log.exception("a %s frame could not be encoded; closing the socket", frame.get("type"))
+            await self._broken()
+            return
+        await self._send_text(text)
 
     async def _send_text(self, text: str) -> None:
+        """Send an encoded frame; never raises (see `_send`)."""
         if not self._open:
             return
         async with self._send_lock:
             try:
                 await self.ws.send_text(text)
-            except (WebSocketDisconnect, RuntimeError, OSError):
+                return
+            except (WebSocketDisconnect, RuntimeError, OSError):  # the client is gone
                 self._open = False
                 if self.stream is not None and self.kept is None:  # a kept chat waits for its client instead
                     self.stream.cancel(Cancel.DISCONNECT)
+                return
+            except Exception:
+                log.exception("a frame could not be sent; closing the socket")
+        await self._broken()
+
+    async def _broken(self) -> None:
+        """A frame for this socket could not be made or sent: cancel its chat and close it (1011), so the client
+        knows its chat ended and the socket holds nothing that runs on unheard."""
+        if self.stream is not None:
+            self.stream.cancel(Cancel.DISCONNECT)
+        await self._close(p.CLOSE_INTERNAL_ERROR, "the server could not send a frame; see its log")
 
     async def _close(self, code: int, reason: str) -> None:
         self._open = False

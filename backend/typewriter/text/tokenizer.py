@@ -195,6 +195,17 @@ class Tokenizer:
         """Token ids of `text`, with no bos/eos added. Special-token text such as "<|im_end|>" becomes its id."""
         return self.raw.encode(text, add_special_tokens=False).ids
 
+    def count(self, text: str, limit: int) -> int:
+        """How many tokens `text` encodes to, or, once that is known to be over `limit`, some number over it. It
+        reads a piece at a time (cut before a space, where the pre-tokenizer parts words anyway), so a huge text
+        costs what `limit` tokens of it cost, not all of it; a piece's first token may differ from `encode`'s."""
+        total = start = 0
+        while start < len(text) and total <= limit:
+            end = len(text) if len(text) - start <= COUNT_PIECE else _piece_end(text, start + COUNT_PIECE)
+            total += len(self.raw.encode(text[start:end], add_special_tokens=False).ids)
+            start = end
+        return total
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.raw.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
@@ -217,6 +228,14 @@ class Tokenizer:
             sanitize_control_tokens=True, **extra,
         )
         return list(encoded["input_ids"])
+
+    def chat_prefix(self, system: str | None = None) -> list[int]:
+        """The ids every chat `encode_chat` renders with `system` begins with, whatever its messages: the template's
+        opening and the system prompt, up to where a first user message's own text starts (two chats that differ
+        only there part at it). Public: the prefix cache shares these tokens between conversations."""
+        a, b = (self.encode_chat([{"role": "user", "content": text}], system) for text in ("a", "b"))
+        n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        return a[:n]
 
     def _conversation(self, messages: Sequence[dict[str, Any]], system: str | None) -> list[dict[str, Any]]:
         """The messages, with a system prompt first unless they bring their own: `system`, or the tutor's
@@ -249,6 +268,18 @@ def _arguments_as_objects(message: dict[str, Any]) -> dict[str, Any]:
             function["arguments"] = json.loads(function["arguments"])
         objects.append({**call, "function": function})
     return {**message, "tool_calls": objects}
+
+
+COUNT_PIECE = 4096  # characters `count` encodes at a time
+
+
+def _piece_end(text: str, end: int) -> int:
+    """Where a piece of `text` ending near `end` is cut: before the last whitespace within its last 256
+    characters that starts a word, else at `end`."""
+    for i in range(end, max(end - 256, 1), -1):
+        if text[i - 1].isspace() and not text[i].isspace():
+            return i - 1
+    return end
 
 
 _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
