@@ -216,7 +216,7 @@ class Session:
         try:
             text = p.encode(frame)
         except Exception:
-            log.exception("a %s frame could not be encoded; closing the socket", frame.get("type"))
+            log.exception("a %s frame could not be sent (it could not be encoded); closing the socket", frame.get("type"))
             await self._broken()
             return
         await self._send_text(text)
