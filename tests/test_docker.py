@@ -79,7 +79,7 @@ def test_a_bad_setting_stops_the_container_with_a_named_error(project):
     done = project("run", "--rm", "-T", "typewriter", env={"TYPEWRITER_MAX_ACTIVE": "lots"}, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
-    assert "typewriter: error: TYPEWRITER_MAX_ACTIVE: must be an integer, got 'lots'" in output
+    assert "typewriter: error: TYPEWRITER_MAX_ACTIVE: must be an integer or 'none', got 'lots'" in output
     assert "Traceback" not in output
 
 
