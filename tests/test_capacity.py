@@ -9,23 +9,22 @@ import json
 import pytest
 
 from typewriter import runtime
-from typewriter.engine.capacity import (HEADROOM, INTER_TOKEN_S, MOST_SLOTS, PROBE_ROWS, StepModel, size_slots,
-                                        typical_position)
-from typewriter.engine.step_cost import STALL
+from typewriter.engine.capacity import (HEADROOM, INTER_TOKEN_S, MOST_SLOTS, P95_STEPS, PROBE_ROWS, StepModel,
+                                        size_slots, typical_position)
 
-BUDGET = INTER_TOKEN_S * HEADROOM / STALL
+BUDGET = INTER_TOKEN_S * HEADROOM / P95_STEPS
 
 
 def test_the_step_model_is_read_off_probe_steps_of_one_and_many_rows_at_two_positions():
     truth = StepModel(fixed_s=0.004, per_row_s=0.0007, per_row_position_s=2e-6)
     seen = []
 
-    def measure(rows, position):
-        seen.append((rows, position))
-        return truth.step_s(rows, position)
+    def measure(probes):
+        seen.extend(probes)
+        return [truth.step_s(rows, position) for rows, position in probes]
 
     fit = StepModel.fit(measure)
-    assert {rows for rows, _ in seen} == {1, PROBE_ROWS} and len(set(seen)) == 4
+    assert {rows for rows, _ in seen} == {1, PROBE_ROWS} and len(set(seen)) == len(seen) == 4  # asked at once
     for got, want in zip((fit.fixed_s, fit.per_row_s, fit.per_row_position_s),
                          (truth.fixed_s, truth.per_row_s, truth.per_row_position_s)):
         assert got == pytest.approx(want, rel=1e-6)
@@ -76,3 +75,22 @@ def test_a_load_sizes_its_slots_keeps_the_measurement_and_a_set_count_wins(tiny_
     assert again == slots and measured.stat().st_mtime_ns == stamp  # a warm start measures nothing
     set_count, described, _ = load(3)
     assert set_count == 3 and described == {"count": 3, "sized_by": "set"}
+
+
+def test_the_probe_takes_its_steps_in_turns_and_keeps_each_probes_fastest(monkeypatch):
+    from typewriter.runners.lite import load as lite_load
+
+    class Runner:
+        slots, max_len = 64, 2048
+        calls: list[tuple[int, int]] = []
+
+        def step(self, slots, tokens, positions):
+            self.calls.append((len(slots), positions[0]))
+
+    clock = iter(range(10_000))  # every timed step takes 1 s
+    monkeypatch.setattr(lite_load.time, "perf_counter", lambda: next(clock))
+    runner = Runner()
+    lite_load.fit_step_model(runner, None, rounds=3)
+    probes = list(dict.fromkeys(runner.calls))
+    assert len(probes) == 4 and runner.calls == [p for p in probes for _ in range(2)] * 3  # in turns, each twice
+    assert lite_load.fit_step_model(runner, None, measure_now=False) is None  # nothing kept, nothing measured

@@ -200,19 +200,19 @@ def test_concurrent_requests_all_finish_and_share_decode_steps(make_engine, toke
     assert max(engine.runner.decode_rows) == 4
 
 
-def test_short_newcomers_that_fit_the_budget_are_prefilled_in_one_step_while_the_running_answer_moves(
+def test_short_newcomers_arriving_together_are_prefilled_in_one_step_while_the_running_answer_moves(
         make_engine, tokenizer):
-    engine = make_engine(slots=4, prefill_budget=8)
+    engine = make_engine(slots=4, prefill_budget=3)
     running = submit(engine, tokenizer, "running", "a", max_new_tokens=50)
     engine.step()
     burst = [submit(engine, tokenizer, name, "bcd", max_new_tokens=3) for name in "xyz"]  # 3 tokens each
     before = len(running.tokens)
     engine.step()
-    assert all(r.of(Started) for r in burst)  # 3 + 3 + the third's first 2 tokens fill the budget of 8
-    assert [len(r.tokens) for r in burst] == [1, 1, 0]
+    assert all(r.of(Started) for r in burst)  # three starting: the budget of 3 a step, three times
+    assert [len(r.tokens) for r in burst] == [1, 1, 1]
     assert len(running.tokens) == before + 1  # and the running answer still took its token
     engine.step()
-    assert [len(r.tokens) for r in burst] == [2, 2, 1]
+    assert [len(r.tokens) for r in burst] == [2, 2, 2]
     assert not any(r.of(Queued) for r in burst)  # a slot was free for each: none is told it is queued
 
 
@@ -289,14 +289,13 @@ def test_prefills_go_first_come_first_served(make_engine, tokenizer):
     engine.step()
     first = submit(engine, tokenizer, "first", "q" * 20, max_new_tokens=2)
     second = submit(engine, tokenizer, "second", "r" * 20, max_new_tokens=2)
-    for _ in range(2):
-        engine.step()
-    assert engine.runner.prefills()[1:] == [(1, 0, 8), (1, 8, 8)]  # all the budget to the first in line
+    engine.step()  # two starting: a budget of 8 each, all of it to the first in line (its chunk is at most 16)
+    assert engine.runner.prefills()[1:] == [(1, 0, 16)]
     assert not second.of(Started)
-    engine.step()  # the first needs 4 more tokens; the other 4 of the budget start the second
-    assert engine.runner.prefills()[3:] == [(1, 16, 4), (2, 0, 4)]
+    engine.step()  # the first needs 4 more tokens; the other 12 of the budget start the second
+    assert engine.runner.prefills()[2:] == [(1, 16, 4), (2, 0, 12)]
     assert first.tokens and second.of(Started) and not second.tokens
-    assert len(running.tokens) == 4
+    assert len(running.tokens) == 3
 
 
 def test_a_stop_during_a_long_prefill_frees_the_slot_at_the_next_step(make_engine, tokenizer):

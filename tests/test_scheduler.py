@@ -10,7 +10,7 @@ from typewriter.errors import Overloaded
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.engine.scheduler import Scheduler
 from typewriter.engine.request_state import RequestState, Status
-from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL, attended
+from typewriter.engine.step_cost import COLD_CHUNK, HEADROOM, INTER_TOKEN_S, SEEN, STALL, attended
 
 TOKENIZER = ScriptTokenizer(["x"])
 
@@ -123,7 +123,7 @@ def test_a_step_that_cannot_fit_even_one_token_still_moves_its_first_prompt_on_a
     run(scheduler, scheduler.schedule(set(), 0.0))
     scheduler.costs.observe(1, [], 0.001)  # decoding takes 1 ms
     for n in range(1, 4):
-        scheduler.costs.observe(1, [(0, n)], 0.001 + 0.01 * n)  # and every chunk token 10 ms
+        scheduler.costs.observe(1, [(0, n)], 0.001 + 0.1 * n)  # and every chunk token 100 ms: past the bar
     first, second = seq("first", prompt=range(10, 40)), seq("second", prompt=range(50, 80))
     scheduler.add(first)
     scheduler.add(second)
@@ -243,3 +243,61 @@ def test_the_prompt_budget_grows_with_a_large_batch_and_stays_at_small_ones():
     scheduler = Scheduler(64, 4, max_chunk=64, budget=16, idle_budget=64)
     assert [scheduler.step_budget(rows) for rows in (0, 1, BUDGET_ROWS, 2 * BUDGET_ROWS, 4 * BUDGET_ROWS)] == \
         [64, 16, 16, 32, 64]
+
+
+def test_newcomers_arriving_together_share_a_step_that_one_alone_would_not_be_given():
+    def ready(scheduler):
+        scheduler.add(seq("running"))
+        run(scheduler, scheduler.schedule(set(), 0.0))
+        scheduler.costs.observe(1, [], 0.010)  # decoding takes 10 ms
+        for n in range(1, SEEN + 1):
+            scheduler.costs.observe(1, [(0, n)], 0.010 + 0.001 * n)  # and every chunk token 1 ms
+
+    alone = Scheduler(8, 8, max_chunk=64, budget=16, idle_budget=64)
+    ready(alone)
+    alone.add(seq("only", prompt=range(10, 40)))
+    (chunk,) = alone.schedule(set(), 0.0).chunks
+    assert chunk.length == 7  # within STALL times the 10 ms step: 7.5 ms
+    together = Scheduler(8, 8, max_chunk=64, budget=32, idle_budget=64)  # four budgets: the time rule binds
+    ready(together)
+    for name in "abcd":
+        together.add(seq(name, prompt=range(10, 40)))  # 30 tokens each
+    plan = together.schedule(set(), 0.0)
+    took = sum(c.length for c in plan.chunks)
+    assert [c.seq.id for c in plan.chunks] == ["a", "b", "c"] and plan.chunks[0].length == 30  # first come first
+    assert 0.070 < 0.001 * took <= INTER_TOKEN_S * HEADROOM - 0.010 + 1e-9  # up to the bar's step, 80 ms
+
+
+def test_while_the_costs_are_unknown_a_step_prefills_a_few_small_chunks_however_many_arrive():
+    scheduler = Scheduler(16, 16, max_chunk=64, budget=16, idle_budget=64)
+    scheduler.add(seq("running"))
+    run(scheduler, scheduler.schedule(set(), 0.0))
+    for n in range(12):
+        scheduler.add(seq(f"n{n}", prompt=range(10, 40)))
+    plan = scheduler.schedule(set(), 0.0)
+    assert [c.length for c in plan.chunks] == [COLD_CHUNK] * (16 // COLD_CHUNK)  # the budget, not 12 of them
+
+
+def test_a_newcomer_waits_for_the_shared_prefix_another_is_computing_and_then_copies_it():
+    """A class arriving together on a fresh server: the second student copies the system prompt the first is
+    computing instead of computing it too; the queue stays first come, first served."""
+    def student(rid, prefix, owner):
+        request = GenerationRequest(rid, [*prefix, *range(100, 106)], SamplingParams(max_new_tokens=4),
+                                    owner=owner, shared_prefix=len(prefix))
+        return RequestState(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
+
+    system = list(range(10, 30))  # 20 tokens
+    scheduler = Scheduler(4, 4, max_chunk=8, budget=8, idle_budget=8)
+    first, second = student("first", system, "a"), student("second", system, "b")
+    other = student("other", list(range(40, 60)), "c")
+    for s in (first, second, other):
+        scheduler.add(s)
+    plan = scheduler.schedule(set(), 0.0)
+    assert plan.admitted == [first] and [(c.seq.id, c.length) for c in plan.chunks] == [("first", 8)]
+    run(scheduler, plan)
+    plan = scheduler.schedule(set(), 0.0)  # 8 of 20 computed: the second still waits, and the third behind it
+    assert plan.admitted == []
+    run(scheduler, plan)
+    run(scheduler, scheduler.schedule(set(), 0.0))  # 24 of 26: the system prompt is in the cache
+    plan = scheduler.schedule(set(), 0.0)
+    assert second in plan.admitted and (first.slot, second.slot) in plan.copies and second.reused == len(system)

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from typewriter.engine.step_cost import SEEN, STALL, StepCost, attended
+from typewriter.engine.step_cost import HEADROOM, INTER_TOKEN_S, SEEN, STALL, StepCost, attended
 
 
 def test_attended_counts_each_tokens_cached_positions_its_own_included():
@@ -92,3 +92,25 @@ def test_chunks_beside_many_rows_are_measured_against_a_step_of_as_many_rows():
     per_token, per_position = costs.figures()
     assert per_token + per_position * 70 == pytest.approx(0.0004, rel=0.2)
 
+
+
+def test_a_prior_from_the_capacity_probe_stands_in_until_decode_only_steps_are_seen():
+    """A class arriving together on a fresh server: every step prefills, so no decode-only step comes to measure
+    the chunks against; the probe's figure does, and the costs are known after a few chunk steps."""
+    costs = StepCost(prior=lambda rows: 0.002 + 0.001 * rows)
+    assert costs.decode_s(4) == pytest.approx(0.006) and not costs.ready
+    for n in range(1, SEEN + 1):
+        costs.observe(4, [(0, 8 * n)], 0.006 + 0.0005 * 8 * n)
+    assert costs.ready and costs.figures()[0] == pytest.approx(0.0005, rel=1e-6)
+    costs.observe(4, [], 0.010)  # a decode-only step of its own: measured beats the prior
+    assert costs.decode_s(4) == pytest.approx(0.010) and costs.decode_s(8) == pytest.approx(0.010)
+
+
+def test_in_a_burst_a_step_may_take_up_to_the_capacity_bar_and_never_less_than_alone():
+    costs = StepCost()
+    for rows, took in ((2, 0.004), (32, 0.060)):
+        costs.observe(rows, [], took)
+    bar = INTER_TOKEN_S * HEADROOM
+    assert costs.allowance_s(2) == pytest.approx((STALL - 1) * 0.004)  # one newcomer: STALL times the step
+    assert costs.allowance_s(2, burst=True) == pytest.approx(bar - 0.004)  # several: up to the bar
+    assert costs.allowance_s(32, burst=True) == pytest.approx(max((STALL - 1) * 0.060, bar - 0.060))

@@ -72,10 +72,10 @@ class Settings:
     max_active: int | None = None
     max_queue: int = 32
     max_context: int = 2048
-    # The most prompt tokens prefilled per step while answers stream. Within it the scheduler sizes each chunk by
-    # measured step times (engine/step_cost.py: a step may take at most STALL decode-only steps), so the budget
-    # mostly caps short-context chunks: bench/stall.py kept a running answer's longest gap nearer its bound with 16
-    # than with 64 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+    # The most prompt tokens prefilled per step while answers stream, for each request starting (scheduler.py's
+    # step_budget). Within it the scheduler sizes each chunk by measured step times (engine/step_cost.py), so the
+    # budget mostly caps short-context chunks: bench/stall.py kept a running answer's longest gap nearer its bound
+    # with 16 than with 64 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     prefill_budget: int = 16
     # Per request: the default answer length when a chat does not ask, and the most it may ask for.
     # None: derived from max_context (the cap is at most half of it, the default at most the cap).

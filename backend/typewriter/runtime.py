@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine.capacity import MOST_SLOTS, Sizing, size_slots
+from .engine.capacity import MOST_SLOTS, Sizing, StepModel, size_slots, typical_position
 from .engine.engine import Engine
 from .models.model_config import ModelConfig
 from .runners.heap import return_freed_memory
@@ -131,13 +131,13 @@ def load(
 
         runner = open_runner(path, cfg, lambda: weight_reader(source)[1], tokenizer.encode, slots or MOST_SLOTS,
                              max_context, weight_format, program_cache, progress)
-        sizing = _size_lite(runner, slots, program_cache, progress)
+        sizing, step_model = _size_lite(runner, slots, program_cache, progress)
     else:
         from .runners.xla import load as xla
 
         cfg, weights = load_weights(source, weight_progress)
         runner = xla.build(cfg, weights, slots or XLA_SLOTS, max_context, weight_format, progress)
-        sizing = Sizing(runner.slots, "set" if slots else "XLA's default")
+        sizing, step_model = Sizing(runner.slots, "set" if slots else "XLA's default"), None
         del weights
     return_freed_memory()
     load_s = time.perf_counter() - t0
@@ -145,22 +145,26 @@ def load(
     t1 = time.perf_counter()
     if runner.compiler is not None:
         xla.warm_up(runner, compile, progress)
+    position = typical_position(runner.max_len)
     engine = Engine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget, model_name=cfg.name,
-                    queue_timeout_s=queue_timeout_s)
+                    queue_timeout_s=queue_timeout_s,
+                    decode_prior=None if step_model is None else lambda rows: step_model.step_s(rows, position))
     engine.sizing = sizing
     log.info("%d slots (%s)", sizing.slots, sizing.sized_by)
     return engine.start(), tokenizer, LoadTimes(load_s, time.perf_counter() - t1)
 
 
-def _size_lite(runner, slots: int | None, program_cache: str | None, progress: Progress) -> Sizing:
+def _size_lite(runner, slots: int | None, program_cache: str | None, progress: Progress
+               ) -> tuple[Sizing, StepModel | None]:
     """The slot count: `slots` as given, else sized from the runner's measured step times (kept beside its cached
-    programs, so a warm start measures nothing) and the memory available. The probe's K/V writes are dropped."""
+    programs, so a warm start measures nothing) and the memory available; and the step times (with `slots` given,
+    only those already kept). The probe's K/V writes are dropped."""
     from .runners.lite.load import fit_step_model
 
-    if slots is not None:
-        return Sizing(slots, "set")
     folder = runner.programs.folder
     cached = program_cache is not None and folder.parent == Path(program_cache)
+    if slots is not None:
+        return Sizing(slots, "set"), fit_step_model(runner, folder if cached else None, measure_now=False)
     progress("int8-lite: sizing the slots by step time")
     model = fit_step_model(runner, folder if cached else None)
     cfg = runner.cfg
@@ -168,7 +172,7 @@ def _size_lite(runner, slots: int | None, program_cache: str | None, progress: P
     sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
     runner.reset_cache(sizing.slots)
     progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
-    return sizing
+    return sizing, model
 
 
 def _available_memory() -> int | None:

@@ -3,24 +3,25 @@ not a constant, so a full class stays under the capacity bar on whatever machine
 
 The bar: every student's inter-token gap under INTER_TOKEN_S at the 95th percentile. A decode step's time grows
 with its rows (the matmuls' rows, and each row's attention over its cached positions); a step that also prefills
-a newcomer's prompt may take STALL times a decode-only step (step_cost.py). So the slots are the most rows whose
-decode-only step, at a typical position, leaves STALL times it under the bar with room for the machine's noise.
-The step's time is fit from a few probe steps as fixed + per row + per row and cached position, and each slot's
-K/V cache must also fit in the memory the machine has. Pure Python: the caller probes the runner.
+a newcomer's prompt takes longer (step_cost.py bounds it), and a class's 95th-percentile gap measured P95_STEPS
+decode-only steps or less. So the slots are the most rows whose decode-only step, at a typical position, times
+P95_STEPS stays under the bar with room for the machine's noise. The step's time is fit from probe steps as fixed
++ per row + per row and cached position, and each slot's K/V cache must also fit in the memory the machine has.
+Pure Python: the caller probes the runner.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .step_cost import STALL
-
-INTER_TOKEN_S = 0.100  # the capacity bar: a student's inter-token gap, 95th percentile
-HEADROOM = 0.9  # of the bar: the machine's noise
+from .step_cost import HEADROOM, INTER_TOKEN_S
 MOST_SLOTS = 64
 LEAST_SLOTS = 1
-PROBE_ROWS = 16  # the rows of the wide probe step: enough to read the per-row cost off, little K/V touched
+# A student's 95th-percentile gap in a full class, in decode-only steps: 1.2-1.45 measured at 32 students, chunk
+# steps and the machine's noise included (docs/measurements/2026-12-04-a-school-sized-model.md).
+P95_STEPS = 1.5
+PROBE_ROWS = 32  # the rows of the wide probe step: far enough from one row that noise moves the per-row cost little
 PROBE_POSITIONS = (64, 512)  # cached positions the probe steps attend over (within a shorter context: less)
 MEMORY_SHARE = 0.5  # of the memory available at start, the most the slots' K/V caches may take
 
@@ -37,13 +38,13 @@ class StepModel:
         return self.fixed_s + rows * (self.per_row_s + self.per_row_position_s * position)
 
     @classmethod
-    def fit(cls, measure: Callable[[int, int], float], max_len: int = 1 << 30, rows: int = PROBE_ROWS) -> StepModel:
-        """From `measure(rows, position)` (a decode-only step's seconds, steady: the fastest of a few) at one row
-        and at `rows` rows (at least 2), each at both PROBE_POSITIONS (as far as a context of `max_len` positions
-        reaches)."""
+    def fit(cls, measure: Callable[[Sequence[tuple[int, int]]], Sequence[float]], max_len: int = 1 << 30,
+            rows: int = PROBE_ROWS) -> StepModel:
+        """From `measure(probes)` (for each (rows, position), a decode-only step's seconds, steady: measured in
+        turns, so that a moment of noise does not fall on one probe alone) at one row and at `rows` rows (at least
+        2), each at both PROBE_POSITIONS (as far as a context of `max_len` positions reaches)."""
         near, far = probe_positions(max_len)
-        one_near, one_far = measure(1, near), measure(1, far)
-        wide_near, wide_far = measure(rows, near), measure(rows, far)
+        one_near, one_far, wide_near, wide_far = measure([(1, near), (1, far), (rows, near), (rows, far)])
         # per row and position: how a row's cost grows with its position, read at both widths
         per_row_position = max(0.0, ((wide_far - wide_near) + (one_far - one_near)) / ((far - near) * (rows + 1)))
         per_row = max(0.0, (wide_near - one_near) / (rows - 1) - per_row_position * near)
@@ -81,10 +82,10 @@ def typical_position(max_context: int) -> int:
 
 def size_slots(model: StepModel, max_context: int, kv_bytes_per_token: int, available_bytes: int | None,
                most: int = MOST_SLOTS) -> Sizing:
-    """The most slots whose decode-only step leaves STALL times it within the bar, and whose K/V caches fit in
+    """The most slots whose decode-only step times P95_STEPS is within the bar, and whose K/V caches fit in
     MEMORY_SHARE of `available_bytes` (None: not known)."""
     position = typical_position(max_context)
-    budget = INTER_TOKEN_S * HEADROOM / STALL
+    budget = INTER_TOKEN_S * HEADROOM / P95_STEPS
     by_time = LEAST_SLOTS
     while by_time < most and model.step_s(by_time + 1, position) <= budget:
         by_time += 1

@@ -86,10 +86,11 @@ class StepStats:
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Vocabulary, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
-                 queue_timeout_s: float | None = None):
+                 queue_timeout_s: float | None = None, decode_prior: Callable[[int], float] | None = None):
         """`prefill_budget`: prompt tokens prefilled per step while answers are decoded (with none decoding, a
         step prefills up to the runner's largest chunk); `queue_timeout_s`: how long a request may wait for a
-        slot (None: as long as it takes)."""
+        slot (None: as long as it takes); `decode_prior(rows)`: a decode-only step's seconds as measured before
+        serving (the capacity probe), which the scheduler sizes chunks by until it has measured its own."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
@@ -100,7 +101,8 @@ class Engine:
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
-                                   queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len)
+                                   queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
+                                   decode_prior=decode_prior)
         self.grammars = Grammars(tokenizer, runner.vocab_size)  # compiled constraints, kept (constraints.py)
         self.clock = clock
         self.state = EngineState.IDLE

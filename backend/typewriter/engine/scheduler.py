@@ -4,10 +4,12 @@ Pure Python, no tensors.
 `schedule` makes every decision of one engine step before any model work: which requests end now (cancelled,
 past their deadline), which running ones take the decode step, and which prompt chunks are prefilled in the
 same step. Prompt tokens per step are bounded by `budget` while answers are being decoded (grown with a large
-batch: `step_budget`), and by time: the chunks may add to a step at most what step_cost.py predicts keeps it
-within STALL decode-only steps (a chunk far into its context costs more a token, its attention reading every
-cached position), so a long prompt is prefilled over several steps and running answers never stall for long;
-with nothing to decode the bound is `idle_budget`. Prefills continue first come, first served; newcomers then take free slots while budget is left,
+batch and with the newcomers starting: `step_budget`), and by time: the chunks may add to a step at most what
+step_cost.py predicts keeps it within STALL decode-only steps, or within the capacity bar while several newcomers
+wait for their first token (a chunk far into its context costs more a token, its attention reading every cached
+position), so a long prompt is prefilled over several steps and running answers never stall for long; with
+nothing to decode the bound is `idle_budget`. Until the chunks' cost is known, a step prefills `budget` tokens
+in chunks of COLD_CHUNK. Prefills continue first come, first served; newcomers then take free slots while budget is left,
 each starting from the longest prefix of its prompt already cached (see prefix_cache.py).
 """
 
@@ -60,14 +62,15 @@ class Plan:
 class Scheduler:
     def __init__(self, slots: int, max_queue: int, max_chunk: int, budget: int, idle_budget: int | None = None,
                  queue_timeout_s: float | None = None, piece: Callable[[int], bytes] | None = None,
-                 context: int | None = None):
+                 context: int | None = None, decode_prior: Callable[[int], float] | None = None):
         """`queue_timeout_s`: how long a request may wait for a slot before it ends with `queue_timeout`.
         `piece` (a token's bytes): a prompt may be rewritten to a cached conversation's tokens of the same text
-        (prefix_cache.realign), growing only into the room `context` (a sequence's most positions) leaves it."""
+        (prefix_cache.realign), growing only into the room `context` (a sequence's most positions) leaves it.
+        `decode_prior(rows)`: a decode-only step's seconds measured before serving (step_cost.StepCost)."""
         self.piece, self.context = piece, context
         self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
         self.max_chunk, self.budget = max_chunk, budget
-        self.costs = StepCost()  # the engine tells it each step's time
+        self.costs = StepCost(decode_prior)  # the engine tells it each step's time
         self._allowance_s: float | None = None  # what this step's chunks may still add (None: no time bound)
         self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
         self.waiting: deque[RequestState] = deque()
@@ -95,14 +98,18 @@ class Scheduler:
         for seq, _ in plan.ended:
             self.finish(seq)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
-        budget = self.step_budget(len(plan.decode))
-        self._allowance_s = self.costs.allowance_s(len(plan.decode)) if plan.decode and self.costs.ready else None
+        starting = len(self.prefilling) + min(len(self.waiting), len(self.free_slots))  # to their first token
+        if plan.decode and not self.costs.ready:  # a few small chunks a step, until their cost is known
+            budget, self._allowance_s = self.budget, None
+        else:
+            budget = self.step_budget(len(plan.decode), starting)
+            self._allowance_s = self.costs.allowance_s(len(plan.decode), starting > 1) if plan.decode else None
         for seq in self.prefilling:
             taken = self._chunk(plan, seq, budget) if self._room(plan, budget) else 0
             if not taken:  # first come, first served: nobody later goes ahead
                 break
             budget -= taken
-        while self._room(plan, budget) and self.waiting and self.free_slots and not self._leader_busy():
+        while self._room(plan, budget) and self.waiting and self.free_slots and not self._prefix_coming():
             seq, copy_from = self._admit()
             plan.admitted.append(seq)
             if copy_from is not None:
@@ -114,13 +121,14 @@ class Scheduler:
         plan.queued = self._new_positions()
         return plan
 
-    def step_budget(self, decode_rows: int) -> int:
+    def step_budget(self, decode_rows: int, starting: int = 1) -> int:
         """Prompt tokens a step may prefill beside `decode_rows` answers: `budget`, grown with the rows beyond
-        BUDGET_ROWS (a batch's step is longer, so the time rule allows it more, and a class arriving together
-        waits on the token cap otherwise); with none decoding, `idle_budget`."""
+        BUDGET_ROWS (a batch's step is longer, so the time rule allows it more) and with the requests `starting`
+        (on their way to a first token: a class arriving together waits on the token cap otherwise, each
+        newcomer's few uncached tokens taking a step of their own); with none decoding, `idle_budget`."""
         if not decode_rows:
             return self.idle_budget
-        return self.budget * max(1, decode_rows // BUDGET_ROWS)
+        return self.budget * max(1, decode_rows // BUDGET_ROWS, starting)
 
     def prefilled(self, chunk: Chunk) -> None:
         """The chunk's K/V are in the cache; a sequence whose prompt is complete starts decoding."""
@@ -153,11 +161,19 @@ class Scheduler:
         """Every sequence not yet finished: those with a slot, then waiting ones in order."""
         return [*self.running.values(), *self.waiting]
 
-    def _leader_busy(self) -> bool:
-        """The next in line follows a request (another choice of the same prompt) whose prompt is not yet in
-        the cache: it waits, first in line, to copy that prompt instead of computing it again."""
-        leader = self.find(self.waiting[0].follows) if self.waiting[0].follows else None
-        return leader is not None and leader.status in (Status.WAITING, Status.PREFILLING)
+    def _prefix_coming(self) -> bool:
+        """Whether the next in line waits, first in line, to copy a prefix that another request is computing,
+        instead of computing it again: the prompt of the request it follows (another choice of the same prompt),
+        or the shared prefix (the server's system prompt) while a prefilling request still computes it (a class
+        arriving together on a fresh server)."""
+        nxt = self.waiting[0]
+        leader = self.find(nxt.follows) if nxt.follows else None
+        if leader is not None and leader.status in (Status.WAITING, Status.PREFILLING):
+            return True
+        n = nxt.shared_prefix
+        return n > 0 and nxt.params.cache_prompt and any(
+            seq.prefilled < n <= len(seq.prompt_ids) and seq.params.cache_prompt
+            and seq.prompt_ids[:n] == nxt.prompt_ids[:n] for seq in self.prefilling)
 
     def _waited_too_long(self, seq: RequestState, now: float) -> bool:
         return self.queue_timeout_s is not None and now - seq.submitted > self.queue_timeout_s

@@ -1,7 +1,10 @@
 """How long an engine step takes, learned from the steps so far, so the scheduler can size prompt chunks by
 time rather than by a token count: a step that prefills beside running answers should take at most STALL times a
 step that only decodes (issue 8: a running answer's longest gap at most 3x its steady inter-token time, with room
-for the machine's noise). Pure Python, no tensors.
+for the machine's noise). While several newcomers wait for their first token (a class arriving together) a step
+may take up to the capacity bar's gap instead, if that is longer: beside a few rows, STALL times their short step
+left a class of 32 a few tokens a step and its first tokens over a second late, while a gap under the bar is one
+no student sees (docs/measurements/2026-12-04-a-school-sized-model.md). Pure Python, no tensors.
 
 A decode-only step's time is followed as it goes for each count of decode rows (the median of the last few, as
 steady as the inter-token time a stream sees: an average took in the machine's hiccups), and a count not seen yet is
@@ -19,11 +22,13 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 STALL = 1.75  # the most a step that prefills beside answers may take, in decode-only steps: 2.0 left the
 # machine's hiccups too little room once int8-lite's rows went to 16 bits (bench/stall.py;
 # docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md)
+INTER_TOKEN_S = 0.100  # the capacity bar: a student's inter-token gap, 95th percentile
+HEADROOM = 0.9  # of the bar: the machine's noise
 COLD_CHUNK = 4  # tokens a chunk gets beside answers until the costs are known
 FORGET = 0.97  # each chunk step's weight against the next one's (the last ~30 steps count most)
 DECODE_STEPS = 16  # decode-only steps whose median is the decode step's time
@@ -37,7 +42,11 @@ def attended(start: int, length: int) -> int:
 
 
 class StepCost:
-    def __init__(self) -> None:
+    def __init__(self, prior: Callable[[int], float] | None = None) -> None:
+        """`prior(rows)`: a decode-only step's seconds as the capacity probe measured it at start (None: not
+        measured), used until the engine has seen decode-only steps of its own, so a class that arrives together
+        on a fresh server is not held to cold chunks while every step prefills."""
+        self._prior = prior
         self._decode: dict[int, deque[float]] = {}  # decode rows -> the last decode-only steps' times
         self._medians: dict[int, float] = {}  # decode rows -> their median
         self.seen = 0
@@ -46,7 +55,8 @@ class StepCost:
 
     def observe(self, decode_rows: int, chunks: Sequence[tuple[int, int]], seconds: float) -> None:
         """A step's time, with `decode_rows` answers decoded and `chunks` (start, length) prefilled. A step that
-        prefills with nothing decoding teaches nothing here: it never stalls anyone."""
+        prefills with nothing decoding teaches nothing here: it never stalls anyone (and a large chunk alone costs
+        less a token than small ones beside a batch)."""
         if not decode_rows:
             return
         if not chunks:
@@ -55,11 +65,13 @@ class StepCost:
             self._medians[decode_rows] = statistics.median(times)
             return
         decode_s = self.decode_s(decode_rows)
-        if decode_s is None:
-            return
+        if decode_s is not None:
+            self._fit(chunks, seconds - decode_s)
+
+    def _fit(self, chunks: Sequence[tuple[int, int]], y: float) -> None:
+        """One chunk step into the least-squares fit: `y`, the seconds its chunks added to the step."""
         x1 = float(sum(n for _, n in chunks))
         x2 = sum(attended(s, n) for s, n in chunks) / POSITIONS
-        y = seconds - decode_s
         xx, xy = self._xx, self._xy
         for i, v in enumerate((x1 * x1, x1 * x2, x2 * x2)):
             xx[i] = FORGET * xx[i] + v
@@ -69,10 +81,13 @@ class StepCost:
     def decode_s(self, rows: int) -> float | None:
         """A decode-only step's time with `rows` decode rows: the median of the last such steps; for a count not
         seen yet, the least-squares line through the counts seen (their medians; never falling with more rows),
-        and at least the median of the nearest count below. None before any decode-only step."""
+        and at least the median of the nearest count below. Before any decode-only step, the prior's figure, or
+        None without one."""
         medians = self._medians
-        if rows in medians or not medians:
-            return medians.get(rows)
+        if not medians:
+            return self._prior(rows) if self._prior is not None else None
+        if rows in medians:
+            return medians[rows]
         if len(medians) == 1:
             (only,) = medians.values()
             return only
@@ -85,7 +100,7 @@ class StepCost:
 
     @property
     def ready(self) -> bool:
-        return bool(self._medians) and self.seen >= SEEN
+        return (bool(self._medians) or self._prior is not None) and self.seen >= SEEN
 
     def figures(self) -> tuple[float, float]:
         """(per_token, per_position) in seconds, each at least 0 (a figure that noise made negative is dropped
@@ -106,9 +121,12 @@ class StepCost:
         per_token, per_position = self.figures()
         return per_token * length + per_position * attended(start, length)
 
-    def allowance_s(self, rows: int) -> float:
-        """What the chunks of a step beside `rows` decoding answers may add to it."""
-        return (STALL - 1.0) * (self.decode_s(rows) or 0.0)
+    def allowance_s(self, rows: int, burst: bool = False) -> float:
+        """What the chunks of a step beside `rows` decoding answers may add to it: STALL times a decode-only step,
+        or, in a `burst` (several students waiting for their first token), up to the capacity bar's step."""
+        decode_s = self.decode_s(rows) or 0.0
+        stall = (STALL - 1.0) * decode_s
+        return max(stall, INTER_TOKEN_S * HEADROOM - decode_s) if burst else stall
 
     def longest(self, start: int, cap: int, allowance_s: float) -> int:
         """The most tokens (1..cap) a chunk from `start` may have within `allowance_s`: always at least one, so a

@@ -28,6 +28,7 @@ log = logging.getLogger("typewriter.lite")
 MAX_CHUNK = 64
 Progress = Callable[[str], None]
 CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
+PROBE_VERSION = 2  # how they were measured: a kept measurement of another version is measured again
 
 
 def build(cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_context: int,
@@ -74,34 +75,38 @@ def open_runner(path: Path, cfg: ModelConfig, weights: Callable[[], Mapping[str,
         return build(cfg, None, slots, max_context, weight_format, progress, programs, program_cache)
 
 
-def fit_step_model(runner: LiteRunner, folder: Path | None, steps: int = 7) -> StepModel:
+def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True
+                   ) -> StepModel | None:
     """The runner's decode-only step time as engine/capacity.py models it: read from `folder` (a cache entry) when
     it was measured there on a CPU like this one, else measured now with probe steps (their K/V writes are
-    dropped by the caller's `reset_cache`) and kept there."""
+    dropped by the caller's `reset_cache`) and kept there; None when not kept and not `measure_now`."""
     known = folder / CAPACITY if folder is not None else None
     cpu = _cpu_signature()
     if known is not None and known.is_file():
         try:
             saved = json.loads(known.read_text())
-            if saved["cpu"] == cpu:
+            if saved["cpu"] == cpu and saved.get("probe") == PROBE_VERSION:
                 return StepModel(**saved["model"])
         except (OSError, ValueError, KeyError, TypeError):
             pass  # measured again, and written over
+    if not measure_now:
+        return None
 
-    def measure(rows: int, position: int) -> float:
-        slots, tokens, positions = list(range(rows)), [1] * rows, [position] * rows
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            runner.step(slots, tokens, positions)
-            times.append(time.perf_counter() - t0)
-        # the first steps resize the programs' buffers; of the rest the fastest, as the machine's noise only adds
-        return min(times[2:])
+    def measure(probes: list[tuple[int, int]]) -> list[float]:
+        times: list[list[float]] = [[] for _ in probes]
+        for _ in range(rounds):  # in turns, so a moment of noise touches every probe or few of one
+            for i, (rows, position) in enumerate(probes):
+                slots, tokens, positions = list(range(rows)), [1] * rows, [position] * rows
+                runner.step(slots, tokens, positions)  # untimed: a new row count resizes the programs' buffers
+                t0 = time.perf_counter()
+                runner.step(slots, tokens, positions)
+                times[i].append(time.perf_counter() - t0)
+        return [min(t) for t in times]  # the machine's noise only adds
 
     model = StepModel.fit(measure, runner.max_len, rows=max(2, min(PROBE_ROWS, runner.slots)))
     if known is not None:
         try:
-            known.write_text(json.dumps({"cpu": cpu, "model": dataclasses.asdict(model)}))
+            known.write_text(json.dumps({"cpu": cpu, "probe": PROBE_VERSION, "model": dataclasses.asdict(model)}))
         except OSError:
             pass  # measured again at the next start
     return model
