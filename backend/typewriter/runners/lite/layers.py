@@ -17,7 +17,7 @@ With `two_pass` (int8-lite; int8-lite-fast has none) the matrices q/k/v, o and d
 to about 16 bits (flatbuffer.py); gate and up stay at XNNPACK's 8 bits. Of the layers' matrices, those three gained
 the most quality (bench/quality.py) for the step time they cost
 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md); the logits' rows took a 0.5B model with a 151,936-row
-vocabulary to llama.cpp's KL from fp32 (docs/measurements/2026-12-04-a-school-sized-model.md).
+vocabulary to within a few percent of llama.cpp's KL from fp32 (docs/measurements/2026-12-04-a-school-sized-model.md).
 """
 
 from __future__ import annotations
