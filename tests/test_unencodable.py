@@ -85,15 +85,19 @@ def test_forty_chats_with_a_surrogate_id_start_nothing_and_leave_no_unretrieved_
     assert "never retrieved" not in caplog.text
 
 
-def test_a_lone_surrogate_in_an_openai_message_is_a_400_naming_the_field():
-    body = ('{"messages":[{"role":"user","content":"%s"}]}' % LONE).encode()
+@pytest.mark.parametrize(("path", "body", "where"), [
+    ("/v1/chat/completions", '{"messages":[{"role":"user","content":"%s"}]}' % LONE, "messages[0].content"),
+    ("/v1/responses", '{"input":"my id is 7138%s"}' % LONE, "input"),
+    ("/v1/responses", '{"input":"hi","model":"tutor%s"}' % LONE, "model"),
+], ids=["chat completions", "responses input", "responses model"])
+def test_a_lone_surrogate_in_an_openai_body_is_a_400_naming_the_field(path, body, where):
     engine = script_engine()
     with running(engine) as (_, address):
-        response = httpx.post(f"http://{address}/v1/chat/completions", content=body,
+        response = httpx.post(f"http://{address}{path}", content=body.encode(),
                               headers={"content-type": "application/json"})
     assert response.status_code == 400 and engine.submitted == []
     error = response.json()["error"]
-    assert error["code"] == "invalid_request" and error["message"].startswith("messages[0].content: holds a lone")
+    assert error["code"] == "invalid_request" and error["message"].startswith(f"{where}: holds a lone")
 
 
 def test_a_frame_that_cannot_be_sent_cancels_its_chat_and_closes_the_socket_with_1011(monkeypatch, caplog):

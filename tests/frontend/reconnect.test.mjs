@@ -3,37 +3,7 @@ import { afterEach, test } from "node:test";
 
 import { nextRequest, resumableChat } from "../../frontend/reconnect.js";
 import { Connection } from "../../frontend/transport.js";
-
-/** A WebSocket stand-in: records what the page sends and lets the test play the server. */
-class FakeSocket {
-  static all = [];
-  readyState = 0;
-  sent = [];
-  constructor(url) {
-    this.url = url;
-    FakeSocket.all.push(this);
-  }
-  send(data) {
-    this.sent.push(JSON.parse(data));
-  }
-  close() {
-    this.drop();
-  }
-  open() {
-    this.readyState = 1;
-    this.onopen?.();
-  }
-  receive(msg) {
-    this.onmessage?.({ data: JSON.stringify(msg) });
-  }
-  drop(code = 1006) {
-    this.readyState = 3;
-    this.onclose?.({ code, reason: "" });
-  }
-  static get last() {
-    return FakeSocket.all.at(-1);
-  }
-}
+import { FakeSocket } from "./fake-socket.mjs";
 
 const connections = [];
 function connect(options = {}) {

@@ -9,20 +9,19 @@ held back go out with the next chunk that carries text, or with the choice's las
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from ..engine.request import Finished, Queued, Started, Token
 from .chats import Cancel, ChatStream
 from .owners import CONVERSATION_KEY
-from .openai_common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, LogprobWriter, error_response,
-                            next_event, sse)
+from .openai_common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, LogprobWriter, OwnedAnswer,
+                            error_response, next_event, sse)
 from .openai_request import CompletionRequest
 from .tool_calls import ToolCallDelta
 
@@ -41,7 +40,7 @@ class Choice:
         return "tool_calls" if self.calls and reason == "stop" else reason
 
 
-class Answer:
+class Answer(OwnedAnswer):
     """It owns the chat until its end was sent or its client left."""
 
     def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release, tokenizer, key: str,
@@ -56,27 +55,9 @@ class Answer:
         self.logprobs = LogprobWriter(tokenizer) if completion.chat.logprobs is not None else None
         self.cached_tokens = 0
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.create_task(self._watch(receive))
-        try:
-            if self.completion.stream:
-                await self._send_stream(send)
-            else:
-                await self._send_whole(scope, send)
-        except OSError:  # the client went away mid-send (uvicorn's ClientDisconnected is one)
-            self.stream.cancel(Cancel.DISCONNECT)
-        except BaseException:  # anything else that ends the response ends its chat too: nobody would hear it
-            self.stream.cancel(Cancel.DISCONNECT)
-            raise
-        finally:
-            watcher.cancel()
-            self.stream.end()
-            self.release()
-
-    async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.stream.cancel(Cancel.DISCONNECT)
+    @property
+    def streaming(self) -> bool:
+        return self.completion.stream
 
     async def _events(self) -> AsyncIterator[tuple[Choice | None, Any]]:
         """(its choice, event) until every choice has finished; a failed choice cancels the others. (None, None):

@@ -1,15 +1,19 @@
 """What both OpenAI-style routes share (`/v1/chat/completions`, `/v1/responses`): error bodies, how our finish
-reasons read in OpenAI's terms, server-sent events, and log probabilities in OpenAI's shape."""
+reasons read in OpenAI's terms, server-sent events, log probabilities in OpenAI's shape, and the life of an answer
+that owns its chat."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
 
 from ..engine.request import FinishReason, TokenLogprobs
+from .chats import Cancel, ChatStream
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
                   FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
@@ -21,6 +25,47 @@ FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long 
             FinishReason.ERROR: (500, "internal", "generation failed; see the server log")}
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see the stream is alive
+
+
+class OwnedAnswer:
+    """An ASGI response that owns its chat until its end was sent or its client left: whatever ends the response
+    early (the client gone, an error) cancels the chat, and the chat's slot in the server's count is released.
+    A subclass sends it streamed or whole."""
+
+    stream: ChatStream
+    release: Callable[[], None]
+
+    @property
+    def streaming(self) -> bool:
+        raise NotImplementedError
+
+    async def _send_stream(self, send: Send) -> None:
+        raise NotImplementedError
+
+    async def _send_whole(self, scope: Scope, send: Send) -> None:
+        raise NotImplementedError
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        watcher = asyncio.create_task(self._watch(receive))
+        try:
+            if self.streaming:
+                await self._send_stream(send)
+            else:
+                await self._send_whole(scope, send)
+        except OSError:  # the client went away mid-send (uvicorn's ClientDisconnected is one)
+            self.stream.cancel(Cancel.DISCONNECT)
+        except BaseException:  # anything else that ends the response ends its chat too: nobody would hear it
+            self.stream.cancel(Cancel.DISCONNECT)
+            raise
+        finally:
+            watcher.cancel()
+            self.stream.end()
+            self.release()
+
+    async def _watch(self, receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        self.stream.cancel(Cancel.DISCONNECT)
 
 
 async def next_event(stream, quiet_s: float | None):

@@ -61,7 +61,9 @@ def check_media_type(content_type: str | None) -> None:
                        "unsupported_media_type")
 
 
-def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
+def read_object(body: bytes, needs: str) -> dict[str, Any]:
+    """A body as a JSON object whose every string is text, its null fields left out (clients send null for "not
+    given"); BadField naming what is wrong. `needs`: the field it must have, for the message."""
     try:
         fields = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as e:
@@ -69,12 +71,16 @@ def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
     except RecursionError:
         raise BadField(None, "the body nests arrays or objects too deeply", "invalid_json") from None
     if not isinstance(fields, dict):
-        raise BadField(None, "the body must be a JSON object with \"messages\"")
+        raise BadField(None, f"the body must be a JSON object with \"{needs}\"")
     try:
         p.check_text(body, fields)
     except p.ProtocolError as e:
         raise BadField(None, e.message) from None
-    fields = {k: v for k, v in fields.items() if v is not None}  # clients send null for "not given"
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
+    fields = read_object(body, "messages")
     unknown = sorted(k for k in fields if k not in HONOURED and k not in IGNORED)
     if unknown:
         raise BadField(unknown[0], "unknown field; see docs/openai.md for the fields this server reads")

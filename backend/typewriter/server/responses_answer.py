@@ -9,24 +9,24 @@ answer ran out of `max_output_tokens`, or `response.failed`. Every event has a `
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Scope, Send
 
 from ..engine.request import Finished, FinishReason, Queued, Started, Token
-from .chats import Cancel, ChatStream
+from .chats import ChatStream
 from .owners import CONVERSATION_KEY
-from .openai_common import FAILURES, KEEPALIVE, STREAM_HEADERS, LogprobWriter, error_response, next_event, sse
+from .openai_common import (FAILURES, KEEPALIVE, STREAM_HEADERS, LogprobWriter, OwnedAnswer, error_response,
+                            next_event, sse)
 from .responses_request import ResponsesRequest
 from .tool_calls import ToolCallDelta
 
 
-class ResponseAnswer:
+class ResponseAnswer(OwnedAnswer):
     def __init__(self, stream: ChatStream, request: ResponsesRequest, model: str, release, tokenizer, key: str,
                  keepalive_s: float | None = None):
         """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
@@ -44,27 +44,9 @@ class ResponseAnswer:
         self.sequence = 0
         self.finished: Finished | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        watcher = asyncio.create_task(self._watch(receive))
-        try:
-            if self.request.stream:
-                await self._send_stream(send)
-            else:
-                await self._send_whole(scope, send)
-        except OSError:  # the client went away mid-send
-            self.stream.cancel(Cancel.DISCONNECT)
-        except BaseException:  # anything else that ends the response ends its chat too: nobody would hear it
-            self.stream.cancel(Cancel.DISCONNECT)
-            raise
-        finally:
-            watcher.cancel()
-            self.stream.end()
-            self.release()
-
-    async def _watch(self, receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.stream.cancel(Cancel.DISCONNECT)
+    @property
+    def streaming(self) -> bool:
+        return self.request.stream
 
     async def _send_whole(self, scope: Scope, send: Send) -> None:
         async for _ in self._events():

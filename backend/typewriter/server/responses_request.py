@@ -9,7 +9,6 @@ openai_request.py, and an unknown one is refused.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..engine.request import MAX_TOP_LOGPROBS
 from . import protocol as p
-from .openai_request import BadField, _reject_constant
+from .openai_request import BadField, read_object
 from .structured import parse_response_format, parse_tools
 
 SAMPLING = {"max_output_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p",
@@ -40,15 +39,7 @@ class ResponsesRequest:
 
 
 def parse_body(body: bytes, max_messages: int) -> ResponsesRequest:
-    try:
-        fields = json.loads(body, parse_constant=_reject_constant)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadField(None, f"the body is not valid JSON: {e}", "invalid_json") from None
-    except RecursionError:
-        raise BadField(None, "the body nests arrays or objects too deeply", "invalid_json") from None
-    if not isinstance(fields, dict):
-        raise BadField(None, "the body must be a JSON object with \"input\"")
-    fields = {k: v for k, v in fields.items() if v is not None}
+    fields = read_object(body, "input")
     unknown = sorted(k for k in fields if k not in HONOURED and k not in IGNORED)
     if unknown:
         raise BadField(unknown[0], "unknown field; see docs/openai.md for the fields this server reads")
