@@ -309,6 +309,18 @@ def test_a_truncated_gguf_file_is_named_not_a_readable_gguf(tmp_path, cut):
         load_weights(path)
 
 
+@pytest.mark.parametrize("past", [30, 31, 300])
+def test_a_gguf_file_cut_inside_its_vocabulary_is_named_not_a_readable_gguf(tmp_path, past):
+    cfg = CONFIGS["llama-tied"]
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg))
+    data = path.read_bytes()
+    at = data.index(b"tokenizer.ggml.tokens")  # the array of token strings follows its key
+    assert len(data) > at + past + 400
+    path.write_bytes(data[:at + past])  # in a string's length, in a string, further on
+    with pytest.raises(ModelFormatError, match="not a readable GGUF file"):
+        load_weights(path)
+
+
 # ---- the embedded model ----
 
 

@@ -42,6 +42,9 @@ class GGUFFormatError(ValueError):
     pass
 
 
+_LENGTH = struct.Struct("<Q")
+
+
 class _Cursor:
     def __init__(self, buf, offset: int = 0):
         self.buf, self.at = buf, offset
@@ -59,13 +62,29 @@ class _Cursor:
         self.at += n
         return text
 
+    def strings(self, n: int) -> list[str]:
+        """`n` strings in a row: `string` n times, in one loop (a vocabulary's 151,936 tokens and as many merges took
+        about a second one call at a time)."""
+        buf, at, end, length = self.buf, self.at, len(self.buf), _LENGTH.unpack_from
+        out: list[str] = []
+        append = out.append
+        for _ in range(n):
+            (size,) = length(buf, at)
+            at += 8
+            if at + size > end:
+                raise GGUFFormatError(f"a string of {size} bytes at {at} runs past the end of the file")
+            append(str(buf[at:at + size], "utf-8", "replace"))
+            at += size
+        self.at = at
+        return out
+
     def value(self, kind: int) -> Any:
         if kind == 8:
             return self.string()
         if kind == 9:
             item, n = self.scalar("I"), self.scalar("Q")
             if item == 8:
-                return [self.string() for _ in range(n)]
+                return self.strings(n)
             if item == 9:
                 return [self.value(9) for _ in range(n)]
             fmt = _scalar_format(item)
