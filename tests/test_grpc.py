@@ -602,3 +602,31 @@ def test_a_real_server_streams_a_chat_over_grpc_and_stops_one_mid_answer(tmp_pat
     assert full[-1].end.reason == frames[-1]["reason"]
     assert cut[-1].end.reason == "cancelled"
     assert cut[-1].end.usage.completion_tokens < 200
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited protobuf field (payloads under 128 bytes)."""
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+@pytest.mark.parametrize(("chat_id", "content"), [(b"g1", b"hi \xed\xbf\xbf"), (b"\xed\xbf\xbf", b"hi"),
+                                                  (b"g1", b"hi \xff")], ids=["surrogate", "id", "not utf-8"])
+def test_a_string_that_is_not_utf8_is_invalid_argument_with_our_code_and_starts_nothing(chat_id, content):
+    """Protobuf's strings must be UTF-8; a client that writes other bytes gets our code, as on the socket, not
+    gRPC's bare UNKNOWN, and no chat starts."""
+    raw = _field(1, _field(1, chat_id) + _field(2, _field(1, b"user") + _field(2, content)))
+
+    async def scenario():
+        async with serving() as s:
+            call = s.channel.stream_stream("/typewriter.v1.Chat/Stream", request_serializer=lambda b: b,
+                                           response_deserializer=pb.ServerEvent.FromString)()
+            await call.write(raw)
+            await call.done_writing()
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await events_of(call)
+            assert s.engine.submitted == []
+            return refused.value
+
+    error = run(scenario())
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT and "UTF-8" in error.details()
+    assert dict(error.trailing_metadata())[ERROR_CODE_KEY] == "invalid_request"

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from ..engine.request import Event, Finished, FinishReason, Queued, Started, Token
 from . import protocol as p
@@ -96,6 +97,8 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         """`key`: the conversation key the client sent back, if any (owners.py); the one to send next time goes
         out in the initial metadata."""
         first = await anext(aiter(requests), None)
+        if isinstance(first, Unreadable):
+            raise first.error(None)
         kind = first.WhichOneof("kind") if first is not None else None
         if kind == "stop":
             raise p.ProtocolError("not_found", "no chat is running on this stream: send the chat first",
@@ -143,6 +146,9 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         try:
             async for message in requests:
                 kind = message.WhichOneof("kind")
+                if isinstance(message, Unreadable):
+                    stream.cancel(Cancel.DISCONNECT)
+                    return message.error(chat_id)
                 if kind == "stop" and message.stop.id in ("", chat_id):
                     if stream.cancelled is None:  # a flood of stops costs the engine nothing
                         stream.cancel(Cancel.STOP)
@@ -160,6 +166,36 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         except grpc.RpcError as e:  # the call broke; the handler hears of it from gRPC
             log.debug("chat %s: reading its stream failed: %s", stream.engine_id, e)
         return None
+
+
+class Unreadable:
+    """A message that is no `typewriter.v1.ClientMessage` (a string field that is not UTF-8, broken protobuf):
+    handed to the handler, which refuses it with `invalid_request`, instead of gRPC's bare UNKNOWN."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def WhichOneof(self, _: str) -> None:  # noqa: N802 (protobuf's name)
+        return None
+
+    def error(self, chat_id: str | None) -> p.ProtocolError:
+        return p.ProtocolError("invalid_request", f"the message is not a typewriter.v1.ClientMessage: {self.reason} "
+                                                  "(strings must be UTF-8 text)", chat_id)
+
+
+def read_message(data: bytes) -> pb.ClientMessage | Unreadable:
+    try:
+        return pb.ClientMessage.FromString(data)
+    except DecodeError as e:
+        return Unreadable(str(e))
+
+
+def add_to_server(service: ChatService, server: grpc.aio.Server) -> None:
+    """chat_pb2_grpc.add_ChatServicer_to_server, with `read_message` reading what clients send."""
+    handlers = {"Stream": grpc.stream_stream_rpc_method_handler(
+        service.Stream, request_deserializer=read_message, response_serializer=pb.ServerEvent.SerializeToString)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
 def parse_chat(request: pb.ChatRequest, max_messages: int) -> p.Chat:

@@ -17,8 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .grpc_chat import SERVICE_NAME, ChatService
-from .grpc_gen import chat_pb2_grpc
+from .grpc_chat import SERVICE_NAME, ChatService, add_to_server
 from .lifecycle import ServerState
 
 HEALTH_POLL_S = 0.2
@@ -59,7 +58,7 @@ class GrpcServer:
                         ("grpc.keepalive_timeout_ms", round(settings.ping_timeout_s * 1000)),
                         ("grpc.http2.max_pings_without_data", 0)]  # also while a chat waits in the queue
         server = grpc.aio.server(options=options)
-        chat_pb2_grpc.add_ChatServicer_to_server(ChatService(self.state), server)
+        add_to_server(ChatService(self.state), server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME),
