@@ -16,3 +16,16 @@ CALCULATOR = {"type": "function", "function": {
     "name": "calculator", "description": "Evaluate an arithmetic expression.",
     "parameters": {"type": "object", "additionalProperties": False, "required": ["expression"],
                    "properties": {"expression": {"type": "string", "pattern": "^[0-9+*/() -]{1,40}$"}}}}}
+
+
+def sampled_quizzes(client, workers: int) -> list[tuple[str, str]]:
+    """RUNS quiz answers under QUIZ_FORMAT, each sampled with its own seed: (text, finish_reason) each."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def ask(seed: int) -> tuple[str, str]:
+        answer = client.chat.completions.create(model="m", messages=QUESTION, response_format=QUIZ_FORMAT,
+                                                temperature=0.8, seed=seed, max_tokens=400).choices[0]
+        return answer.message.content, answer.finish_reason
+
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(ask, range(RUNS)))

@@ -9,13 +9,12 @@ import json
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import jsonschema
 import openai
 import pytest
 from real_server import ROOT, real_server
-from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, RUNS, SETTINGS
+from structured_cases import CALCULATOR, QUIZ, SETTINGS, sampled_quizzes
 
 pytestmark = [pytest.mark.qwen, pytest.mark.e2e, pytest.mark.slow]
 
@@ -33,13 +32,7 @@ def client_of(base: str) -> openai.OpenAI:
 
 def test_a_json_schema_answer_parses_and_validates_in_every_one_of_a_hundred_sampled_runs(qwen):
     with client_of(qwen) as client:
-        def ask(seed: int) -> tuple[str, str]:
-            answer = client.chat.completions.create(model="m", messages=QUESTION, response_format=QUIZ_FORMAT,
-                                                    temperature=0.8, seed=seed, max_tokens=400).choices[0]
-            return answer.message.content, answer.finish_reason
-
-        with ThreadPoolExecutor(4) as pool:
-            answers = list(pool.map(ask, range(RUNS)))
+        answers = sampled_quizzes(client, workers=4)
     for text, finish in answers:
         assert finish == "stop", text
         jsonschema.validate(json.loads(text), QUIZ)

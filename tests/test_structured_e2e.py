@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import jsonschema
@@ -22,7 +21,7 @@ import openai
 import pytest
 import grpc
 from real_server import ROOT, grpc_address, http_get, real_server
-from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, RUNS, SETTINGS
+from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, SETTINGS, sampled_quizzes
 from tiny_model import random_weights, tiny_config, write_gguf
 
 from typewriter.client import Client
@@ -82,13 +81,7 @@ def metric(base: str, name: str) -> float:
 
 def test_a_json_schema_answer_parses_and_validates_in_every_one_of_a_hundred_sampled_runs(smol):
     with client_of(smol) as client:
-        def ask(seed: int) -> tuple[str, str]:
-            answer = client.chat.completions.create(model="m", messages=QUESTION, response_format=QUIZ_FORMAT,
-                                                    temperature=0.8, seed=seed, max_tokens=400).choices[0]
-            return answer.message.content, answer.finish_reason
-
-        with ThreadPoolExecutor(8) as pool:
-            answers = list(pool.map(ask, range(RUNS)))
+        answers = sampled_quizzes(client, workers=8)
     for text, finish in answers:
         assert finish == "stop", text
         jsonschema.validate(json.loads(text), QUIZ)

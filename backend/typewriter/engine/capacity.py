@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from .step_cost import HEADROOM, INTER_TOKEN_S
 MOST_SLOTS = 64
 LEAST_SLOTS = 1
-# A student's 95th-percentile gap in a full class, in decode-only steps: 1.2-1.45 measured at 32 students, chunk
-# steps and the machine's noise included (docs/measurements/2026-12-04-a-school-sized-model.md).
+# A student's 95th-percentile gap in a full class, in decode-only steps (chunk steps and the machine's noise
+# included): what a class of 32 measured, with a little room (docs/measurements/2026-12-04-a-school-sized-model.md).
 P95_STEPS = 1.5
 PROBE_ROWS = 32  # the rows of the wide probe step: far enough from one row that noise moves the per-row cost little
 PROBE_POSITIONS = (64, 512)  # cached positions the probe steps attend over (within a shorter context: less)

@@ -3,7 +3,7 @@ time rather than by a token count: a step that prefills beside running answers s
 step that only decodes (issue 8: a running answer's longest gap at most 3x its steady inter-token time, with room
 for the machine's noise). While several newcomers wait for their first token (a class arriving together) a step
 may take up to the capacity bar's gap instead, if that is longer: beside a few rows, STALL times their short step
-left a class of 32 a few tokens a step and its first tokens over a second late, while a gap under the bar is one
+leaves a class arriving together a few tokens a step and its first tokens late, while a gap under the bar is one
 no student sees (docs/measurements/2026-12-04-a-school-sized-model.md). Pure Python, no tensors.
 
 A decode-only step's time is followed as it goes for each count of decode rows (the median of the last few, as

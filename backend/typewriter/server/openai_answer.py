@@ -9,7 +9,6 @@ held back go out with the next chunk that carries text, or with the choice's las
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +18,7 @@ from starlette.types import Scope, Send
 
 from ..engine.request import Finished, Queued, Started, Token
 from .chats import Cancel, ChatStream
-from .owners import CONVERSATION_KEY
-from .openai_common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, LogprobWriter, OwnedAnswer,
+from .openai_common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer,
                             error_response, next_event, sse)
 from .openai_request import CompletionRequest
 from .tool_calls import ToolCallDelta
@@ -45,26 +43,17 @@ class Answer(OwnedAnswer):
 
     def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release, tokenizer, key: str,
                  keepalive_s: float | None = None):
-        """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
-        one's cache (owners.py)."""
-        self.stream, self.completion, self.model, self.release = stream, completion, model, release
-        self.keepalive_s = keepalive_s  # a stream's quiet before a keep-alive comment (None: none)
-        self.headers = {CONVERSATION_KEY: key}
-        self.created = int(time.time())
+        super().__init__(stream, completion.stream, completion.chat.logprobs is not None, model, release, tokenizer,
+                         key, keepalive_s)
+        self.completion = completion
         self.choices = [Choice(i) for i in range(len(stream.choice_ids))]
-        self.logprobs = LogprobWriter(tokenizer) if completion.chat.logprobs is not None else None
-        self.cached_tokens = 0
-
-    @property
-    def streaming(self) -> bool:
-        return self.completion.stream
 
     async def _events(self) -> AsyncIterator[tuple[Choice | None, Any]]:
         """(its choice, event) until every choice has finished; a failed choice cancels the others. (None, None):
         the stream has been quiet for `keepalive_s`."""
         running = len(self.choices)
         while running:
-            event = await next_event(self.stream, self.keepalive_s if self.completion.stream else None)
+            event = await next_event(self.stream, self.keepalive_s if self.streaming else None)
             if event is None:
                 yield None, None
                 continue

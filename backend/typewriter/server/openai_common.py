@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..engine.request import FinishReason, TokenLogprobs
 from .chats import Cancel, ChatStream
+from .owners import CONVERSATION_KEY
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
                   FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
@@ -32,12 +34,16 @@ class OwnedAnswer:
     early (the client gone, an error) cancels the chat, and the chat's slot in the server's count is released.
     A subclass sends it streamed or whole."""
 
-    stream: ChatStream
-    release: Callable[[], None]
-
-    @property
-    def streaming(self) -> bool:
-        raise NotImplementedError
+    def __init__(self, stream: ChatStream, streaming: bool, logprobs: bool, model: str, release: Callable[[], None],
+                 tokenizer, key: str, keepalive_s: float | None = None):
+        """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
+        one's cache (owners.py); `keepalive_s`: a stream's quiet before a keep-alive comment (None: none)."""
+        self.stream, self.streaming, self.model, self.release = stream, streaming, model, release
+        self.keepalive_s = keepalive_s
+        self.headers = {CONVERSATION_KEY: key}
+        self.created = int(time.time())
+        self.logprobs = LogprobWriter(tokenizer) if logprobs else None
+        self.cached_tokens = 0
 
     async def _send_stream(self, send: Send) -> None:
         raise NotImplementedError

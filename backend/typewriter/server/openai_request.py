@@ -208,15 +208,19 @@ def _message(i: int, message: object) -> p.ChatMessage:
 
 
 def _content(where: str, content: object) -> str:
+    return text_content(where, content, ("text",), '{"type": "text", "text": ...}')
+
+
+def text_content(where: str, content: object, types: tuple[str, ...], shown: str) -> str:
+    """A message's content: a string, or a list of text parts of `types` (`shown` in the error), joined."""
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise BadField(f"{where}.content", "must be a string or a list of text parts")
     texts = []
     for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise BadField(f"{where}.content[{j}]", "only {\"type\": \"text\", \"text\": ...} parts are supported; "
-                                                    "this model reads text")
+        if not isinstance(part, dict) or part.get("type") not in types or not isinstance(part.get("text"), str):
+            raise BadField(f"{where}.content[{j}]", f"only {shown} parts are supported; this model reads text")
         texts.append(part["text"])
     return "".join(texts)
 

@@ -9,7 +9,6 @@ answer ran out of `max_output_tokens`, or `response.failed`. Every event has a `
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,8 +18,7 @@ from starlette.types import Scope, Send
 
 from ..engine.request import Finished, FinishReason, Queued, Started, Token
 from .chats import ChatStream
-from .owners import CONVERSATION_KEY
-from .openai_common import (FAILURES, KEEPALIVE, STREAM_HEADERS, LogprobWriter, OwnedAnswer, error_response,
+from .openai_common import (FAILURES, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response,
                             next_event, sse)
 from .responses_request import ResponsesRequest
 from .tool_calls import ToolCallDelta
@@ -29,24 +27,16 @@ from .tool_calls import ToolCallDelta
 class ResponseAnswer(OwnedAnswer):
     def __init__(self, stream: ChatStream, request: ResponsesRequest, model: str, release, tokenizer, key: str,
                  keepalive_s: float | None = None):
-        """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
-        one's cache (owners.py)."""
-        self.stream, self.request, self.model, self.release = stream, request, model, release
-        self.keepalive_s = keepalive_s  # a stream's quiet before a keep-alive comment (None: none)
-        self.headers = {CONVERSATION_KEY: key}
-        self.created = int(time.time())
-        self.logprobs = LogprobWriter(tokenizer) if request.chat.logprobs is not None else None
+        super().__init__(stream, request.stream, request.chat.logprobs is not None, model, release, tokenizer, key,
+                         keepalive_s)
+        self.request = request
         self.output: list[dict[str, Any]] = []  # items, completed or open
         self.text_item: dict[str, Any] | None = None  # the message item text goes to, while open
         self.calls: dict[int, dict[str, Any]] = {}  # call index -> its function_call item
         self.pending_logprobs: list[dict[str, Any]] = []
-        self.cached_tokens = 0
         self.sequence = 0
         self.finished: Finished | None = None
 
-    @property
-    def streaming(self) -> bool:
-        return self.request.stream
 
     async def _send_whole(self, scope: Scope, send: Send) -> None:
         async for _ in self._events():
@@ -72,7 +62,7 @@ class ResponseAnswer(OwnedAnswer):
     async def _events(self) -> AsyncIterator[str]:
         yield self._event("response.created", response=self._response("in_progress"))
         while True:
-            event = await next_event(self.stream, self.keepalive_s if self.request.stream else None)
+            event = await next_event(self.stream, self.keepalive_s if self.streaming else None)
             if event is None:
                 yield KEEPALIVE
             elif isinstance(event, Queued):

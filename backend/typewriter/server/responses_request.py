@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import InvalidRequest
 from ..engine.request import MAX_TOP_LOGPROBS
 from . import protocol as p
-from .openai_request import BadField, read_object
+from .openai_request import BadField, read_object, text_content
 from .structured import parse_response_format, parse_tools
 
 SAMPLING = {"max_output_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p",
@@ -164,15 +164,4 @@ def _item(where: str, item: object, before: list[p.ChatMessage]) -> list[p.ChatM
 
 
 def _content(where: str, content: object) -> str:
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise BadField(f"{where}.content", "must be a string or a list of text parts")
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") not in ("input_text", "output_text") \
-                or not isinstance(part.get("text"), str):
-            raise BadField(f"{where}.content[{j}]", "only input_text and output_text parts are supported; this "
-                                                    "model reads text")
-        texts.append(part["text"])
-    return "".join(texts)
+    return text_content(where, content, ("input_text", "output_text"), "input_text and output_text")

@@ -63,8 +63,8 @@ class _Cursor:
         return text
 
     def strings(self, n: int) -> list[str]:
-        """`n` strings in a row: `string` n times, in one loop (a vocabulary's 151,936 tokens and as many merges took
-        about a second one call at a time)."""
+        """`n` strings in a row: `string` n times, in one loop (a large vocabulary's tokens and merges, one call
+        at a time, were most of a warm start's file parse)."""
         buf, at, end, length = self.buf, self.at, len(self.buf), _LENGTH.unpack_from
         out: list[str] = []
         append = out.append
