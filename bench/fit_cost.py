@@ -21,7 +21,7 @@ from typewriter.engine.request import fit_max_new_tokens
 from typewriter.errors import PromptTooLong
 from typewriter.text.conversation import FittedPrompt, fit_conversation
 from typewriter.text.tokenizer import Tokenizer
-from typewriter.weights.load import embedded_model_path
+from typewriter.weights.source import embedded_model_path
 
 LIMIT = 256 * 1024  # max_message_bytes: a frame of the size limit, less room for the JSON around the messages
 

@@ -37,10 +37,10 @@ def main() -> int:
     prepare_environment(tempfile.mkdtemp(prefix="typewriter-xla-"))
     rows = [("start (Python)", rss_mb(), "")]
     tf = import_tensorflow()
-    from typewriter.runtime import build_runner
+    from typewriter.assemble import build_runner
     from typewriter.text.tokenizer import Tokenizer
     from typewriter.weights import load_weights, resolve_model_path
-    from typewriter.weights.load import open_source
+    from typewriter.weights.source import open_source
 
     rows.append(("TensorFlow, transformers, tokenizers imported", rss_mb(), ""))
     path = resolve_model_path(None)

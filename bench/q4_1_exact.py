@@ -107,7 +107,7 @@ class Q4Programs:
     def make(self):
         import tempfile
 
-        from typewriter.models.rotation import quantize_int8
+        from typewriter.runners.rotation import quantize_int8
         from typewriter.runners.lite.flatbuffer import ProgramBuilder
         from typewriter.runners.lite.layers import RotationFolder
         from typewriter.runners.lite.programs import EMBEDDINGS, ProgramSet
@@ -202,8 +202,8 @@ def main() -> None:
     prepare_environment(None)
     from typewriter.runners.lite.programs import make_programs
     from typewriter.runners.lite.runner import LiteRunner
-    from typewriter.runtime import calibration_ids, read_model
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.assemble import calibration_ids, read_model
+    from typewriter.weights.source import embedded_model_path
 
     cfg, weights, tokenizer = read_model(embedded_model_path())
     w = np.asarray(weights["layers.0.w_up"], np.float32).T

@@ -64,7 +64,7 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     from typewriter.commands.bench import TUTOR_QUESTION
     from typewriter.text.tokenizer import Tokenizer
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.weights.source import embedded_model_path
 
     path = embedded_model_path()
     prompt = Tokenizer.from_gguf(path).encode_chat([{"role": "user", "content": TUTOR_QUESTION}])

@@ -106,7 +106,7 @@ def reuse(engine, tokenizer, messages: list[dict[str, str]], salt: str) -> dict:
 
 
 def main(budgets: list[int]) -> None:
-    from typewriter.runtime import load
+    from typewriter.assemble import load
 
     engine, tokenizer, _ = load(None, slots=8, max_context=2048, max_queue=0, prefill_budget=budgets[0],
                                 progress=StderrProgress("stall"))

@@ -151,7 +151,7 @@ def main() -> int:
 
     prepare_environment(None)
     from typewriter.config import lite_cache_dir
-    from typewriter.runtime import load
+    from typewriter.assemble import load
 
     engine, tokenizer, _ = load(args.model, slots=8, max_context=2048, max_queue=len(QUESTIONS),
                                 prefill_budget=16, program_cache=lite_cache_dir())

@@ -38,7 +38,7 @@ def write_random(out: Path, size: str, seed: int = 0) -> None:
     """A float16 GGUF of `size`'s shape: the embedded file's metadata (tokenizer, template), random weights."""
     sys.path.insert(0, str(ROOT / "backend"))
     from typewriter.weights.gguf_reader import GGUFReader
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.weights.source import embedded_model_path
 
     shape, source = SHAPES[size], GGUFReader(embedded_model_path())
     arch = source.fields["general.architecture"]

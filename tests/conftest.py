@@ -10,7 +10,7 @@ import absl.logging
 import pytest
 from tiny_model import random_weights, tiny_config, write_gguf
 
-from typewriter.weights.load import embedded_model_path as find_embedded_model
+from typewriter.weights.source import embedded_model_path as find_embedded_model
 
 
 # absl's handler (TensorFlow installs it) writes to the sys.stderr of the moment it is made, and closes that stream
@@ -52,7 +52,7 @@ def real_runner(real_weights):
     """The embedded model's compiled fp32 runner (the file's weights exactly, for the golden logits): one slot, a
     256-token context, buckets compiled on first use.
     Whoever starts an Engine on it shuts that engine down before the module ends: one thread owns a runner."""
-    from typewriter.runtime import build_runner
+    from typewriter.assemble import build_runner
 
     cfg, weights = real_weights
     return build_runner(cfg, weights, slots=1, max_context=256, weight_format="fp32")

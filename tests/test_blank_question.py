@@ -20,9 +20,9 @@ from scripted import factory, script_engine
 from websockets.sync.client import connect
 
 from live_server import running
-from typewriter.server.grpc_chat import ERROR_CODE_KEY
-from typewriter.server.grpc_gen import chat_pb2 as pb
-from typewriter.server.grpc_gen import chat_pb2_grpc
+from typewriter.server.grpc.service import ERROR_CODE_KEY
+from typewriter.server.grpc.gen import chat_pb2 as pb
+from typewriter.server.grpc.gen import chat_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 BLANKS = ["", " ", "\n\t  \n", "\u00a0\u2003"]  # a no-break space and an em space are whitespace too
@@ -94,9 +94,9 @@ def test_chat_asks_again_on_a_blank_line_and_sends_only_questions(monkeypatch, c
     from typewriter import cli
 
     engine = script_engine(slots=1, max_queue=0)
-    fake = types.ModuleType("typewriter.runtime")
+    fake = types.ModuleType("typewriter.assemble")
     fake.load = lambda model_path, **kwargs: (engine, engine.tokenizer, None)
-    monkeypatch.setitem(sys.modules, "typewriter.runtime", fake)
+    monkeypatch.setitem(sys.modules, "typewriter.assemble", fake)
     monkeypatch.setattr("sys.stdin", io.StringIO("\n   \n\t\nWhat is a prime?\n"))
     try:
         assert cli.main(["chat"]) == 0

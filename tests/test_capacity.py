@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from typewriter import runtime
+from typewriter import assemble
 from typewriter.engine.capacity import (HEADROOM, INTER_TOKEN_S, MOST_SLOTS, P95_STEPS, PROBE_ROWS, StepModel,
                                         size_slots, typical_position)
 
@@ -56,7 +56,7 @@ def test_a_load_sizes_its_slots_keeps_the_measurement_and_a_set_count_wins(tiny_
 
     def load(slots):
         said = []
-        engine, _, _ = runtime.load(tiny_gguf, slots=slots, max_context=64, max_queue=2, prefill_budget=8,
+        engine, _, _ = assemble.load(tiny_gguf, slots=slots, max_context=64, max_queue=2, prefill_budget=8,
                                     weight_format="int8-lite", program_cache=str(cache), progress=said.append)
         try:
             return engine.max_active, engine.describe_runtime()["slots"], said
@@ -78,7 +78,7 @@ def test_a_load_sizes_its_slots_keeps_the_measurement_and_a_set_count_wins(tiny_
 
 
 def test_the_probe_takes_its_steps_in_turns_and_keeps_each_probes_fastest(monkeypatch):
-    from typewriter.runners.lite import load as lite_load
+    from typewriter.runners.lite import start as lite_load
 
     class Runner:
         slots, max_len = 64, 2048

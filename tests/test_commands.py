@@ -36,9 +36,9 @@ def typewriter(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def loads(monkeypatch):
-    """Replaces typewriter.runtime (and with it TensorFlow) by a fake whose `load` records its arguments in
+    """Replaces typewriter.assemble (and with it TensorFlow) by a fake whose `load` records its arguments in
     `.calls` and returns `.engine` and its tokenizer; with no `.engine` set, loading fails the test."""
-    fake = types.ModuleType("typewriter.runtime")
+    fake = types.ModuleType("typewriter.assemble")
     fake.calls, fake.engine = [], None
 
     def load(model_path, **kwargs):
@@ -47,7 +47,7 @@ def loads(monkeypatch):
         return fake.engine, fake.engine.tokenizer, types.SimpleNamespace(load_s=1.5, compile_s=2.5)
 
     fake.load = load
-    monkeypatch.setitem(sys.modules, "typewriter.runtime", fake)
+    monkeypatch.setitem(sys.modules, "typewriter.assemble", fake)
     yield fake
     if fake.engine is not None:
         fake.engine.shutdown()
@@ -239,7 +239,7 @@ def test_chat_ctrl_c_stops_an_answer_and_the_next_question_finds_the_one_slot_fr
 
 
 def test_models_lists_every_family_that_loads(capsys):
-    from typewriter.models.families import supported
+    from typewriter.architecture.families import supported
 
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out

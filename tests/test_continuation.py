@@ -10,7 +10,7 @@ import pytest
 from helpers import Recorder
 from tiny_model import IM_END, byte_token
 
-from typewriter import runtime
+from typewriter import assemble
 from typewriter.engine.request import AnswerStart, FinishReason, GenerationRequest, SamplingParams
 from typewriter.engine.request_state import RequestState
 from typewriter.errors import InvalidRequest
@@ -114,7 +114,7 @@ def continued_everywhere(engine, tokenizer, prompt: list[int], params: SamplingP
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_gguf):
-    engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
+    engine, tokenizer, _ = assemble.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
                                         compile="lazy", weight_format="fp32")
     yield engine, tokenizer
     engine.shutdown()
@@ -151,7 +151,7 @@ def test_the_engine_refuses_start_ids_outside_the_vocabulary(tiny_engine):
 
 @pytest.fixture(scope="module")
 def real_engine():
-    engine, tokenizer, _ = runtime.load(None, slots=2, max_context=512, max_queue=2, prefill_budget=16,
+    engine, tokenizer, _ = assemble.load(None, slots=2, max_context=512, max_queue=2, prefill_budget=16,
                                         compile="lazy")
     yield engine, tokenizer
     engine.shutdown()

@@ -1,6 +1,6 @@
 """The engine's contract. Behaviour is driven through `Engine.step()` on a scripted runner (no TensorFlow, no
 thread, a hand-moved clock), so every test is exact and nothing waits; a few tests run the real thread, and the
-tiny random model runs end to end through runtime.load.
+tiny random model runs end to end through assemble.load.
 
 The scripted model answers a lowercase letter with the next one ("a" -> "bcd..."), so every answer's text is
 known in advance.
@@ -19,7 +19,7 @@ from tiny_model import (
     IM_END, VOCAB_SIZE, byte_token, greedy_loop, random_weights, tiny_config, write_gguf, write_hf_dir,
 )
 
-from typewriter import runtime
+from typewriter import assemble
 from typewriter.engine.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.runners.xla.model import Transformer
@@ -625,7 +625,7 @@ def test_steps_that_keep_failing_end_every_request_and_the_engine_refuses_new_on
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_gguf):
-    engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
+    engine, tokenizer, _ = assemble.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
                                       compile="lazy", weight_format="fp32")  # XLA's (test_lite.py: int8-lite)
     yield engine, tokenizer
     engine.shutdown()
@@ -657,7 +657,7 @@ def test_tiny_model_answers_from_its_cache_exactly_as_from_scratch(tiny_gguf):
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0, repetition_penalty=1.0, ignore_eos=True)
 
     def engine():
-        runner = runtime.build_runner(cfg, weights, slots=2, max_context=64, weight_format="fp32")
+        runner = assemble.build_runner(cfg, weights, slots=2, max_context=64, weight_format="fp32")
         return Engine(runner, tokenizer, max_queue=2, prefill_budget=8)
 
     def ask(engine, rid, ids) -> Recorder:
@@ -696,7 +696,7 @@ def test_a_hugging_face_directory_answers_exactly_as_the_gguf_of_the_same_weight
     weights = random_weights(cfg)
     answers = []
     for path in (write_gguf(tmp_path / "tiny.gguf", cfg, weights), write_hf_dir(tmp_path / "hf", cfg, weights)):
-        engine, tokenizer, _ = runtime.load(path, slots=1, max_context=64, max_queue=0, prefill_budget=8,
+        engine, tokenizer, _ = assemble.load(path, slots=1, max_context=64, max_queue=0, prefill_budget=8,
                                               compile="lazy")
         try:
             ids = tokenizer.encode_chat([{"role": "user", "content": "hello"}], system="")

@@ -1,5 +1,5 @@
 """Each model family end to end on a tiny random model, written as a GGUF file and as a Hugging Face directory:
-it loads through runtime.load, answers greedily as a cacheless loop over the same weights does, and its streamed
+it loads through assemble.load, answers greedily as a cacheless loop over the same weights does, and its streamed
 text is its tokenizer's decode of the answer."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from tiny_model import (
     write_phi3_hf_dir,
 )
 
-from typewriter import runtime
-from typewriter.runners.xla.load import build_model
+from typewriter import assemble
+from typewriter.runners.xla.start import build_model
 from typewriter.runners.xla.model import Transformer
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.errors import ModelFormatError
@@ -31,7 +31,7 @@ GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0, repetition_penalty=1
 
 def answer(path, messages):
     """(prompt ids, answer ids, streamed text, tokenizer) from a real engine."""
-    engine, tokenizer, _ = runtime.load(path, slots=1, max_context=64, max_queue=0, prefill_budget=8,
+    engine, tokenizer, _ = assemble.load(path, slots=1, max_context=64, max_queue=0, prefill_budget=8,
                                         compile="lazy")
     try:
         ids = tokenizer.encode_chat(messages, system="")

@@ -16,7 +16,7 @@ from tiny_model import (
 )
 from websockets.sync.client import connect
 
-from typewriter import runtime
+from typewriter import assemble
 from typewriter.engine.request import GenerationRequest, SamplingParams
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -44,7 +44,7 @@ def tiny_phi3(path):
 
 
 def one_at_a_time(model) -> list[str]:
-    engine, tokenizer, _ = runtime.load(model, slots=1, max_context=128, max_queue=0, prefill_budget=16,
+    engine, tokenizer, _ = assemble.load(model, slots=1, max_context=128, max_queue=0, prefill_budget=16,
                                         compile="lazy")
     try:
         texts = []

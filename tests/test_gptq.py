@@ -10,7 +10,7 @@ from typewriter.runners.lite.calibration import Calibration, text
 from typewriter.runners.lite.layers import RotationFolder
 from typewriter.runners.lite.programs import make_programs
 from typewriter.runners.lite.runner import LiteRunner
-from typewriter.models.rotation import quantize_int8
+from typewriter.runners.rotation import quantize_int8
 
 RNG = np.random.default_rng(0)
 

@@ -28,16 +28,16 @@ from scripted import factory, script_engine
 from websockets.sync.client import connect
 
 from typewriter.config import Settings
-from typewriter.server import protocol as p
+from typewriter.server.socket import frames as p
 from typewriter.server.app import create_app
-from typewriter.server.grpc_chat import ERROR_CODE_KEY, STATUS, peer_address
-from typewriter.server.grpc_gen import chat_pb2 as pb
-from typewriter.server.grpc_gen import chat_pb2_grpc
-from typewriter.server.grpc_server import GrpcServer
+from typewriter.server.grpc.service import ERROR_CODE_KEY, STATUS, peer_address
+from typewriter.server.grpc.gen import chat_pb2 as pb
+from typewriter.server.grpc.gen import chat_pb2_grpc
+from typewriter.server.grpc.server import GrpcServer
 from typewriter.server.lifecycle import ServerState
 from typewriter.server.main import Server, uvicorn_config
 
-GEN_DIR = ROOT / "backend" / "typewriter" / "server" / "grpc_gen"
+GEN_DIR = ROOT / "backend" / "typewriter" / "server" / "grpc" / "gen"
 Health = health_pb2.HealthCheckResponse
 
 
@@ -402,7 +402,7 @@ def test_health_is_not_serving_while_loading_serving_once_ready_and_not_serving_
 
 
 def test_a_health_check_answers_the_state_as_it_is_not_as_last_polled(monkeypatch):
-    monkeypatch.setattr("typewriter.server.grpc_server.HEALTH_POLL_S", 3600)  # the watch poll never comes round
+    monkeypatch.setattr("typewriter.server.grpc.server.HEALTH_POLL_S", 3600)  # the watch poll never comes round
 
     async def scenario():
         gate = threading.Event()

@@ -8,7 +8,7 @@ import pytest
 from helpers import Recorder
 from tiny_model import gpt2_config, prefill_all, random_weights, tiny_config
 
-from typewriter import runtime
+from typewriter import assemble
 from typewriter.engine.runner import PrefillChunk
 from typewriter.config import ConfigError, Settings
 from typewriter.runners.lite import attention
@@ -19,7 +19,7 @@ from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.xla.model import Transformer
 from typewriter.runners.lite.interpreter import lite_interpreter
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
-from typewriter.models.rotation import quantize_int8
+from typewriter.runners.rotation import quantize_int8
 from typewriter.weights import load_weights
 
 
@@ -224,16 +224,16 @@ def test_the_format_is_a_setting_and_other_families_are_refused_by_name():
         Settings.from_env({"TYPEWRITER_WEIGHTS": "int4"})
     cfg = gpt2_config()
     with pytest.raises(ValueError, match="int8-lite weight format runs Llama-family models.*gpt2"):
-        runtime.build_runner(cfg, random_weights(tiny_config()), slots=1, max_context=32, weight_format="int8-lite")
+        assemble.build_runner(cfg, random_weights(tiny_config()), slots=1, max_context=32, weight_format="int8-lite")
 
 
 def test_the_engine_answers_concurrently_as_one_cacheless_prefill_per_token(tiny_gguf, capfd):
-    engine, tokenizer, _ = runtime.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
+    engine, tokenizer, _ = assemble.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
                                         compile="start", weight_format="int8-lite")
     try:
         assert isinstance(engine.runner, LiteRunner)
         reference = LiteRunner(*load_weights(tiny_gguf), slots=1, max_len=64, max_chunk=64,
-                               calibration=runtime.calibration_ids(tokenizer))  # rounded as the server rounds
+                               calibration=assemble.calibration_ids(tokenizer))  # rounded as the server rounds
         prompts = {"chat": tokenizer.encode_chat([{"role": "user", "content": "hello"}], system=""),
                    "raw": tokenizer.encode("or")}
         greedy = SamplingParams(max_new_tokens=12, temperature=0.0, repetition_penalty=1.0)
@@ -258,8 +258,8 @@ def test_int8_lite_fast_keeps_rows_at_8_bits_and_stays_close_to_fp32(tmp_path):
     cfg = tiny_config()
     weights = random_weights(cfg, seed=11)
     assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite-fast"}).weights == "int8-lite-fast"
-    fast = runtime.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite-fast")
-    exact = runtime.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite")
+    fast = assemble.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite-fast")
+    exact = assemble.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite")
     assert (fast.weight_format, exact.weight_format) == ("int8-lite-fast", "int8-lite")
     for fmt in ("int8-lite", "int8-lite-fast"):
         (tmp_path / fmt).mkdir()

@@ -15,7 +15,7 @@ import pytest
 from helpers import Recorder
 from tiny_model import random_weights, tiny_config
 
-from typewriter import runtime
+from typewriter import assemble
 from typewriter.engine.request import GenerationRequest, SamplingParams
 from typewriter.runners.lite.program_cache import MANIFEST, ProgramCache, cache_key
 from typewriter.runners.lite.programs import make_programs
@@ -25,7 +25,7 @@ IDS = [5, 9, 40, 77, 100, 3, 8]
 
 
 def load(path, cache, progress=None):
-    return runtime.load(path, slots=2, max_context=64, max_queue=2, prefill_budget=8, compile="start",
+    return assemble.load(path, slots=2, max_context=64, max_queue=2, prefill_budget=8, compile="start",
                         weight_format="int8-lite", program_cache=str(cache) if cache else None,
                         progress=progress or (lambda _: None))
 

@@ -249,7 +249,7 @@ def test_a_stream_whose_client_stops_reading_is_cancelled_by_the_backlog(caplog)
     from starlette.requests import Request
 
     from typewriter.server.lifecycle import ServerState
-    from typewriter.server.openai_api import OpenAI
+    from typewriter.server.openai.routes import OpenAI
 
     engine = script_engine(["x"] * 1000, step_s=0.001, max_context=4096)
 
@@ -290,7 +290,7 @@ def test_a_client_that_leaves_while_its_chat_is_queued_frees_its_place_at_once()
     from starlette.requests import Request
 
     from typewriter.server.lifecycle import ServerState
-    from typewriter.server.openai_api import OpenAI
+    from typewriter.server.openai.routes import OpenAI
 
     engine = script_engine(["x"] * 1000, step_s=0.002, slots=1, max_queue=2, max_context=4096)
 

@@ -18,9 +18,9 @@ from scripted import factory, script_engine
 from served import running
 from websockets.asyncio.client import connect
 
-from typewriter.server.grpc_gen import chat_pb2 as pb
-from typewriter.server.grpc_gen import chat_pb2_grpc
-from typewriter.server.grpc_server import GrpcServer
+from typewriter.server.grpc.gen import chat_pb2 as pb
+from typewriter.server.grpc.gen import chat_pb2_grpc
+from typewriter.server.grpc.server import GrpcServer
 from typewriter.server.lifecycle import ServerState
 from typewriter.server.owners import CONVERSATION_KEY, Owners
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from typewriter.engine.request import Finished, FinishReason, Timings
-from typewriter.server import protocol as p
+from typewriter.server.socket import frames as p
 
 
 def parse(frame: object, max_messages: int = 8):

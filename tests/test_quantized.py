@@ -106,7 +106,7 @@ def test_int8_decoding_from_the_cache_gives_what_a_full_int8_prefill_gives(tiny_
 
 
 def test_the_compiled_int8_runner_answers_as_the_uncompiled_int8_model():
-    from typewriter.runtime import build_runner
+    from typewriter.assemble import build_runner
 
     cfg = tiny_config()
     w = random_weights(cfg, seed=7)

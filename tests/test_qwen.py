@@ -14,8 +14,8 @@ from playwright.sync_api import expect, sync_playwright
 from real_server import grpc_address, http_get, real_server
 from websockets.sync.client import connect
 
-from typewriter.server.grpc_gen import chat_pb2 as pb
-from typewriter.server.grpc_gen import chat_pb2_grpc
+from typewriter.server.grpc.gen import chat_pb2 as pb
+from typewriter.server.grpc.gen import chat_pb2_grpc
 
 pytestmark = [pytest.mark.qwen, pytest.mark.e2e, pytest.mark.slow]
 

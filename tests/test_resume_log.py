@@ -1,4 +1,4 @@
-"""A kept chat's log and the registry's bounds (server/resume.py), driven item by item: what is dropped when a
+"""A kept chat's log and the registry's bounds (server/resume/registry.py), driven item by item: what is dropped when a
 log must shrink (finished chats' logs first, then what readers were already sent, never what no reader has been
 sent), what a resume from a dropped position is told, and the grace period's timers. The chat is a stand-in; the
 same rules over real sockets and the real engine are in test_resume.py."""
@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from typewriter.config import Settings
 from typewriter.server.chats import Cancel
-from typewriter.server.kept_chat import KeptChat, Life
-from typewriter.server.resume import Resumes
+from typewriter.server.resume.kept_chat import KeptChat, Life
+from typewriter.server.resume.registry import Resumes
 
 
 class Stream:

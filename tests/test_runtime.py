@@ -1,4 +1,4 @@
-"""runtime.py assembles: for a model and a weight format it picks a runner, hands it what it asks for, and starts
+"""assemble.py assembles: for a model and a weight format it picks a runner, hands it what it asks for, and starts
 an engine that describes that runner truthfully (what /readyz shows)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from tiny_model import gpt2_config, random_gpt2_weights, random_weights, tiny_config, write_gpt2_gguf
 
-from typewriter import runtime
+from typewriter import assemble
 from typewriter.config import Settings
 from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.xla.runner import XlaRunner
@@ -14,13 +14,13 @@ from typewriter.runners.xla.runner import XlaRunner
 
 def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
     assert Settings().weights == "auto"
-    assert runtime.resolve_format(tiny_config(), "auto") == "int8-lite"
-    assert runtime.resolve_format(gpt2_config(), "auto") == "fp32"
-    assert runtime.resolve_format(tiny_config(), "fp32") == "fp32"
+    assert assemble.resolve_format(tiny_config(), "auto") == "int8-lite"
+    assert assemble.resolve_format(gpt2_config(), "auto") == "fp32"
+    assert assemble.resolve_format(tiny_config(), "fp32") == "fp32"
 
 
 def _load(path, weight_format, tmp_path, compile="start"):
-    return runtime.load(path, slots=2, max_context=64, max_queue=2, prefill_budget=8, compile=compile,
+    return assemble.load(path, slots=2, max_context=64, max_queue=2, prefill_budget=8, compile=compile,
                         weight_format=weight_format, program_cache=str(tmp_path / "lite"))
 
 
@@ -62,7 +62,7 @@ def test_another_family_at_auto_runs_on_xla(tmp_path):
 def test_build_runner_picks_the_runner_of_the_format_asked_for():
     cfg = tiny_config()
     weights = random_weights(cfg)
-    assert isinstance(runtime.build_runner(cfg, weights, 1, 32, "int8-lite"), LiteRunner)
-    assert isinstance(runtime.build_runner(cfg, weights, 1, 32, "fp32"), XlaRunner)
+    assert isinstance(assemble.build_runner(cfg, weights, 1, 32, "int8-lite"), LiteRunner)
+    assert isinstance(assemble.build_runner(cfg, weights, 1, 32, "fp32"), XlaRunner)
     with pytest.raises(ValueError, match="int8-lite weight format runs Llama-family models"):
-        runtime.build_runner(gpt2_config(), random_gpt2_weights(gpt2_config()), 1, 32, "int8-lite")
+        assemble.build_runner(gpt2_config(), random_gpt2_weights(gpt2_config()), 1, 32, "int8-lite")

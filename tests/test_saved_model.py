@@ -17,7 +17,7 @@ from tiny_model import random_weights, tiny_config, write_gguf
 from websockets.sync.client import connect
 
 from typewriter.errors import ExportError, ModelFormatError
-from typewriter.runtime import export
+from typewriter.assemble import export
 from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights import load_weights
 from typewriter.weights.saved_model import EXTRA, MANIFEST

@@ -17,7 +17,7 @@ from starlette.websockets import WebSocket
 
 from typewriter.engine.request import Token
 from typewriter.server.lifecycle import ServerState
-from typewriter.server.session import Session
+from typewriter.server.socket.session import Session
 
 
 def frames_of(ws) -> list[dict]:

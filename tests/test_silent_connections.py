@@ -179,7 +179,7 @@ def test_a_grpc_connection_that_never_sends_its_preface_is_closed_after_the_head
     from helpers import small_settings
     from scripted import factory, script_engine
 
-    from typewriter.server.grpc_server import GrpcServer
+    from typewriter.server.grpc.server import GrpcServer
     from typewriter.server.lifecycle import ServerState
 
     async def scenario():

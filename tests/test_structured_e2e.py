@@ -25,8 +25,8 @@ from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, SETTINGS, 
 from tiny_model import random_weights, tiny_config, write_gguf
 
 from typewriter.client import Client
-from typewriter.server.grpc_gen import chat_pb2 as pb
-from typewriter.server.grpc_gen import chat_pb2_grpc
+from typewriter.server.grpc.gen import chat_pb2 as pb
+from typewriter.server.grpc.gen import chat_pb2_grpc
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -21,7 +21,7 @@ from served import running
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from typewriter.server import protocol
+from typewriter.server.socket import frames as protocol
 
 LONE = "\\udfff"  # as it travels: the JSON escape of a lone low surrogate
 
@@ -135,17 +135,17 @@ def test_a_frame_that_cannot_be_sent_cancels_its_chat_and_closes_the_socket_with
 
 
 def test_an_sse_event_that_cannot_be_sent_cancels_its_chat(monkeypatch):
-    from typewriter.server import openai_answer
+    from typewriter.server.openai import completions_answer
 
     engine = script_engine(["ab"] * 300, step_s=0.01)
-    sse = openai_answer.sse
+    sse = completions_answer.sse
 
     def failing(data):
         if data.get("choices") and data["choices"][0]["delta"].get("content"):
             raise UnicodeEncodeError("utf-8", "\udfff", 0, 1, "surrogates not allowed")
         return sse(data)
 
-    monkeypatch.setattr(openai_answer, "sse", failing)
+    monkeypatch.setattr(completions_answer, "sse", failing)
     body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64, "stream": True}
     with running(engine) as (_, address):
         with pytest.raises(httpx.HTTPError):  # the response ends mid-stream

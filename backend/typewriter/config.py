@@ -27,7 +27,7 @@ CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
 WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, runners/
-EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/load.py)
+EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/source.py)
 MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
@@ -63,12 +63,12 @@ class Settings:
     # (docs/measurements/2026-12-03-int8-lite.md, docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     # int8-lite-fast keeps every row at 8 bits: faster batched steps for some quality. int8
     # (runners/xla/quantized.py) is XLA's.
-    # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
+    # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (assemble.resolve_format).
     weights: str = "auto"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. More slots give
     # more students at once, each stream slower (docs/measurements/2026-11-30-batched-decode-and-the-socket.md);
     # None: as many as this machine carries under the capacity bar, sized at start from measured step times
-    # (engine/capacity.py; int8-lite), or runtime.XLA_SLOTS for XLA's programs.
+    # (engine/capacity.py; int8-lite), or assemble.XLA_SLOTS for XLA's programs.
     max_active: int | None = None
     max_queue: int = 32
     max_context: int = 2048
@@ -98,7 +98,7 @@ class Settings:
     send_backlog: int = 256
     ping_interval_s: float = 20.0
     ping_timeout_s: float = 20.0
-    # Resume (server/resume.py): a resumable chat whose client went away keeps running, its frames kept, this long
+    # Resume (server/resume/registry.py): a resumable chat whose client went away keeps running, its frames kept, this long
     # for the client to come back, enough for a phone to change networks; then it is cancelled and its slot freed.
     # 0: a closed socket cancels its chat at once. Its frames (the whole answer, for a client that missed some)
     # are bounded per chat, above the longest answer's, and for the whole server.

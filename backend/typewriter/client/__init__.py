@@ -1,7 +1,7 @@
 """A Python client for Typewriter's protocol v1 (docs/protocol.md, docs/client.md). It needs only `websockets`;
 importing it loads neither TensorFlow nor the server.
 
-    from typewriter.client import Client
+    from . import Client
 
     client = Client("http://127.0.0.1:8000")            # api_key=..., timeout=..., retry=True
     for delta in client.chat("What is a prime number?", max_new_tokens=200, temperature=0):

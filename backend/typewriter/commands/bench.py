@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime import load
+    from ..assemble import load
 
     streams = args.streams
     progress = StderrProgress("bench")

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import lite_cache_dir
-    from ..runtime import load
+    from ..assemble import load
 
     sampling_params(args)  # bad values fail before the model loads
     # One question at a time, and a stopped answer has ended before the next question is sent, so the one

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime import export
+    from ..assemble import export
 
     started = time.perf_counter()
     out = export(args.model, args.out, args.max_context, StderrProgress("export"))

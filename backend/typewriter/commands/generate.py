@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import lite_cache_dir
-    from ..runtime import load
+    from ..assemble import load
 
     check_question(args.prompt, "prompt")  # bad values fail before the model loads
     sampling_params(args)

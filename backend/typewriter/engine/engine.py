@@ -97,7 +97,7 @@ class Engine:
         self.model_name = model_name
         self.max_context = runner.max_len
         self.max_active = runner.slots
-        self.sizing: Sizing | None = None  # how the slot count was chosen (runtime.py), for /readyz
+        self.sizing: Sizing | None = None  # how the slot count was chosen (assemble.py), for /readyz
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,

@@ -1,5 +1,5 @@
 """The Starlette app: health, readiness, metrics, the chat WebSocket, the page that uses it and the OpenAI-style
-HTTP API (openai_api.py)."""
+HTTP API (openai/routes.py)."""
 
 from __future__ import annotations
 
@@ -17,15 +17,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..config import Settings, parse_list
-from . import protocol as p
+from .socket import frames as p
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .auth import ApiKeyCheck
 from .limits import client_address, forwarded_https
 from .origins import HostCheck, allowed_hosts, origin_allowed
 from .metrics import CONTENT_TYPE
-from .openai_api import OpenAI
-from .resume import Resumes
-from .session import Session
+from .openai.routes import OpenAI
+from .resume.registry import Resumes
+from .socket.session import Session
 
 # The repository root: templates/, static/ and frontend/ live beside backend/ (the package is installed editable).
 WEB_ROOT = Path(__file__).resolve().parents[3]

@@ -24,8 +24,8 @@ import time
 from ..text.conversation import fit_conversation
 from ..errors import TypewriterError
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
-from . import continuation
-from . import protocol as p
+from .resume import continuation
+from .socket import frames as p
 from .lifecycle import Phase, ServerState
 from .owners import shared_length
 from .tool_calls import ToolCallDelta, ToolCallSplitter
@@ -46,7 +46,7 @@ class Cancel(str, enum.Enum):
     STOP = "stop"
     DISCONNECT = "disconnect"
     BACKLOG = "backlog"
-    ABANDONED = "abandoned"  # a kept chat nobody resumed within resume_grace_s (resume.py)
+    ABANDONED = "abandoned"  # a kept chat nobody resumed within resume_grace_s (resume/registry.py)
     BUFFER = "buffer"  # a kept chat whose frames outgrew resume_buffer_bytes
 
 
@@ -63,7 +63,7 @@ class ChatStream:
         self.splitters = splitters or {}
         self._last_token: dict[str, Token] = {}
         self.dropped_messages = dropped_messages  # the oldest messages left out so the conversation fits
-        self.continued: str | None = None  # how the start of an answer it continues was taken (continuation.py)
+        self.continued: str | None = None  # how the start of an answer it continues was taken (resume/continuation.py)
         self.state = StreamState.WAITING
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self.submitted_at = time.monotonic()

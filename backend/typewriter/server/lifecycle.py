@@ -62,7 +62,7 @@ EngineFactory = Callable[[Settings, Progress], tuple[EngineHandle, ChatEncoder]]
 
 
 def load_real_engine(settings: Settings, progress: Progress) -> tuple[EngineHandle, ChatEncoder]:
-    from ..runtime import load_engine  # imports TensorFlow: only ever on the loader thread
+    from ..assemble import load_engine  # imports TensorFlow: only ever on the loader thread
 
     return load_engine(settings, progress)
 

@@ -18,7 +18,7 @@ from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .listen import EXIT_CANNOT_LISTEN, cannot_listen, listen, taken
 
 if TYPE_CHECKING:
-    from .grpc_server import GrpcServer
+    from .grpc.server import GrpcServer
 
 GRPC_GRACE_S = 1.0
 
@@ -106,7 +106,7 @@ class Server(uvicorn.Server):
 
     async def _start_grpc(self, host: str, port: int) -> bool:
         """Serve gRPC beside HTTP, on its address; False (and one line saying why) when the port cannot be had."""
-        from .grpc_server import GrpcServer  # grpcio is imported only when gRPC is on
+        from .grpc.server import GrpcServer  # grpcio is imported only when gRPC is on
 
         why = taken("gRPC port", host, port, "--grpc-port")
         if why is None:

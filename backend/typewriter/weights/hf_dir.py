@@ -1,4 +1,4 @@
-"""Read a Hugging Face model directory of any family in models/families.py: config.json and *.safetensors
+"""Read a Hugging Face model directory of any family in architecture/families.py: config.json and *.safetensors
 (memory-mapped)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 
 from ..errors import ModelFormatError
-from ..models.families import HF_ARCHITECTURES, family_of_hf
-from ..models.model_config import ModelConfig
+from ..architecture.families import HF_ARCHITECTURES, family_of_hf
+from ..architecture.model_config import ModelConfig
 
 SUPPORTED_ARCHITECTURES = set(HF_ARCHITECTURES)
 
@@ -46,7 +46,7 @@ class HFDirectory:
     def config(self) -> ModelConfig:
         c = self.raw
         if self.family == "gpt2":
-            from ..models import gpt2_names
+            from ..architecture import gpt2_names
 
             return gpt2_names.hf_config(self.path.name, c)
         rope = check_rope(self.path, c)
@@ -71,7 +71,7 @@ class HFDirectory:
     def max_position(self) -> int:
         context = int(self.raw.get("max_position_embeddings", 2048))
         window = self.raw.get("sliding_window") if self.family == "phi3" else None
-        return min(context, int(window)) if window else context  # see models/phi3_names.py
+        return min(context, int(window)) if window else context  # see architecture/phi3_names.py
 
     def has(self, name: str) -> bool:
         return name in self.where

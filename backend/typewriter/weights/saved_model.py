@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import ModelFormatError
-from ..models.families import LLAMA_BLOCK
-from ..models.model_config import ModelConfig
-from ..models.llama_names import expected_shapes
+from ..architecture.families import LLAMA_BLOCK
+from ..architecture.model_config import ModelConfig
+from ..architecture.llama_names import expected_shapes
 
 FORMAT = "typewriter.saved_model"
 VERSION = 1  # bump when the manifest, the variables' layout or the signatures change

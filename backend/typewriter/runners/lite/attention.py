@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel, Rows
 

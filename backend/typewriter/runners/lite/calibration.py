@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from . import gptq
 from .attention import _rope
 

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ...models.rotation import INT8_MAX
+from ..rotation import INT8_MAX
 
 # H + DAMP * mean(diag H) * I: a few hundred calibration rows leave H singular, and a heavier damping leans towards
 # round-to-nearest, which generalised better to text unlike the calibration's

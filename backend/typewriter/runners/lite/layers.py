@@ -26,9 +26,9 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
-from ...models.rotation import Rotation
-from ...weights.load import WeightReader
+from ...architecture.model_config import ModelConfig
+from ..rotation import Rotation
+from ...weights.source import WeightReader
 from .flatbuffer import ProgramBuilder
 
 # Rows of a vocabulary-sized matrix folded at once: the whole of a 150k-token vocabulary in float32 is over
@@ -40,7 +40,7 @@ class RotationFolder:
     """Folds the rotations into the weights, one layer at a time (so only a layer or two of rotated float copies
     exist at once): `layer(i)` gives layer i's matrices [in, out] q/k/v joined, o, gate, up, down (and the qkv
     bias); `output()` the logits matrix; `embeddings()` the rotated embedding rows (float16). Each rotation is
-    applied by blocks (models/rotation.py), not as a dense matrix."""
+    applied by blocks (runners/rotation.py), not as a dense matrix."""
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray]):
         """`weights`: the canonical tensors, a dict or a WeightReader that reads each only when it is needed."""

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from . import gptq
 from .calibration import text as calibration_text
 from .programs import ProgramSet

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
-from ...models.rotation import quantize_int8
+from ...architecture.model_config import ModelConfig
+from ..rotation import quantize_int8
 from . import gptq
 from .calibration import Calibration
 from .layers import RotationFolder, first_program, layer_program, logits_program

@@ -3,7 +3,7 @@ K/V cache on the host between them (attention.py).
 
 Each engine step is one pass of the programs (`step`): the decode rows and the prompt chunks go through each
 layer's program together, so a step reads the weights once however many prompts it prefills. There is nothing to
-compile (`compiler` is None): the programs are made or read from the cache at load (load.py), and each call
+compile (`compiler` is None): the programs are made or read from the cache at load (start.py), and each call
 resizes them to its own rows (a few milliseconds, only when the row count changes), so no call pays for padding
 rows. The calls run on the engine thread.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ...engine.runner import PrefillChunk, StepOutput
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from .attention import HostCache
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel

@@ -23,7 +23,7 @@ import numpy as np
 
 from ... import __version__
 from ...errors import ExportError
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from ...weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
 from .tf_env import import_tensorflow
 

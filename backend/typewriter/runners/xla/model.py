@@ -1,6 +1,6 @@
 """A Llama-family decoder in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU, tied or untied output.
 
-Other families (models/families.py) subclass `Transformer` (gpt2.py) and override the block's pieces (`_hold`,
+Other families (architecture/families.py) subclass `Transformer` (gpt2.py) and override the block's pieces (`_hold`,
 `_embed`, `_qkv`, `_attention_output`, `_mlp`, `_logits`); `load.build_model(cfg, ...)` builds the class of
 `cfg.family`. The cache and
 the entry points are shared, and the pieces are Python called while tracing: a family costs no work per step.
@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from . import native_ops
 from .host_memory import variable, zeros_variable
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from .quantized import columns, dense, matrix
 
 

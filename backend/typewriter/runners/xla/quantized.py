@@ -22,7 +22,7 @@ import tensorflow as tf
 from . import native_ops
 from ...config import WEIGHT_FORMATS as FORMATS
 from .host_memory import variable
-from ...models.rotation import INT8_MAX, Rotation, quantize_int8
+from ..rotation import INT8_MAX, Rotation, quantize_int8
 
 class Int8Matrix(tf.Module):
     """A [in, out] matrix w held rotated, R^T @ w (see Rotation), as int8 values and a float32 scale per output

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from ..config import Settings
+from ...config import Settings
 from .kept_chat import KeptChat, Life, digest
 
 

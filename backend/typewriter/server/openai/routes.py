@@ -1,10 +1,10 @@
 """OpenAI-compatible HTTP: `POST /v1/chat/completions` and `POST /v1/responses` (each streamed as server-sent events
-or as one JSON: openai_answer.py, responses_answer.py) and `GET /v1/models`, over the same chats as the socket
+or as one JSON: completions_answer.py, responses_answer.py) and `GET /v1/models`, over the same chats as the socket
 (chats.py). docs/openai.md has the field mapping.
 
 A stream carries a `: keep-alive` comment whenever it has been quiet for `sse_keepalive_s` (queued, or its prompt
 being read), so that no proxy's idle timeout cuts it. A streamed chat completion that names an
-`X-Conversation-Id` is kept for its client to read again after a dropped connection (resume_sse.py).
+`X-Conversation-Id` is kept for its client to read again after a dropped connection (streams.py).
 
 A streamed answer is `chat.completion.chunk` events ending in `data: [DONE]`; while it waits for a slot the
 stream carries SSE comments (`: queued 3`), which clients skip. The client's connection is watched while the
@@ -19,16 +19,16 @@ import time
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from . import protocol as p
-from .chats import open_chat
-from .lifecycle import Phase, ServerState
-from .limits import client_address
-from .openai_answer import Answer
-from .openai_common import error_response
-from .openai_request import HONOURED, BadField, check_media_type, parse_body
-from .owners import CONVERSATION_KEY
-from .resume import Resumes
-from .resume_sse import HEADER, BadConversation, Streams, conversation_id
+from ..socket import frames as p
+from ..chats import open_chat
+from ..lifecycle import Phase, ServerState
+from ..limits import client_address
+from .completions_answer import Answer
+from .common import error_response
+from .completions_request import HONOURED, BadField, check_media_type, parse_body
+from ..owners import CONVERSATION_KEY
+from ..resume.registry import Resumes
+from .streams import HEADER, BadConversation, Streams, conversation_id
 from .responses_answer import ResponseAnswer
 from .responses_request import HONOURED as RESPONSES_HONOURED
 from .responses_request import parse_body as parse_responses_body

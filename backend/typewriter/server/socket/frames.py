@@ -11,10 +11,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequest
-from ..engine.request import Constraint, Finished, FinishReason, SamplingParams
-from ..text.conversation import check_question
-from .structured import Tools, parse_response_format, parse_tools
+from ...errors import InvalidRequest
+from ...engine.request import Constraint, Finished, FinishReason, SamplingParams
+from ...text.conversation import check_question
+from ..structured import Tools, parse_response_format, parse_tools
 
 MAX_ID_LENGTH = 64
 MAX_TOKEN_LENGTH = 128  # a resume token is 43 characters; anything far longer is not one

@@ -12,11 +12,11 @@ import secrets
 from collections.abc import Callable
 from typing import Any
 
-from ..engine.request import Event, Finished, Token
-from . import protocol as p
-from .chats import ChatStream
-from .kept_chat import KeptChat
-from .resume import Resumes
+from ...engine.request import Event, Finished, Token
+from . import frames as p
+from ..chats import ChatStream
+from ..resume.kept_chat import KeptChat
+from ..resume.registry import Resumes
 
 FrameOf = Callable[[ChatStream, Event], dict[str, Any] | None]
 

@@ -1,8 +1,8 @@
-"""One kept chat: its log, the one reader it is sent to, and the grace period (resume.py has the registry and the
+"""One kept chat: its log, the one reader it is sent to, and the grace period (registry.py has the registry and the
 rules its bounds keep).
 
-A subclass's `_produce` appends each piece of the chat's output (a protocol v1 frame: resume_socket.py; a few SSE
-bytes: resume_sse.py) with its position key, a token index or a byte offset; the reader attached to it (at first
+A subclass's `_produce` appends each piece of the chat's output (a protocol v1 frame: socket/resumable.py; a few SSE
+bytes: openai/streams.py) with its position key, a token index or a byte offset; the reader attached to it (at first
 the connection that started the chat) is sent the log by a task of its own, so a slow or dead reader never holds
 the engine or the other chats up. `attach` makes another reader the one, from a position; `detach` starts the
 grace period, after which a running chat is cancelled. Lifecycle: running, ended (its terminal item is in),
@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from .chats import Cancel, ChatStream
+from ..chats import Cancel, ChatStream
 
 log = logging.getLogger("typewriter.server")
 

@@ -15,10 +15,10 @@ import dataclasses
 import logging
 from collections.abc import Callable
 
-from ..engine.request import AnswerStart, Event, GenerationRequest
-from ..errors import InvalidRequest
-from . import protocol as p
-from .lifecycle import ServerState
+from ...engine.request import AnswerStart, Event, GenerationRequest
+from ...errors import InvalidRequest
+from ..socket import frames as p
+from ..lifecycle import ServerState
 
 log = logging.getLogger("typewriter.server")
 

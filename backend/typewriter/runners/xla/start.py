@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from .tf_env import import_tensorflow
 
 Compile = Literal["all", "start", "lazy"]

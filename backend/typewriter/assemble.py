@@ -15,16 +15,16 @@ from pathlib import Path
 
 from .engine.capacity import MOST_SLOTS, Sizing, StepModel, size_slots, typical_position
 from .engine.engine import Engine
-from .models.model_config import ModelConfig
+from .architecture.model_config import ModelConfig
 from .runners.heap import return_freed_memory
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
 from .weights.gguf_file import GGUFFile
-from .weights.load import open_source, read_config, weight_reader
+from .weights.source import open_source, read_config, weight_reader
 
 Progress = Callable[[str], None]
 XLA_SLOTS = 8  # XLA compiles a program per batch size: a fixed count keeps the compiling bounded
-log = logging.getLogger("typewriter.runtime")
+log = logging.getLogger("typewriter.assemble")
 LITE_FORMATS = ("int8-lite", "int8-lite-fast")  # runners/lite/runner.py's FORMATS, without importing LiteRT
 
 
@@ -55,7 +55,7 @@ def _tokenizer(path: Path, source) -> Tokenizer:
 
 def calibration_ids(tokenizer: Tokenizer) -> list[int]:
     """int8-lite's calibration text in the model's own tokens."""
-    from .runners.lite.load import calibration_ids
+    from .runners.lite.start import calibration_ids
 
     return calibration_ids(tokenizer.encode)
 
@@ -70,11 +70,11 @@ def build_runner(cfg: ModelConfig, weights, slots: int, max_context: int, weight
 
     weight_format = resolve_format(cfg, weight_format or Settings.weights)
     if weight_format in LITE_FORMATS:
-        from .runners.lite import load as lite
+        from .runners.lite import start as lite
 
         return lite.build(cfg, weights, slots, max_context, weight_format, progress, programs, kernel_cache,
                           calibration)
-    from .runners.xla import load as xla
+    from .runners.xla import start as xla
 
     return xla.build(cfg, weights, slots, max_context, weight_format, progress)
 
@@ -110,7 +110,7 @@ def load(
     `max_queue` requests that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding, matrices in
     `weight_format` (None: Settings'), int8-lite's programs kept in the folder `program_cache` (None: made every
     time; config.lite_cache_dir is the commands' default). `compile` (XLA's programs): "all" before this returns,
-    "start" a few before and the rest in the background, "lazy" each on first use (runners/xla/load.py). No other
+    "start" a few before and the rest in the background, "lazy" each on first use (runners/xla/start.py). No other
     defaults: the server's come from Settings, and each command says why its own fit."""
     from .config import Settings
 
@@ -127,13 +127,13 @@ def load(
     cfg = read_config(source)
     weight_format = resolve_format(cfg, weight_format or Settings.weights)
     if weight_format in LITE_FORMATS:
-        from .runners.lite.load import open_runner
+        from .runners.lite.start import open_runner
 
         runner = open_runner(path, cfg, lambda: weight_reader(source)[1], tokenizer.encode, slots or MOST_SLOTS,
                              max_context, weight_format, program_cache, progress)
         sizing, step_model = _size_lite(runner, slots, program_cache, progress)
     else:
-        from .runners.xla import load as xla
+        from .runners.xla import start as xla
 
         cfg, weights = load_weights(source, weight_progress)
         runner = xla.build(cfg, weights, slots or XLA_SLOTS, max_context, weight_format, progress)
@@ -159,7 +159,7 @@ def _size_lite(runner, slots: int | None, program_cache: str | None, progress: P
     """The slot count: `slots` as given, else sized from the runner's measured step times (kept beside its cached
     programs, so a warm start measures nothing) and the memory available; and the step times (with `slots` given,
     only those already kept). The probe's K/V writes are dropped."""
-    from .runners.lite.load import fit_step_model
+    from .runners.lite.start import fit_step_model
 
     folder = runner.programs.folder
     cached = program_cache is not None and folder.parent == Path(program_cache)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...engine.capacity import PROBE_ROWS, StepModel
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
 from .program_cache import ProgramCache, cache_key

@@ -4,7 +4,7 @@ The server is stateless: it keeps no response, so `store: true`, `previous_respo
 `background` are refused by name; the conversation so far comes in `input` (messages, and earlier
 `function_call` and `function_call_output` items). `instructions` is a system message, under the same
 `client_system_prompt` rule as a chat completion's. Fields are honoured, ignored or refused as in
-openai_request.py, and an unknown one is refused.
+completions_request.py, and an unknown one is refused.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequest
-from ..engine.request import MAX_TOP_LOGPROBS
-from . import protocol as p
-from .openai_request import BadField, read_object, text_content
-from .structured import parse_response_format, parse_tools
+from ...errors import InvalidRequest
+from ...engine.request import MAX_TOP_LOGPROBS
+from ..socket import frames as p
+from .completions_request import BadField, read_object, text_content
+from ..structured import parse_response_format, parse_tools
 
 SAMPLING = {"max_output_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p",
             "top_k": "top_k", "repetition_penalty": "repetition_penalty", "seed": "seed", "stop": "stop"}

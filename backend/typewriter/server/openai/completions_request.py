@@ -14,11 +14,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidRequest
-from ..engine.request import MAX_TOP_LOGPROBS
-from ..text.conversation import check_question
-from . import protocol as p
-from .structured import parse_response_format, parse_tools
+from ...errors import InvalidRequest
+from ...engine.request import MAX_TOP_LOGPROBS
+from ...text.conversation import check_question
+from ..socket import frames as p
+from ..structured import parse_response_format, parse_tools
 
 # OpenAI's name -> ours. max_tokens and max_completion_tokens are the same thing under two names.
 SAMPLING = {"max_tokens": "max_new_tokens", "max_completion_tokens": "max_new_tokens", "temperature": "temperature",

@@ -1,4 +1,4 @@
-"""The gRPC server beside uvicorn, on the same event loop and engine: `typewriter.v1.Chat` (grpc_chat.py), the
+"""The gRPC server beside uvicorn, on the same event loop and engine: `typewriter.v1.Chat` (service.py), the
 standard health service (`grpc.health.v1.Health`) and server reflection, so grpcurl and load balancers work.
 
 Health says SERVING while the server state is ready and NOT_SERVING while it loads, after it failed, once its
@@ -17,8 +17,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .grpc_chat import SERVICE_NAME, ChatService, add_to_server
-from .lifecycle import ServerState
+from .service import SERVICE_NAME, ChatService, add_to_server
+from ..lifecycle import ServerState
 
 HEALTH_POLL_S = 0.2
 OVERALL = ""  # the health service's name for the whole server

@@ -1,6 +1,6 @@
 """OpenAI streams that outlive their connection, in llama.cpp's server's shape (docs/openai.md, "Resuming a stream").
 
-A streamed `/v1/chat/completions` request with `X-Conversation-Id: <id>` is kept (resume.py): its SSE bytes go
+A streamed `/v1/chat/completions` request with `X-Conversation-Id: <id>` is kept (resume/registry.py): its SSE bytes go
 into the chat's log as they are made, and the response reads the log. When the client goes away the answer keeps
 running for `resume_grace_s`; `GET /v1/stream/<id>?from=N` replays it from byte N and follows it live, and
 `DELETE /v1/stream/<id>` stops it. A new request with the same id replaces the stream before it. The id is the only
@@ -19,11 +19,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .chats import Cancel, ChatStream
-from .limits import client_address
-from .lifecycle import ServerState
-from .kept_chat import KeptChat
-from .resume import Resumes
+from ..chats import Cancel, ChatStream
+from ..limits import client_address
+from ..lifecycle import ServerState
+from ..resume.kept_chat import KeptChat
+from ..resume.registry import Resumes
 
 CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{16,128}")
 HEADER = "x-conversation-id"

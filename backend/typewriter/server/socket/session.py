@@ -20,15 +20,15 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ..engine.request import Event, Finished, FinishReason, Queued, Started, Token
-from . import protocol as p
-from .chats import Cancel, ChatStream, StreamState, open_chat
-from .tool_calls import ToolCallDelta
-from .lifecycle import ServerState
-from .limits import FrameRate
-from .kept_chat import KeptChat
-from .resume import Resumes
-from .resume_socket import SocketChat
+from ...engine.request import Event, Finished, FinishReason, Queued, Started, Token
+from . import frames as p
+from ..chats import Cancel, ChatStream, StreamState, open_chat
+from ..tool_calls import ToolCallDelta
+from ..lifecycle import ServerState
+from ..limits import FrameRate
+from ..resume.kept_chat import KeptChat
+from ..resume.registry import Resumes
+from .resumable import SocketChat
 
 log = logging.getLogger("typewriter.server")
 

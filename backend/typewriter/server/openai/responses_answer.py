@@ -16,12 +16,12 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import Scope, Send
 
-from ..engine.request import Finished, FinishReason, Queued, Started, Token
-from .chats import ChatStream
-from .openai_common import (FAILURES, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response,
+from ...engine.request import Finished, FinishReason, Queued, Started, Token
+from ..chats import ChatStream
+from .common import (FAILURES, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response,
                             next_event, sse)
 from .responses_request import ResponsesRequest
-from .tool_calls import ToolCallDelta
+from ..tool_calls import ToolCallDelta
 
 
 class ResponseAnswer(OwnedAnswer):

@@ -16,12 +16,12 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import Scope, Send
 
-from ..engine.request import Finished, Queued, Started, Token
-from .chats import Cancel, ChatStream
-from .openai_common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer,
+from ...engine.request import Finished, Queued, Started, Token
+from ..chats import Cancel, ChatStream
+from .common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer,
                             error_response, next_event, sse)
-from .openai_request import CompletionRequest
-from .tool_calls import ToolCallDelta
+from .completions_request import CompletionRequest
+from ..tool_calls import ToolCallDelta
 
 
 @dataclass

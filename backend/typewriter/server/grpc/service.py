@@ -20,15 +20,15 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from ..engine.request import Event, Finished, FinishReason, Queued, Started, Token
-from . import protocol as p
-from .auth import presented_key
-from .chats import Cancel, ChatStream, StreamState, open_chat
-from .grpc_gen import chat_pb2 as pb
-from .grpc_gen import chat_pb2_grpc
-from .lifecycle import Phase, ServerState
-from .limits import client_address
-from .owners import CONVERSATION_KEY
+from ...engine.request import Event, Finished, FinishReason, Queued, Started, Token
+from ..socket import frames as p
+from ..auth import presented_key
+from ..chats import Cancel, ChatStream, StreamState, open_chat
+from .gen import chat_pb2 as pb
+from .gen import chat_pb2_grpc
+from ..lifecycle import Phase, ServerState
+from ..limits import client_address
+from ..owners import CONVERSATION_KEY
 
 log = logging.getLogger("typewriter.server")
 

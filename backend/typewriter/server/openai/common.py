@@ -13,9 +13,9 @@ from typing import Any
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from ..engine.request import FinishReason, TokenLogprobs
-from .chats import Cancel, ChatStream
-from .owners import CONVERSATION_KEY
+from ...engine.request import FinishReason, TokenLogprobs
+from ..chats import Cancel, ChatStream
+from ..owners import CONVERSATION_KEY
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
                   FinishReason.TIMEOUT: "length",  # ran out of its time budget: cut short, like a length limit
