@@ -28,7 +28,8 @@ from scripted import factory, script_engine
 from websockets.sync.client import connect
 
 from typewriter.config import Settings
-from typewriter.server.socket import frames as p
+from typewriter.server.chat_request import PARAMS
+from typewriter.server.refusal import ERROR_CODES
 from typewriter.server.app import create_app
 from typewriter.server.grpc.service import ERROR_CODE_KEY, STATUS, peer_address
 from typewriter.server.grpc.gen import chat_pb2 as pb
@@ -159,8 +160,8 @@ def test_a_chat_streams_start_tokens_and_end_as_protocol_v1_frames_and_ends_the_
 
 
 def test_the_params_message_has_exactly_the_protocols_params_and_every_code_has_a_status():
-    assert [f.name for f in pb.Params.DESCRIPTOR.fields] == list(p.PARAMS)
-    assert set(STATUS) == set(p.ERROR_CODES) | {"unauthorized"}
+    assert [f.name for f in pb.Params.DESCRIPTOR.fields] == list(PARAMS)
+    assert set(STATUS) == set(ERROR_CODES) | {"unauthorized"}
 
 
 def test_stop_mid_answer_keeps_the_partial_text_and_ends_cancelled():

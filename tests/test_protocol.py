@@ -8,6 +8,8 @@ import pytest
 
 from typewriter.engine.request import Finished, FinishReason, Timings
 from typewriter.server.socket import frames as p
+from typewriter.server.chat_request import Chat, ChatMessage, sampling_params
+from typewriter.server.refusal import ERROR_CODES, Refusal
 
 
 def parse(frame: object, max_messages: int = 8):
@@ -22,8 +24,8 @@ def chat(**fields) -> dict:
     return {"type": "chat", "id": "c1", "messages": [user()], **fields}
 
 
-def error_of(frame: object, max_messages: int = 8) -> p.ProtocolError:
-    with pytest.raises(p.ProtocolError) as raised:
+def error_of(frame: object, max_messages: int = 8) -> Refusal:
+    with pytest.raises(Refusal) as raised:
         parse(frame, max_messages)
     return raised.value
 
@@ -32,8 +34,8 @@ def test_a_chat_parses_into_typed_messages_and_params():
     message = parse(chat(messages=[{"role": "system", "content": "terse"}, user("a"),
                                    {"role": "assistant", "content": "b"}, user("c")],
                          params={"temperature": 0.5, "stop": ["END"]}))
-    assert message == p.Chat("c1", (p.ChatMessage("system", "terse"), p.ChatMessage("user", "a"),
-                                    p.ChatMessage("assistant", "b"), p.ChatMessage("user", "c")),
+    assert message == Chat("c1", (ChatMessage("system", "terse"), ChatMessage("user", "a"),
+                                    ChatMessage("assistant", "b"), ChatMessage("user", "c")),
                              {"temperature": 0.5, "stop": ["END"]})
 
 
@@ -97,7 +99,7 @@ def test_an_error_echoes_the_id_only_when_it_is_well_formed():
 
 
 def build(params: dict, cap: int = 64, timeout_s: float | None = None):
-    return p.sampling_params(p.Chat("c1", (p.ChatMessage("user", "hi"),), params), 16, cap, timeout_s)
+    return sampling_params(Chat("c1", (ChatMessage("user", "hi"),), params), 16, cap, timeout_s)
 
 
 def test_sampling_params_fill_the_server_default_and_keep_what_the_client_sent():
@@ -128,7 +130,7 @@ def test_sampling_params_fill_the_server_default_and_keep_what_the_client_sent()
     ],
 )
 def test_an_out_of_range_param_is_invalid_request_never_clamped(params, message):
-    with pytest.raises(p.ProtocolError) as raised:
+    with pytest.raises(Refusal) as raised:
         build(params)
     assert raised.value.code == "invalid_request"
     assert raised.value.request_id == "c1"
@@ -156,7 +158,7 @@ def test_the_page_has_plain_words_for_every_error_code_the_server_sends():
 
     source = (Path(__file__).resolve().parents[1] / "frontend" / "protocol.js").read_text()
     table = source[source.index("const ERROR_TEXT"):source.index("});", source.index("const ERROR_TEXT"))]
-    missing = [code for code in p.ERROR_CODES if f"\n  {code}:" not in table]  # each key starts a line
+    missing = [code for code in ERROR_CODES if f"\n  {code}:" not in table]  # each key starts a line
     assert not missing, f"frontend/protocol.js ERROR_TEXT lacks {missing}"
 
 
@@ -171,8 +173,8 @@ def test_the_page_has_words_for_every_end_reason_but_the_natural_ones_and_the_er
 
 
 def test_a_frame_nested_too_deeply_for_the_json_parser_is_invalid_json_not_a_crash():
-    with pytest.raises(p.ProtocolError) as raised:
+    with pytest.raises(Refusal) as raised:
         p.parse_frame("[" * 5000 + "]" * 5000, 8)
     assert raised.value.code == "invalid_json" and "too deeply" in raised.value.message
-    with pytest.raises(p.ProtocolError, match="got a deeply nested value|got \\["):
+    with pytest.raises(Refusal, match="got a deeply nested value|got \\["):
         p.parse_frame(json.dumps({"type": [[[[1]]]]}), 8)

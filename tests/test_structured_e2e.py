@@ -8,6 +8,7 @@ arguments are valid only because the engine's mask keeps them so).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,6 +21,8 @@ import numpy as np
 import openai
 import pytest
 import grpc
+import websockets
+from helpers import until_terminal_async
 from real_server import ROOT, grpc_address, http_get, real_server
 from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, SETTINGS, sampled_quizzes
 from tiny_model import random_weights, tiny_config, write_gguf
@@ -242,6 +245,26 @@ def test_the_socket_takes_response_format_and_tools(tiny_tools):
     assert call.name == "calculator" and call.call_id.startswith("call_")
     jsonschema.validate(json.loads(call.arguments), CALCULATOR["function"]["parameters"])
     assert talk.messages[-1]["tool_calls"][0]["function"]["arguments"] == call.arguments
+
+
+def test_a_resumable_socket_chat_sends_its_tool_calls_as_a_plain_one_does(tiny_tools):
+    """The page always asks for `resumable`; its chat's frames come from the same pump as a plain chat's, so its
+    tool calls go out as `tool_call` frames before an end whose reason says so."""
+
+    async def ask(resumable: bool) -> list[dict]:
+        async with websockets.connect(tiny_tools.url.replace("http", "ws", 1) + "/ws") as ws:
+            await ws.send(json.dumps({"type": "chat", "id": "t", "resumable": resumable, "tools": [CALCULATOR],
+                                      "tool_choice": "required", "messages": [{"role": "user", "content": "6*7?"}],
+                                      "params": {"temperature": 1.0, "seed": 1, "max_new_tokens": 200}}))
+            return await until_terminal_async(ws)
+
+    for resumable in (False, True):
+        frames = asyncio.run(ask(resumable))
+        calls = [f for f in frames if f["type"] == "tool_call"]
+        assert [c["name"] for c in calls] == ["calculator"], (resumable, frames[-3:])
+        jsonschema.validate(json.loads(calls[0]["arguments"]), CALCULATOR["function"]["parameters"])
+        assert frames[-1]["type"] == "end" and frames[-1]["reason"] == "tool_calls"
+        assert frames.index(calls[0]) == len(frames) - 2
 
 
 def test_grpc_takes_response_format_and_tools(tiny_tools):

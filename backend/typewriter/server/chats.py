@@ -2,7 +2,7 @@
 
 `open_chat` does what each of them must before a chat runs: refuse it while the server drains or is not ready,
 count it against its client's rate limit, build its sampling params, apply the system prompt rule, fit the
-conversation into the context and submit it. Every refusal is a `ProtocolError` with a protocol v1 code; each
+conversation into the context and submit it. Every refusal is a `Refusal` (refusal.py) with a protocol v1 code; each
 front door only translates codes into its own shape (a frame, an HTTP status, a gRPC status).
 
 The engine calls back on its own thread; `ChatStream` hands each event to the event loop with
@@ -25,7 +25,8 @@ from ..text.conversation import fit_conversation
 from ..errors import TypewriterError
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from .resume import continuation
-from .socket import frames as p
+from .chat_request import Chat, sampling_params
+from .refusal import ERROR_CODES, Refusal
 from .lifecycle import Phase, ServerState
 from .owners import shared_length
 from .tool_calls import ToolCallDelta, ToolCallSplitter
@@ -165,22 +166,22 @@ class ChatStream:
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: p.Chat, client: str, owner: str) -> ChatStream:
+async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) -> ChatStream:
     """Check, fit and submit `chat` for `client` (the address the limits count) as a turn of `owner`'s
-    conversation (whose cached tokens it may reuse: owners.py); raises ProtocolError."""
+    conversation (whose cached tokens it may reuse: owners.py); raises Refusal."""
     if server.phase is Phase.STOPPING:
-        raise p.ProtocolError("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
+        raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     if not server.ready:
-        raise p.ProtocolError("internal", "the server is not accepting chats (its engine stopped); see /readyz",
+        raise Refusal("internal", "the server is not accepting chats (its engine stopped); see /readyz",
                               chat.id)
     wait_s = server.limits.allow_chat(client)
     if wait_s is not None:
-        raise p.ProtocolError("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
+        raise Refusal("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
                                               f"one address; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s = server.settings
-    params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
+    params = sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
     if chat.answer_start is not None and chat.n > 1:
-        raise p.ProtocolError("invalid_request", "continue: an answer is continued as one choice; n must be 1",
+        raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)
     tool_format = _tool_format(server, chat)
     tools = chat.tools.for_template() if chat.tools is not None else None
@@ -218,23 +219,23 @@ async def open_chat(server: ServerState, chat: p.Chat, client: str, owner: str) 
             stream.end()
             raise
     except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
-        code = e.code if e.code in p.ERROR_CODES else "internal"
+        code = e.code if e.code in ERROR_CODES else "internal"
         message = str(e) or "the server is shutting down; reconnect later"
-        raise p.ProtocolError(code, message, chat.id) from None
+        raise Refusal(code, message, chat.id) from None
     except Exception:
         log.exception("chat %s could not be submitted", engine_id)
-        raise p.ProtocolError("internal", "the server could not start this chat; see the server log",
+        raise Refusal("internal", "the server could not start this chat; see the server log",
                               chat.id) from None
     return stream
 
 
-def _tool_format(server: ServerState, chat: p.Chat):
+def _tool_format(server: ServerState, chat: Chat):
     """The model's tool format, where the chat offers tools or carries earlier calls; refused for a model whose
     chat template has none."""
     uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
     fmt = server.tokenizer.tool_format
     if uses_tools and fmt is None:
-        raise p.ProtocolError("not_supported", f"tools: {server.tokenizer.name}'s chat template has no tool format "
+        raise Refusal("not_supported", f"tools: {server.tokenizer.name}'s chat template has no tool format "
                                                "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 "
                                                "writes); leave out tools, tool calls and tool messages", chat.id)
     return fmt
@@ -248,7 +249,7 @@ def _system_prompt(server: ServerState, messages: list[dict[str, str]],
     if not messages or messages[0]["role"] != "system" or s.client_system_prompt == "replace":
         return messages, s.system_prompt
     if s.client_system_prompt == "refuse":
-        raise p.ProtocolError("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
+        raise Refusal("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
                               "conversation without a system message", chat_id)
     ours = server.tokenizer.default_system_prompt if s.system_prompt is None else s.system_prompt
     theirs = messages[0]["content"]

@@ -2,7 +2,7 @@
 
 One RPC is one chat. Its first message is the chat request, which goes through protocol v1's own parser and
 `open_chat` as a socket's `chat` frame does; later messages may stop it. Its events become `ServerEvent`s made
-from protocol v1's frames, so both front doors say the same thing. A refusal or a failure ends the RPC with a
+from the socket's own frames (socket/pump.py), so both doors say the same thing. A refusal or a failure ends the RPC with a
 gRPC status whose trailing metadata `typewriter-error-code` (and the start of its details) is the protocol v1
 code. An RPC that is cancelled, passes its deadline or loses its peer cancels its chat within a step.
 """
@@ -20,8 +20,10 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from ...engine.request import Event, Finished, FinishReason, Queued, Started, Token
-from ..socket import frames as p
+from ..socket.pump import frames
+from .. import chat_request
+from ..chat_request import Chat
+from ..refusal import Refusal
 from ..auth import presented_key
 from ..chats import Cancel, ChatStream, StreamState, open_chat
 from .gen import chat_pb2 as pb
@@ -73,7 +75,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         try:
             async for event in self._chat(requests, context, client, metadata.get(CONVERSATION_KEY)):
                 yield event
-        except p.ProtocolError as e:
+        except Refusal as e:
             self.server.metrics.rejected.labels(code=e.code).inc()
             await abort(context, e.code, e.message, e.retry_after_s)
 
@@ -101,11 +103,11 @@ class ChatService(chat_pb2_grpc.ChatServicer):
             raise first.error(None)
         kind = first.WhichOneof("kind") if first is not None else None
         if kind == "stop":
-            raise p.ProtocolError("not_found", "no chat is running on this stream: send the chat first",
+            raise Refusal("not_found", "no chat is running on this stream: send the chat first",
                                   first.stop.id or None)
         if kind != "chat":
-            raise p.ProtocolError("invalid_request", "a stream's first message must be a chat request")
-        chat = parse_chat(first.chat, self.server.settings.max_messages)
+            raise Refusal("invalid_request", "a stream's first message must be a chat request")
+        chat = chat_of(first.chat, self.server.settings.max_messages)
         owner, key = self.server.owners.conversation(key)
         stream = await open_chat(self.server, chat, client, owner)
         await context.send_initial_metadata(((CONVERSATION_KEY, key),))
@@ -119,27 +121,22 @@ class ChatService(chat_pb2_grpc.ChatServicer):
 
         context.add_done_callback(gone)
         try:
-            while True:
-                event = await stream.next_event()
+            async for out in frames(stream):
                 refusal = reader.result() if reader.done() else None  # it ends the RPC once the chat ended
-                if isinstance(event, Finished):
+                if out.last:
                     stream.end()
                     if refusal is not None:
                         raise refusal
-                    if event.reason is FinishReason.ERROR:
-                        await abort(context, "internal", f"generation failed: {event.error}")
-                    calls = stream.tool_calls(event.request_id)
-                    for i, call in enumerate(calls):
-                        yield server_event(p.tool_call(chat.id, i, call.call_id, call.name, call.arguments))
-                    yield server_event(p.end(chat.id, event, bool(calls)))
+                    if out.frame["type"] == "error":
+                        await abort(context, out.frame["code"], out.frame["message"])
+                if refusal is None or out.last:
+                    yield server_event(out.frame)
+                if out.last:
                     return
-                message = None if refusal is not None else event_message(stream, event)
-                if message is not None:
-                    yield message
         finally:
             gone()
 
-    async def _read(self, requests: AsyncIterator[pb.ClientMessage], stream: ChatStream) -> p.ProtocolError | None:
+    async def _read(self, requests: AsyncIterator[pb.ClientMessage], stream: ChatStream) -> Refusal | None:
         """After the chat request: a stop stops it; anything else cancels it, and the error returned ends the RPC
         once the chat has ended."""
         chat_id = stream.client_id
@@ -154,13 +151,13 @@ class ChatService(chat_pb2_grpc.ChatServicer):
                         stream.cancel(Cancel.STOP)
                     continue
                 if kind == "stop":
-                    error = p.ProtocolError("not_found", f"no chat with id {message.stop.id!r} is running on this "
+                    error = Refusal("not_found", f"no chat with id {message.stop.id!r} is running on this "
                                                          f"stream (its chat is {chat_id!r})", message.stop.id)
                 elif kind == "chat":
-                    error = p.ProtocolError("busy", f"chat {chat_id!r} is running on this stream: a stream carries "
+                    error = Refusal("busy", f"chat {chat_id!r} is running on this stream: a stream carries "
                                                     "one chat; open another stream", message.chat.id or None)
                 else:
-                    error = p.ProtocolError("invalid_request", "a message must carry a chat or a stop", chat_id)
+                    error = Refusal("invalid_request", "a message must carry a chat or a stop", chat_id)
                 stream.cancel(Cancel.DISCONNECT)
                 return error
         except grpc.RpcError as e:  # the call broke; the handler hears of it from gRPC
@@ -178,8 +175,8 @@ class Unreadable:
     def WhichOneof(self, _: str) -> None:  # noqa: N802 (protobuf's name)
         return None
 
-    def error(self, chat_id: str | None) -> p.ProtocolError:
-        return p.ProtocolError("invalid_request", f"the message is not a typewriter.v1.ClientMessage: {self.reason} "
+    def error(self, chat_id: str | None) -> Refusal:
+        return Refusal("invalid_request", f"the message is not a typewriter.v1.ClientMessage: {self.reason} "
                                                   "(strings must be UTF-8 text)", chat_id)
 
 
@@ -198,7 +195,7 @@ def add_to_server(service: ChatService, server: grpc.aio.Server) -> None:
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
 
 
-def parse_chat(request: pb.ChatRequest, max_messages: int) -> p.Chat:
+def chat_of(request: pb.ChatRequest, max_messages: int) -> Chat:
     """The request as protocol v1's `chat` frame, checked by protocol v1's own rules (the unset params are not
     given; `stop` is given when it is not empty)."""
     params = {field.name: list(value) if field.is_repeated else value
@@ -214,7 +211,7 @@ def parse_chat(request: pb.ChatRequest, max_messages: int) -> p.Chat:
         choice = request.tool_choice
         frame["tool_choice"] = choice if choice in ("none", "auto", "required") else \
             {"type": "function", "function": {"name": choice}}
-    return p.parse_chat(frame, max_messages)
+    return chat_request.parse_chat(frame, max_messages)
 
 
 def _message(m: pb.Message) -> dict[str, Any]:
@@ -250,19 +247,7 @@ def _json(chat_id: str, where: str, text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as e:
-        raise p.ProtocolError("invalid_request", f"{where}: not JSON text ({e})", chat_id) from None
-
-
-def event_message(stream: ChatStream, event: Event) -> pb.ServerEvent | None:
-    """A queued, start or token event as its message; None for a token not to show (see ChatStream.shows)."""
-    if isinstance(event, Queued):
-        return server_event(p.queued(stream.client_id, event.position))
-    if isinstance(event, Started):
-        return server_event(p.start(stream.client_id, event.prompt_tokens, event.cached_tokens,
-                                    stream.dropped_messages))
-    if isinstance(event, Token) and stream.shows(event):
-        return server_event(p.token(stream.client_id, event.index, event.text))
-    return None  # a token not to show, or a tool call's piece (each call goes out whole before the end)
+        raise Refusal("invalid_request", f"{where}: not JSON text ({e})", chat_id) from None
 
 
 def server_event(frame: dict[str, Any]) -> pb.ServerEvent:

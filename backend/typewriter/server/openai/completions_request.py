@@ -17,7 +17,8 @@ from typing import Any
 from ...errors import InvalidRequest
 from ...engine.request import MAX_TOP_LOGPROBS
 from ...text.conversation import check_question
-from ..socket import frames as p
+from ..chat_request import Chat, ChatMessage, short, check_text, parse_tool_call
+from ..refusal import Refusal
 from ..structured import parse_response_format, parse_tools
 
 # OpenAI's name -> ours. max_tokens and max_completion_tokens are the same thing under two names.
@@ -45,7 +46,7 @@ class BadField(Exception):
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    chat: p.Chat
+    chat: Chat
     stream: bool
     include_usage: bool
     model: str | None
@@ -73,8 +74,8 @@ def read_object(body: bytes, needs: str) -> dict[str, Any]:
     if not isinstance(fields, dict):
         raise BadField(None, f"the body must be a JSON object with \"{needs}\"")
     try:
-        p.check_text(body, fields)
-    except p.ProtocolError as e:
+        check_text(body, fields)
+    except Refusal as e:
         raise BadField(None, e.message) from None
     return {k: v for k, v in fields.items() if v is not None}
 
@@ -112,7 +113,7 @@ def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
     logprobs = _logprobs(fields)
     if logprobs is not None and tools is not None:
         raise BadField("logprobs", "cannot be combined with tools; leave one of them out", "not_supported")
-    chat = p.Chat(chat_id, messages, params, response_format=response_format, tools=tools, n=fields.get("n", 1),
+    chat = Chat(chat_id, messages, params, response_format=response_format, tools=tools, n=fields.get("n", 1),
                   logprobs=logprobs)
     return CompletionRequest(chat, stream, include_usage, model, names)
 
@@ -154,7 +155,7 @@ def _sampling(fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     return params, names
 
 
-def _messages(raw: object, max_messages: int) -> tuple[p.ChatMessage, ...]:
+def _messages(raw: object, max_messages: int) -> tuple[ChatMessage, ...]:
     if not isinstance(raw, list) or not raw:
         raise BadField("messages", "must be a non-empty list of {role, content} objects")
     if len(raw) > max_messages:
@@ -173,7 +174,7 @@ def _messages(raw: object, max_messages: int) -> tuple[p.ChatMessage, ...]:
     return messages
 
 
-def _message(i: int, message: object) -> p.ChatMessage:
+def _message(i: int, message: object) -> ChatMessage:
     where = f"messages[{i}]"
     if not isinstance(message, dict):
         raise BadField(where, "must be an object with role and content")
@@ -187,14 +188,14 @@ def _message(i: int, message: object) -> p.ChatMessage:
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
         kinds = "function messages are tool messages now; " if role == "function" else ""
-        raise BadField(f"{where}.role", f"{kinds}must be one of {', '.join(ROLES)}, got {p._short(role)}")
+        raise BadField(f"{where}.role", f"{kinds}must be one of {', '.join(ROLES)}, got {short(role)}")
     calls = message.get("tool_calls") or []
     if calls and role != "assistant":
         raise BadField(f"{where}.tool_calls", "only an assistant message carries tool calls")
     if not isinstance(calls, list):
         raise BadField(f"{where}.tool_calls", "must be a list")
     try:
-        tool_calls = tuple(p.parse_tool_call(f"{where}.tool_calls[{j}]", c) for j, c in enumerate(calls))
+        tool_calls = tuple(parse_tool_call(f"{where}.tool_calls[{j}]", c) for j, c in enumerate(calls))
     except InvalidRequest as e:
         raise BadField(e.field, str(e).split(": ", 1)[1]) from None
     call_id = message.get("tool_call_id")
@@ -204,7 +205,7 @@ def _message(i: int, message: object) -> p.ChatMessage:
         raise BadField(f"{where}.tool_call_id", "only a tool message answers a call")
     content = message.get("content")
     content = "" if content is None and tool_calls else _content(where, content)
-    return p.ChatMessage(ROLES[role], content, tool_calls, call_id)
+    return ChatMessage(ROLES[role], content, tool_calls, call_id)
 
 
 def _content(where: str, content: object) -> str:

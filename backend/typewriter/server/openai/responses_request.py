@@ -15,7 +15,7 @@ from typing import Any
 
 from ...errors import InvalidRequest
 from ...engine.request import MAX_TOP_LOGPROBS
-from ..socket import frames as p
+from ..chat_request import Chat, ChatMessage, short, parse_tool_call
 from .completions_request import BadField, read_object, text_content
 from ..structured import parse_response_format, parse_tools
 
@@ -31,7 +31,7 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 
 @dataclass(frozen=True)
 class ResponsesRequest:
-    chat: p.Chat
+    chat: Chat
     stream: bool
     model: str | None
     echo: dict[str, Any]  # request fields the response repeats (tools, tool_choice, text, ...)
@@ -66,7 +66,7 @@ def parse_body(body: bytes, max_messages: int) -> ResponsesRequest:
     logprobs = _logprobs(fields)
     if logprobs is not None and tools is not None:
         raise BadField("include", "log probabilities cannot be combined with tools", "not_supported")
-    chat = p.Chat(f"resp_{uuid.uuid4().hex[:24]}", messages, params, response_format=response_format, tools=tools,
+    chat = Chat(f"resp_{uuid.uuid4().hex[:24]}", messages, params, response_format=response_format, tools=tools,
                   logprobs=logprobs)
     echo = {"tools": fields.get("tools", []), "tool_choice": fields.get("tool_choice", "auto"),
             "text": fields.get("text", {"format": {"type": "text"}}), "instructions": fields.get("instructions"),
@@ -110,18 +110,18 @@ def _text_format(text: object):
     return parse_response_format(fmt, "text.format")
 
 
-def _messages(fields: dict[str, Any], max_messages: int) -> tuple[p.ChatMessage, ...]:
+def _messages(fields: dict[str, Any], max_messages: int) -> tuple[ChatMessage, ...]:
     raw = fields.get("input")
     if isinstance(raw, str):
         raw = [{"role": "user", "content": raw}]
     if not isinstance(raw, list) or not raw:
         raise BadField("input", "must be a string or a non-empty list of messages and function call items")
-    messages: list[p.ChatMessage] = []
+    messages: list[ChatMessage] = []
     instructions = fields.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
             raise BadField("instructions", "must be a string")
-        messages.append(p.ChatMessage("system", instructions))
+        messages.append(ChatMessage("system", instructions))
     for i, item in enumerate(raw):
         messages += _item(f"input[{i}]", item, messages)
     if len(messages) > max_messages:
@@ -135,32 +135,32 @@ def _messages(fields: dict[str, Any], max_messages: int) -> tuple[p.ChatMessage,
     return tuple(messages)
 
 
-def _item(where: str, item: object, before: list[p.ChatMessage]) -> list[p.ChatMessage]:
+def _item(where: str, item: object, before: list[ChatMessage]) -> list[ChatMessage]:
     """The messages one input item adds; a function call joins the assistant message just before it."""
     if not isinstance(item, dict):
         raise BadField(where, "must be an object")
     kind = item.get("type", "message")
     if kind == "function_call":
         try:
-            call = p.parse_tool_call(where, {"id": item.get("call_id"), "type": "function",
+            call = parse_tool_call(where, {"id": item.get("call_id"), "type": "function",
                                              "function": {"name": item.get("name"), "arguments": item.get("arguments")}})
         except InvalidRequest as e:
             raise BadField(e.field.replace(".function", ""), str(e).split(": ", 1)[1]) from None
         if before and before[-1].role == "assistant":
             last = before.pop()
-            return [p.ChatMessage("assistant", last.content, last.tool_calls + (call,))]
-        return [p.ChatMessage("assistant", "", (call,))]
+            return [ChatMessage("assistant", last.content, last.tool_calls + (call,))]
+        return [ChatMessage("assistant", "", (call,))]
     if kind == "function_call_output":
         output, call_id = item.get("output"), item.get("call_id")
         if not isinstance(output, str) or not isinstance(call_id, str) or not call_id:
             raise BadField(where, "a function_call_output needs call_id and output (a string)")
-        return [p.ChatMessage("tool", output, (), call_id)]
+        return [ChatMessage("tool", output, (), call_id)]
     if kind != "message":
         raise BadField(f"{where}.type", "only message, function_call and function_call_output items are supported")
     role = item.get("role")
     if not isinstance(role, str) or role not in ROLES:
-        raise BadField(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {p._short(role)}")
-    return [p.ChatMessage(ROLES[role], _content(where, item.get("content")))]
+        raise BadField(f"{where}.role", f"must be one of {', '.join(ROLES)}, got {short(role)}")
+    return [ChatMessage(ROLES[role], _content(where, item.get("content")))]
 
 
 def _content(where: str, content: object) -> str:

@@ -19,7 +19,7 @@ import time
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from ..socket import frames as p
+from ..refusal import Refusal
 from ..chats import open_chat
 from ..lifecycle import Phase, ServerState
 from ..limits import client_address
@@ -106,7 +106,7 @@ class OpenAI:
         owner, key = state.owners.conversation(request.headers.get(CONVERSATION_KEY))
         try:
             stream = await open_chat(state, parsed.chat, client, owner)
-        except p.ProtocolError as e:
+        except Refusal as e:
             limits.disconnect(client)
             param = _field(e.message, parsed.names)
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ...engine.request import AnswerStart, Event, GenerationRequest
 from ...errors import InvalidRequest
-from ..socket import frames as p
+from ..chat_request import Continue
 from ..lifecycle import ServerState
 
 log = logging.getLogger("typewriter.server")
@@ -25,7 +25,7 @@ log = logging.getLogger("typewriter.server")
 EXACT, ENCODED = "ids", "text"  # how the start was taken, as the start frame's `continued` says
 
 
-async def submit(server: ServerState, request: GenerationRequest, start: p.Continue | None,
+async def submit(server: ServerState, request: GenerationRequest, start: Continue | None,
                  on_event: Callable[[Event], None]) -> str | None:
     """Submit `request`, continuing `start` if given; returns EXACT, ENCODED or None. Raises what
     `Engine.submit` raises."""

@@ -1,6 +1,6 @@
 """A protocol v1 chat kept for resuming (docs/protocol.md, "Resuming an answer").
 
-Its frames are the socket's own (the session builds them), with two additions only a resumable chat's client
+Its frames are every socket chat's (pump.py makes them), with two additions only a resumable chat's client
 sees: its `queued` and `start` frames carry `resume_token`, 32 random bytes that only the socket that started the
 chat is ever sent, and each `token` frame carries `ids`, the token ids its text came from (those whose text was held back
 included), so that a client can have the answer continued token for token by another server.
@@ -9,24 +9,18 @@ included), so that a client can have the answer continued token for token by ano
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
-from typing import Any
 
-from ...engine.request import Event, Finished, Token
-from . import frames as p
 from ..chats import ChatStream
+from ..refusal import Refusal
 from ..resume.kept_chat import KeptChat
 from ..resume.registry import Resumes
-
-FrameOf = Callable[[ChatStream, Event], dict[str, Any] | None]
+from .frames import encode
+from .pump import frames
 
 
 class SocketChat(KeptChat):
-    def __init__(self, registry: Resumes, stream: ChatStream, frame_of: FrameOf):
-        """`frame_of`: the session's event -> frame (None: no frame for this event)."""
+    def __init__(self, registry: Resumes, stream: ChatStream):
         self.token = secrets.token_urlsafe(32)
-        self._frame_of = frame_of
-        self._ids: list[int] = []  # tokens generated since the last token frame
         self.next_index = 0  # the index after the last token frame kept
         super().__init__(registry, stream, self.token)
 
@@ -38,35 +32,30 @@ class SocketChat(KeptChat):
         """A client can only lack what was made: a `from` past the last kept token is a lie or a mix-up. One
         before frames that were dropped for room cannot be replayed."""
         if first_index > self.next_index:
-            raise p.ProtocolError("invalid_request", f"from: this chat has sent tokens up to index "
-                                                     f"{self.next_index - 1}, so from may be at most "
-                                                     f"{self.next_index}; got {first_index}", self.client_id)
+            raise Refusal("invalid_request", f"from: this chat has sent tokens up to index "
+                                             f"{self.next_index - 1}, so from may be at most "
+                                             f"{self.next_index}; got {first_index}", self.client_id)
         if self.lost(first_index):
-            raise p.ProtocolError("not_found", f"this chat's frames from index {first_index} on are no longer all "
-                                               "kept (they were sent, and room was needed); send it again as a "
-                                               "chat with continue", self.client_id)
+            raise Refusal("not_found", f"this chat's frames from index {first_index} on are no longer all "
+                                       "kept (they were sent, and room was needed); send it again as a "
+                                       "chat with continue", self.client_id)
 
     async def _produce(self) -> None:
-        while True:
-            event = await self.stream.next_event()
-            if isinstance(event, Token):
-                self._ids.append(event.token_id)
-            frame = self._frame_of(self.stream, event)
-            if isinstance(event, Finished):
+        async for out in frames(self.stream):
+            frame = out.frame
+            if out.last:
                 if self.overflowed and frame["type"] == "end":  # its last tokens were never kept
                     frame["reason"] = "resume_buffer_full"
-                self.append(self.next_index, p.encode(frame), last=True)
+                self.append(self.next_index, encode(frame), last=True)
                 self.finish()
                 return
-            if frame is None:
-                continue
-            key = -1  # a queue position: never replayed
+            key = self.next_index  # a tool call: replayed to a client that has every token
             if frame["type"] in ("queued", "start"):
                 frame["resume_token"] = self.token  # from the first frame on, so that a queued chat can be resumed
-                key = 0 if frame["type"] == "start" else -1  # the start is replayed to a client that lacks token 0
-            elif frame["type"] == "token":
-                frame["ids"], self._ids = self._ids, []
+                key = 0 if frame["type"] == "start" else -1  # a queue position is never replayed; the start is, to
+            elif frame["type"] == "token":  # a client that lacks token 0
+                frame["ids"] = out.ids
                 key = frame["index"]
-            self.append(key, p.encode(frame))
-            if key >= 0 and not self.overflowed:
+            self.append(key, encode(frame))
+            if frame["type"] == "token" and not self.overflowed:
                 self.next_index = key + 1

@@ -1,10 +1,10 @@
-"""One WebSocket connection: a reader that always reads, and a pump per chat that sends its events as frames.
+"""One WebSocket connection: a reader that always reads, and the chat it runs, whose frames come from one pump
+(pump.py): sent as they come, or, for a resumable chat, kept first (resumable.py) and sent from the kept log, so
+that this socket is its reader until the socket closes or another socket resumes the chat.
 
-The reader keeps reading while the pump sends, so a `stop` is seen at once. What a chat is (the checks, the
-fitting, the engine's events on an asyncio queue, the backlog bound) lives in `chats.py`, shared with the other
-front doors; this file only speaks protocol v1 over one socket. A resumable chat is pumped by its kept log
-instead (resume.py, resume_socket.py), and this socket is its reader until the socket closes or another socket
-resumes the chat.
+The reader keeps reading while frames go out, so a `stop` is seen at once. What a chat is (the checks, the
+fitting, the engine's events on an asyncio queue, the backlog bound) lives in `server/chats.py`, shared with the
+other doors; this file only speaks protocol v1 over one socket.
 
 Two rules hold whatever goes wrong: a socket runs one chat at a time, and a chat whose frames can no longer reach
 its client is cancelled (a resumable one waits for its client instead, up to resume_grace_s). A send that fails
@@ -20,14 +20,15 @@ from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from ...engine.request import Event, Finished, FinishReason, Queued, Started, Token
-from . import frames as p
+from ..chat_request import Chat
 from ..chats import Cancel, ChatStream, StreamState, open_chat
-from ..tool_calls import ToolCallDelta
 from ..lifecycle import ServerState
 from ..limits import FrameRate
+from ..refusal import Refusal
 from ..resume.kept_chat import KeptChat
 from ..resume.registry import Resumes
+from . import frames as p
+from .pump import frames
 from .resumable import SocketChat
 
 log = logging.getLogger("typewriter.server")
@@ -87,7 +88,7 @@ class Session:
                 return
             try:
                 await self._handle(p.parse_frame(text, self.settings.max_messages))
-            except p.ProtocolError as e:
+            except Refusal as e:
                 self.server.metrics.rejected.labels(code=e.code).inc()
                 await self._send(p.error(e.code, e.message, e.request_id))
                 if e.code == "shutdown":  # draining: this server takes no more chats, so the client reconnects
@@ -100,7 +101,7 @@ class Session:
         elif isinstance(message, p.Stop):
             stream = self.stream
             if stream is None or stream.client_id != message.id:
-                raise p.ProtocolError("not_found", f"no chat with id {message.id!r} is running on this connection",
+                raise Refusal("not_found", f"no chat with id {message.id!r} is running on this connection",
                                       message.id)
             stream.cancel(Cancel.STOP)
         elif isinstance(message, p.Resume):
@@ -112,11 +113,11 @@ class Session:
         busy = self.stream.client_id if self.stream is not None else \
             self.kept.client_id if self.kept is not None else self._opening
         if busy is not None:
-            raise p.ProtocolError(
+            raise Refusal(
                 "busy", f"chat {busy!r} is still running on this connection; stop it or wait for its end",
                 request_id)
 
-    async def _start(self, chat: p.Chat) -> None:
+    async def _start(self, chat: Chat) -> None:
         self._check_idle(chat.id)
         self._opening = chat.id
         try:
@@ -125,10 +126,10 @@ class Session:
             self._opening = None
         self.stream = stream
         if chat.resumable and self.resumes is not None and self.resumes.enabled:
-            self.kept = self.resumes.keep(SocketChat(self.resumes, stream, self._frame))
+            self.kept = self.resumes.keep(SocketChat(self.resumes, stream))
             self.kept.attach(self, 0)
             return
-        pump = asyncio.create_task(self._send_events(stream), name=f"pump-{stream.engine_id}")
+        pump = asyncio.create_task(self._send_frames(stream), name=f"pump-{stream.engine_id}")
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
 
@@ -140,12 +141,12 @@ class Session:
         if not isinstance(chat, SocketChat) or chat.client_id != resume.id:
             if self.resumes is not None:
                 self.resumes.counted("not_found")
-            raise p.ProtocolError("not_found", f"no chat {resume.id!r} with that token is kept here (it ended over "
+            raise Refusal("not_found", f"no chat {resume.id!r} with that token is kept here (it ended over "
                                                "resume_grace_s ago, or another server or a restart had it); send "
                                                "it again as a chat with continue", resume.id)
         try:
             chat.check_from(resume.first_index)
-        except p.ProtocolError as e:
+        except Refusal as e:
             self.resumes.counted("lost" if e.code == "not_found" else "refused")
             raise
         self.resumes.counted("resumed")
@@ -165,23 +166,14 @@ class Session:
             if self.stream is chat.stream:
                 self.stream = None
 
-    # ---- the pump: one chat's events -> frames ----
+    # ---- a plain chat's frames go out as they come ----
 
-    async def _send_events(self, stream: ChatStream) -> None:
+    async def _send_frames(self, stream: ChatStream) -> None:
         try:
-            while True:
-                event = await stream.next_event()
-                frame = self._frame(stream, event)
-                if isinstance(event, Finished):
+            async for out in frames(stream):
+                if out.last:
                     self._ended(stream)  # before the send: a client that reads `end` may start its next chat
-                    if event.reason is not FinishReason.ERROR:
-                        for i, call in enumerate(stream.tool_calls(event.request_id)):
-                            await self._send(p.tool_call(stream.client_id, i, call.call_id, call.name,
-                                                         call.arguments))
-                if frame is not None:
-                    await self._send(frame)
-                if isinstance(event, Finished):
-                    return
+                await self._send(out.frame)
         except Exception:  # a bug; logged here, so no task ends with an exception nobody retrieves
             log.exception("chat %s: its events could not be turned into frames", stream.engine_id)
             await self._broken()
@@ -189,20 +181,6 @@ class Session:
             if stream.state is not StreamState.ENDED:  # the task was cancelled, or failed: nobody will hear it
                 stream.cancel(Cancel.DISCONNECT)
                 self._ended(stream)
-
-    def _frame(self, stream: ChatStream, event: Event) -> dict[str, Any] | None:
-        if isinstance(event, Queued):
-            return p.queued(stream.client_id, event.position)
-        if isinstance(event, Started):
-            frame = p.start(stream.client_id, event.prompt_tokens, event.cached_tokens, stream.dropped_messages)
-            return frame | {"continued": stream.continued} if stream.continued else frame
-        if isinstance(event, Token):
-            return p.token(stream.client_id, event.index, event.text) if stream.shows(event) else None
-        if isinstance(event, ToolCallDelta):  # each call goes out whole, before the end
-            return None
-        if event.reason is FinishReason.ERROR:
-            return p.error("internal", f"generation failed: {event.error}", stream.client_id)
-        return p.end(stream.client_id, event, bool(stream.tool_calls(event.request_id)))
 
     def _ended(self, stream: ChatStream) -> None:
         stream.end()
