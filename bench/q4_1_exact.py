@@ -202,7 +202,8 @@ def main() -> None:
     prepare_environment(None)
     from typewriter.runners.lite.programs import make_programs
     from typewriter.runners.lite.runner import LiteRunner
-    from typewriter.assemble import calibration_ids, read_model
+    from typewriter.assemble import read_model
+    from typewriter.runners.lite.start import calibration_ids
     from typewriter.weights.source import embedded_model_path
 
     cfg, weights, tokenizer = read_model(embedded_model_path())
@@ -213,7 +214,7 @@ def main() -> None:
     peaks = channel_peaks(cfg, weights, [t for q in CALIBRATION for t in tokenizer.encode_chat(
         [{"role": "user", "content": q}])])
     variants = {"int8-lite": lambda: make_programs(cfg, weights, Path(tempfile.mkdtemp(prefix="programs-")),
-                                                   calibration=calibration_ids(tokenizer))}
+                                                   calibration=calibration_ids(tokenizer.encode))}
     for k in (int(k) for k in args.outliers.split(",")):
         outliers = {name: tuple(int(c) for c in np.argsort(-a)[:k]) for name, a in peaks.items()} if k else {}
         variants[f"q4_1 exact, {k} float channels"] = lambda o=outliers: Q4Programs(cfg, weights, o).make()

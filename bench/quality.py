@@ -94,7 +94,8 @@ def main() -> None:
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
-    from typewriter.assemble import calibration_ids, read_model
+    from typewriter.assemble import read_model
+    from typewriter.runners.lite.start import calibration_ids
     from typewriter.weights.source import embedded_model_path
 
     path = Path(args.model) if args.model else embedded_model_path()
@@ -103,7 +104,7 @@ def main() -> None:
     reference = our_logits(cfg, weights, ids, "fp32")
     rows = {}
     for fmt in args.formats.split(","):
-        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt, calibration_ids(tokenizer))
+        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt, calibration_ids(tokenizer.encode))
         rows[f"typewriter {fmt}"] = compare(reference, logits, ids)
         print(json.dumps({"model": f"typewriter {fmt}", **rows[f"typewriter {fmt}"]}), flush=True)
     if not args.no_peer:

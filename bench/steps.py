@@ -28,12 +28,12 @@ def main() -> None:
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
-    from typewriter.assemble import build_runner
-    from typewriter.weights import load_weights
-    from typewriter.weights.source import embedded_model_path
+    from typewriter.assemble import open_runner
+    from typewriter.config import Settings
+    from typewriter.runners.formats import RunnerOptions, WeightFormat
 
-    cfg, weights = load_weights(embedded_model_path())
-    runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
+    fmt = WeightFormat(args.weights or Settings().weights)
+    runner = open_runner(None, RunnerOptions(fmt, 2048, slots=8, compile="lazy")).runner
     ids = list(range(100, 400))
     from typewriter.runners.xla.start import CHUNK_BUCKETS
 

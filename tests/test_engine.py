@@ -22,6 +22,7 @@ from tiny_model import (
 from typewriter import assemble
 from typewriter.engine.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
+from typewriter.runners.formats import RunnerOptions, WeightFormat
 from typewriter.runners.xla.model import Transformer
 from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
@@ -652,13 +653,13 @@ def test_tiny_model_answers_concurrently_exactly_as_a_cacheless_greedy_loop(tiny
 def test_tiny_model_answers_from_its_cache_exactly_as_from_scratch(tiny_gguf):
     """Reuse within a slot (a conversation's next turn) and a copy from a busy slot (a shared prefix) change no
     token of a greedy answer. Driven by step(), so the busy slot is certainly busy."""
-    cfg, weights = load_weights(tiny_gguf)
-    tokenizer = Tokenizer.load(tiny_gguf)
     greedy = SamplingParams(max_new_tokens=8, temperature=0.0, repetition_penalty=1.0, ignore_eos=True)
 
     def engine():
-        runner = assemble.build_runner(cfg, weights, slots=2, max_context=64, weight_format="fp32")
-        return Engine(runner, tokenizer, max_queue=2, prefill_budget=8)
+        opened = assemble.open_runner(tiny_gguf, RunnerOptions(WeightFormat.FP32, 64, slots=2, compile="lazy"))
+        return Engine(opened.runner, opened.tokenizer, max_queue=2, prefill_budget=8)
+
+    tokenizer = Tokenizer.load(tiny_gguf)
 
     def ask(engine, rid, ids) -> Recorder:
         rec = Recorder()

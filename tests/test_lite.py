@@ -15,7 +15,9 @@ from typewriter.runners.lite import attention
 from typewriter.runners.lite.flatbuffer import ProgramBuilder
 from typewriter.runners.lite.kernel import load as load_kernel
 from typewriter.runners.lite.programs import make_programs
+from typewriter.runners.formats import WeightFormat
 from typewriter.runners.lite.runner import LiteRunner
+from typewriter.runners.lite.start import calibration_ids
 from typewriter.runners.xla.model import Transformer
 from typewriter.runners.lite.interpreter import lite_interpreter
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
@@ -224,7 +226,7 @@ def test_the_format_is_a_setting_and_other_families_are_refused_by_name():
         Settings.from_env({"TYPEWRITER_WEIGHTS": "int4"})
     cfg = gpt2_config()
     with pytest.raises(ValueError, match="int8-lite weight format runs Llama-family models.*gpt2"):
-        assemble.build_runner(cfg, random_weights(tiny_config()), slots=1, max_context=32, weight_format="int8-lite")
+        LiteRunner(cfg, random_weights(tiny_config()), slots=1, max_len=32, max_chunk=32)
 
 
 def test_the_engine_answers_concurrently_as_one_cacheless_prefill_per_token(tiny_gguf, capfd):
@@ -233,7 +235,7 @@ def test_the_engine_answers_concurrently_as_one_cacheless_prefill_per_token(tiny
     try:
         assert isinstance(engine.runner, LiteRunner)
         reference = LiteRunner(*load_weights(tiny_gguf), slots=1, max_len=64, max_chunk=64,
-                               calibration=assemble.calibration_ids(tokenizer))  # rounded as the server rounds
+                               calibration=calibration_ids(tokenizer.encode))  # rounded as the server rounds
         prompts = {"chat": tokenizer.encode_chat([{"role": "user", "content": "hello"}], system=""),
                    "raw": tokenizer.encode("or")}
         greedy = SamplingParams(max_new_tokens=12, temperature=0.0, repetition_penalty=1.0)
@@ -258,8 +260,8 @@ def test_int8_lite_fast_keeps_rows_at_8_bits_and_stays_close_to_fp32(tmp_path):
     cfg = tiny_config()
     weights = random_weights(cfg, seed=11)
     assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite-fast"}).weights == "int8-lite-fast"
-    fast = assemble.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite-fast")
-    exact = assemble.build_runner(cfg, weights, slots=1, max_context=64, weight_format="int8-lite")
+    fast = LiteRunner(cfg, weights, slots=1, max_len=64, max_chunk=64, weight_format=WeightFormat.INT8_LITE_FAST)
+    exact = LiteRunner(cfg, weights, slots=1, max_len=64, max_chunk=64, weight_format=WeightFormat.INT8_LITE)
     assert (fast.weight_format, exact.weight_format) == ("int8-lite-fast", "int8-lite")
     for fmt in ("int8-lite", "int8-lite-fast"):
         (tmp_path / fmt).mkdir()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tensorflow as tf
-from tiny_model import greedy_loop, prefill_all, random_weights, tiny_config
+from tiny_model import greedy_loop, prefill_all, random_weights, tiny_config, write_gguf
 
 from typewriter.config import ConfigError, Settings
 from typewriter.runners.xla.model import Transformer
@@ -105,12 +105,14 @@ def test_int8_decoding_from_the_cache_gives_what_a_full_int8_prefill_gives(tiny_
     assert got == want
 
 
-def test_the_compiled_int8_runner_answers_as_the_uncompiled_int8_model():
-    from typewriter.assemble import build_runner
+def test_the_compiled_int8_runner_answers_as_the_uncompiled_int8_model(tmp_path):
+    from typewriter.assemble import open_runner
+    from typewriter.runners.formats import RunnerOptions, WeightFormat
 
     cfg = tiny_config()
     w = random_weights(cfg, seed=7)
-    runner = build_runner(cfg, w, slots=2, max_context=64, weight_format="int8")
+    path = write_gguf(tmp_path / "tiny.gguf", cfg, w)
+    runner = open_runner(path, RunnerOptions(WeightFormat.INT8, 64, slots=2, compile="lazy")).runner
     assert runner.model.weight_format == "int8"
     eager = Transformer(cfg, w, slots=2, max_len=64, weight_format="int8")
     prompt = [4, 8, 15, 16, 23]

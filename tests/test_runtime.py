@@ -4,19 +4,21 @@ an engine that describes that runner truthfully (what /readyz shows)."""
 from __future__ import annotations
 
 import pytest
-from tiny_model import gpt2_config, random_gpt2_weights, random_weights, tiny_config, write_gpt2_gguf
+from tiny_model import gpt2_config, random_gpt2_weights, tiny_config, write_gpt2_gguf
 
 from typewriter import assemble
 from typewriter.config import Settings
+from typewriter.errors import ModelFormatError
+from typewriter.runners.formats import RunnerOptions, WeightFormat
 from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.xla.runner import XlaRunner
 
 
 def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
     assert Settings().weights == "auto"
-    assert assemble.resolve_format(tiny_config(), "auto") == "int8-lite"
-    assert assemble.resolve_format(gpt2_config(), "auto") == "fp32"
-    assert assemble.resolve_format(tiny_config(), "fp32") == "fp32"
+    assert WeightFormat(Settings().weights).resolved(tiny_config().family) is WeightFormat.INT8_LITE
+    assert WeightFormat.AUTO.resolved(gpt2_config().family) is WeightFormat.FP32
+    assert WeightFormat.FP32.resolved(tiny_config().family) is WeightFormat.FP32
 
 
 def _load(path, weight_format, tmp_path, compile="start"):
@@ -59,10 +61,14 @@ def test_another_family_at_auto_runs_on_xla(tmp_path):
     assert not (tmp_path / "lite").exists()  # nothing of int8-lite's was made or kept
 
 
-def test_build_runner_picks_the_runner_of_the_format_asked_for():
-    cfg = tiny_config()
-    weights = random_weights(cfg)
-    assert isinstance(assemble.build_runner(cfg, weights, 1, 32, "int8-lite"), LiteRunner)
-    assert isinstance(assemble.build_runner(cfg, weights, 1, 32, "fp32"), XlaRunner)
-    with pytest.raises(ValueError, match="int8-lite weight format runs Llama-family models"):
-        assemble.build_runner(gpt2_config(), random_gpt2_weights(gpt2_config()), 1, 32, "int8-lite")
+def test_open_runner_opens_the_runtime_of_the_format_asked_for(tiny_gguf, tmp_path):
+    """Tests, benchmarks and the server open a runner the one way (assemble.open_runner)."""
+    def opened(path, fmt):
+        return assemble.open_runner(path, RunnerOptions(fmt, 32, slots=1, program_cache=str(tmp_path / "lite"),
+                                                        compile="lazy")).runner
+
+    assert isinstance(opened(tiny_gguf, WeightFormat.INT8_LITE), LiteRunner)
+    assert isinstance(opened(tiny_gguf, WeightFormat.FP32), XlaRunner)
+    gpt2 = write_gpt2_gguf(tmp_path / "gpt2.gguf", gpt2_config(), random_gpt2_weights(gpt2_config()))
+    with pytest.raises(ModelFormatError, match="int8-lite weight format runs Llama-family models"):
+        opened(gpt2, WeightFormat.INT8_LITE)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from .engine.request import DEFAULT_MAX_NEW_TOKENS
+from .runners.formats import WeightFormat
 
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
@@ -26,7 +27,7 @@ LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
-WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, runners/
+WEIGHT_FORMATS = tuple(f.value for f in WeightFormat)  # see Settings.weights, runners/formats.py
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/source.py)
 MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -63,12 +64,12 @@ class Settings:
     # (docs/measurements/2026-12-03-int8-lite.md, docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     # int8-lite-fast keeps every row at 8 bits: faster batched steps for some quality. int8
     # (runners/xla/quantized.py) is XLA's.
-    # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (assemble.resolve_format).
+    # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runners/formats.py).
     weights: str = "auto"
     # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. More slots give
     # more students at once, each stream slower (docs/measurements/2026-11-30-batched-decode-and-the-socket.md);
     # None: as many as this machine carries under the capacity bar, sized at start from measured step times
-    # (engine/capacity.py; int8-lite), or assemble.XLA_SLOTS for XLA's programs.
+    # (engine/capacity.py; int8-lite), or runners/xla/start.py's SLOTS for XLA's programs.
     max_active: int | None = None
     max_queue: int = 32
     max_context: int = 2048

@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .constraints import Grammars
-from .capacity import Sizing
+from .capacity import typical_position
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .runner import PrefillChunk, Runner
 from .scheduler import Chunk, Plan, Scheduler
@@ -86,23 +86,22 @@ class StepStats:
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Vocabulary, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
-                 queue_timeout_s: float | None = None, decode_prior: Callable[[int], float] | None = None):
+                 queue_timeout_s: float | None = None):
         """`prefill_budget`: prompt tokens prefilled per step while answers are decoded (with none decoding, a
         step prefills up to the runner's largest chunk); `queue_timeout_s`: how long a request may wait for a
-        slot (None: as long as it takes); `decode_prior(rows)`: a decode-only step's seconds as measured before
-        serving (the capacity probe), which the scheduler sizes chunks by until it has measured its own."""
+        slot (None: as long as it takes). The runner's decode steps as measured before serving (its
+        `step_model`, int8-lite's capacity probe) size the scheduler's chunks until it has measured its own."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
         self.model_name = model_name
         self.max_context = runner.max_len
         self.max_active = runner.slots
-        self.sizing: Sizing | None = None  # how the slot count was chosen (assemble.py), for /readyz
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
-                                   decode_prior=decode_prior)
+                                   decode_prior=_decode_prior(runner))
         self.grammars = Grammars(tokenizer, runner.vocab_size)  # compiled constraints, kept (constraints.py)
         self.clock = clock
         self.state = EngineState.IDLE
@@ -175,8 +174,7 @@ class Engine:
     def describe_runtime(self) -> dict:
         """The runner's own account of itself (runner.py's `describe`) and how its slots were sized, for
         /readyz."""
-        sizing = self.sizing or Sizing(self.max_active, "set")
-        return {**self.runner.describe(), "slots": sizing.describe()}
+        return {**self.runner.describe(), "slots": self.runner.sizing.describe()}
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
         """End every running and waiting request with reason `shutdown`, then stop the thread (and any
@@ -388,3 +386,12 @@ def _piece(tokenizer: Vocabulary) -> Callable[[int], bytes]:
         return tokenizer.token_bytes(token_id) or b"\xff%d\xff" % token_id
 
     return piece
+
+
+def _decode_prior(runner: Runner) -> Callable[[int], float] | None:
+    """A decode-only step's seconds for `rows`, from the runner's own measurement at a class's typical reach."""
+    model = runner.step_model
+    if model is None:
+        return None
+    position = typical_position(runner.max_len)
+    return lambda rows: model.step_s(rows, position)

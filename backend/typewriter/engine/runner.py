@@ -7,7 +7,8 @@ every row in one pass over the weights) is its own business.
 
 Abilities that only one runtime has are attributes, never found by `getattr`: `compiler` is the runtime's
 `Compiler` where its programs compile while it serves (XLA), and None where there is nothing to compile
-(int8-lite, whose programs are made at load).
+(int8-lite, whose programs are made at load). Each runtime is opened one way (`open_runner` in its start.py), which
+owns its caching, its slot sizing and its warm-up.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
+
+from .capacity import Sizing, StepModel
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,22 @@ class StepOutput:
     faults: list[StepFault] = field(default_factory=list)
 
 
-def step_call_by_call(runner, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
+class CallByCall(Protocol):
+    """A runner whose calls are separate: a prompt chunk's (`extend`) and the decode rows' (`decode`)."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
+        """Write `token_ids` into `slot` at positions start..; the logits [vocab] after the last of them."""
+        ...
+
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        """One decode step of `slots`, each feeding its token at its position: logits [rows, vocab]."""
+        ...
+
+
+def step_call_by_call(runner: CallByCall, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
                       chunks: Sequence[PrefillChunk]) -> StepOutput:
     """`Runner.step` for a runner whose calls are separate (`extend` a chunk, `decode` the rows): each chunk in
     its own call, then the decode rows in one. A call that fails is reported as a fault of the requests it
@@ -72,6 +90,8 @@ def step_call_by_call(runner, slots: Sequence[int], tokens: Sequence[int], posit
 
 class Compiler(Protocol):
     """A runtime whose programs compile in the background while it serves (the XLA runner's)."""
+
+    warm_up_s: float  # spent compiling before serving
 
     def can_run(self, kind: str, n: int, length: int) -> bool:
         """Whether n decode rows ("decode") or prompt tokens ("prefill") reaching `length` positions run now
@@ -101,6 +121,8 @@ class Runner(Protocol):
     def vocab_size(self) -> int: ...
 
     compiler: Compiler | None
+    sizing: Sizing  # how its slot count was chosen, for /readyz and the log
+    step_model: StepModel | None  # its decode steps' seconds as measured before serving (int8-lite), else None
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:

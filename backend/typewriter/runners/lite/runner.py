@@ -19,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ...engine.runner import PrefillChunk, StepOutput
+from ...engine.capacity import Sizing, StepModel
+from ...engine.runner import PrefillChunk, Runner, StepOutput
+from ..formats import WeightFormat
 from ...architecture.model_config import ModelConfig
 from .attention import HostCache
 from .kernel import TILE as KERNEL_TILE
@@ -29,11 +31,7 @@ from .interpreter import lite_interpreter, release_mapped
 from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
-FORMAT = "int8-lite"
-# int8-lite-fast: every row at 8 bits, faster batched steps for a larger KL from fp32
-# (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
-FAST = "int8-lite-fast"
-FORMATS = (FORMAT, FAST)
+FORMATS = tuple(f for f in WeightFormat if f.lite)
 
 
 class _Interpreter:
@@ -59,7 +57,7 @@ class _Interpreter:
         return [self.it.get_tensor(index) for index in self.outputs]
 
 
-class LiteRunner:
+class LiteRunner(Runner):
     """The engine's `Runner` (engine/runner.py) over int8-lite programs."""
 
     compiler = None  # nothing compiles while it serves
@@ -67,17 +65,19 @@ class LiteRunner:
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
                  programs: ProgramSet | None = None, kernel: Kernel | None | str = "auto",
-                 calibration: list[int] | None = None, weight_format: str = FORMAT):
+                 calibration: list[int] | None = None,
+                 weight_format: WeightFormat = WeightFormat.INT8_LITE):
         """From the model's `weights` (its programs are then made in a temporary folder), or from `programs` made
         before (program_cache.py). `kernel`: the attention kernel (kernel.py), "auto" for one built in a temporary
         folder, None for numpy's attention.
         `calibration`: token ids to round the weights by (programs.make_programs; None: to nearest).
-        `weight_format`: FORMAT or FAST (which rows go to 16 bits, layers.py); with `programs`, what they were
+        `weight_format`: one of FORMATS (which rows go to 16 bits, layers.py); with `programs`, what they were
         made as."""
+        weight_format = WeightFormat(weight_format)
         if cfg.family != "llama":
             raise ValueError(f"the {weight_format} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         if weight_format not in FORMATS:
-            raise ValueError(f"LiteRunner runs {' and '.join(FORMATS)}, not {weight_format!r}")
+            raise ValueError(f"LiteRunner runs {' and '.join(f.value for f in FORMATS)}, not {weight_format.value!r}")
         t0 = time.perf_counter()
         self.weight_format = weight_format
         self.cfg, self._max_chunk = cfg, max_chunk
@@ -87,7 +87,7 @@ class LiteRunner:
             if programs is None:  # made in a folder that is gone once its files are mapped
                 folder = Path(made_here.enter_context(tempfile.TemporaryDirectory(prefix="typewriter-lite-")))
                 programs = make_programs(cfg, weights, folder, lambda i, n: report_progress(progress, i, n),
-                                         calibration, two_pass=weight_format == FORMAT, kernel=kernel)
+                                         calibration, two_pass=weight_format is WeightFormat.INT8_LITE, kernel=kernel)
             self.programs = programs
             self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped
             self.first = _Interpreter(programs.first, threads)
@@ -99,6 +99,8 @@ class LiteRunner:
                         "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
             kernel = None
         self.cache = HostCache(cfg, slots, max_len, kernel, threads)
+        self.sizing = Sizing(slots, "set")  # how its slot count was chosen (start.py sizes it for this machine)
+        self.step_model: StepModel | None = None  # its decode steps' measured seconds, where start.py measured them
         log.info("%s programs ready in %.1fs", weight_format, time.perf_counter() - t0)
 
     @property
@@ -125,7 +127,7 @@ class LiteRunner:
 
     def describe(self) -> dict:
         attention = "kernel" if self.cache.kernel else "numpy"
-        return {"name": "int8-lite", "weights": self.weight_format, "attention": attention,
+        return {"name": "int8-lite", "weights": self.weight_format.value, "attention": attention,
                 "programs": {"made_at_load": len(self.layers) + 2}}
 
     def close(self) -> None:
@@ -204,6 +206,6 @@ class LiteRunner:
 
 def report_progress(progress: Callable[[str], None], done: int, total: int) -> None:
     if done == 0:
-        progress(f"{FORMAT}: rotating the weights")
+        progress("int8-lite: rotating the weights")
     elif done % max(1, total // 5) == 0 or done == total:
-        progress(f"{FORMAT}: program {done}/{total}")
+        progress(f"int8-lite: program {done}/{total}")

@@ -1,5 +1,6 @@
 """Open an int8-lite runner for a model: its programs from the cache when the cache holds this file's, else made
-from the weights (rounded by GPTQ on the calibration text) and saved for the next start."""
+from the weights (rounded by GPTQ on the calibration text) and saved for the next start; its slots sized by the
+step times measured on this machine (kept beside the cached programs, so a warm start measures nothing)."""
 
 from __future__ import annotations
 
@@ -9,70 +10,84 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import numpy as np
-
-from ...engine.capacity import PROBE_ROWS, StepModel
 from ...architecture.model_config import ModelConfig
+from ...errors import ModelFormatError
+from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Sizing, StepModel, size_slots
+from ...weights.source import Source, weight_reader
+from ..formats import Encode, Progress, RunnerOptions, WeightFormat
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
 from .program_cache import ProgramCache, cache_key
-from .programs import make_programs
-from .runner import FORMAT, FORMATS, LiteRunner, report_progress
+from .programs import ProgramSet, make_programs
+from .runner import FORMATS, LiteRunner, report_progress
 
 log = logging.getLogger("typewriter.lite")
 # The longest prefill chunk: 256 tokens cost about as much a token as 64, but each of the programs keeps buffers
 # for the most rows it ran (docs/measurements/2026-12-03-int8-lite.md).
 MAX_CHUNK = 64
-Progress = Callable[[str], None]
 CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
 PROBE_VERSION = 2  # how they were measured: a kept measurement of another version is measured again
 
 
-def build(cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_context: int,
-          weight_format: str = FORMAT, progress: Progress = lambda _: None, programs=None,
-          kernel_cache: str | None = None, calibration: list[int] | None = None) -> LiteRunner:
-    """A runner from `weights`, or from `programs` made before (then `weights` may be None). Its attention kernel
-    is built into `kernel_cache` (None: a temporary folder); `calibration`: the token ids it rounds its weights
-    by (calibration_ids; None: to nearest)."""
-    max_context = min(max_context, cfg.max_position)
-    return LiteRunner(cfg, weights, slots=slots, max_len=max_context, max_chunk=min(MAX_CHUNK, max_context),
-                      progress=progress, programs=programs, kernel=load_kernel(kernel_cache),
-                      calibration=calibration, weight_format=weight_format)
-
-
-def calibration_ids(encode: Callable[[str], list[int]]) -> list[int]:
-    """int8-lite's calibration text (calibration.py) in the model's own tokens."""
-    return encode(calibration_text())
-
-
-def open_runner(path: Path, cfg: ModelConfig, weights: Callable[[], Mapping[str, np.ndarray]],
-                encode: Callable[[str], list[int]], slots: int, max_context: int, weight_format: str,
-                program_cache: str | None, progress: Progress = lambda _: None) -> LiteRunner:
-    """The runner for the model at `path`: `weights()` (the canonical tensors, best read lazily: the programs are
-    made a layer at a time) and `encode` (text to the model's tokens) are called only when its programs must be
-    made. `program_cache`: the folder the programs are kept in (None: made every time, in a temporary folder);
-    a model directory (not one file) is never cached."""
-    if weight_format not in FORMATS:
-        raise ValueError(f"int8-lite runs {' and '.join(FORMATS)}, not {weight_format!r}")
+def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
+                progress: Progress = lambda _: None) -> LiteRunner:
+    """int8-lite's one way in: the runner for the model `source` holds, its programs read from the cache when the
+    cache holds this file's, else made from its weights (read a layer at a time, rounded by GPTQ on the
+    calibration text in the model's own tokens, `encode`) and kept for the next start; then its slots sized for
+    this machine unless `options.slots` sets them. A model directory (not one file) is never cached."""
+    weight_format = options.weights
+    if not weight_format.lite:
+        raise ValueError(f"int8-lite runs {' and '.join(f.value for f in FORMATS)}, not {weight_format.value!r}")
+    if cfg.family != "llama":  # before any program is made
+        raise ModelFormatError(f"the {weight_format.value} weight format runs Llama-family models; {cfg.name} is "
+                               f"{cfg.family}: use --weights fp32 or auto")
+    path, program_cache = source.path, options.program_cache
+    slots = options.slots or MOST_SLOTS  # sized down below
     cache = ProgramCache(program_cache if path.is_file() else None)
-    key = cache_key(path, cfg, weight_format) if cache.root else "uncached"
+    key = cache_key(path, cfg, weight_format.value) if cache.root else "uncached"
+    runner = None
     if programs := cache.load(key, cfg.n_layers):
         progress(f"int8-lite: programs from {program_cache}")
         try:
-            return build(cfg, None, slots, max_context, weight_format, progress, programs, program_cache)
+            runner = _runner(cfg, slots, options, progress, programs)
         except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
             log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
             progress("int8-lite: the cached programs did not load; making them again")
             cache.discard(key)
-    with cache.making(key) as folder:
-        made = make_programs(cfg, weights(), folder, lambda i, n: report_progress(progress, i, n),
-                             calibration_ids(encode), two_pass=weight_format == FORMAT,
-                             kernel=load_kernel(program_cache))
-        programs = cache.save(key, made, path, weight_format)
-        return build(cfg, None, slots, max_context, weight_format, progress, programs, program_cache)
+    if runner is None:
+        with cache.making(key) as folder:
+            made = make_programs(cfg, weight_reader(source)[1], folder, lambda i, n: report_progress(progress, i, n),
+                                 calibration_ids(encode), two_pass=weight_format is WeightFormat.INT8_LITE,
+                                 kernel=load_kernel(program_cache))
+            programs = cache.save(key, made, path, weight_format.value)
+            runner = _runner(cfg, slots, options, progress, programs)
+    kept = runner.programs.folder if cache.root is not None else None
+    if options.slots is not None:
+        runner.sizing = Sizing(options.slots, "set")
+        runner.step_model = fit_step_model(runner, kept, measure_now=False)
+        return runner
+    progress("int8-lite: sizing the slots by step time")
+    runner.step_model = model = fit_step_model(runner, kept)
+    kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
+    runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
+    runner.reset_cache(sizing.slots)  # drops the probe's K/V writes
+    progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
+    return runner
+
+
+def _runner(cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Progress,
+            programs: ProgramSet) -> LiteRunner:
+    max_context = min(options.max_context, cfg.max_position)
+    return LiteRunner(cfg, None, slots=slots, max_len=max_context, max_chunk=min(MAX_CHUNK, max_context),
+                      progress=progress, programs=programs, kernel=load_kernel(options.program_cache),
+                      weight_format=options.weights)
+
+
+def calibration_ids(encode: Encode) -> list[int]:
+    """int8-lite's calibration text (calibration.py) in the model's own tokens."""
+    return encode(calibration_text())
 
 
 def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True
@@ -121,3 +136,14 @@ def _cpu_signature() -> str:
     name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
     flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
     return f"{name}|{os.cpu_count()}|{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes; None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

@@ -82,6 +82,7 @@ class ProgramCompiler:
         self.on_demand: Callable[[str], None] | None = None  # told when a call must compile its own program
         self._closed = False
         self._cond = threading.Condition()  # guards the sets, the queue and _fns
+        self.warm_up_s = 0.0  # spent compiling before serving (start.py's warm_up)
 
     def programs(self) -> list[ProgramKey]:
         """Every program, most useful first: per attention length, shortest first, one-row decode, a middle

@@ -21,6 +21,7 @@ import tensorflow as tf
 from . import native_ops
 from .host_memory import variable, zeros_variable
 from ...architecture.model_config import ModelConfig
+from ..formats import WeightFormat
 from .quantized import columns, dense, matrix
 
 
@@ -112,13 +113,14 @@ class Transformer(tf.Module):
     class of a config's family."""
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
-                 max_chunk: int = 1, kv_buckets=None, weight_format: str = "fp32"):
+                 max_chunk: int = 1, kv_buckets=None,
+                 weight_format: WeightFormat = WeightFormat.FP32):
         """`max_chunk`: the longest padded prefill chunk that `extend` will be given (its positions may run that
         far past max_len); `kv_buckets`: the attention lengths that calls will ask for (the cache's segments);
         `weight_format`: how the matrices are held (quantized.FORMATS; norms and biases stay float32)."""
         super().__init__(name="transformer")
         self.cfg = cfg
-        self.weight_format = weight_format
+        self.weight_format = WeightFormat(weight_format)
         self.max_chunk = max(1, max_chunk)
         self.cache = KVCache(cfg, slots, max_len, kv_buckets)
         self._hold(weights)

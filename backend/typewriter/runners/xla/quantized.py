@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import native_ops
-from ...config import WEIGHT_FORMATS as FORMATS
+from ..formats import WeightFormat
 from .host_memory import variable
 from ..rotation import INT8_MAX, Rotation, quantize_int8
 
@@ -41,13 +41,17 @@ class Int8Matrix(tf.Module):
         return self.q.shape
 
 
-def matrix(w: np.ndarray, name: str, fmt: str):
+FORMATS = (WeightFormat.FP32, WeightFormat.INT8)  # the formats XLA runs
+
+
+def matrix(w: np.ndarray, name: str, fmt: WeightFormat):
     """w [in, out] in the weight format `fmt` (one of FORMATS)."""
-    if fmt == "int8":
+    fmt = WeightFormat(fmt)
+    if fmt is WeightFormat.INT8:
         return Int8Matrix(w, name)
-    if fmt == "fp32":
+    if fmt is WeightFormat.FP32:
         return variable(w, name, np.float32)
-    raise ValueError(f"unknown weight format {fmt!r}; one of {', '.join(FORMATS)}")
+    raise ValueError(f"XLA runs {' and '.join(f.value for f in FORMATS)}, not {fmt.value!r}")
 
 
 def dense(x: tf.Tensor, w) -> tf.Tensor:

@@ -14,17 +14,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...engine.runner import PrefillChunk, StepOutput, step_call_by_call
+from ...engine.capacity import Sizing, StepModel
+from ...engine.runner import CallByCall, PrefillChunk, Runner, StepOutput, step_call_by_call
 from .compiler import ProgramCompiler, ProgramKey, bucket
+from ..formats import WeightFormat
 from .model import Transformer
 
 
-class XlaRunner:
+class XlaRunner(Runner, CallByCall):
     """The engine's `Runner` (engine/runner.py) over one compiled model; `compiler` holds its programs."""
 
     def __init__(self, model: Transformer, chunk_buckets: Sequence[int], batch_buckets: Sequence[int]):
         self.model = model
         self.compiler = ProgramCompiler(model, chunk_buckets, batch_buckets)
+        self.sizing = Sizing(model.cache.slots, "set")  # how its slot count was chosen (start.py)
+        self.step_model: StepModel | None = None  # XLA's steps are not measured before serving
 
     @property
     def slots(self) -> int:
@@ -39,7 +43,7 @@ class XlaRunner:
         return self.model.cfg.vocab_size
 
     @property
-    def weight_format(self) -> str:
+    def weight_format(self) -> WeightFormat:
         return self.model.weight_format
 
     @property
@@ -47,7 +51,7 @@ class XlaRunner:
         return self.compiler.chunk_buckets[-1]
 
     def describe(self) -> dict:
-        return {"name": "xla", "weights": self.weight_format, "programs": self.compiler.status()}
+        return {"name": "xla", "weights": self.weight_format.value, "programs": self.compiler.status()}
 
     def close(self) -> None:
         """Stop background compiling (after the program it is on)."""

@@ -1,22 +1,29 @@
-"""Build the XLA runner for a model, and compile its programs as the caller needs them: every one before serving
-("all": benchmarks, tests), a few before and the rest in the background ("start": the server), or each on first
-use ("lazy": the CLI, which also asks the engine to prepare each request's programs)."""
+"""Open the XLA runner for a model: its weights read whole, the TensorFlow decoder built, and its programs compiled
+as the caller needs them: every one before serving ("all": benchmarks, tests), a few before and the rest in the
+background ("start": the server), or each on first use ("lazy": the CLI, which also asks the engine to prepare
+each request's programs)."""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
-from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...architecture.model_config import ModelConfig
+from ...engine.capacity import Sizing
+from ...weights.source import Source, load_weights
+from ..formats import Compile, Encode, Progress, RunnerOptions, WeightFormat
 from .tf_env import import_tensorflow
 
-Compile = Literal["all", "start", "lazy"]
-Progress = Callable[[str], None]
+if TYPE_CHECKING:
+    from .compiler import ProgramCompiler
+    from .runner import XlaRunner
+
+# XLA compiles a program per batch size: a fixed count keeps the compiling bounded
+SLOTS = 8
 CHUNK_BUCKETS = (16, 64, 256)  # prompt tokens per prefill call, padded up to one of these
 log = logging.getLogger("typewriter.xla")
 
@@ -36,8 +43,25 @@ def build_model(cfg: ModelConfig, weights: dict[str, np.ndarray], **options):
     return (GPT2Transformer if cfg.family == "gpt2" else Transformer)(cfg, weights, **options)
 
 
-def build(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_context: int, weight_format: str,
-          progress: Progress = lambda _: None):
+def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
+                progress: Progress = lambda _: None) -> XlaRunner:
+    """XLA's one way in: the runner for the model `source` holds, with `options.slots` slots (None: SLOTS), its
+    programs compiled as `options.compile` says. `encode` is not needed: nothing here is rounded by text."""
+
+    def weight_progress(done: int, total: int) -> None:
+        if done == total or done % max(1, total // 10) == 0:
+            progress(f"weights {done}/{total}")
+
+    cfg, weights = load_weights(source, weight_progress)
+    runner = build(cfg, weights, options.slots or SLOTS, options.max_context, options.weights, progress)
+    del weights
+    runner.sizing = Sizing(runner.slots, "set" if options.slots else "XLA's default")
+    warm_up(runner, options.compile, progress)
+    return runner
+
+
+def build(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_context: int,
+          weight_format: WeightFormat, progress: Progress = lambda _: None) -> XlaRunner:
     """The runner, nothing compiled yet. Buckets trade compile time (each is one XLA program, seconds to compile)
     against padding waste: prompt chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached
     positions, and a decode step runs one of batch_buckets(slots) rows."""
@@ -56,9 +80,16 @@ def build(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_cont
     return XlaRunner(model, chunk_buckets=chunks, batch_buckets=batch_buckets(slots))
 
 
-def warm_up(runner, compile: Compile, progress: Progress = lambda _: None) -> None:
+def warm_up(runner: XlaRunner, compile: Compile, progress: Progress = lambda _: None) -> None:
     """Compile the runner's programs as `compile` says, with progress for every long wait."""
     compiler, t0 = runner.compiler, time.perf_counter()
+    try:
+        _compile(compiler, compile, t0, progress)
+    finally:
+        compiler.warm_up_s = time.perf_counter() - t0
+
+
+def _compile(compiler: ProgramCompiler, compile: Compile, t0: float, progress: Progress) -> None:
     total = len(compiler.programs())
     if compile == "all":
         compiler.warmup(lambda i, n, label: progress(f"compiled {i}/{n}: {label}"))
