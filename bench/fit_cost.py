@@ -17,7 +17,7 @@ import random
 import statistics
 import time
 
-from typewriter.engine.request import fit_max_new_tokens
+from typewriter.text.conversation import fit_max_new_tokens
 from typewriter.errors import PromptTooLong
 from typewriter.text.conversation import FittedPrompt, fit_conversation
 from typewriter.text.tokenizer import Tokenizer

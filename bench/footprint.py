@@ -38,7 +38,7 @@ def main() -> int:
     rows = [("start (Python)", rss_mb(), "")]
     tf = import_tensorflow()
     from typewriter.config import Settings
-    from typewriter.runners.formats import WeightFormat
+    from typewriter.config import WeightFormat
     from typewriter.text.tokenizer import Tokenizer
     from typewriter.weights import load_weights, resolve_model_path
     from typewriter.weights.source import open_source

@@ -53,7 +53,8 @@ def real_runner(embedded_model_path):
     256-token context, buckets compiled on first use.
     Whoever starts an Engine on it shuts that engine down before the module ends: one thread owns a runner."""
     from typewriter.assemble import open_runner
-    from typewriter.runners.formats import RunnerOptions, WeightFormat
+    from typewriter.runners.options import RunnerOptions
+    from typewriter.config import WeightFormat
 
     return open_runner(embedded_model_path, RunnerOptions(WeightFormat.FP32, 256, slots=1, compile="lazy")).runner
 

@@ -17,7 +17,8 @@ from typewriter.commands.args import sampling_params
 from typewriter.commands.serve import settings_from_args
 from typewriter.config import Settings, lite_cache_dir
 from typewriter.errors import PromptTooLong
-from typewriter.engine.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams
+from typewriter.config import DEFAULT_MAX_NEW_TOKENS
+from typewriter.engine.request import SamplingParams
 
 
 def parse(*argv: str):

@@ -22,7 +22,8 @@ from tiny_model import (
 from typewriter import assemble
 from typewriter.engine.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
-from typewriter.runners.formats import RunnerOptions, WeightFormat
+from typewriter.runners.options import RunnerOptions
+from typewriter.config import WeightFormat
 from typewriter.runners.xla.model import Transformer
 from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
@@ -92,7 +93,7 @@ def test_the_first_step_prefills_and_the_answer_then_takes_one_token_per_decode_
     assert rec.text == "b" and engine.runner.calls == [("prefill", 0, 0, 1)]  # it decodes from the next step
     engine.step()
     engine.step()
-    assert rec.text == "bcd" and engine.steps == 2
+    assert rec.text == "bcd" and engine.decode_steps == 2
 
 
 def test_max_new_tokens_ends_the_answer_with_length(make_engine, tokenizer):
@@ -139,11 +140,11 @@ def test_cancel_ends_the_request_at_the_next_step_without_another_token(make_eng
     rec = submit(engine, tokenizer, "r", "a", max_new_tokens=4000)
     for _ in range(3):
         engine.step()
-    tokens_at_cancel, steps_at_cancel = len(rec.tokens), engine.steps
+    tokens_at_cancel, steps_at_cancel = len(rec.tokens), engine.decode_steps
     assert engine.cancel("r")
     engine.step()
     assert rec.events[-1].reason is FinishReason.CANCELLED
-    assert (len(rec.tokens), engine.steps) == (tokens_at_cancel, steps_at_cancel)  # no model work for it
+    assert (len(rec.tokens), engine.decode_steps) == (tokens_at_cancel, steps_at_cancel)  # no model work for it
     assert not engine.cancel("r")  # no longer known
 
 
@@ -197,7 +198,7 @@ def test_concurrent_requests_all_finish_and_share_decode_steps(make_engine, toke
         assert rec.events[-1].reason is FinishReason.LENGTH
         start = ord(letter) - ord("a") + 1
         assert rec.text == "".join(chr(ord("a") + (start + i) % 26) for i in range(10))
-    assert engine.steps < 40 // 2
+    assert engine.decode_steps < 40 // 2
     assert max(engine.runner.decode_rows) == 4
 
 

@@ -15,7 +15,7 @@ from typewriter.runners.lite import attention
 from typewriter.runners.lite.flatbuffer import ProgramBuilder
 from typewriter.runners.lite.kernel import load as load_kernel
 from typewriter.runners.lite.programs import make_programs
-from typewriter.runners.formats import WeightFormat
+from typewriter.config import WeightFormat
 from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.lite.start import calibration_ids
 from typewriter.runners.xla.model import Transformer

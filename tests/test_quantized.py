@@ -107,7 +107,8 @@ def test_int8_decoding_from_the_cache_gives_what_a_full_int8_prefill_gives(tiny_
 
 def test_the_compiled_int8_runner_answers_as_the_uncompiled_int8_model(tmp_path):
     from typewriter.assemble import open_runner
-    from typewriter.runners.formats import RunnerOptions, WeightFormat
+    from typewriter.runners.options import RunnerOptions
+    from typewriter.config import WeightFormat
 
     cfg = tiny_config()
     w = random_weights(cfg, seed=7)

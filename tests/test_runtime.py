@@ -9,7 +9,8 @@ from tiny_model import gpt2_config, random_gpt2_weights, tiny_config, write_gpt2
 from typewriter import assemble
 from typewriter.config import Settings
 from typewriter.errors import ModelFormatError
-from typewriter.runners.formats import RunnerOptions, WeightFormat
+from typewriter.runners.options import RunnerOptions
+from typewriter.config import WeightFormat
 from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.xla.runner import XlaRunner
 

@@ -31,9 +31,10 @@ def scheduler_with(slots: int, max_queue: int, *ids: str, budget: int = 1, max_c
 def run(scheduler: Scheduler, plan) -> None:
     """What the engine does with a plan, minus the model: prefill the chunks, and one token per decoded row."""
     for chunk in plan.chunks:
+        request = scheduler.running[chunk.slot]
         scheduler.prefilled(chunk)
-        if chunk.last:
-            chunk.seq.take(0, now=0.0)
+        if chunk.wants_logits:
+            request.take(0, now=0.0)
     for s in plan.decode:
         s.take(0, now=0.0)
 
@@ -52,7 +53,7 @@ def test_requests_are_admitted_first_come_first_served_as_the_budget_allows():
 def test_the_decode_step_covers_the_running_sequences_in_slot_order_but_not_the_prefilling_ones():
     scheduler, s = scheduler_with(3, 4, "a", "b")
     plan = scheduler.schedule(set(), 0.0)
-    assert plan.decode == [] and [c.seq for c in plan.chunks] == [s["a"]]
+    assert plan.decode == [] and [scheduler.running[c.slot] for c in plan.chunks] == [s["a"]]
     run(scheduler, plan)
     plan = scheduler.schedule(set(), 0.0)
     assert (plan.admitted, plan.decode) == ([s["b"]], [s["a"]])
@@ -66,7 +67,7 @@ def test_with_answers_decoding_a_step_prefills_at_most_the_budget_and_alone_up_t
     scheduler.add(long)
     scheduler.add(other)
     plan = scheduler.schedule(set(), 0.0)  # idle: 12 tokens, one chunk of at most 8 per sequence
-    assert [(c.seq.id, c.start, c.length) for c in plan.chunks] == [("long", 0, 8), ("other", 0, 4)]
+    assert [(scheduler.running[c.slot].id, c.start, c.length) for c in plan.chunks] == [("long", 0, 8), ("other", 0, 4)]
     run(scheduler, plan)
     run(scheduler, scheduler.schedule(set(), 0.0))
     run(scheduler, scheduler.schedule(set(), 0.0))
@@ -99,7 +100,7 @@ def test_while_answers_stream_a_chunk_is_sized_to_keep_the_step_within_the_stall
             assert bool(plan.decode) == streaming
             took = machine_s(plan)
             scheduler.costs.observe(len(plan.decode), [(c.start, c.length) for c in plan.chunks], took)
-            chunks += [(c.start, c.length, took) for c in plan.chunks if c.seq is long]
+            chunks += [(c.start, c.length, took) for c in plan.chunks if scheduler.running[c.slot] is long]
             run(scheduler, plan)
         assert chunks[-1][0] + chunks[-1][1] == 1000
         assert all(b == a + n for (a, n, _), (b, _, _) in zip(chunks, chunks[1:]))  # no gap, no overlap
@@ -128,9 +129,9 @@ def test_a_step_that_cannot_fit_even_one_token_still_moves_its_first_prompt_on_a
     scheduler.add(first)
     scheduler.add(second)
     plan = scheduler.schedule(set(), 0.0)
-    assert [(c.seq.id, c.length) for c in plan.chunks] == [("first", 1)] and plan.admitted == [first]
+    assert [(scheduler.running[c.slot].id, c.length) for c in plan.chunks] == [("first", 1)] and plan.admitted == [first]
     run(scheduler, plan)
-    assert [(c.seq.id, c.length) for c in scheduler.schedule(set(), 0.0).chunks] == [("first", 1)]
+    assert [(scheduler.running[c.slot].id, c.length) for c in scheduler.schedule(set(), 0.0).chunks] == [("first", 1)]
 
 
 def test_overloaded_once_the_queue_is_full_counting_those_who_will_take_a_free_slot():
@@ -168,7 +169,7 @@ def test_cancelled_requests_end_whether_running_or_waiting_and_free_their_slot()
     assert plan.ended == [(s["a"], FinishReason.CANCELLED), (s["c"], FinishReason.CANCELLED)]
     assert s["a"].status is s["c"].status is Status.FINISHED
     assert plan.admitted == [s["b"]] and s["b"].slot == 0  # a's slot went to the next in line at once
-    assert scheduler.sequences() == [s["b"]] and scheduler.find("a") is None
+    assert scheduler.requests() == [s["b"]] and scheduler.find("a") is None
 
 
 def test_a_running_request_past_its_deadline_ends_with_timeout():
@@ -264,7 +265,8 @@ def test_newcomers_arriving_together_share_a_step_that_one_alone_would_not_be_gi
         together.add(seq(name, prompt=range(10, 40)))  # 30 tokens each
     plan = together.schedule(set(), 0.0)
     took = sum(c.length for c in plan.chunks)
-    assert [c.seq.id for c in plan.chunks] == ["a", "b", "c"] and plan.chunks[0].length == 30  # first come first
+    assert [together.running[c.slot].id for c in plan.chunks] == ["a", "b", "c"]
+    assert plan.chunks[0].length == 30  # first come first
     assert 0.070 < 0.001 * took <= INTER_TOKEN_S * HEADROOM - 0.010 + 1e-9  # up to the bar's step, 80 ms
 
 
@@ -293,7 +295,7 @@ def test_a_newcomer_waits_for_the_shared_prefix_another_is_computing_and_then_co
     for s in (first, second, other):
         scheduler.add(s)
     plan = scheduler.schedule(set(), 0.0)
-    assert plan.admitted == [first] and [(c.seq.id, c.length) for c in plan.chunks] == [("first", 8)]
+    assert plan.admitted == [first] and [(scheduler.running[c.slot].id, c.length) for c in plan.chunks] == [("first", 8)]
     run(scheduler, plan)
     plan = scheduler.schedule(set(), 0.0)  # 8 of 20 computed: the second still waits, and the third behind it
     assert plan.admitted == []

@@ -16,7 +16,8 @@ from .architecture.model_config import ModelConfig
 from .config import Settings, lite_cache_dir
 from .engine.engine import Engine
 from .engine.runner import Runner
-from .runners.formats import Compile, Progress, RunnerOptions, WeightFormat
+from .runners.options import Compile, Progress, RunnerOptions
+from .config import WeightFormat
 from .runners.heap import return_freed_memory
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path

@@ -7,6 +7,7 @@ This is the only module that reads the environment. Every field `name` can be se
 from __future__ import annotations
 
 import dataclasses
+import enum
 import ipaddress
 import math
 import os
@@ -17,8 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from .engine.request import DEFAULT_MAX_NEW_TOKENS
-from .runners.formats import WeightFormat
 
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
@@ -27,10 +26,38 @@ LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
-WEIGHT_FORMATS = tuple(f.value for f in WeightFormat)  # see Settings.weights, runners/formats.py
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/source.py)
 MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+DEFAULT_MAX_NEW_TOKENS = 512  # an answer's length when a chat does not ask (at most the cap, below)
+
+
+# How a model's matrices are held and run (`--weights`): runners/lite/ runs the int8-lite formats, runners/xla/ the others.
+class WeightFormat(enum.StrEnum):
+    AUTO = "auto"  # int8-lite for the Llama family, which is all it runs; fp32 for the others
+    FP32 = "fp32"  # XLA: the file's weights exactly
+    INT8 = "int8"  # XLA: int8 x int8 after a rotation (runners/xla/quantized.py)
+    # LiteRT programs (runners/lite/): int8 weights rounded by GPTQ, the rows that need it at 16 bits; -fast keeps
+    # every row at 8 bits, faster batched steps for a larger KL from fp32
+    # (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md)
+    INT8_LITE = "int8-lite"
+    INT8_LITE_FAST = "int8-lite-fast"
+
+    @property
+    def lite(self) -> bool:
+        """Run by int8-lite's programs on LiteRT (else by XLA)."""
+        return self in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST)
+
+    def resolved(self, family: str) -> WeightFormat:
+        """AUTO made concrete for a model `family`; any other format as it is."""
+        if self is not WeightFormat.AUTO:
+            return self
+        return WeightFormat.INT8_LITE if family == "llama" else WeightFormat.FP32
+
+
+WEIGHT_FORMATS = tuple(f.value for f in WeightFormat)
 
 
 class ConfigError(ValueError):

@@ -1,7 +1,7 @@
 """The options several commands share: the model, sampling, and argparse types for counts.
 
 Defaults are never copied here: sampling defaults come from `SamplingParams`, the answer length from
-`request.DEFAULT_MAX_NEW_TOKENS` and engine sizes from the `Settings` dataclass, so help text and behaviour
+`config.DEFAULT_MAX_NEW_TOKENS` and engine sizes from the `Settings` dataclass, so help text and behaviour
 change with them.
 """
 
@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 
 from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, Settings
-from ..engine.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
+from ..config import DEFAULT_MAX_NEW_TOKENS
+from ..engine.request import SamplingParams
+from ..text.conversation import fit_max_new_tokens
 
 # The SamplingParams fields that are options; each option's dest is the field's name.
 SAMPLING_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop",

@@ -11,7 +11,8 @@ import uuid
 from ..text.conversation import fit_conversation
 from ..errors import TypewriterError
 from ..progress import StderrProgress
-from ..engine.request import DEFAULT_MAX_NEW_TOKENS, Event, Finished, GenerationRequest, SamplingParams, Token
+from ..config import DEFAULT_MAX_NEW_TOKENS
+from ..engine.request import Event, Finished, GenerationRequest, SamplingParams, Token
 from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
 
 

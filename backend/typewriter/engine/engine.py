@@ -2,7 +2,7 @@
 
 `step()` is the whole engine: the scheduler decides (cancellations, deadlines, admission, queue positions, which
 prompt chunks fit the step's budget), the runner computes (the prefill chunks and one batched decode step, in
-one `Runner.step` call: runner.py), each sequence takes its token and says what text is now certain and
+one `Runner.step` call: runner.py), each request takes its token and says what text is now certain and
 whether it is done, and the events go out. The thread only waits for work and calls
 `step()`; tests call it directly. Events reach each request's `on_event` callback on the engine thread; the
 callback must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows
@@ -28,7 +28,7 @@ from .constraints import Grammars
 from .capacity import typical_position
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .runner import PrefillChunk, Runner
-from .scheduler import Chunk, Plan, Scheduler
+from .scheduler import Plan, Scheduler
 from .request_state import RequestState, Status
 
 log = logging.getLogger("typewriter.engine")
@@ -105,7 +105,7 @@ class Engine:
         self.grammars = Grammars(tokenizer, runner.vocab_size)  # compiled constraints, kept (constraints.py)
         self.clock = clock
         self.state = EngineState.IDLE
-        self.steps = 0  # decode steps run, for tests and metrics
+        self.decode_steps = 0  # for tests and metrics
         # Called on the engine thread after each step that ran the model; must be cheap and never block.
         self.on_step: Callable[[StepStats], None] | None = None
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
@@ -143,13 +143,13 @@ class Engine:
             raise InvalidRequest("continue.ids", f"every token id must be between 0 and {self.vocab_size - 1}")
         constraint = request.params.constraint
         answer = self.grammars.start(constraint) if constraint is not None else None  # raises InvalidRequest
-        seq = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock(), answer)
+        state = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock(), answer)
         with self._lock:
             if self.state not in (EngineState.IDLE, EngineState.RUNNING):
                 raise EngineStopped(f"the engine is not running ({self.state.value})")
             if self.scheduler.find(request.id):
                 raise InvalidRequest("id", f"a request with id {request.id!r} is already running")
-            self.scheduler.add(seq)  # raises Overloaded
+            self.scheduler.add(state)  # raises Overloaded
             self._lock.notify()
 
     def cancel(self, request_id: str) -> bool:
@@ -213,24 +213,24 @@ class Engine:
         with self._lock:
             cancelled, self._cancelled = self._cancelled, set()
             plan = self.scheduler.schedule(cancelled, self.clock())
-        for seq, reason in plan.ended:
-            self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
-                                     seq.timings(self.clock())))
-        for seq, position in plan.queued:
-            self._emit(seq, Queued(seq.id, position))
-        for seq in plan.admitted:
-            seq.started = self.clock()
-            queue_ms = (seq.started - seq.submitted) * 1000
-            self._emit(seq, Started(seq.id, len(seq.prompt_ids), queue_ms, cached_tokens=seq.reused))
+        for request, reason in plan.ended:
+            self._emit(request, Finished(request.id, reason, len(request.prompt_ids), len(request.output_ids),
+                                     request.timings(self.clock())))
+        for request, position in plan.queued:
+            self._emit(request, Queued(request.id, position))
+        for request in plan.admitted:
+            request.started = self.clock()
+            queue_ms = (request.started - request.submitted) * 1000
+            self._emit(request, Started(request.id, len(request.prompt_ids), queue_ms, cached_tokens=request.reused))
         faults = 0  # failed runner calls; a sampling or detokenizing fault is one request's and never counts
-        by_slot = {seq.slot: seq for seq in plan.admitted}
+        by_slot = {request.slot: request for request in plan.admitted}
         for source, target in plan.copies:
             try:
                 self.runner.copy_slot(source, target)
             except Exception:
                 faults += self._fail([by_slot[target]], "a cache copy")
         chunks, decode = self._runnable(plan)
-        chunks = [c for c in chunks if c.seq.status is not Status.FINISHED]  # not those whose copy failed
+        chunks = [c for c in chunks if c.slot in self.scheduler.running]  # not those whose copy failed
         faults += self._compute(chunks, decode)
         if chunks or decode:
             took = self.clock() - began
@@ -248,85 +248,85 @@ class Engine:
         if (compiler := self.runner.compiler) is None:
             return plan.chunks, plan.decode
         chunks = [c for c in plan.chunks if compiler.can_run("prefill", c.length, c.start + c.length)]
-        rows = [seq for seq in plan.decode if compiler.can_run("decode", len(plan.decode), seq.num_tokens)]
+        rows = [request for request in plan.decode if compiler.can_run("decode", len(plan.decode), request.num_tokens)]
         if not chunks and not rows:
             return plan.chunks, plan.decode
         return chunks, rows
 
-    def _compute(self, chunks: list[Chunk], batch: list[RequestState]) -> int:
+    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> int:
         """The chunks and the decode rows in one runner call; returns 1 if any of it failed (a failed call ends
         exactly the requests it concerned), else 0."""
         if not chunks and not batch:
             return 0
+        prefilling = [self.scheduler.running[c.slot] for c in chunks]  # whose prompt each chunk is
         try:
-            out = self.runner.step([seq.slot for seq in batch], [seq.output_ids[-1] for seq in batch],
-                                   [seq.num_tokens - 1 for seq in batch],
-                                   [PrefillChunk(c.seq.slot, c.start, c.token_ids, c.last) for c in chunks])
+            out = self.runner.step([request.slot for request in batch], [request.output_ids[-1] for request in batch],
+                                   [request.num_tokens - 1 for request in batch], chunks)
         except Exception:
-            return self._fail([c.seq for c in chunks] + batch, "a step")
+            return self._fail(prefilling + batch, "a step")
         decode_failed = False
         for fault in out.faults:
-            seqs = [chunks[i].seq for i in fault.chunks] + (batch if fault.decode else [])
+            requests = [prefilling[i] for i in fault.chunks] + (batch if fault.decode else [])
             decode_failed |= fault.decode
-            log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in seqs),
+            log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in requests),
                       exc_info=fault.error)
-            self._end_failed(seqs, fault.what)
-        takes = []  # (sequence, its row of logits): first tokens, then the decode rows
-        for chunk, logits in zip(chunks, out.prefilled):
-            if chunk.seq.status is not Status.FINISHED:
+            self._end_failed(requests, fault.what)
+        takes = []  # (request, its row of logits): first tokens, then the decode rows
+        for chunk, request, logits in zip(chunks, prefilling, out.prefilled):
+            if request.status is not Status.FINISHED:
                 with self._lock:
                     self.scheduler.prefilled(chunk)
-                if chunk.last:
-                    takes.append((chunk.seq, logits))
+                if chunk.wants_logits:
+                    takes.append((request, logits))
         if batch and not decode_failed:
-            self.steps += 1
+            self.decode_steps += 1
             takes += zip(batch, out.decoded)
-        self._constrain([seq for seq, _ in takes])
-        for seq, row in takes:
-            if seq.status is not Status.FINISHED:  # not one whose mask failed
-                self._take(seq, row)
+        self._constrain([request for request, _ in takes])
+        for request, row in takes:
+            if request.status is not Status.FINISHED:  # not one whose mask failed
+                self._take(request, row)
         return 1 if out.faults else 0
 
-    def _constrain(self, seqs: list[RequestState]) -> None:
+    def _constrain(self, requests: list[RequestState]) -> None:
         """The masks of this step's constrained rows, all in one call; a fault ends those requests only."""
-        constrained = [seq for seq in seqs if seq.constraint is not None]
+        constrained = [request for request in requests if request.constraint is not None]
         try:
-            self.grammars.fill_masks([seq.constraint for seq in constrained])
+            self.grammars.fill_masks([request.constraint for request in constrained])
         except Exception:
             self._fail(constrained, "a constraint's mask")
 
-    def _take(self, seq: RequestState, logits: np.ndarray) -> None:
+    def _take(self, request: RequestState, logits: np.ndarray) -> None:
         """Sample, detokenize and emit one token; a fault here ends only this request."""
         try:
-            token_id = seq.sample(logits)
-            text, reason = seq.take(token_id, self.clock())
+            token_id = request.sample(logits)
+            text, reason = request.take(token_id, self.clock())
         except Exception:
-            self._fail([seq], "sampling or detokenizing")
+            self._fail([request], "sampling or detokenizing")
             return
-        self._emit(seq, Token(seq.id, seq.last_index, token_id, text, seq.logprobs))
+        self._emit(request, Token(request.id, request.last_index, token_id, text, request.logprobs))
         if reason is not None:
-            self._finish(seq, reason)
+            self._finish(request, reason)
 
-    def _fail(self, seqs: list[RequestState], what: str) -> int:
-        """An exception in `what` concerned exactly `seqs`: log it once, and end them. Call from an except
+    def _fail(self, requests: list[RequestState], what: str) -> int:
+        """An exception in `what` concerned exactly `requests`: log it once, and end them. Call from an except
         block; returns 1, a fault."""
-        log.exception("%s failed for %s; ending only those requests", what, ", ".join(s.id for s in seqs))
-        self._end_failed(seqs, what)
+        log.exception("%s failed for %s; ending only those requests", what, ", ".join(s.id for s in requests))
+        self._end_failed(requests, what)
         return 1
 
-    def _end_failed(self, seqs: list[RequestState], what: str) -> None:
-        """End `seqs` with `error` and forget their slots' cache (possibly half written); every other request
+    def _end_failed(self, requests: list[RequestState], what: str) -> None:
+        """End `requests` with `error` and forget their slots' cache (possibly half written); every other request
         goes on."""
-        for seq in seqs:
-            self._finish(seq, FinishReason.ERROR, f"{what} failed on the server", reusable=False)
+        for request in requests:
+            self._finish(request, FinishReason.ERROR, f"{what} failed on the server", reusable=False)
 
-    def _finish(self, seq: RequestState, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
+    def _finish(self, request: RequestState, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
         with self._lock:
-            if seq.status is Status.FINISHED:
+            if request.status is Status.FINISHED:
                 return
-            self.scheduler.finish(seq, reusable)
-        self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
-                                 seq.timings(self.clock()), error))
+            self.scheduler.finish(request, reusable)
+        self._emit(request, Finished(request.id, reason, len(request.prompt_ids), len(request.output_ids),
+                                 request.timings(self.clock()), error))
 
     def _observe(self, stats: StepStats) -> None:
         if (observer := self.on_step) is None:
@@ -337,13 +337,13 @@ class Engine:
             log.exception("the step observer failed; no more step figures")
             self.on_step = None
 
-    def _emit(self, seq: RequestState, event: Event) -> None:
+    def _emit(self, request: RequestState, event: Event) -> None:
         try:
-            seq.on_event(event)
+            request.on_event(event)
         except Exception:  # a broken consumer loses its own request, never the engine
-            log.exception("event callback of request %s failed; cancelling it", seq.id)
+            log.exception("event callback of request %s failed; cancelling it", request.id)
             with self._lock:
-                self._cancelled.add(seq.id)
+                self._cancelled.add(request.id)
 
     # ---- the thread ----
 
@@ -364,13 +364,13 @@ class Engine:
     def _wait_for_work(self) -> bool:
         """Block until there is something to do; False once shutdown was asked."""
         with self._lock:
-            while self.state is EngineState.RUNNING and not (self.scheduler.sequences() or self._cancelled):
+            while self.state is EngineState.RUNNING and not (self.scheduler.requests() or self._cancelled):
                 self._lock.wait()
             return self.state is EngineState.RUNNING
 
     def _end_all(self, reason: FinishReason, error: str | None = None) -> None:
-        for seq in self.scheduler.sequences():
-            self._finish(seq, reason, error)
+        for request in self.scheduler.requests():
+            self._finish(request, reason, error)
 
     def _move(self, state: EngineState) -> None:
         """Caller holds the lock."""

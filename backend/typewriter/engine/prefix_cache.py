@@ -1,6 +1,6 @@
 """What each slot's K/V cache holds, so a new request can start from the longest prefix already computed.
 
-A slot keeps the token ids whose K/V it holds after its sequence ends (the prompt and the answer as generated,
+A slot keeps the token ids whose K/V it holds after its request ends (the prompt and the answer as generated,
 also one that was stopped), until the slot is given to another request; free slots are given out least
 recently used first. A newcomer is placed where the longest prefix of its prompt is cached: in that slot if it
 is free, or in another free slot after copying the cache over when the prefix lives in a busy slot (the tutor's
@@ -97,7 +97,7 @@ class PrefixCache:
         self._clock = 0
 
     def release(self, slot: int, tokens: list[int], owner: str | None = None) -> None:
-        """The sequence in `slot` has ended; its cache holds K/V for `tokens`, computed for `owner`."""
+        """The request in `slot` has ended; its cache holds K/V for `tokens`, computed for `owner`."""
         self._clock += 1
         self._tokens[slot], self._owners[slot], self._used[slot] = tokens, owner, self._clock
 

@@ -11,7 +11,8 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from ..errors import InvalidRequest, PromptTooLong
+from ..config import DEFAULT_MAX_NEW_TOKENS
+from ..errors import InvalidRequest
 
 
 class FinishReason(str, enum.Enum):
@@ -53,8 +54,6 @@ MAX_CONSTRAINT_LENGTH = 65_536
 MAX_TOP_LOGPROBS = 20  # as OpenAI's API
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 128
-DEFAULT_MAX_NEW_TOKENS = 512
-MIN_FITTED_ANSWER = 64  # less room than this left for an answer is prompt_too_long, not a stub answer
 
 
 @dataclass(frozen=True)
@@ -126,20 +125,6 @@ def _check_float(name: str, value: object, low: float, high: float, low_open: bo
     if value > high or value < low or (low_open and value == low):
         bound = f"greater than {low}" if low_open else f"at least {low}"
         raise InvalidRequest(name, f"must be {bound} and at most {high}, got {value}")
-
-
-def fit_max_new_tokens(prompt_tokens: int, context: int, default: int, asked: int | None = None) -> int:
-    """How many new tokens a request may generate. A length the caller asked for is kept (if it does not fit, the
-    engine refuses it with prompt_too_long); otherwise the default, shrunk to the room the context has left so a
-    long conversation keeps working, but never below MIN_FITTED_ANSWER (or the default, if that is smaller)."""
-    if asked is not None:
-        return asked
-    room = context - prompt_tokens
-    if room >= default:
-        return default
-    if room >= MIN_FITTED_ANSWER:
-        return room
-    raise PromptTooLong(prompt_tokens, min(default, MIN_FITTED_ANSWER), context, asked=False)
 
 
 @dataclass(frozen=True)

@@ -90,14 +90,14 @@ class RequestState:
 
     @property
     def computed(self) -> int:
-        """Positions 0..computed-1 of the slot hold this sequence's K/V: the prompt so far while prefilling, then
+        """Positions 0..computed-1 of the slot hold this request's K/V: the prompt so far while prefilling, then
         the prompt and every generated token but the last (it is fed by the next decode step)."""
         if not self.output_ids:
             return self.prefilled
         return self.num_tokens - 1
 
     def cached_ids(self) -> list[int]:
-        """The token ids whose K/V this sequence's slot holds."""
+        """The token ids whose K/V this request's slot holds."""
         return (self.prompt_ids + self.output_ids)[: self.computed]
 
     def deadline_passed(self, now: float) -> bool:
@@ -107,7 +107,7 @@ class RequestState:
     # ---- one token ----
 
     def sample(self, logits: np.ndarray) -> int:
-        """The next token id from this sequence's row of logits [vocab], within its constraint's mask."""
+        """The next token id from this request's row of logits [vocab], within its constraint's mask."""
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
         history = self.prompt_ids + self.output_ids

@@ -31,6 +31,10 @@ class PrefillChunk:
     token_ids: Sequence[int]
     wants_logits: bool = True  # it ends its prompt: its last token's logits give the first answer token
 
+    @property
+    def length(self) -> int:
+        return len(self.token_ids)
+
 
 @dataclass(frozen=True)
 class StepFault:

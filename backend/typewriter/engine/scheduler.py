@@ -23,6 +23,7 @@ from ..errors import Overloaded
 from .prefix_cache import Held, PrefixCache
 from .request import FinishReason
 from .request_state import RequestState, Status
+from .runner import PrefillChunk
 from .step_cost import COLD_CHUNK, StepCost
 
 
@@ -31,31 +32,15 @@ from .step_cost import COLD_CHUNK, StepCost
 BUDGET_ROWS = 8
 
 
-@dataclass(frozen=True)
-class Chunk:
-    seq: RequestState
-    start: int  # the first prompt position it fills
-    length: int
-
-    @property
-    def token_ids(self) -> list[int]:
-        return self.seq.prompt_ids[self.start : self.start + self.length]
-
-    @property
-    def last(self) -> bool:
-        """Completes the prompt: its logits give the first token."""
-        return self.start + self.length == len(self.seq.prompt_ids)
-
-
 @dataclass
 class Plan:
     """One engine step, as decided by the scheduler."""
 
     ended: list[tuple[RequestState, FinishReason]] = field(default_factory=list)  # already out of the scheduler
-    queued: list[tuple[RequestState, int]] = field(default_factory=list)  # (waiting sequence, its new position)
+    queued: list[tuple[RequestState, int]] = field(default_factory=list)  # (waiting request, its new position)
     admitted: list[RequestState] = field(default_factory=list)  # given a slot this step
     copies: list[tuple[int, int]] = field(default_factory=list)  # (source slot, target slot), before the chunks
-    chunks: list[Chunk] = field(default_factory=list)  # prompt tokens to prefill, in this order
+    chunks: list[PrefillChunk] = field(default_factory=list)  # prompt tokens to prefill, in this order
     decode: list[RequestState] = field(default_factory=list)  # running, in slot order
 
 
@@ -65,7 +50,7 @@ class Scheduler:
                  context: int | None = None, decode_prior: Callable[[int], float] | None = None):
         """`queue_timeout_s`: how long a request may wait for a slot before it ends with `queue_timeout`.
         `piece` (a token's bytes): a prompt may be rewritten to a cached conversation's tokens of the same text
-        (prefix_cache.realign), growing only into the room `context` (a sequence's most positions) leaves it.
+        (prefix_cache.realign), growing only into the room `context` (a request's most positions) leaves it.
         `decode_prior(rows)`: a decode-only step's seconds measured before serving (step_cost.StepCost)."""
         self.piece, self.context = piece, context
         self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
@@ -74,29 +59,29 @@ class Scheduler:
         self._allowance_s: float | None = None  # what this step's chunks may still add (None: no time bound)
         self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
         self.waiting: deque[RequestState] = deque()
-        self.running: dict[int, RequestState] = {}  # slot -> sequence, prefilling or decoding
+        self.running: dict[int, RequestState] = {}  # slot -> request, prefilling or decoding
         self.prefilling: list[RequestState] = []  # in the order they were admitted
         self.free_slots = list(range(slots))
         self.cache = PrefixCache(slots)
 
-    def add(self, seq: RequestState) -> None:
-        """Queue a new sequence; Overloaded when the queue is full. Those next in line take the free slots, so
+    def add(self, request: RequestState) -> None:
+        """Queue a new request; Overloaded when the queue is full. Those next in line take the free slots, so
         a burst may hold as many as there are free slots beyond `max_queue`."""
         if len(self.waiting) >= self.max_queue + len(self.free_slots):
             raise Overloaded(self.max_queue)
-        self.waiting.append(seq)
+        self.waiting.append(request)
 
     def schedule(self, cancelled: Collection[str], now: float) -> Plan:
         plan = Plan()
-        for seq in [*self.running.values(), *self.waiting]:
-            if seq.id in cancelled:
-                plan.ended.append((seq, FinishReason.CANCELLED))
-            elif seq.deadline_passed(now):
-                plan.ended.append((seq, FinishReason.TIMEOUT))
-            elif seq.status is Status.WAITING and self._waited_too_long(seq, now):
-                plan.ended.append((seq, FinishReason.QUEUE_TIMEOUT))
-        for seq, _ in plan.ended:
-            self.finish(seq)
+        for request in [*self.running.values(), *self.waiting]:
+            if request.id in cancelled:
+                plan.ended.append((request, FinishReason.CANCELLED))
+            elif request.deadline_passed(now):
+                plan.ended.append((request, FinishReason.TIMEOUT))
+            elif request.status is Status.WAITING and self._waited_too_long(request, now):
+                plan.ended.append((request, FinishReason.QUEUE_TIMEOUT))
+        for request, _ in plan.ended:
+            self.finish(request)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
         starting = len(self.prefilling) + min(len(self.waiting), len(self.free_slots))  # to their first token
         if plan.decode and not self.costs.ready:  # a few small chunks a step, until their cost is known
@@ -104,17 +89,17 @@ class Scheduler:
         else:
             budget = self.step_budget(len(plan.decode), starting)
             self._allowance_s = self.costs.allowance_s(len(plan.decode), starting > 1) if plan.decode else None
-        for seq in self.prefilling:
-            taken = self._chunk(plan, seq, budget) if self._room(plan, budget) else 0
+        for request in self.prefilling:
+            taken = self._chunk(plan, request, budget) if self._room(plan, budget) else 0
             if not taken:  # first come, first served: nobody later goes ahead
                 break
             budget -= taken
         while self._room(plan, budget) and self.waiting and self.free_slots and not self._prefix_coming():
-            seq, copy_from = self._admit()
-            plan.admitted.append(seq)
+            request, copy_from = self._admit()
+            plan.admitted.append(request)
             if copy_from is not None:
-                plan.copies.append((copy_from, seq.slot))
-            taken = self._chunk(plan, seq, budget)  # none: it has its slot, and prefills from the next step
+                plan.copies.append((copy_from, request.slot))
+            taken = self._chunk(plan, request, budget)  # none: it has its slot, and prefills from the next step
             if not taken:
                 break
             budget -= taken
@@ -130,35 +115,35 @@ class Scheduler:
             return self.idle_budget
         return self.budget * max(1, decode_rows // BUDGET_ROWS, starting)
 
-    def prefilled(self, chunk: Chunk) -> None:
-        """The chunk's K/V are in the cache; a sequence whose prompt is complete starts decoding."""
-        seq = chunk.seq
-        seq.prefilled = chunk.start + chunk.length
-        if chunk.last:
-            self.prefilling.remove(seq)
-            seq.move_to(Status.RUNNING)
+    def prefilled(self, chunk: PrefillChunk) -> None:
+        """The chunk's K/V are in the cache; a request whose prompt is complete starts decoding."""
+        request = self.running[chunk.slot]
+        request.prefilled = chunk.start + chunk.length
+        if chunk.wants_logits:  # it completes the prompt: its logits give the first token
+            self.prefilling.remove(request)
+            request.move_to(Status.RUNNING)
 
-    def finish(self, seq: RequestState, reusable: bool = True) -> None:
-        """Take a sequence out, freeing its slot; it is finished from here on. The slot's cache stays reusable
+    def finish(self, request: RequestState, reusable: bool = True) -> None:
+        """Take a request out, freeing its slot; it is finished from here on. The slot's cache stays reusable
         unless `reusable` is False (a failed step may have left it half written)."""
-        if seq.status in (Status.PREFILLING, Status.RUNNING):
-            if seq in self.prefilling:
-                self.prefilling.remove(seq)
-            del self.running[seq.slot]
-            self.cache.release(seq.slot, seq.cached_ids() if reusable else [], seq.owner)
-            self.free_slots.append(seq.slot)
-        elif seq.status is Status.WAITING:
-            self.waiting.remove(seq)
-        seq.move_to(Status.FINISHED)
+        if request.status in (Status.PREFILLING, Status.RUNNING):
+            if request in self.prefilling:
+                self.prefilling.remove(request)
+            del self.running[request.slot]
+            self.cache.release(request.slot, request.cached_ids() if reusable else [], request.owner)
+            self.free_slots.append(request.slot)
+        elif request.status is Status.WAITING:
+            self.waiting.remove(request)
+        request.move_to(Status.FINISHED)
 
     def find(self, request_id: str) -> RequestState | None:
-        for seq in (*self.running.values(), *self.waiting):
-            if seq.id == request_id:
-                return seq
+        for request in (*self.running.values(), *self.waiting):
+            if request.id == request_id:
+                return request
         return None
 
-    def sequences(self) -> list[RequestState]:
-        """Every sequence not yet finished: those with a slot, then waiting ones in order."""
+    def requests(self) -> list[RequestState]:
+        """Every request not yet finished: those with a slot, then waiting ones in order."""
         return [*self.running.values(), *self.waiting]
 
     def _prefix_coming(self) -> bool:
@@ -172,15 +157,15 @@ class Scheduler:
             return True
         n = nxt.shared_prefix
         return n > 0 and nxt.params.cache_prompt and any(
-            seq.prefilled < n <= len(seq.prompt_ids) and seq.params.cache_prompt
-            and seq.prompt_ids[:n] == nxt.prompt_ids[:n] for seq in self.prefilling)
+            request.prefilled < n <= len(request.prompt_ids) and request.params.cache_prompt
+            and request.prompt_ids[:n] == nxt.prompt_ids[:n] for request in self.prefilling)
 
-    def _waited_too_long(self, seq: RequestState, now: float) -> bool:
-        return self.queue_timeout_s is not None and now - seq.submitted > self.queue_timeout_s
+    def _waited_too_long(self, request: RequestState, now: float) -> bool:
+        return self.queue_timeout_s is not None and now - request.submitted > self.queue_timeout_s
 
-    def _chunk(self, plan: Plan, seq: RequestState, budget: int) -> int:
-        start = seq.prefilled
-        length = min(budget, self.max_chunk, len(seq.prompt_ids) - start)
+    def _chunk(self, plan: Plan, request: RequestState, budget: int) -> int:
+        start = request.prefilled
+        length = min(budget, self.max_chunk, len(request.prompt_ids) - start)
         if plan.decode and self._allowance_s is None:  # the costs are not known yet: a small chunk
             length = min(length, COLD_CHUNK)
         elif plan.decode:  # within what the step may still take; the step's first chunk has at least one token
@@ -188,7 +173,8 @@ class Scheduler:
                 return 0
             length = self.costs.longest(start, length, self._allowance_s)
             self._allowance_s -= self.costs.chunk_s(start, length)
-        plan.chunks.append(Chunk(seq, start, length))
+        end = start + length
+        plan.chunks.append(PrefillChunk(request.slot, start, request.prompt_ids[start:end], end == len(request.prompt_ids)))
         return length
 
     def _room(self, plan: Plan, budget: int) -> bool:
@@ -197,34 +183,34 @@ class Scheduler:
         return budget > 0 and (self._allowance_s is None or not plan.chunks or self._allowance_s >= 0)
 
     def _admit(self) -> tuple[RequestState, int | None]:
-        """The next waiting sequence, placed where the longest prefix of its prompt is cached, and the slot whose
+        """The next waiting request, placed where the longest prefix of its prompt is cached, and the slot whose
         cache must be copied into its own first (None: none)."""
-        seq = self.waiting.popleft()
+        request = self.waiting.popleft()
         busy = sorted(self.running)
-        room = self.context - len(seq.prompt_ids) - seq.params.max_new_tokens if self.context else 0
-        place = self.cache.place(seq.prompt_ids, self.free_slots, self._holds, busy, reuse=seq.params.cache_prompt,
-                                 piece=self.piece, room=room, owner=seq.owner, shared=seq.shared_prefix)
+        room = self.context - len(request.prompt_ids) - request.params.max_new_tokens if self.context else 0
+        place = self.cache.place(request.prompt_ids, self.free_slots, self._holds, busy, reuse=request.params.cache_prompt,
+                                 piece=self.piece, room=room, owner=request.owner, shared=request.shared_prefix)
         if place.prompt is not None:  # the same text, as the cached conversation's tokens spell it
-            seq.prompt_ids = place.prompt
+            request.prompt_ids = place.prompt
         self.free_slots.remove(place.slot)
-        seq.slot, seq.prefilled, seq.reused = place.slot, place.reused, place.reused
-        seq.move_to(Status.PREFILLING)
-        self.running[seq.slot] = seq
-        self.prefilling.append(seq)
-        return seq, place.copy_from
+        request.slot, request.prefilled, request.reused = place.slot, place.reused, place.reused
+        request.move_to(Status.PREFILLING)
+        self.running[request.slot] = request
+        self.prefilling.append(request)
+        return request, place.copy_from
 
     def _holds(self, slot: int) -> Held:
-        seq = self.running[slot]
-        return Held(seq.cached_ids(), seq.owner)
+        request = self.running[slot]
+        return Held(request.cached_ids(), request.owner)
 
     def _new_positions(self) -> list[tuple[RequestState, int]]:
-        """Waiting sequences whose place in line changed. One that only waits for its prefill turn (a slot is
+        """Waiting requests whose place in line changed. One that only waits for its prefill turn (a slot is
         free for it) is not queued and hears nothing."""
         free = len(self.free_slots)
         changed = []
-        for n, seq in enumerate(self.waiting, start=1):
+        for n, request in enumerate(self.waiting, start=1):
             position = n - free
-            if position > 0 and seq.last_position != position:
-                seq.last_position = position
-                changed.append((seq, position))
+            if position > 0 and request.last_position != position:
+                request.last_position = position
+                changed.append((request, position))
         return changed

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..engine.request import MIN_FITTED_ANSWER, fit_max_new_tokens
 from ..errors import InvalidRequest, PromptTooLong
 
 Message = dict[str, str]
 Count = Callable[[str, int], int]  # a text's tokens, or any number above the limit once past it
+MIN_FITTED_ANSWER = 64  # less room than this left for an answer is prompt_too_long, not a stub answer
 
 
 def check_question(content: str, field: str) -> None:
@@ -118,3 +118,17 @@ def _first(candidates: range, fits: Callable[[int], bool]) -> int | None:
         else:
             lo = mid + 1
     return hi
+
+
+def fit_max_new_tokens(prompt_tokens: int, context: int, default: int, asked: int | None = None) -> int:
+    """How many new tokens a request may generate. A length the caller asked for is kept (if it does not fit, the
+    engine refuses it with prompt_too_long); otherwise the default, shrunk to the room the context has left so a
+    long conversation keeps working, but never below MIN_FITTED_ANSWER (or the default, if that is smaller)."""
+    if asked is not None:
+        return asked
+    room = context - prompt_tokens
+    if room >= default:
+        return default
+    if room >= MIN_FITTED_ANSWER:
+        return room
+    raise PromptTooLong(prompt_tokens, min(default, MIN_FITTED_ANSWER), context, asked=False)

@@ -21,7 +21,7 @@ import numpy as np
 
 from ...engine.capacity import Sizing, StepModel
 from ...engine.runner import PrefillChunk, Runner, StepOutput
-from ..formats import WeightFormat
+from ...config import WeightFormat
 from ...architecture.model_config import ModelConfig
 from .attention import HostCache
 from .kernel import TILE as KERNEL_TILE

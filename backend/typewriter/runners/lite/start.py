@@ -16,7 +16,8 @@ from ...architecture.model_config import ModelConfig
 from ...errors import ModelFormatError
 from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Sizing, StepModel, size_slots
 from ...weights.source import Source, weight_reader
-from ..formats import Encode, Progress, RunnerOptions, WeightFormat
+from ..options import Encode, Progress, RunnerOptions
+from ...config import WeightFormat
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
 from .program_cache import ProgramCache, cache_key

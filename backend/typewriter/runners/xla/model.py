@@ -21,7 +21,7 @@ import tensorflow as tf
 from . import native_ops
 from .host_memory import variable, zeros_variable
 from ...architecture.model_config import ModelConfig
-from ..formats import WeightFormat
+from ...config import WeightFormat
 from .quantized import columns, dense, matrix
 
 

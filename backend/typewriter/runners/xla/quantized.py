@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import native_ops
-from ..formats import WeightFormat
+from ...config import WeightFormat
 from .host_memory import variable
 from ..rotation import INT8_MAX, Rotation, quantize_int8
 

@@ -17,7 +17,7 @@ import numpy as np
 from ...engine.capacity import Sizing, StepModel
 from ...engine.runner import CallByCall, PrefillChunk, Runner, StepOutput, step_call_by_call
 from .compiler import ProgramCompiler, ProgramKey, bucket
-from ..formats import WeightFormat
+from ...config import WeightFormat
 from .model import Transformer
 
 

@@ -15,7 +15,8 @@ import numpy as np
 from ...architecture.model_config import ModelConfig
 from ...engine.capacity import Sizing
 from ...weights.source import Source, load_weights
-from ..formats import Compile, Encode, Progress, RunnerOptions, WeightFormat
+from ..options import Compile, Encode, Progress, RunnerOptions
+from ...config import WeightFormat
 from .tf_env import import_tensorflow
 
 if TYPE_CHECKING:
