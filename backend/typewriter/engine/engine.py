@@ -242,7 +242,7 @@ class Engine:
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")
 
-    def _runnable(self, plan: Plan) -> tuple[list[Chunk], list[RequestState]]:
+    def _runnable(self, plan: Plan) -> tuple[list[PrefillChunk], list[RequestState]]:
         """The chunks and decode rows that programs compiled by now can run. The others sit this step out while
         the programs they need compile in the background, unless nothing could run: then all go, and wait."""
         if (compiler := self.runner.compiler) is None:
