@@ -46,7 +46,9 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False,
                    help=f"tokens of KV cache per stream (default {context}{context_var})")
     if weights:
         p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None if from_settings else default_weights,
-                       help=f"how the matrices are held: int8 is faster and smaller, fp32 exactly the file's "
+                       help=f"how the matrices are held: int8-lite is the fast one (Llama models; -fast trades "
+                       f"some quality for faster batches), fp32 exactly the file's, XLA's int8 4x fewer bytes than "
+                       f"fp32 but slower for one row; auto is int8-lite where it runs, else fp32 "
                        f"(default {default_weights}{weights_var})")
 
 
