@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, Settings
+from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, ConfigError, Settings
 from ..engine.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
+from ..errors import InvalidRequest
 
 # The SamplingParams fields that are options; each option's dest is the field's name.
 SAMPLING_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop",
@@ -52,6 +53,15 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False,
                        f"(default {default_weights}{weights_var})")
 
 
+def check_model_arguments(args: argparse.Namespace) -> None:
+    """Before the model loads: refuse the model options' values that `serve` refuses (Settings' checks), naming
+    the option. (A --model path that is not there is refused by runtime.load before it reads anything.)"""
+    try:
+        Settings(max_context=args.max_context)
+    except ConfigError as e:
+        raise e.given_as("--max-context") from None
+
+
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     """Every option defaults to None: only the values given reach SamplingParams, which has the defaults."""
     d = SamplingParams()
@@ -72,8 +82,12 @@ def sampling_params(args: argparse.Namespace, prompt_tokens: int | None = None,
                     context: int | None = None) -> SamplingParams:
     """The request's sampling parameters from the options given. Without the prompt's length (to check the
     values before the model loads) the answer length is as asked or the default; with it, the server's rule
-    `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left."""
+    `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left. With the
+    context alone, an answer length that leaves no room for any prompt is refused."""
     given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
+    if prompt_tokens is None and context is not None and (args.max_new_tokens or 0) >= context:
+        raise InvalidRequest("max_new_tokens", f"must be smaller than the context ({context} tokens, --max-context)"
+                                               f" so that a prompt fits, got {args.max_new_tokens}")
     if prompt_tokens is not None and context is not None:
         given["max_new_tokens"] = fit_max_new_tokens(prompt_tokens, context, DEFAULT_MAX_NEW_TOKENS,
                                                      args.max_new_tokens)
