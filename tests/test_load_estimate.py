@@ -73,3 +73,11 @@ def test_readyz_gives_the_estimate_beside_the_progress_words_while_loading():
     assert body["fraction"] == 0.375
     assert "left_s" not in body or body["left_s"] >= 0  # the two counts came microseconds apart
     assert "fraction" not in ready and "left_s" not in ready
+
+
+def test_digits_in_a_path_are_not_a_count():
+    estimate = LoadEstimate()
+    estimate.report("loading /models/v1/2.gguf", 0.0)
+    assert estimate.at(0.0) == {}
+    estimate.report("compiled 3/12: decode_8", 1.0)
+    assert estimate.at(1.0) == {"fraction": 0.25}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-_COUNT = re.compile(r"(\d+)/(\d+)")
+_COUNT = re.compile(r"(?:^|(?<=\s))(\d+)/(\d+)(?=$|[\s:,;)])")  # "program 6/32", not a path's "v1/2"
 
 
 class _Step(NamedTuple):
