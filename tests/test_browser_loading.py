@@ -1,7 +1,8 @@
 """A question asked while the model loads, in a real browser against a real server (uvicorn on a loopback port,
 the real app, the real engine on a scripted runner whose load waits for the test). The page says the tutor is
 getting ready with the load's progress from /readyz, holds the question with Stop offered, shows no error, and
-sends it once the server is ready: one chat reaches the engine, and its answer is shown."""
+sends it once the server is ready: one chat reaches the engine, and its answer is shown. (How the loading status
+reads and fits: test_browser_loading_status.py.)"""
 
 from __future__ import annotations
 
@@ -42,8 +43,7 @@ def test_a_question_asked_while_the_model_loads_waits_with_the_progress_and_is_a
             page.on("console", lambda m: errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
             page.goto(f"http://{address}/")
             status = page.locator("#status")
-            expect(status).to_have_text("The tutor is getting ready (loading the model: int8-lite: program 6/32)…",
-                                        timeout=10_000)
+            expect(status).to_have_text("Getting the tutor ready: 18%…", timeout=10_000)
 
             page.fill("#question", "What is a prime number?")
             page.keyboard.press("Enter")
@@ -52,7 +52,7 @@ def test_a_question_asked_while_the_model_loads_waits_with_the_progress_and_is_a
             expect(note).to_have_text("Your question is kept and will be sent as soon as the tutor is ready.")
             page.wait_for_timeout(2500)  # a few of the page's looks at /readyz, and any socket it tried
             expect(tutor).to_have_attribute("data-status", "waiting")
-            expect(status).to_have_text("The tutor is getting ready (loading the model: int8-lite: program 6/32)…")
+            expect(status).to_have_text("Getting the tutor ready: 18%…")
             expect(note).not_to_have_attribute("role", "alert")  # a quiet note, not an error
             assert note.evaluate("n => getComputedStyle(n).color") == page.locator(".status").evaluate(
                 "s => getComputedStyle(s, '::before').backgroundColor"), "the note is not in the waiting colour"
@@ -82,7 +82,7 @@ def test_stop_takes_back_a_question_held_while_the_model_loads(browser):
         try:
             page = context.new_page()
             page.goto(f"http://{address}/")
-            expect(page.locator("#status")).to_have_text(re.compile("getting ready"), timeout=10_000)
+            expect(page.locator("#status")).to_have_text(re.compile("Getting the tutor ready"), timeout=10_000)
             page.fill("#question", "What is a prime number?")
             page.keyboard.press("Enter")
             page.click("#stop")

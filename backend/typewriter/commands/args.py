@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, Settings
-from ..config import DEFAULT_MAX_NEW_TOKENS
+from ..config import DEFAULT_MAX_NEW_TOKENS, EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, ConfigError, Settings
 from ..engine.request import SamplingParams
+from ..errors import InvalidRequest
 from ..text.conversation import fit_max_new_tokens
 
 # The SamplingParams fields that are options; each option's dest is the field's name.
@@ -48,8 +48,19 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False,
                    help=f"tokens of KV cache per stream (default {context}{context_var})")
     if weights:
         p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None if from_settings else default_weights,
-                       help=f"how the matrices are held: int8 is faster and smaller, fp32 exactly the file's "
+                       help=f"how the matrices are held: int8-lite is the fast one (Llama models; -fast trades "
+                       f"some quality for faster batches), fp32 exactly the file's, XLA's int8 4x fewer bytes than "
+                       f"fp32 but slower for one row; auto is int8-lite where it runs, else fp32 "
                        f"(default {default_weights}{weights_var})")
+
+
+def check_model_arguments(args: argparse.Namespace) -> None:
+    """Before the model loads: refuse the model options' values that `serve` refuses (Settings' checks), naming
+    the option. (A --model path that is not there is refused by assemble.load before it reads anything.)"""
+    try:
+        Settings(max_context=args.max_context)
+    except ConfigError as e:
+        raise e.given_as("--max-context") from None
 
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
@@ -72,8 +83,12 @@ def sampling_params(args: argparse.Namespace, prompt_tokens: int | None = None,
                     context: int | None = None) -> SamplingParams:
     """The request's sampling parameters from the options given. Without the prompt's length (to check the
     values before the model loads) the answer length is as asked or the default; with it, the server's rule
-    `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left."""
+    `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left. With the
+    context alone, an answer length that leaves no room for any prompt is refused."""
     given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
+    if prompt_tokens is None and context is not None and (args.max_new_tokens or 0) >= context:
+        raise InvalidRequest("max_new_tokens", f"must be smaller than the context ({context} tokens, --max-context)"
+                                               f" so that a prompt fits, got {args.max_new_tokens}")
     if prompt_tokens is not None and context is not None:
         given["max_new_tokens"] = fit_max_new_tokens(prompt_tokens, context, DEFAULT_MAX_NEW_TOKENS,
                                                      args.max_new_tokens)

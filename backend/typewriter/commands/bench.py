@@ -11,10 +11,10 @@ import json
 import statistics
 import time
 
-from ..config import default_model_id
+from ..config import ConfigError, default_model_id
 from ..progress import StderrProgress
 from ..engine.request import Finished, GenerationRequest, SamplingParams, Token
-from .args import add_model_arguments, positive_int, setting_default
+from .args import add_model_arguments, check_model_arguments, positive_int, setting_default
 
 TUTOR_QUESTION = "Can you explain why dividing by a fraction is the same as multiplying by its reciprocal?"
 
@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..assemble import load
 
+    check_model_arguments(args)  # bad values fail before the model loads
+    if args.tokens >= args.max_context:
+        raise ConfigError(None, f"must be smaller than --max-context ({args.max_context}) so that the prompt fits, "
+                                f"got {args.tokens}", "--tokens")
     streams = args.streams
     progress = StderrProgress("bench")
     # The batched run submits its N streams to N slots, so every one finds a slot free and none waits.

@@ -13,7 +13,8 @@ from ..errors import TypewriterError
 from ..progress import StderrProgress
 from ..config import DEFAULT_MAX_NEW_TOKENS
 from ..engine.request import Event, Finished, GenerationRequest, SamplingParams, Token
-from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
+from .args import (add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params,
+                   setting_default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,7 +26,8 @@ def run(args: argparse.Namespace) -> int:
     from ..config import lite_cache_dir
     from ..assemble import load
 
-    sampling_params(args)  # bad values fail before the model loads
+    check_model_arguments(args)  # bad values fail before the model loads
+    sampling_params(args, context=args.max_context)
     # One question at a time, and a stopped answer has ended before the next question is sent, so the one
     # slot is always free and nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,

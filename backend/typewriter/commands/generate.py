@@ -11,7 +11,8 @@ import uuid
 from ..progress import StderrProgress
 from ..text.conversation import check_question
 from ..engine.request import Finished, GenerationRequest, Token
-from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
+from .args import (add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params,
+                   setting_default)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +28,8 @@ def run(args: argparse.Namespace) -> int:
     from ..assemble import load
 
     check_question(args.prompt, "prompt")  # bad values fail before the model loads
-    sampling_params(args)
+    check_model_arguments(args)
+    sampling_params(args, context=args.max_context)
     t0 = time.perf_counter()
     # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,

@@ -53,7 +53,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..weights import resolve_model_path
+
     settings = settings_from_args(args)  # before uvicorn, Starlette and TensorFlow are imported
+    resolve_model_path(settings.model_path)  # a path that is not there, or not a model's: exit 2, not 1 after binding
     from ..server.main import serve
 
     return serve(settings)

@@ -235,9 +235,9 @@ def _tool_format(server: ServerState, chat: Chat):
     uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
     fmt = server.tokenizer.tool_format
     if uses_tools and fmt is None:
-        raise Refusal("not_supported", f"tools: {server.tokenizer.name}'s chat template has no tool format "
-                                               "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 "
-                                               "writes); leave out tools, tool calls and tool messages", chat.id)
+        raise Refusal("not_supported", f"tools: {server.settings.model_id}'s chat template has no tool format "
+                                       "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 writes); "
+                                       "leave out tools, tool calls and tool messages", chat.id)
     return fmt
 
 

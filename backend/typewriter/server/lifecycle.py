@@ -20,6 +20,7 @@ from ..config import Settings, parse_proxies
 from ..errors import TypewriterError
 from ..engine.request import Event, GenerationRequest
 from .limits import Limits
+from .load_estimate import LoadEstimate
 from .metrics import Metrics
 from .owners import Owners, shared_prefix
 
@@ -91,6 +92,7 @@ class ServerState:
         self.owners = Owners()  # whose cached conversation a chat may reuse (owners.py)
         self.shared_prefix: list[int] = []  # the prompt tokens every chat begins with, known once loaded
         self.progress = "starting"
+        self.load_estimate = LoadEstimate()  # the progress's counts as a fraction and the time left, for the page
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
         self.limits = Limits(settings.max_connections, settings.max_connections_per_client,
@@ -148,6 +150,7 @@ class ServerState:
         body = {"status": self.phase.value}
         if self.phase is Phase.LOADING:
             body["progress"] = self.progress
+            body |= self.load_estimate.at(time.monotonic())
         if self.error:
             body["detail"] = self.error
         return False, body
@@ -175,6 +178,7 @@ class ServerState:
 
     def _report(self, message: str) -> None:
         self.progress = message
+        self.load_estimate.report(message, time.monotonic())
         log.info("loading: %s", message)
 
     def _loaded(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:

@@ -12,6 +12,7 @@ import uvicorn
 from websockets.exceptions import InvalidState
 
 from ..config import Settings
+from .access_log import quiet_probes
 from .app import create_app
 from .connections import Waiting, ensure_descriptors, guarded_http, log_accept_failures_once_an_interval
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
@@ -74,7 +75,9 @@ def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
     )
-    return uvicorn.Config(app, **(values | overrides))
+    config = uvicorn.Config(app, **(values | overrides))  # configures uvicorn's loggers
+    quiet_probes()  # so that the load's progress is not buried under the page's polls of /readyz
+    return config
 
 
 class Server(uvicorn.Server):

@@ -1,0 +1,61 @@
+"""How far the model's load has come, in numbers a page can put in plain words: the fraction of the step that
+reports a count ("weights 3/10", "int8-lite: program 12/32", "compiled 2/6: ...") and, from the rate that step
+has kept so far, the seconds it has left.
+
+The load's progress messages stay the developer's (the terminal, /readyz's `progress`); this only reads their
+counts. Where there is no basis for a number there is none: no count, no fraction; fewer than two counts of one
+step, or a finish time already past, no time left.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+_COUNT = re.compile(r"(?:^|(?<=\s))(\d+)/(\d+)(?=$|[\s:,;)])")  # "program 6/32", not a path's "v1/2"
+
+
+class _Step(NamedTuple):
+    name: str  # the words before the count: one step's reports share them
+    total: int
+    first_s: float  # when the step's first count came, and what it was
+    first_done: int
+    last_s: float
+    done: int
+
+
+class LoadEstimate:
+    """Fed each progress message on the loading thread (`report`), read on the event loop (`at`): the step is
+    one tuple, replaced whole, so a reader never sees half an update."""
+
+    def __init__(self) -> None:
+        self._step: _Step | None = None
+
+    def report(self, message: str, now: float) -> None:
+        count = _COUNT.search(message)
+        if count is None:  # a step without a count (opening the file, sizing the slots): nothing to estimate
+            self._step = None
+            return
+        done, total = int(count.group(1)), int(count.group(2))
+        if total <= 0 or done > total:
+            self._step = None
+            return
+        name, step = message[:count.start()], self._step
+        if step is None or step.name != name or step.total != total or done < step.done:
+            self._step = _Step(name, total, now, done, now, done)
+        else:
+            self._step = step._replace(last_s=now, done=done)
+
+    def at(self, now: float) -> dict[str, float]:
+        """{"fraction": the counted step's share done, "left_s": its seconds left at the rate so far}, each only
+        where there is a basis for it."""
+        step = self._step
+        if step is None:
+            return {}
+        out = {"fraction": round(step.done / step.total, 3)}
+        took, made = step.last_s - step.first_s, step.done - step.first_done
+        if made > 0 and took > 0 and step.done < step.total:
+            left = step.last_s + (step.total - step.done) * took / made - now
+            if left > 0:
+                out["left_s"] = round(left, 1)
+        return out
