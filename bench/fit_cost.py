@@ -17,9 +17,8 @@ import random
 import statistics
 import time
 
-from typewriter.text.conversation import fit_max_new_tokens
 from typewriter.errors import PromptTooLong
-from typewriter.text.conversation import FittedPrompt, fit_conversation
+from typewriter.text.conversation import FittedPrompt, fit_conversation, fit_max_new_tokens
 from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights.source import embedded_model_path
 

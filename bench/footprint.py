@@ -16,12 +16,13 @@ import ctypes
 import gc
 import sys
 import tempfile
+from pathlib import Path
 
 
 def rss_mb() -> int:
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-    for line in open("/proc/self/status"):
+    for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) // 1024
     raise RuntimeError("no VmRSS")
@@ -37,8 +38,7 @@ def main() -> int:
     prepare_environment(tempfile.mkdtemp(prefix="typewriter-xla-"))
     rows = [("start (Python)", rss_mb(), "")]
     tf = import_tensorflow()
-    from typewriter.config import Settings
-    from typewriter.config import WeightFormat
+    from typewriter.config import Settings, WeightFormat
     from typewriter.text.tokenizer import Tokenizer
     from typewriter.weights import load_weights, resolve_model_path
     from typewriter.weights.source import open_source

@@ -107,10 +107,10 @@ class Q4Programs:
     def make(self):
         import tempfile
 
-        from typewriter.runners.rotation import quantize_int8
         from typewriter.runners.lite.flatbuffer import ProgramBuilder
         from typewriter.runners.lite.layers import RotationFolder
         from typewriter.runners.lite.programs import EMBEDDINGS, ProgramSet
+        from typewriter.runners.rotation import quantize_int8
 
         cfg = self.cfg
         p = ProgramBuilder(1)
@@ -197,12 +197,13 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from quality import CHUNK, compare, our_logits
+
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
+    from typewriter.assemble import read_model
     from typewriter.runners.lite.programs import make_programs
     from typewriter.runners.lite.runner import LiteRunner
-    from typewriter.assemble import read_model
     from typewriter.runners.lite.start import calibration_ids
     from typewriter.weights.source import embedded_model_path
 

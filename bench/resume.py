@@ -71,11 +71,11 @@ async def keep(events: list, door: str) -> dict:
     from typewriter.config import Settings
     from typewriter.server.chats import ChatStream
     from typewriter.server.lifecycle import ServerState
-    from typewriter.server.openai.routes import Answer
     from typewriter.server.openai.completions_request import parse_body
+    from typewriter.server.openai.routes import Answer
+    from typewriter.server.openai.streams import SseChat
     from typewriter.server.resume.registry import Resumes
     from typewriter.server.socket.resumable import SocketChat
-    from typewriter.server.openai.streams import SseChat
     from typewriter.server.socket.session import Session
 
     settings = Settings(resume_buffer_bytes=1 << 30, resume_buffer_total_bytes=1 << 40)

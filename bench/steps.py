@@ -29,9 +29,8 @@ def main() -> None:
 
     prepare_environment(None)
     from typewriter.assemble import open_runner
-    from typewriter.config import Settings
+    from typewriter.config import Settings, WeightFormat
     from typewriter.runners.options import RunnerOptions
-    from typewriter.config import WeightFormat
 
     fmt = WeightFormat(args.weights or Settings().weights)
     runner = open_runner(None, RunnerOptions(fmt, 2048, slots=8, compile="lazy")).runner

@@ -97,9 +97,7 @@ def _add(writer: gguf.GGUFWriter, key: str, value) -> None:
         writer.add_float32(key, value)
     elif isinstance(value, str):
         writer.add_string(key, value)
-    elif isinstance(value, list) and value and isinstance(value[0], str):
-        writer.add_array(key, value)
-    elif isinstance(value, list):
+    elif (isinstance(value, list) and value and isinstance(value[0], str)) or isinstance(value, list):
         writer.add_array(key, value)
     else:
         raise TypeError(f"{key}: cannot write a {type(value).__name__}")

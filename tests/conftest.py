@@ -12,7 +12,6 @@ from tiny_model import random_weights, tiny_config, write_gguf
 
 from typewriter.weights.source import embedded_model_path as find_embedded_model
 
-
 # absl's handler (TensorFlow installs it) writes to the sys.stderr of the moment it is made, and closes that stream
 # when logging.config.dictConfig (every uvicorn.Config) clears the handlers, unless it is one of the process's own.
 # Under pytest's capture it would be the capture's buffer: closing that ended the whole run ("lost sys.stderr").
@@ -53,8 +52,8 @@ def real_runner(embedded_model_path):
     256-token context, buckets compiled on first use.
     Whoever starts an Engine on it shuts that engine down before the module ends: one thread owns a runner."""
     from typewriter.assemble import open_runner
-    from typewriter.runners.options import RunnerOptions
     from typewriter.config import WeightFormat
+    from typewriter.runners.options import RunnerOptions
 
     return open_runner(embedded_model_path, RunnerOptions(WeightFormat.FP32, 256, slots=1, compile="lazy")).runner
 

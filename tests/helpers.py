@@ -98,8 +98,7 @@ def text_of(frames: list[dict]) -> str:
 
 def quadratic_reference(messages, encode, context, default, asked=None):
     """The fitting as it was: the whole history encoded again for every exchange dropped."""
-    from typewriter.text.conversation import fit_max_new_tokens
-    from typewriter.text.conversation import FittedPrompt
+    from typewriter.text.conversation import FittedPrompt, fit_max_new_tokens
 
     head = [m for m in messages[:1] if m["role"] == "system"]
     rest = list(messages[len(head):])

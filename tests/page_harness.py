@@ -23,7 +23,6 @@ from playwright.sync_api import Page, WebSocketRoute, sync_playwright
 
 from typewriter.server.app import SECURITY_HEADERS
 
-
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
 CHROMIUM = "/usr/bin/chromium"

@@ -16,13 +16,13 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from live_server import running
 from scripted import factory, script_engine
 from websockets.sync.client import connect
 
-from live_server import running
-from typewriter.server.grpc.service import ERROR_CODE_KEY
 from typewriter.server.grpc.gen import chat_pb2 as pb
 from typewriter.server.grpc.gen import chat_pb2_grpc
+from typewriter.server.grpc.service import ERROR_CODE_KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 BLANKS = ["", " ", "\n\t  \n", "\u00a0\u2003"]  # a no-break space and an em space are whitespace too

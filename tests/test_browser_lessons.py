@@ -7,9 +7,22 @@ from __future__ import annotations
 import json
 
 import pytest
+from page_harness import (
+    DESKTOP,
+    ORIGIN,
+    PHONE,
+    SOCKET,
+    FakeTutor,
+    ask,
+    browser,
+    end,
+    open_page,
+    screenshot,
+    start,
+    token,
+    wait_done,
+)
 from playwright.sync_api import expect
-from page_harness import (DESKTOP, ORIGIN, PHONE, SOCKET, FakeTutor, ask, browser, end, open_page, screenshot, start,
-                          token, wait_done)
 
 pytestmark = [pytest.mark.browser]
 __all__ = ["browser"]  # the shared fixture

@@ -65,7 +65,7 @@ def test_the_loading_status_is_a_whole_plain_sentence_with_the_share_done_and_th
                 shown = fits(page)
                 scroll_width, client_width, scroll_height, client_height = shown["scroll"]
                 assert scroll_width <= client_width and scroll_height <= client_height, (view, shown)
-                assert 0 <= shown["left"] and shown["right"] <= shown["screen"], (view, shown)
+                assert shown["left"] >= 0 and shown["right"] <= shown["screen"], (view, shown)
                 assert not shown["ellipsis"] and shown["whiteSpace"] != "nowrap", (view, shown)
                 assert shown["shown"].strip() == shown["text"].strip(), (view, shown)  # every word drawn
                 expect(page.locator("#status")).to_be_in_viewport(ratio=1)

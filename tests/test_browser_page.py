@@ -7,8 +7,20 @@ from __future__ import annotations
 import re
 
 import pytest
-from page_harness import (DESKTOP, LONG_ANSWER, ORIGIN, PHONE, ask, browser, end, open_page, screenshot, start, token,
-                          wait_done)
+from page_harness import (
+    DESKTOP,
+    LONG_ANSWER,
+    ORIGIN,
+    PHONE,
+    ask,
+    browser,
+    end,
+    open_page,
+    screenshot,
+    start,
+    token,
+    wait_done,
+)
 from playwright.sync_api import Page
 
 pytestmark = [pytest.mark.browser]

@@ -16,7 +16,15 @@ import pytest
 from helpers import wait_until
 from real_server import real_server
 from resume_page import (
-    answer_text, ask, browser_page, finished, greedy_answer, new_chat, sent_frames, status_text, tokens_received,
+    answer_text,
+    ask,
+    browser_page,
+    finished,
+    greedy_answer,
+    new_chat,
+    sent_frames,
+    status_text,
+    tokens_received,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.e2e, pytest.mark.slow]

@@ -5,12 +5,21 @@ shows the choice on /readyz's runtime."""
 from __future__ import annotations
 
 import json
+from typing import ClassVar
 
 import pytest
 
 from typewriter import assemble
-from typewriter.engine.capacity import (HEADROOM, INTER_TOKEN_S, MOST_SLOTS, P95_STEPS, PROBE_ROWS, StepModel,
-                                        size_slots, typical_position)
+from typewriter.engine.capacity import (
+    HEADROOM,
+    INTER_TOKEN_S,
+    MOST_SLOTS,
+    P95_STEPS,
+    PROBE_ROWS,
+    StepModel,
+    size_slots,
+    typical_position,
+)
 
 BUDGET = INTER_TOKEN_S * HEADROOM / P95_STEPS
 
@@ -82,7 +91,7 @@ def test_the_probe_takes_its_steps_in_turns_and_keeps_each_probes_fastest(monkey
 
     class Runner:
         slots, max_len = 64, 2048
-        calls: list[tuple[int, int]] = []
+        calls: ClassVar[list[tuple[int, int]]] = []
 
         def step(self, slots, tokens, positions):
             self.calls.append((len(slots), positions[0]))

@@ -24,8 +24,21 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Response
 
-from typewriter.client import (AsyncClient, ChatError, ChatTimeout, Client, ClientError, Ended, HandshakeRefused,
-                               Queued, Retry, ServerClosed, Started, TokenEvent, ws_url)
+from typewriter.client import (
+    AsyncClient,
+    ChatError,
+    ChatTimeout,
+    Client,
+    ClientError,
+    Ended,
+    HandshakeRefused,
+    Queued,
+    Retry,
+    ServerClosed,
+    Started,
+    TokenEvent,
+    ws_url,
+)
 
 FAST_RETRY = Retry(attempts=4, backoff_s=0.01, max_backoff_s=0.02, jitter=False)
 
@@ -403,7 +416,7 @@ def test_sync_client_streams_deltas_and_stops(fake):
     with Client(fake.url) as client:
         assert list(client.chat("hi", max_new_tokens=3)) == ["hi:", " 1", " 2"]
         chat = client.chat("count", max_new_tokens=500)
-        for delta in chat:
+        for _delta in chat:
             if len(chat.text) >= 5:
                 chat.stop()
         result = chat.result()

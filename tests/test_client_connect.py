@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from live_server import running
 from scripted import factory, script_engine
 
-from live_server import running
 from typewriter.client import AsyncClient, Client, ClientError, ConnectFailed
 
 

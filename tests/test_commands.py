@@ -15,10 +15,9 @@ from scripted import script_engine
 from typewriter import cli
 from typewriter.commands.args import sampling_params
 from typewriter.commands.serve import settings_from_args
-from typewriter.config import Settings, lite_cache_dir
-from typewriter.errors import PromptTooLong
-from typewriter.config import DEFAULT_MAX_NEW_TOKENS
+from typewriter.config import DEFAULT_MAX_NEW_TOKENS, Settings, lite_cache_dir
 from typewriter.engine.request import SamplingParams
+from typewriter.errors import PromptTooLong
 
 
 def parse(*argv: str):
@@ -244,7 +243,7 @@ def test_models_lists_every_family_that_loads(capsys):
 
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
-    for family, gguf, hf in supported():
+    for family, _gguf, hf in supported():
         assert family in out and hf.split(",")[0] in out
     assert "SentencePiece" in out and "typewriter export" in out
 

@@ -18,7 +18,13 @@ from tiny_model import VOCAB_SIZE
 from typewriter.engine.constraints import json_object_schema
 from typewriter.engine.engine import Engine
 from typewriter.engine.request import (
-    Constraint, ConstraintKind, Finished, FinishReason, GenerationRequest, SamplingParams, Started,
+    Constraint,
+    ConstraintKind,
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    SamplingParams,
+    Started,
 )
 from typewriter.errors import InvalidRequest
 from typewriter.text.tokenizer import Tokenizer

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from helpers import quadratic_reference
 
-from typewriter.text.conversation import fit_conversation
 from typewriter.errors import PromptTooLong
+from typewriter.text.conversation import fit_conversation
 
 
 def encode(messages):

@@ -15,8 +15,22 @@ import subprocess
 import time
 
 import pytest
-from docker_env import (BASE_IMAGE_SCRIPT, BUILD_TIMEOUT_S, ROOT, ComposeProject, free_port, host_network_compose,
-                        http_status, image_size, inspect, last_line, sh, start_engine, stop_engine, wait_ready)
+from docker_env import (
+    BASE_IMAGE_SCRIPT,
+    BUILD_TIMEOUT_S,
+    ROOT,
+    ComposeProject,
+    free_port,
+    host_network_compose,
+    http_status,
+    image_size,
+    inspect,
+    last_line,
+    sh,
+    start_engine,
+    stop_engine,
+    wait_ready,
+)
 from websockets.sync.client import connect
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

@@ -241,7 +241,7 @@ def test_clients_beyond_the_slots_queue_in_order_all_finish_and_a_full_queue_ref
         if n >= 2:  # every position came before the one start
             types = [f["type"] for f in frames]
             assert types.count("start") == 1 and types.index("start") == len(positions)
-    assert [f["position"] for f in chats[3] if f["type"] == "queued"][0] == 2
+    assert next(f["position"] for f in chats[3] if f["type"] == "queued") == 2
     assert retried[-1]["type"] == "end"
 
 

@@ -16,17 +16,24 @@ import pytest
 from helpers import Clock, Recorder, instant_steps, wait_until
 from scripted import letter_runner, letters
 from tiny_model import (
-    IM_END, VOCAB_SIZE, byte_token, greedy_loop, random_weights, tiny_config, write_gguf, write_hf_dir,
+    IM_END,
+    VOCAB_SIZE,
+    byte_token,
+    greedy_loop,
+    random_weights,
+    tiny_config,
+    write_gguf,
+    write_hf_dir,
 )
 
 from typewriter import assemble
+from typewriter.config import WeightFormat
 from typewriter.engine.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
+from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
+from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.runners.options import RunnerOptions
-from typewriter.config import WeightFormat
 from typewriter.runners.xla.model import Transformer
-from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
-from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
 from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights import load_weights
 

@@ -7,22 +7,34 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-from helpers import Recorder
 import numpy as np
+import pytest
 from gguf import GGMLQuantizationType as Q
+from helpers import Recorder
 from tiny_model import (
-    SPM_VOCAB_SIZE, TOLERANCE, gpt2_config, gpt2_reference_logits, greedy_loop, prefill_all, random_gpt2_weights,
-    random_weights, tiny_config, write_gguf, write_gpt2_gguf, write_gpt2_hf_dir, write_hf_dir, write_phi3_gguf,
+    SPM_VOCAB_SIZE,
+    TOLERANCE,
+    gpt2_config,
+    gpt2_reference_logits,
+    greedy_loop,
+    prefill_all,
+    random_gpt2_weights,
+    random_weights,
+    tiny_config,
+    write_gguf,
+    write_gpt2_gguf,
+    write_gpt2_hf_dir,
+    write_hf_dir,
+    write_phi3_gguf,
     write_phi3_hf_dir,
 )
 
 from typewriter import assemble
-from typewriter.runners.xla.start import build_model
-from typewriter.runners.xla.model import Transformer
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.errors import ModelFormatError
 from typewriter.runners.xla.gpt2 import GPT2Transformer
+from typewriter.runners.xla.model import Transformer
+from typewriter.runners.xla.start import build_model
 from typewriter.weights import load_weights
 
 COMPILE_WAIT_S = 120  # the first answer compiles its programs (compile="lazy")

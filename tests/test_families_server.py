@@ -11,7 +11,13 @@ import pytest
 from helpers import Recorder
 from real_server import http_get, real_server
 from tiny_model import (
-    SPM_VOCAB_SIZE, gpt2_config, random_gpt2_weights, random_weights, tiny_config, write_gguf, write_gpt2_gguf,
+    SPM_VOCAB_SIZE,
+    gpt2_config,
+    random_gpt2_weights,
+    random_weights,
+    tiny_config,
+    write_gguf,
+    write_gpt2_gguf,
     write_phi3_gguf,
 )
 from websockets.sync.client import connect

@@ -28,15 +28,15 @@ from scripted import factory, script_engine
 from websockets.sync.client import connect
 
 from typewriter.config import Settings
-from typewriter.server.chat_request import PARAMS
-from typewriter.server.refusal import ERROR_CODES
 from typewriter.server.app import create_app
-from typewriter.server.grpc.service import ERROR_CODE_KEY, STATUS, peer_address
+from typewriter.server.chat_request import PARAMS
 from typewriter.server.grpc.gen import chat_pb2 as pb
 from typewriter.server.grpc.gen import chat_pb2_grpc
 from typewriter.server.grpc.server import GrpcServer
+from typewriter.server.grpc.service import ERROR_CODE_KEY, STATUS, peer_address
 from typewriter.server.lifecycle import ServerState
 from typewriter.server.main import Server, uvicorn_config
+from typewriter.server.refusal import ERROR_CODES
 
 GEN_DIR = ROOT / "backend" / "typewriter" / "server" / "grpc" / "gen"
 Health = health_pb2.HealthCheckResponse

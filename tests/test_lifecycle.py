@@ -6,7 +6,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-
 from helpers import chat, receive, serving, small_settings, until_terminal, wait_until
 from scripted import factory, script_engine
 from starlette.testclient import TestClient

@@ -9,19 +9,18 @@ from helpers import Recorder
 from tiny_model import gpt2_config, prefill_all, random_weights, tiny_config
 
 from typewriter import assemble
+from typewriter.config import ConfigError, Settings, WeightFormat
+from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.engine.runner import PrefillChunk
-from typewriter.config import ConfigError, Settings
 from typewriter.runners.lite import attention
 from typewriter.runners.lite.flatbuffer import ProgramBuilder
+from typewriter.runners.lite.interpreter import lite_interpreter
 from typewriter.runners.lite.kernel import load as load_kernel
 from typewriter.runners.lite.programs import make_programs
-from typewriter.config import WeightFormat
 from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.lite.start import calibration_ids
-from typewriter.runners.xla.model import Transformer
-from typewriter.runners.lite.interpreter import lite_interpreter
-from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.runners.rotation import quantize_int8
+from typewriter.runners.xla.model import Transformer
 from typewriter.weights import load_weights
 
 

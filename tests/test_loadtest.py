@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from helpers import wait_until
+from live_server import running
 from scripted import factory, script_engine
 
-from live_server import running
 from typewriter.commands.loadtest import percentile
 
 ROOT = Path(__file__).resolve().parents[1]

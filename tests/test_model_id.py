@@ -9,9 +9,9 @@ import re
 
 import httpx
 import pytest
+from live_server import running
 from scripted import factory, script_engine
 
-from live_server import running
 from typewriter.config import ConfigError, Settings, default_model_id
 
 

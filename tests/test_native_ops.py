@@ -9,8 +9,8 @@ import tensorflow as tf
 from tiny_model import gpt2_config, random_gpt2_weights, random_weights, tiny_config, write_gpt2_gguf
 
 from typewriter.runners.xla import native_ops
-from typewriter.runners.xla.start import build_model
 from typewriter.runners.xla.runner import XlaRunner
+from typewriter.runners.xla.start import build_model
 from typewriter.weights import load_weights
 
 # The ops a model could plausibly use that tf2xla registers with MlirXlaOpKernel (TensorFlow 2.21's

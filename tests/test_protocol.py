@@ -7,9 +7,9 @@ import json
 import pytest
 
 from typewriter.engine.request import Finished, FinishReason, Timings
-from typewriter.server.socket import frames as p
 from typewriter.server.chat_request import Chat, ChatMessage, sampling_params
 from typewriter.server.refusal import ERROR_CODES, Refusal
+from typewriter.server.socket import frames as p
 
 
 def parse(frame: object, max_messages: int = 8):

@@ -95,7 +95,7 @@ def test_int8_decoding_from_the_cache_gives_what_a_full_int8_prefill_gives(tiny_
     prompt = [5, 9, 11, 3]
     want = greedy_loop(int8, prompt, 8, eos_ids=())
     int8.prefill(tf.constant([prompt], tf.int32), tf.constant(len(prompt)), tf.constant(1))
-    ids, position = list(prompt), len(prompt)
+    _ids, position = list(prompt), len(prompt)
     logits = prefill_all(int8, prompt)[-1]
     got = []
     for _ in range(8):
@@ -107,8 +107,8 @@ def test_int8_decoding_from_the_cache_gives_what_a_full_int8_prefill_gives(tiny_
 
 def test_the_compiled_int8_runner_answers_as_the_uncompiled_int8_model(tmp_path):
     from typewriter.assemble import open_runner
-    from typewriter.runners.options import RunnerOptions
     from typewriter.config import WeightFormat
+    from typewriter.runners.options import RunnerOptions
 
     cfg = tiny_config()
     w = random_weights(cfg, seed=7)

@@ -22,7 +22,14 @@ import pytest
 from helpers import wait_until
 from real_server import server_process
 from resume_page import (
-    ANSWER_TIMEOUT_MS, answer_text, ask, browser_page, finished, greedy_answer, new_chat, sent_frames,
+    ANSWER_TIMEOUT_MS,
+    answer_text,
+    ask,
+    browser_page,
+    finished,
+    greedy_answer,
+    new_chat,
+    sent_frames,
     tokens_received,
 )
 from scripted import script_engine

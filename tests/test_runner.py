@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 
-from typewriter.runners.xla.model import Transformer
 from typewriter.runners.xla.compiler import bucket, power_of_two_buckets
+from typewriter.runners.xla.model import Transformer
 from typewriter.runners.xla.runner import XlaRunner
 
 CHUNK, BATCH, KV = (8, 16), (1, 2), (16, 32)

@@ -7,11 +7,10 @@ import pytest
 from tiny_model import gpt2_config, random_gpt2_weights, tiny_config, write_gpt2_gguf
 
 from typewriter import assemble
-from typewriter.config import Settings
+from typewriter.config import Settings, WeightFormat
 from typewriter.errors import ModelFormatError
-from typewriter.runners.options import RunnerOptions
-from typewriter.config import WeightFormat
 from typewriter.runners.lite.runner import LiteRunner
+from typewriter.runners.options import RunnerOptions
 from typewriter.runners.xla.runner import XlaRunner
 
 

@@ -16,8 +16,8 @@ from real_server import real_server
 from tiny_model import random_weights, tiny_config, write_gguf
 from websockets.sync.client import connect
 
-from typewriter.errors import ExportError, ModelFormatError
 from typewriter.assemble import export
+from typewriter.errors import ExportError, ModelFormatError
 from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights import load_weights
 from typewriter.weights.saved_model import EXTRA, MANIFEST

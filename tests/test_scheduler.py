@@ -3,14 +3,16 @@ budget, prefix placement, and what ends a request before the model sees it. Pure
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from scripted import ScriptTokenizer
 
-from typewriter.errors import Overloaded
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
-from typewriter.engine.scheduler import Scheduler
 from typewriter.engine.request_state import RequestState, Status
+from typewriter.engine.scheduler import Scheduler
 from typewriter.engine.step_cost import COLD_CHUNK, HEADROOM, INTER_TOKEN_S, SEEN, STALL, attended
+from typewriter.errors import Overloaded
 
 TOKENIZER = ScriptTokenizer(["x"])
 
@@ -103,7 +105,7 @@ def test_while_answers_stream_a_chunk_is_sized_to_keep_the_step_within_the_stall
             chunks += [(c.start, c.length, took) for c in plan.chunks if scheduler.running[c.slot] is long]
             run(scheduler, plan)
         assert chunks[-1][0] + chunks[-1][1] == 1000
-        assert all(b == a + n for (a, n, _), (b, _, _) in zip(chunks, chunks[1:]))  # no gap, no overlap
+        assert all(b == a + n for (a, n, _), (b, _, _) in itertools.pairwise(chunks))  # no gap, no overlap
         return chunks
 
     alone = chunks_of(seq("long", prompt=range(10, 1010)), streaming=False)  # a 1,000-token prompt

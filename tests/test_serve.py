@@ -14,13 +14,13 @@ import time
 from contextlib import contextmanager
 
 import httpx
+import live_server
 import pytest
+from helpers import chat_json, until_terminal_async
+from scripted import factory, script_engine
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-import live_server
-from helpers import chat_json, until_terminal_async
-from scripted import factory, script_engine
 from typewriter.config import Settings
 from typewriter.server.app import create_app
 from typewriter.server.main import Server, uvicorn_config

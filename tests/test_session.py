@@ -10,8 +10,7 @@ import logging
 import re
 
 import pytest
-from helpers import WAIT_S, chat, receive, serving, small_settings, text_of, token_frames, until_terminal, \
-    wait_until
+from helpers import WAIT_S, chat, receive, serving, small_settings, text_of, token_frames, until_terminal, wait_until
 from scripted import factory, script_engine
 from starlette.websockets import WebSocket
 

@@ -16,11 +16,11 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+import grpc
 import jsonschema
 import numpy as np
 import openai
 import pytest
-import grpc
 import websockets
 from helpers import until_terminal_async
 from real_server import ROOT, grpc_address, http_get, real_server

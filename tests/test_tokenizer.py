@@ -1,6 +1,7 @@
 """The GGUF-built tokenizer against an independent pure-Python BPE, plus chat rendering and loading."""
 
 import importlib.util
+import itertools
 import json
 from pathlib import Path
 
@@ -65,11 +66,11 @@ def _byte_alphabet():
 
 def _bpe(word, ranks):
     while len(word) > 1:
-        pairs = [(ranks.get(p, float("inf")), i) for i, p in enumerate(zip(word, word[1:]))]
+        pairs = [(ranks.get(p, float("inf")), i) for i, p in enumerate(itertools.pairwise(word))]
         rank, _ = min(pairs)
         if rank == float("inf"):
             break
-        first, second = next(p for p in zip(word, word[1:]) if ranks.get(p) == rank)
+        first, second = next(p for p in itertools.pairwise(word) if ranks.get(p) == rank)
         merged, i = [], 0
         while i < len(word):
             if i + 1 < len(word) and word[i] == first and word[i + 1] == second:

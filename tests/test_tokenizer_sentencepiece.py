@@ -1,18 +1,25 @@
 """SentencePiece-style tokenizers (Llama-2, TinyLlama, Mistral, Phi-3): a GGUF `llama` tokenizer against an
 independent pure-Python llama.cpp SPM tokenizer, the three tokenizer.json forms, and the stream on each."""
 
+import itertools
 import json
 import random
 
 import gguf
 import pytest
-
 from tiny_model import (
-    LLAMA2_CHAT_TEMPLATE, SPM_BOS, SPM_BYTE_OFFSET, SPM_EOS, SPM_PIECES, SPM_SCORES, SPM_TOKENS, add_spm_tokenizer,
+    SPM_BOS,
+    SPM_BYTE_OFFSET,
+    SPM_EOS,
+    SPM_PIECES,
+    SPM_SCORES,
+    SPM_TOKENS,
+    add_spm_tokenizer,
     write_spm_tokenizer_dir,
 )
-from typewriter.text.detokenizer import IncrementalDetokenizer
+
 from typewriter.errors import ModelFormatError
+from typewriter.text.detokenizer import IncrementalDetokenizer
 from typewriter.text.token_text import LeadingSpace
 from typewriter.text.tokenizer import Tokenizer
 
@@ -42,7 +49,7 @@ def spm_reference(text: str) -> list[int]:
     symbols = list("▁" + text.replace(" ", "▁")) if text else []
     while True:
         best = None
-        for n, (a, b) in enumerate(zip(symbols, symbols[1:])):
+        for n, (a, b) in enumerate(itertools.pairwise(symbols)):
             if a + b in ids and (best is None or SPM_SCORES[ids[a + b]] > SPM_SCORES[ids[best[1]]]):
                 best = (n, a + b)
         if best is None:

@@ -168,12 +168,12 @@ def q6_k_reference(block: np.ndarray) -> np.ndarray:
     y = np.zeros(256, np.float32)
     for n in range(2):  # two halves of 128 values
         l_, h_, sc = ql[64 * n :], qh[32 * n :], scales[8 * n :]
-        for l in range(32):
-            s = l // 16
-            y[128 * n + l] = d * sc[s] * (((l_[l] & 0xF) | ((h_[l] & 3) << 4)) - 32)
-            y[128 * n + l + 32] = d * sc[s + 2] * (((l_[l + 32] & 0xF) | (((h_[l] >> 2) & 3) << 4)) - 32)
-            y[128 * n + l + 64] = d * sc[s + 4] * (((l_[l] >> 4) | (((h_[l] >> 4) & 3) << 4)) - 32)
-            y[128 * n + l + 96] = d * sc[s + 6] * (((l_[l + 32] >> 4) | (((h_[l] >> 6) & 3) << 4)) - 32)
+        for k in range(32):
+            s = k // 16
+            y[128 * n + k] = d * sc[s] * (((l_[k] & 0xF) | ((h_[k] & 3) << 4)) - 32)
+            y[128 * n + k + 32] = d * sc[s + 2] * (((l_[k + 32] & 0xF) | (((h_[k] >> 2) & 3) << 4)) - 32)
+            y[128 * n + k + 64] = d * sc[s + 4] * (((l_[k] >> 4) | (((h_[k] >> 4) & 3) << 4)) - 32)
+            y[128 * n + k + 96] = d * sc[s + 6] * (((l_[k + 32] >> 4) | (((h_[k] >> 6) & 3) << 4)) - 32)
     return y
 
 

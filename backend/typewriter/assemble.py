@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .architecture.model_config import ModelConfig
-from .config import Settings, lite_cache_dir
+from .config import Settings, WeightFormat, lite_cache_dir
 from .engine.engine import Engine
 from .engine.runner import Runner
-from .runners.options import Compile, Progress, RunnerOptions
-from .config import WeightFormat
 from .runners.heap import return_freed_memory
+from .runners.options import Compile, Progress, RunnerOptions
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
 from .weights.gguf_file import GGUFFile

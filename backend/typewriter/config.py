@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
-
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
 LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir

@@ -10,8 +10,8 @@ at the window, within which the two agree exactly. LongRoPE (the 128k models) is
 
 from __future__ import annotations
 
-from .model_config import ModelConfig
 from . import llama_names as llama
+from .model_config import ModelConfig
 
 GLOBAL = llama.GLOBAL
 # canonical Llama key -> (GGUF name, Hugging Face name, which part of the fused tensor)

@@ -27,8 +27,24 @@ from websockets.sync.client import ClientConnection, connect
 
 from .errors import ChatTimeout, ClientError, ServerClosed
 from .events import Ended, Event, Result, TokenEvent
-from .protocol import (CONNECT_ERRORS, DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers,
-                       checked_params, closed_error, connect_error, decode, encode, messages_of, refused_error, ws_url)
+from .protocol import (
+    CONNECT_ERRORS,
+    DEFAULT_URL,
+    ChatState,
+    History,
+    Message,
+    Params,
+    Retry,
+    auth_headers,
+    checked_params,
+    closed_error,
+    connect_error,
+    decode,
+    encode,
+    messages_of,
+    refused_error,
+    ws_url,
+)
 
 
 class Client:

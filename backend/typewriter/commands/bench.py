@@ -12,8 +12,8 @@ import statistics
 import time
 
 from ..config import ConfigError, default_model_id
-from ..progress import StderrProgress
 from ..engine.request import Finished, GenerationRequest, SamplingParams, Token
+from ..progress import StderrProgress
 from .args import add_model_arguments, check_model_arguments, positive_int, setting_default
 
 TUTOR_QUESTION = "Can you explain why dividing by a fraction is the same as multiplying by its reciprocal?"

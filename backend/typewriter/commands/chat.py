@@ -8,13 +8,12 @@ import queue
 import sys
 import uuid
 
-from ..text.conversation import fit_conversation
-from ..errors import TypewriterError
-from ..progress import StderrProgress
 from ..config import DEFAULT_MAX_NEW_TOKENS
 from ..engine.request import Event, Finished, GenerationRequest, SamplingParams, Token
-from .args import (add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params,
-                   setting_default)
+from ..errors import TypewriterError
+from ..progress import StderrProgress
+from ..text.conversation import fit_conversation
+from .args import add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params, setting_default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import lite_cache_dir
     from ..assemble import load
+    from ..config import lite_cache_dir
 
     check_model_arguments(args)  # bad values fail before the model loads
     sampling_params(args, context=args.max_context)

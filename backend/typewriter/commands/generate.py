@@ -8,11 +8,10 @@ import sys
 import time
 import uuid
 
+from ..engine.request import Finished, GenerationRequest, Token
 from ..progress import StderrProgress
 from ..text.conversation import check_question
-from ..engine.request import Finished, GenerationRequest, Token
-from .args import (add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params,
-                   setting_default)
+from .args import add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params, setting_default
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..config import lite_cache_dir
     from ..assemble import load
+    from ..config import lite_cache_dir
 
     check_question(args.prompt, "prompt")  # bad values fail before the model loads
     check_model_arguments(args)

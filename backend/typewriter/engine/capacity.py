@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .step_cost import HEADROOM, INTER_TOKEN_S
+
 MOST_SLOTS = 64
 LEAST_SLOTS = 1
 # A student's 95th-percentile gap in a full class, in decode-only steps (chunk steps and the machine's noise

@@ -24,12 +24,12 @@ import numpy as np
 
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
-from .constraints import Grammars
 from .capacity import typical_position
+from .constraints import Grammars
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
+from .request_state import RequestState, Status
 from .runner import PrefillChunk, Runner
 from .scheduler import Plan, Scheduler
-from .request_state import RequestState, Status
 
 log = logging.getLogger("typewriter.engine")
 

@@ -15,7 +15,7 @@ from ..config import DEFAULT_MAX_NEW_TOKENS
 from ..errors import InvalidRequest
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     EOS = "eos"
     LENGTH = "length"
     STOP_SEQUENCE = "stop_sequence"
@@ -27,7 +27,7 @@ class FinishReason(str, enum.Enum):
     REPETITION = "repetition"  # the answer was repeating itself (repetition.py)
 
 
-class ConstraintKind(str, enum.Enum):
+class ConstraintKind(enum.StrEnum):
     JSON_SCHEMA = "json_schema"  # source: the schema as JSON text
     JSON_OBJECT = "json_object"  # source: a schema for any object (constraints.json_object_schema)
     REGEX = "regex"

@@ -19,12 +19,12 @@ import numpy as np
 
 from ..errors import InvalidRequest
 from ..text.detokenizer import IncrementalDetokenizer
+from ..text.stops import StopMatcher
 from .constraints import ConstrainedAnswer
 from .logprobs import token_logprobs
 from .repetition import LoopGuard
 from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
 from .sampling import Sampler
-from ..text.stops import StopMatcher
 
 
 class Status(enum.Enum):

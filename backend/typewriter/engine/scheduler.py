@@ -26,7 +26,6 @@ from .request_state import RequestState, Status
 from .runner import PrefillChunk
 from .step_cost import COLD_CHUNK, StepCost
 
-
 # Rows per `budget` of prompt tokens a step: up to this many answers decoding, a step prefills at most `budget`
 # tokens; twice as many rows, twice the budget (within the time rule).
 BUDGET_ROWS = 8

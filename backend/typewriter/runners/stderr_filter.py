@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 
+
 class StderrFilter:
     """Between enter() and exit() (nested or from several threads), file descriptor 2 is a pipe whose lines a
     thread passes on to the real stderr at once, less those containing a known notice; outside them stderr is

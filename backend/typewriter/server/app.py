@@ -17,14 +17,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..config import Settings, parse_list
-from .socket import frames as p
-from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .auth import ApiKeyCheck
+from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .limits import client_address, forwarded_https
-from .origins import HostCheck, allowed_hosts, origin_allowed
 from .metrics import CONTENT_TYPE
 from .openai.routes import OpenAI
+from .origins import HostCheck, allowed_hosts, origin_allowed
 from .resume.registry import Resumes
+from .socket import frames as p
 from .socket.session import Session
 
 # The repository root: templates/, static/ and frontend/ live beside backend/ (the package is installed editable).

@@ -21,14 +21,14 @@ import logging
 import math
 import time
 
-from ..text.conversation import fit_conversation
-from ..errors import TypewriterError
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
-from .resume import continuation
+from ..errors import TypewriterError
+from ..text.conversation import fit_conversation
 from .chat_request import Chat, sampling_params
-from .refusal import ERROR_CODES, Refusal
 from .lifecycle import Phase, ServerState
 from .owners import shared_length
+from .refusal import ERROR_CODES, Refusal
+from .resume import continuation
 from .tool_calls import ToolCallDelta, ToolCallSplitter
 
 log = logging.getLogger("typewriter.server")
@@ -41,7 +41,7 @@ class StreamState(enum.Enum):
     ENDED = "ended"
 
 
-class Cancel(str, enum.Enum):
+class Cancel(enum.StrEnum):
     """Why a front door asked the engine to cancel a chat."""
 
     STOP = "stop"

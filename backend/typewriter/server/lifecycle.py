@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ..config import Settings, parse_proxies
-from ..errors import TypewriterError
 from ..engine.request import Event, GenerationRequest
+from ..errors import TypewriterError
 from .limits import Limits
 from .load_estimate import LoadEstimate
 from .metrics import Metrics

@@ -94,7 +94,7 @@ def parse_tools(tools: object, tool_choice: object, flat: bool = False) -> Tools
     names = [f["name"] for f in functions]
     if len(set(names)) < len(names):
         raise InvalidRequest("tools", "two tools have the same name")
-    strict = all([f.pop("strict") for f in functions])  # a list: every function loses its flag
+    strict = all([f.pop("strict") for f in functions])  # noqa: C419 (a list: every function loses its flag)
     choice, forced = _choice(tool_choice, names, flat)
     if choice == "none":
         return None

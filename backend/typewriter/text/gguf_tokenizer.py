@@ -38,8 +38,8 @@ _QWEN2_REGEX = (
 PRE_TOKENIZER_REGEXES: dict[str, tuple[str, ...]] = {
     "gpt-2": (_GPT2_REGEX,),
     # StarCoder-style: every digit is its own piece, then the GPT-2 regex.
-    **{name: (r"\p{N}", _GPT2_REGEX) for name in ("smollm", "starcoder", "refact", "codeshell")},
-    **{name: (_LLAMA3_REGEX,) for name in ("llama3", "llama-bpe", "smaug-bpe")},
+    **dict.fromkeys(("smollm", "starcoder", "refact", "codeshell"), (r"\p{N}", _GPT2_REGEX)),
+    **dict.fromkeys(("llama3", "llama-bpe", "smaug-bpe"), (_LLAMA3_REGEX,)),
     "qwen2": (_QWEN2_REGEX,),
 }
 TOKENIZER_MODELS = ("gpt2", "llama")

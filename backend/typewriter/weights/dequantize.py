@@ -13,7 +13,6 @@ from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize as gguf_dequantize
 
 
-
 def _half(blocks: np.ndarray, at: int) -> np.ndarray:
     """The float16 at byte `at` of each block, as float32 [n, 1]."""
     return blocks[:, at:at + 2].copy().view(np.float16).astype(np.float32)

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
-from ..errors import ModelFormatError
 from ..architecture.families import GGUF_ARCHITECTURES, family_of_gguf
 from ..architecture.model_config import ModelConfig
+from ..errors import ModelFormatError
 from .dequantize import dequantize
 from .gguf_reader import GGUFReader
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
-from ..errors import ModelFormatError
 from ..architecture.families import HF_ARCHITECTURES, family_of_hf
 from ..architecture.model_config import ModelConfig
+from ..errors import ModelFormatError
 
 SUPPORTED_ARCHITECTURES = set(HF_ARCHITECTURES)
 

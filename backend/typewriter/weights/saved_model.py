@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelFormatError
 from ..architecture.families import LLAMA_BLOCK
-from ..architecture.model_config import ModelConfig
 from ..architecture.llama_names import expected_shapes
+from ..architecture.model_config import ModelConfig
+from ..errors import ModelFormatError
 
 FORMAT = "typewriter.saved_model"
 VERSION = 1  # bump when the manifest, the variables' layout or the signatures change

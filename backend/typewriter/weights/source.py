@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ModelFormatError
-from ..architecture.model_config import ModelConfig
 from ..architecture.families import name_table
 from ..architecture.llama_names import GGUF, HF
+from ..architecture.model_config import ModelConfig
+from ..errors import ModelFormatError
 from .gguf_file import GGUFFile
 from .hf_dir import HFDirectory
 from .saved_model import SavedModelDir, is_saved_model

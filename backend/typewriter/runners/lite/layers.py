@@ -27,8 +27,8 @@ from collections.abc import Iterator, Mapping
 import numpy as np
 
 from ...architecture.model_config import ModelConfig
-from ..rotation import Rotation
 from ...weights.source import WeightReader
+from ..rotation import Rotation
 from .flatbuffer import ProgramBuilder
 
 # Rows of a vocabulary-sized matrix folded at once: the whole of a 150k-token vocabulary in float32 is over

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ...architecture.model_config import ModelConfig
+from ...config import WeightFormat
 from ...engine.capacity import Sizing, StepModel
 from ...engine.runner import PrefillChunk, Runner, StepOutput
-from ...config import WeightFormat
-from ...architecture.model_config import ModelConfig
 from .attention import HostCache
+from .interpreter import lite_interpreter, release_mapped
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel
 from .kernel import load as load_kernel
-from .interpreter import lite_interpreter, release_mapped
 from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
@@ -64,7 +64,7 @@ class LiteRunner(Runner):
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
-                 programs: ProgramSet | None = None, kernel: Kernel | None | str = "auto",
+                 programs: ProgramSet | None = None, kernel: Kernel | str | None = "auto",
                  calibration: list[int] | None = None,
                  weight_format: WeightFormat = WeightFormat.INT8_LITE):
         """From the model's `weights` (its programs are then made in a temporary folder), or from `programs` made

@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 from ...architecture.model_config import ModelConfig
-from ...errors import ModelFormatError
+from ...config import WeightFormat
 from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Sizing, StepModel, size_slots
+from ...errors import ModelFormatError
 from ...weights.source import Source, weight_reader
 from ..options import Encode, Progress, RunnerOptions
-from ...config import WeightFormat
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
 from .program_cache import ProgramCache, cache_key

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from ... import __version__
-from ...errors import ExportError
 from ...architecture.model_config import ModelConfig
+from ...errors import ExportError
 from ...weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
 from .tf_env import import_tensorflow
 

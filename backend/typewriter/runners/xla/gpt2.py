@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import native_ops
-from .model import Transformer, layer_weights, dims
+from .model import Transformer, dims, layer_weights
 from .quantized import dense
 
 

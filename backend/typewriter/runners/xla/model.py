@@ -18,12 +18,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from . import native_ops
-from .host_memory import variable, zeros_variable
 from ...architecture.model_config import ModelConfig
 from ...config import WeightFormat
+from . import native_ops
+from .host_memory import variable, zeros_variable
 from .quantized import columns, dense, matrix
-
 
 # A decode step reads every slot's cache in place (no copy, but idle slots too) once its rows are at least this
 # share of the slots, and otherwise copies out its own rows' slots: bench/steps.py found in place the faster from

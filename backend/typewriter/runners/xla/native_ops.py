@@ -33,7 +33,7 @@ def gelu_tanh(x: tf.Tensor) -> tf.Tensor:
     return tf.raw_ops.SoftplusGrad(gradients=x, features=2.0 * z)
 
 
-def abs(x: tf.Tensor) -> tf.Tensor:  # noqa: A001 (the name of the function it replaces)
+def abs(x: tf.Tensor) -> tf.Tensor:
     return tf.maximum(x, -x)
 
 

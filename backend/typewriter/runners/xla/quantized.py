@@ -19,10 +19,11 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from . import native_ops
 from ...config import WeightFormat
-from .host_memory import variable
 from ..rotation import INT8_MAX, Rotation, quantize_int8
+from . import native_ops
+from .host_memory import variable
+
 
 class Int8Matrix(tf.Module):
     """A [in, out] matrix w held rotated, R^T @ w (see Rotation), as int8 values and a float32 scale per output

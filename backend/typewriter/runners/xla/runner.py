@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ...config import WeightFormat
 from ...engine.capacity import Sizing, StepModel
 from ...engine.runner import CallByCall, PrefillChunk, Runner, StepOutput, step_call_by_call
 from .compiler import ProgramCompiler, ProgramKey, bucket
-from ...config import WeightFormat
 from .model import Transformer
 
 

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...architecture.model_config import ModelConfig
+from ...config import WeightFormat
 from ...engine.capacity import Sizing
 from ...weights.source import Source, load_weights
 from ..options import Compile, Encode, Progress, RunnerOptions
-from ...config import WeightFormat
 from .tf_env import import_tensorflow
 
 if TYPE_CHECKING:

@@ -17,8 +17,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from .service import SERVICE_NAME, ChatService, add_to_server
 from ..lifecycle import ServerState
+from .service import SERVICE_NAME, ChatService, add_to_server
 
 HEALTH_POLL_S = 0.2
 OVERALL = ""  # the health service's name for the whole server

@@ -20,17 +20,17 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from ..socket.pump import frames
 from .. import chat_request
-from ..chat_request import Chat
-from ..refusal import Refusal
 from ..auth import presented_key
+from ..chat_request import Chat
 from ..chats import Cancel, ChatStream, StreamState, open_chat
-from .gen import chat_pb2 as pb
-from .gen import chat_pb2_grpc
 from ..lifecycle import Phase, ServerState
 from ..limits import client_address
 from ..owners import CONVERSATION_KEY
+from ..refusal import Refusal
+from ..socket.pump import frames
+from .gen import chat_pb2 as pb
+from .gen import chat_pb2_grpc
 
 log = logging.getLogger("typewriter.server")
 
@@ -172,7 +172,7 @@ class Unreadable:
     def __init__(self, reason: str):
         self.reason = reason
 
-    def WhichOneof(self, _: str) -> None:  # noqa: N802 (protobuf's name)
+    def WhichOneof(self, _: str) -> None:
         return None
 
     def error(self, chat_id: str | None) -> Refusal:

@@ -18,10 +18,9 @@ from starlette.types import Scope, Send
 
 from ...engine.request import Finished, Queued, Started, Token
 from ..chats import Cancel, ChatStream
-from .common import (FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer,
-                            error_response, next_event, sse)
-from .completions_request import CompletionRequest
 from ..tool_calls import ToolCallDelta
+from .common import FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response, next_event, sse
+from .completions_request import CompletionRequest
 
 
 @dataclass

@@ -14,10 +14,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InvalidRequest
 from ...engine.request import MAX_TOP_LOGPROBS
+from ...errors import InvalidRequest
 from ...text.conversation import check_question
-from ..chat_request import Chat, ChatMessage, short, check_text, parse_tool_call
+from ..chat_request import Chat, ChatMessage, check_text, parse_tool_call, short
 from ..refusal import Refusal
 from ..structured import parse_response_format, parse_tools
 

@@ -18,10 +18,9 @@ from starlette.types import Scope, Send
 
 from ...engine.request import Finished, FinishReason, Queued, Started, Token
 from ..chats import ChatStream
-from .common import (FAILURES, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response,
-                            next_event, sse)
-from .responses_request import ResponsesRequest
 from ..tool_calls import ToolCallDelta
+from .common import FAILURES, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response, next_event, sse
+from .responses_request import ResponsesRequest
 
 
 class ResponseAnswer(OwnedAnswer):

@@ -13,11 +13,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import InvalidRequest
 from ...engine.request import MAX_TOP_LOGPROBS
-from ..chat_request import Chat, ChatMessage, short, parse_tool_call
-from .completions_request import BadField, read_object, text_content
+from ...errors import InvalidRequest
+from ..chat_request import Chat, ChatMessage, parse_tool_call, short
 from ..structured import parse_response_format, parse_tools
+from .completions_request import BadField, read_object, text_content
 
 SAMPLING = {"max_output_tokens": "max_new_tokens", "temperature": "temperature", "top_p": "top_p",
             "top_k": "top_k", "repetition_penalty": "repetition_penalty", "seed": "seed", "stop": "stop"}
@@ -126,7 +126,7 @@ def _messages(fields: dict[str, Any], max_messages: int) -> tuple[ChatMessage, .
         messages += _item(f"input[{i}]", item, messages)
     if len(messages) > max_messages:
         raise BadField("input", f"at most {max_messages} messages per request, got {len(messages)}")
-    for i, m in enumerate(messages[1:], start=1):
+    for m in messages[1:]:
         if m.role == "system":
             raise BadField("input", "only the first message may be a system (or developer) message, and "
                                     "instructions count as one")

@@ -19,19 +19,19 @@ import time
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
-from ..refusal import Refusal
 from ..chats import open_chat
 from ..lifecycle import Phase, ServerState
 from ..limits import client_address
-from .completions_answer import Answer
-from .common import error_response
-from .completions_request import HONOURED, BadField, check_media_type, parse_body
 from ..owners import CONVERSATION_KEY
+from ..refusal import Refusal
 from ..resume.registry import Resumes
-from .streams import HEADER, BadConversation, Streams, conversation_id
+from .common import error_response
+from .completions_answer import Answer
+from .completions_request import HONOURED, BadField, check_media_type, parse_body
 from .responses_answer import ResponseAnswer
 from .responses_request import HONOURED as RESPONSES_HONOURED
 from .responses_request import parse_body as parse_responses_body
+from .streams import HEADER, BadConversation, Streams, conversation_id
 
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,

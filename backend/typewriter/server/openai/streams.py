@@ -20,8 +20,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..chats import Cancel, ChatStream
-from ..limits import client_address
 from ..lifecycle import ServerState
+from ..limits import client_address
 from ..resume.kept_chat import KeptChat
 from ..resume.registry import Resumes
 
