@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from .architecture.model_config import ModelConfig
 from .config import Settings, WeightFormat, lite_cache_dir
 from .engine.engine import Engine
@@ -101,7 +103,7 @@ def load_engine(settings: Settings, progress: Progress = lambda _: None) -> tupl
     return engine, tokenizer
 
 
-def read_model(path: Path) -> tuple[ModelConfig, dict, Tokenizer]:
+def read_model(path: Path) -> tuple[ModelConfig, dict[str, np.ndarray], Tokenizer]:
     """The config, canonical weights and tokenizer of a resolved model path (a GGUF file is parsed once), for
     `typewriter export` and the benchmarks that compare weights."""
     source, _ = open_source(path)

@@ -9,13 +9,22 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Protocol
 
 from .commands import bench, chat, export, generate, loadtest, models, serve
 from .config import ConfigError, xla_cache_dir
 from .errors import TypewriterError
 from .runners.xla.tf_env import prepare_environment, release_stderr
 
-COMMANDS = {
+class Command(Protocol):
+    """A subcommand: one module of commands/."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+COMMANDS: dict[str, tuple[Command, str]] = {
     "generate": (generate, "stream one answer to stdout"),
     "chat": (chat, "interactive multi-turn chat; Ctrl-C stops an answer, Ctrl-D leaves"),
     "bench": (bench, "measure load, compile, time to first token and decode speed of the engine in-process"),

@@ -75,7 +75,7 @@ def gguf_config(file: Any, vocab: int) -> ModelConfig:
     )
 
 
-def hf_config(name: str, c: dict) -> ModelConfig:
+def hf_config(name: str, c: dict[str, Any]) -> ModelConfig:
     """From GPT2Config's keys (n_embd, n_layer, n_head, n_inner, n_positions, layer_norm_epsilon)."""
     from ..errors import ModelFormatError
 

@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,9 @@ class ModelConfig:
     def groups(self) -> int:
         return self.n_heads // self.n_kv_heads
 
-    def rope_angles(self, positions: int):
+    def rope_angles(self, positions: int) -> np.ndarray:
         """RoPE's angles [positions, head_dim / 2] in float64, for positions 0..positions-1."""
-        import numpy as np
+        import numpy as np  # here: what a model is needs no numpy to be described
 
         half = self.head_dim // 2
         inv_freq = 1.0 / (self.rope_theta ** (np.arange(half, dtype=np.float64) * 2 / self.head_dim))

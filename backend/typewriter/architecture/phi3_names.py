@@ -36,7 +36,7 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 def source_names(canonical: str, source: int) -> tuple[str, ...]:
     if canonical.startswith("layers."):
         _, i, key = canonical.split(".", 2)
-        return (PER_LAYER[key][source].format(i=i),)
+        return (str(PER_LAYER[key][source]).format(i=i),)
     return (GLOBAL[canonical][source],)
 
 

@@ -165,7 +165,7 @@ class Retry:
 
     def delay(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (1 for the first)."""
-        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
+        delay: float = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
         return delay * random.uniform(0.5, 1.0) if self.jitter else delay
 
     @staticmethod

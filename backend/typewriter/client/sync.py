@@ -83,7 +83,7 @@ class Client:
              **params: Unpack[Params]) -> Chat:
         """A chat about `prompt` (a user message, or a list of {"role", "content"} messages ending with the
         user's), sent when it is first read."""
-        return self._chat(lambda: messages_of(prompt, system), params, id)
+        return self._chat(lambda: messages_of(prompt, system), dict(params), id)
 
     def complete(self, prompt: str | Sequence[Message], /, *, system: str | None = None,
                  **params: Unpack[Params]) -> Result:

@@ -67,8 +67,8 @@ class Sizing:
     sized_by: str  # "measured step time", "memory", or "set" (--max-active / TYPEWRITER_MAX_ACTIVE)
     step_ms: float | None = None  # the model's decode-only step at `slots` rows and the typical position
 
-    def describe(self) -> dict:
-        out = {"count": self.slots, "sized_by": self.sized_by}
+    def describe(self) -> dict[str, object]:
+        out: dict[str, object] = {"count": self.slots, "sized_by": self.sized_by}
         if self.step_ms is not None:
             out["decode_step_ms"] = round(self.step_ms, 1)
         return out

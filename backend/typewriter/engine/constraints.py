@@ -18,10 +18,13 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import llguidance
 import llguidance.numpy as llg_numpy
+
+if TYPE_CHECKING:  # only in llguidance's stubs
+    from llguidance._lib import JsonCompileOptions
 import numpy as np
 
 from ..errors import InvalidRequest
@@ -31,7 +34,8 @@ CACHE_SIZE = 128  # compiled constraints kept; each is small (a grammar, not a p
 _MAX_TOKEN_BYTES = 64  # the longest token the greedy stand-in tokenizer tries (for llguidance's rare re-tokenizing)
 # Answers read like the model writes JSON: ", " and ": " between items, and no free whitespace, which a small
 # model can otherwise fill with newlines until its length runs out.
-_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+_JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ",
+                                                "key_separator": ": "}
 
 
 class Vocabulary(Protocol):
@@ -63,7 +67,7 @@ class Grammars:
     def __init__(self, vocabulary: Vocabulary, vocab_size: int):
         self.vocabulary, self.vocab_size = vocabulary, vocab_size
         self._tokenizer: llguidance.LLTokenizer | None = None  # built on first use: seconds on a big vocabulary
-        self._compiled: OrderedDict[tuple, llguidance.LLMatcher] = OrderedDict()
+        self._compiled: OrderedDict[tuple[str, str], llguidance.LLMatcher] = OrderedDict()
         self._lock = threading.Lock()
         self._executor: llguidance.LLExecutor | None = None
 

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -171,7 +171,7 @@ class Engine:
         if (compiler := self.runner.compiler) is not None:
             compiler.prepare_answer(len(request.prompt_ids), request.params.max_new_tokens)
 
-    def describe_runtime(self) -> dict:
+    def describe_runtime(self) -> dict[str, Any]:
         """The runner's own account of itself (runner.py's `describe`) and how its slots were sized, for
         /readyz."""
         return {**self.runner.describe(), "slots": self.runner.sizing.describe()}
@@ -271,12 +271,12 @@ class Engine:
             log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in requests),
                       exc_info=fault.error)
             self._end_failed(requests, fault.what)
-        takes = []  # (request, its row of logits): first tokens, then the decode rows
+        takes: list[tuple[RequestState, np.ndarray]] = []  # first tokens, then the decode rows
         for chunk, request, logits in zip(chunks, prefilling, out.prefilled):
             if request.status is not Status.FINISHED:
                 with self._lock:
                     self.scheduler.prefilled(chunk)
-                if chunk.wants_logits:
+                if logits is not None:  # the chunk completes its prompt
                     takes.append((request, logits))
         if batch and not decode_failed:
             self.decode_steps += 1
@@ -291,7 +291,7 @@ class Engine:
         """The masks of this step's constrained rows, all in one call; a fault ends those requests only."""
         constrained = [request for request in requests if request.constraint is not None]
         try:
-            self.grammars.fill_masks([request.constraint for request in constrained])
+            self.grammars.fill_masks([request.constraint for request in constrained if request.constraint])
         except Exception:
             self._fail(constrained, "a constraint's mask")
 

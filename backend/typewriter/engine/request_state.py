@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from ..errors import InvalidRequest
-from ..text.detokenizer import IncrementalDetokenizer
+from ..text.detokenizer import IncrementalDetokenizer, Spelling
 from ..text.stops import StopMatcher
 from .constraints import ConstrainedAnswer
 from .logprobs import token_logprobs
@@ -43,7 +43,7 @@ _ALLOWED = {
 
 
 class RequestState:
-    def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer,
+    def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer: Spelling,
                  eos_ids: Collection[int], now: float, constraint: ConstrainedAnswer | None = None):
         self.id = request.id
         self.follows = request.follows

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -104,7 +104,7 @@ class Compiler(Protocol):
     def prepare_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
         """Start compiling what one answer of this size will need (for a caller that serves one at a time)."""
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """{"compiled": n, "total": m, "compiling": [labels]}: the programs built so far."""
 
 
@@ -136,7 +136,7 @@ class Runner(Protocol):
     def copy_slot(self, source: int, target: int) -> None:
         """Slot `target`'s cache becomes a copy of slot `source`'s (a prefix they share)."""
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """What /readyz and the log say of this runtime: its name, weight format and programs."""
 
     def close(self) -> None:

@@ -165,15 +165,17 @@ class Scheduler:
     def _chunk(self, plan: Plan, request: RequestState, budget: int) -> int:
         start = request.prefilled
         length = min(budget, self.max_chunk, len(request.prompt_ids) - start)
-        if plan.decode and self._allowance_s is None:  # the costs are not known yet: a small chunk
+        allowance = self._allowance_s
+        if plan.decode and allowance is None:  # the costs are not known yet: a small chunk
             length = min(length, COLD_CHUNK)
-        elif plan.decode:  # within what the step may still take; the step's first chunk has at least one token
-            if plan.chunks and self.costs.chunk_s(start, 1) > self._allowance_s:
+        elif plan.decode and allowance is not None:  # within what the step may still take
+            if plan.chunks and self.costs.chunk_s(start, 1) > allowance:  # (the step's first chunk: one token at least)
                 return 0
-            length = self.costs.longest(start, length, self._allowance_s)
-            self._allowance_s -= self.costs.chunk_s(start, length)
+            length = self.costs.longest(start, length, allowance)
+            self._allowance_s = allowance - self.costs.chunk_s(start, length)
         end = start + length
-        plan.chunks.append(PrefillChunk(request.slot, start, request.prompt_ids[start:end], end == len(request.prompt_ids)))
+        prompt = request.prompt_ids
+        plan.chunks.append(PrefillChunk(request.slot, start, prompt[start:end], wants_logits=end == len(prompt)))
         return length
 
     def _room(self, plan: Plan, budget: int) -> bool:

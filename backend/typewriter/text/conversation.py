@@ -60,8 +60,8 @@ def fit_conversation(messages: Sequence[Message], encode: Callable[[list[Message
     if floor[0] + want > context or len(prompt(0)) + want > context:  # it does not fit whole
         target = context - context // 4
         start = next((i for i in range(1, last) if floor[i] + want <= target), last)  # none before can fit
-        chosen = _first(range(start, last), lambda i: len(prompt(i)) + want <= target)
-        chosen = last if chosen is None else chosen
+        found = _first(range(start, last), lambda i: len(prompt(i)) + want <= target)
+        chosen = last if found is None else found
     if chosen == last and floor[last] > context:  # the question alone passes the context: said without encoding it
         need = asked if asked is not None else min(default, MIN_FITTED_ANSWER)
         raise PromptTooLong(floor[last], need, context, asked=asked is not None, at_least=True)

@@ -42,7 +42,7 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer: Spelling):
         text = tokenizer.token_text
         self._table = text.table
-        self._first_table = text.first_table
+        self._first_table = text.first_table or text.table  # only FIRST_TOKEN's spelling has a first table
         self._special_ids = tokenizer.special_ids
         # errors="ignore": bytes that can never form a character are left out, where decode's lossy UTF-8 shows
         # U+FFFD; a student should not see the model's byte-level slips as boxes.

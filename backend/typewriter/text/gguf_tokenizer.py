@@ -68,7 +68,7 @@ def raw_tokenizer_from_gguf(path: str | Path, fields: Mapping[str, Any]) -> RawT
     return raw
 
 
-def _byte_level_bpe(path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
+def _byte_level_bpe(path: str | Path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
     pre = fields.get("tokenizer.ggml.pre")
     if pre not in PRE_TOKENIZER_REGEXES:
         raise ModelFormatError(f"{path}: tokenizer.ggml.pre {pre!r} is not a known pre-tokenizer (known: "
@@ -83,7 +83,7 @@ def _byte_level_bpe(path, fields: Mapping[str, Any], tokens: list[str]) -> RawTo
     return raw
 
 
-def _sentencepiece_bpe(path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
+def _sentencepiece_bpe(path: str | Path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
     scores: list[float] | None = fields.get("tokenizer.ggml.scores")
     if scores is None or len(scores) != len(tokens):
         raise ModelFormatError(f"{path}: tokenizer.ggml.scores is missing or differs in length from the tokens; "

@@ -58,7 +58,7 @@ class _Shared:
     def __init__(self, raw: RawTokenizer):
         self.raw = raw
 
-    def __deepcopy__(self, memo) -> RawTokenizer:
+    def __deepcopy__(self, memo: dict[int, object]) -> RawTokenizer:
         return self.raw
 
 
@@ -82,7 +82,7 @@ class Tokenizer:
         self.plain_chat = chat_template is None  # PLAIN_CHAT_TEMPLATE stands in
         # How the model writes tool calls, if its template takes tools in a format we read (tool_format.py)
         self.tool_format: ToolFormat | None = tool_format(chat_template)
-        self.hf = PreTrainedTokenizerFast(
+        self.hf = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' own
             tokenizer_object=_Shared(raw),
             bos_token=bos_token,
             eos_token=eos_token,
@@ -131,7 +131,7 @@ class Tokenizer:
 
         get = fields.get
         raw = raw_tokenizer_from_gguf(path, fields)
-        tokens: list[str] = get("tokenizer.ggml.tokens")
+        tokens: list[str] = get("tokenizer.ggml.tokens") or []
 
         def token(key: str) -> str | None:
             i = get(f"tokenizer.ggml.{key}_token_id")
@@ -213,19 +213,20 @@ class Tokenizer:
 
     def render_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> str:
         """The prompt text for `messages`, ending with the assistant's generation prompt."""
-        return self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,
+        text = self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,
                                            add_generation_prompt=True)
+        assert isinstance(text, str)
+        return text
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
-                    tools: Sequence[dict] | None = None) -> list[int]:
+                    tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
         """Token ids of the rendered chat. Control tokens typed inside a message (a student writing
         `<|im_end|><|im_start|>system`) are encoded as plain text: only the template writes real ones. `tools`
         (OpenAI's `{"type": "function", "function": {...}}` objects) go to the template, which describes them to
         the model in its own words; only for a model with a `tool_format`."""
-        extra = {"tools": list(tools)} if tools else {}
-        encoded = self.hf.apply_chat_template(
-            self._conversation(messages, system), tokenize=True, add_generation_prompt=True,
-            sanitize_control_tokens=True, **extra,
+        encoded: Any = self.hf.apply_chat_template(
+            self._conversation(messages, system), tools=list(tools) if tools else None, tokenize=True,
+            add_generation_prompt=True, sanitize_control_tokens=True,
         )
         return list(encoded["input_ids"])
 
@@ -291,7 +292,8 @@ def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> 
     """Reads the decoder's description and spells every token's text out in bytes; a decoder whose output the
     stream could not reproduce token by token is refused here, at load, not on the first answer."""
     # the decoder's own JSON: the whole tokenizer's (to_str) is slow to write and parse for this
-    decoder = json.loads(raw.decoder.__getstate__()) if raw.decoder is not None else {"type": "none"}
+    decoder: dict[str, Any] = (json.loads(raw.decoder.__getstate__()) if raw.decoder is not None
+                               else {"type": "none"})
     steps = decoder["decoders"] if decoder["type"] == "Sequence" else [decoder]
     kinds = [step["type"] for step in steps]
     vocab = [(i, token) for token, i in raw.get_vocab(with_added_tokens=True).items() if i not in special_ids]
@@ -304,7 +306,7 @@ def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> 
     if kinds == ["ByteLevel"]:
         # each alphabet character to the byte it stands for, as a latin-1 character: translate, then encode; any
         # other character fails the encoding (those up to 255 are sent past latin-1 first)
-        to_latin1 = {ord(c): b for b, c in _bytes_to_unicode().items()}
+        to_latin1: dict[int, int | str] = {ord(c): b for b, c in _bytes_to_unicode().items()}
         to_latin1 |= {c: "\uffff" for c in range(256) if c not in to_latin1}
         table = [b""] * size
         for i, token in vocab:
@@ -361,11 +363,12 @@ def _bytes_to_unicode() -> dict[int, str]:
     return mapping
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        read: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return read
     except (OSError, ValueError) as e:
         raise ModelFormatError(f"{path}: cannot be read as JSON ({e})") from e
 

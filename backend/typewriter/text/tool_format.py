@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # What a call's JSON looks like when it is forced (constraints.py's JSON options, kept the same inside the call).
 _JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -24,7 +25,7 @@ class ToolFormat:
     open: str  # before each call's JSON
     close: str  # after it
 
-    def grammar(self, tools: Sequence[dict], strict: bool = True) -> str:
+    def grammar(self, tools: Sequence[dict[str, Any]], strict: bool = True) -> str:
         """A Lark grammar (llguidance's dialect) whose every sentence is one call of one of `tools` (OpenAI's
         function objects: name, parameters), its arguments valid for that tool's parameters."""
         calls = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
@@ -74,7 +75,7 @@ class ToolCallParser:
 
     def __init__(self, fmt: ToolFormat):
         self.open, self.close = fmt.open.strip(), fmt.close.strip()
-        self.calls: list[dict] = []  # {"name", "arguments"} of each call, as it completes
+        self.calls: list[dict[str, str]] = []  # {"name", "arguments"} of each call, as it completes
         self._text = ""  # answer text not yet sent (outside a call)
         self._call: str | None = None  # the current call's text after its opening, while inside one
         self._args_at: int | None = None  # where its arguments start in `_call`, once its name was read
@@ -115,6 +116,7 @@ class ToolCallParser:
 
     def _partial_call(self) -> list[Piece]:
         out: list[Piece] = []
+        assert self._call is not None
         if self._args_at is None:
             head = self._HEAD.match(self._call)
             if head is None:
@@ -144,7 +146,9 @@ class ToolCallParser:
         args = body[self._args_at:].rstrip()
         args = args[:-1] if args.endswith("}") else args  # the call object's closing brace
         out: list[Piece] = [CallArguments(len(self.calls), args[self._sent:])] if len(args) > self._sent else []
-        name = json.loads(f'"{self._HEAD.match(body).group(1)}"')
+        head = self._HEAD.match(body)
+        assert head is not None  # it matched this call's start when its name was read
+        name = json.loads(f'"{head.group(1)}"')
         self.calls.append({"name": name, "arguments": args.rstrip()})
         return out
 

@@ -8,6 +8,7 @@ rotary layout; we undo that so every source reaches the model in Hugging Face's 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
@@ -35,17 +36,18 @@ class GGUFFile:
         self.fields = self.reader.fields
         self.tensors = self.reader.tensors
         self.arch = self.field("general.architecture")
-        self.family = family_of_gguf(self.arch)
-        if self.family is None:
+        family = family_of_gguf(self.arch)
+        if family is None:
             raise ModelFormatError(
                 f"{self.path.name}: architecture {self.arch!r} is not supported "
                 f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
             )
+        self.family: str = family
 
-    def field(self, key: str, default=None):
+    def field(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)
 
-    def required(self, key: str):
+    def required(self, key: str) -> Any:
         if key not in self.fields:
             raise KeyError(key)  # load_weights names it
         return self.fields[key]

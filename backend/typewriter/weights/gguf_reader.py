@@ -46,10 +46,10 @@ _LENGTH = struct.Struct("<Q")
 
 
 class _Cursor:
-    def __init__(self, buf, offset: int = 0):
+    def __init__(self, buf: memoryview, offset: int = 0):
         self.buf, self.at = buf, offset
 
-    def scalar(self, fmt: str):
+    def scalar(self, fmt: str) -> Any:
         value = struct.unpack_from("<" + fmt, self.buf, self.at)[0]
         self.at += struct.calcsize(fmt)
         return value

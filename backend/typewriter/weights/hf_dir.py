@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
@@ -29,16 +30,17 @@ class HFDirectory:
         if not isinstance(self.raw, dict):
             raise ModelFormatError(f"{cfg_path}: expected a JSON object, got {type(self.raw).__name__}")
         archs = self.raw.get("architectures") or [self.raw.get("model_type", "?")]
-        self.family = family_of_hf(archs)
-        if self.family is None:
+        family = family_of_hf(archs)
+        if family is None:
             raise ModelFormatError(
                 f"{self.path.name}: architecture {archs[0]!r} is not supported "
                 f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
             )
+        self.family: str = family
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
             raise ModelFormatError(f"{self.path}: no *.safetensors weights (PyTorch .bin files are not read)")
-        self.where: dict[str, tuple[np.memmap, dict]] = {}
+        self.where: dict[str, tuple[np.memmap, dict[str, Any]]] = {}
         for f in files:
             self.where |= read_safetensors_index(f)
         self.arch = next(a for a in archs if a in SUPPORTED_ARCHITECTURES)
@@ -88,7 +90,7 @@ class HFDirectory:
         return raw.view(_DTYPES[dtype]).astype(np.float32).reshape(shape)
 
 
-def check_rope(path: Path, c: dict) -> dict:
+def check_rope(path: Path, c: dict[str, Any]) -> dict[str, Any]:
     """The RoPE parameters (transformers 5's `rope_parameters`, else {}), refused unless plain RoPE over the
     whole head: the model implements no scaling (linear, dynamic, YaRN, LongRoPE, llama3) nor a partial rotary."""
     for key in ("rope_scaling", "rope_parameters"):
@@ -106,7 +108,7 @@ def check_rope(path: Path, c: dict) -> dict:
 _DTYPES = {"F32": np.float32, "F16": np.float16}
 
 
-def read_safetensors_index(path: Path) -> dict[str, tuple[np.memmap, dict]]:
+def read_safetensors_index(path: Path) -> dict[str, tuple[np.memmap, dict[str, Any]]]:
     """Map each tensor name to the file's bytes after the header and its entry (dtype, shape, offsets).
 
     The safetensors library checks the whole header first (its length against the file, the JSON, every dtype,

@@ -9,6 +9,7 @@ holds them (fused QKV and gate/up matrices, [in, out]); `canonical` turns them b
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,7 @@ class SavedModelDir:
             if name not in stored:
                 raise ModelFormatError(f"{self.path}: variable {name} is missing; export the model again")
             try:
-                return reader.get_tensor(stored[name])
+                return np.asarray(reader.get_tensor(stored[name]))
             except unreadable as e:
                 raise ModelFormatError(f"{self.path}: variable {name} cannot be read ({type(e).__name__}: {e}); "
                                        "export the model again") from None
@@ -85,7 +86,7 @@ class SavedModelDir:
         return weights
 
 
-def canonical(cfg: ModelConfig, get) -> dict[str, np.ndarray]:
+def canonical(cfg: ModelConfig, get: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
     """Canonical [out, in] tensors from the Transformer's own variables (runners/xla/model.py), `get(name)` reading
     `model/<attribute path>`: the inverse of what Transformer.__init__ does to them."""
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,7 +92,7 @@ class WeightReader(Mapping[str, np.ndarray]):
                 raise ModelFormatError(f"{src.path.name}: missing tensor {' or '.join(places)} ({name})")
             self.stored[name] = stored
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[str]:
         return iter(self.shapes)
 
     def __len__(self) -> int:
@@ -123,7 +123,7 @@ class WeightReader(Mapping[str, np.ndarray]):
         vocabulary-sized matrix as float32 is hundreds of MB for a 0.5B model), anything else whole, then cut."""
         shape = self.shapes[name]
         stored = self.stored[name]
-        if (self.kind == GGUF and len(shape) == 2 and self.src.plain_rows(stored)
+        if (isinstance(self.src, GGUFFile) and len(shape) == 2 and self.src.plain_rows(stored)
                 and not getattr(self.table, "fused_part", lambda name, cfg: None)(name, self.cfg)):
             w = self.src.rows(stored, start, stop)
             if w.shape != (stop - start, shape[1]):
@@ -151,10 +151,10 @@ def load_weights(
         resolve_model_path(path))[0]
     if isinstance(src, SavedModelDir):  # its tensors are one checkpoint, read at once
         cfg = read_config(src)
-        weights = src.weights(cfg)
+        whole = src.weights(cfg)
         if progress:
-            progress(len(weights), len(weights))
-        return cfg, weights
+            progress(len(whole), len(whole))
+        return cfg, whole
     cfg = read_config(src)
     reader = WeightReader(src, cfg)
     weights: dict[str, np.ndarray] = {}
