@@ -1,5 +1,5 @@
 """What the structured-output tests on the embedded model and on Qwen2.5 (test_structured_e2e.py,
-test_qwen_structured.py) ask alike: the server's settings, a quiz schema with bounded strings (so a whole answer
+e2e/test_qwen_structured.py) ask alike: the server's settings, a quiz schema with bounded strings (so a whole answer
 fits its length), and a calculator tool."""
 
 SETTINGS = {"TYPEWRITER_MAX_ACTIVE": "8", "TYPEWRITER_MAX_QUEUE": "32", "TYPEWRITER_MAX_CONTEXT": "1024",

@@ -152,9 +152,42 @@ def test_no_test_file_imports_another():
     """What several test files share lives in a helper module (helpers.py, page_harness.py, ...), never in a test
     file that pytest also collects."""
     importers = []
-    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             importers += [f"{path.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert importers == []
+
+
+TESTS = Path(__file__).resolve().parent
+ACROSS = ("e2e", "frontend")  # end to end through several modules: browsers, Docker, services, real servers
+PACKAGE_WIDE = {"test_layout.py", "test_bench_scripts.py"}
+
+
+def _unmirrored(test_files: list[Path]) -> list[str]:
+    """Test files (relative to tests/) that name no module: tests/x/y/test_z.py must test backend/typewriter/x/y/
+    z.py (test_z_aspect.py one aspect of it, and a folder's own name its package, as client/test_client.py)."""
+    strays = []
+    for rel in test_files:
+        if rel.parts[0] in ACROSS or (len(rel.parts) == 1 and rel.name in PACKAGE_WIDE):
+            continue
+        folder = PACKAGE.joinpath(*rel.parts[:-1])
+        stem = rel.stem.removeprefix("test_")
+        names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+        names |= {folder.name} if rel.parts[:-1] else set()
+        if not folder.is_dir() or not any(stem == n or stem.startswith(n + "_") for n in names):
+            strays.append(str(rel))
+    return strays
+
+
+def test_tests_mirror_the_package():
+    files = sorted(p.relative_to(TESTS) for p in TESTS.rglob("test_*.py"))
+    assert len(files) > 80 and _unmirrored(files) == []
+
+
+def test_the_mirror_check_would_report_a_test_of_no_module():
+    assert _unmirrored([Path("engine/test_nothing.py"), Path("test_stray.py"), Path("nowhere/test_x.py")]) == [
+        "engine/test_nothing.py", "test_stray.py", "nowhere/test_x.py"]
+    assert _unmirrored([Path("engine/test_scheduler_fairness.py"), Path("server/socket/test_session.py"),
+                        Path("client/test_client.py"), Path("e2e/test_anything.py")]) == []

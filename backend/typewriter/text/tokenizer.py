@@ -53,7 +53,7 @@ PLAIN_CHAT_TEMPLATE = (
 class _Shared:
     """Hands transformers our tokenizer itself where it would deep-copy it: the copy is a round trip through
     the whole tokenizer's JSON, most of a large vocabulary's load, and neither side changes the tokenizer (the
-    encodings are the same either way: tests/test_tokenizer.py)."""
+    encodings are the same either way: tests/text/test_tokenizer.py)."""
 
     def __init__(self, raw: RawTokenizer):
         self.raw = raw

@@ -49,7 +49,7 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
         frame = json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:
         raise Refusal("invalid_json", f"the frame is not valid JSON: {e}") from None
-    except RecursionError:  # found by tests/test_fuzz.py: a few thousand "[" fit in a frame
+    except RecursionError:  # found by tests/e2e/test_fuzz.py: a few thousand "[" fit in a frame
         raise Refusal("invalid_json", "the frame nests arrays or objects too deeply") from None
     if not isinstance(frame, dict):
         raise Refusal("invalid_request", "a frame must be a JSON object with a \"type\" field")

@@ -13,12 +13,12 @@ import math
 import re
 import time
 import urllib.parse
-from pathlib import Path
 
 import pytest
 import yaml
 from helpers import Recorder, chat, receive, serving, until_terminal
 from real_server import http_get, real_server
+from repo import ROOT
 from scripted import letter_runner
 from services import ChatLoop, prometheus
 from websockets.sync.client import connect
@@ -28,7 +28,6 @@ from typewriter.engine.request import GenerationRequest, SamplingParams
 from typewriter.server.metrics import Metrics
 from typewriter.text.tokenizer import Tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "typewriter.json"
 DATASOURCES = DEPLOY / "grafana" / "provisioning" / "datasources" / "prometheus.yml"

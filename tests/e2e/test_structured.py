@@ -312,6 +312,6 @@ def test_the_quiz_example_prints_a_quiz_that_validated(smol):
 
 def test_the_calculator_example_calls_its_tool_and_answers(tiny_tools):
     """The tiny model's expression is noise within the tool's pattern; the example computes it or says why not,
-    and sends the result back for the answer (tests/test_qwen_structured.py checks the arithmetic on Qwen)."""
+    and sends the result back for the answer (tests/e2e/test_qwen_structured.py checks the arithmetic on Qwen)."""
     printed = run_example("calculator_tool.py", tiny_tools.url, "What is 6*7?")
     assert printed.startswith("calculator('")

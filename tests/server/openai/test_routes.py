@@ -1,6 +1,6 @@
 """The OpenAI-compatible HTTP API over Starlette's TestClient and the real engine on a scripted runner: the
 response shapes, the parameter mapping, and every refusal in OpenAI's error shape with our codes. The official
-`openai` client against a real server is in test_openai_client.py."""
+`openai` client against a real server is in e2e/test_openai_client.py."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repo import TESTS
 from tiny_model import TOLERANCE, prefill_all, random_weights, tiny_config
 
 from typewriter.runners.xla.compiler import bucket, power_of_two_buckets
@@ -168,7 +168,7 @@ def test_a_program_compiled_in_another_order_after_other_work_is_found_in_the_xl
     those names: without the runner's own names, a restart that compiled in another order missed every entry."""
     def compile_in(order: list[str]) -> set[str]:
         env = {k: v for k, v in os.environ.items() if k != "TF_XLA_FLAGS"}  # a CLI test may have set its cache
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
+        env["PYTHONPATH"] = os.pathsep.join([str(TESTS), *sys.path])
         subprocess.run([sys.executable, "-c", COMPILE_IN_ORDER, str(tmp_path / "xla"), *order], check=True, env=env,
                        timeout=300)
         return set(os.listdir(tmp_path / "xla"))

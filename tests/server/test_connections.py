@@ -23,8 +23,9 @@ from pathlib import Path
 
 from helpers import WAIT_S, wait_until
 from real_server import http_get
+from repo import TESTS
 
-HERE = Path(__file__).resolve().parent
+HERE = TESTS
 BOUND = re.compile(r"Typewriter on (http://\S+?)/? ")
 HEADER_TIMEOUT_S = 2.0
 

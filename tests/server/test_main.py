@@ -1,5 +1,5 @@
 """The server under real uvicorn on a loopback socket, with the real engine on a scripted runner: what only a real socket shows
-(close codes from the WebSocket layer, the graceful shutdown). The load test has its own file, test_loadtest.py."""
+(close codes from the WebSocket layer, the graceful shutdown). The load test has its own file, commands/test_loadtest.py."""
 
 from __future__ import annotations
 

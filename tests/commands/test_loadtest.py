@@ -10,16 +10,14 @@ import subprocess
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 from helpers import wait_until
 from live_server import running
+from repo import ROOT
 from scripted import factory, script_engine
 
 from typewriter.commands.loadtest import percentile
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def loadtest(url: str, *args: str) -> subprocess.CompletedProcess:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from real_server import real_server
+from repo import ROOT
 from tiny_model import random_weights, tiny_config, write_gguf
 from websockets.sync.client import connect
 
@@ -22,7 +23,6 @@ from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights import load_weights
 from typewriter.weights.saved_model import EXTRA, MANIFEST
 
-ROOT = Path(__file__).resolve().parents[1]
 CONTEXT = 128
 MESSAGES = [[{"role": "user", "content": "hello world"}],
             [{"role": "user", "content": "héllo wörld ✓ 😀"}, {"role": "assistant", "content": "hi"},

@@ -28,14 +28,14 @@ pytestmark = [pytest.mark.services, pytest.mark.slow, pytest.mark.e2e]
 SETTINGS = {
     "TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_CONTEXT": "256", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "200",
     "TYPEWRITER_MAX_ACTIVE": "4",
-    # No drain: an answer running at SIGTERM ends at once with `shutdown` (test_signals.py covers the drain)
+    # No drain: an answer running at SIGTERM ends at once with `shutdown` (server/test_main_signals.py covers the drain)
     "TYPEWRITER_DRAIN_S": "0",
     # nginx is the peer of every socket: the limits count X-Forwarded-For instead, as in deploy/compose.scale.yml
     "TYPEWRITER_TRUSTED_PROXIES": "127.0.0.1",
     # the names the clients use, which nginx passes on in Host (here the replicas' defaults, said explicitly)
     "TYPEWRITER_ALLOWED_HOSTS": "127.0.0.1,localhost",
     # The clients chat back to back as fast as the tiny model answers (a chat every 10-20 ms on a fast machine),
-    # all from one forwarded address: far past a person's frame and chat rates, which test_limits.py covers
+    # all from one forwarded address: far past a person's frame and chat rates, which server/test_limits.py covers
     "TYPEWRITER_FRAMES_PER_SECOND": "1000", "TYPEWRITER_CHATS_PER_MINUTE": "1000000",
 }
 SOCKETS_PER_REPLICA = 2
@@ -153,7 +153,7 @@ def test_nginx_spreads_chats_over_two_replicas_and_one_stopped_mid_run_ends_its_
     # Per socket on a: answered chats, then the one running at SIGTERM ends with `end` reason `shutdown` (unless
     # it finished first, or the socket was between two chats), then a chat sent before the socket closed gets the
     # error `shutdown`, after which it closes at once. Whether a chat is cut is a race here: the tiny model often
-    # ends an answer with eos within 10 ms, less than the server's 0.1 s tick before the drain (test_signals.py
+    # ends an answer with eos within 10 ms, less than the server's 0.1 s tick before the drain (server/test_main_signals.py
     # cuts a long answer for sure).
     afters = []
     for loop in stopped:

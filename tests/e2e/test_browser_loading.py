@@ -2,7 +2,7 @@
 the real app, the real engine on a scripted runner whose load waits for the test). The page says the tutor is
 getting ready with the load's progress from /readyz, holds the question with Stop offered, shows no error, and
 sends it once the server is ready: one chat reaches the engine, and its answer is shown. (How the loading status
-reads and fits: test_browser_loading_status.py.)"""
+reads and fits: e2e/test_browser_loading_status.py.)"""
 
 from __future__ import annotations
 

@@ -8,18 +8,18 @@ teacher-forced (one prefill over prompt + reference ids), so a near-tie at one s
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from repo import GOLDEN_DIR
 
 from typewriter.engine.engine import Engine
 from typewriter.engine.request import Finished, FinishReason, GenerationRequest, SamplingParams, Token
 
 pytestmark = pytest.mark.slow
 
-GOLDEN = json.loads((Path(__file__).parent / "golden" / "smollm2_135m_q4_1.json").read_text())
+GOLDEN = json.loads((GOLDEN_DIR / "smollm2_135m_q4_1.json").read_text())
 PROMPTS = {p["name"]: p for p in GOLDEN["prompts"]}
 FIXED_IDS = GOLDEN["meta"]["fixed_ids"]
 TOLERANCE = 1e-2

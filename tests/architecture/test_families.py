@@ -5,12 +5,12 @@ text is its tokenizer's decode of the answer."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 from helpers import Recorder
+from repo import GOLDEN_DIR
 from tiny_model import (
     SPM_VOCAB_SIZE,
     TOLERANCE,
@@ -215,7 +215,7 @@ def test_a_phi3_fused_tensor_of_the_wrong_size_is_named(tmp_path):
 
 # ---- against transformers + PyTorch: tests/golden/tiny_families.json (scripts/make_golden.py --families) ----
 
-GOLDEN = json.loads((Path(__file__).parent / "golden" / "tiny_families.json").read_text())
+GOLDEN = json.loads((GOLDEN_DIR / "tiny_families.json").read_text())
 GOLDEN_TOLERANCE = 1e-5  # relative to the largest logit; measured 1.5e-5 absolute (gpt2, logits up to 44): 30x
 
 

@@ -7,14 +7,12 @@ a grace period shorter than the drain, an XLA cache folder that is not writable.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
+from repo import ROOT
 
 from typewriter.config import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "deploy" / "kubernetes"
 NOT_MANIFESTS = {"kustomization.yaml", "prometheus-adapter-values.yaml"}
 

@@ -635,7 +635,7 @@ def test_steps_that_keep_failing_end_every_request_and_the_engine_refuses_new_on
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_gguf):
     engine, tokenizer, _ = assemble.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
-                                      compile="lazy", weight_format="fp32")  # XLA's (test_lite.py: int8-lite)
+                                      compile="lazy", weight_format="fp32")  # XLA's (runners/lite/test_runner.py: int8-lite)
     yield engine, tokenizer
     engine.shutdown()
 

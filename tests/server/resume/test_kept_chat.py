@@ -1,7 +1,7 @@
 """A kept chat's log and the registry's bounds (server/resume/registry.py), driven item by item: what is dropped when a
 log must shrink (finished chats' logs first, then what readers were already sent, never what no reader has been
 sent), what a resume from a dropped position is told, and the grace period's timers. The chat is a stand-in; the
-same rules over real sockets and the real engine are in test_resume.py."""
+same rules over real sockets and the real engine are in server/socket/test_resumable.py."""
 
 from __future__ import annotations
 

@@ -10,13 +10,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
+from repo import ROOT
 
 from typewriter.server.listen import EXIT_CANNOT_LISTEN, listen
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -11,12 +11,12 @@ import re
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import grpc
 import httpx
 import pytest
 from live_server import running
+from repo import ROOT
 from scripted import factory, script_engine
 from websockets.sync.client import connect
 
@@ -24,7 +24,6 @@ from typewriter.server.grpc.gen import chat_pb2 as pb
 from typewriter.server.grpc.gen import chat_pb2_grpc
 from typewriter.server.grpc.service import ERROR_CODE_KEY
 
-ROOT = Path(__file__).resolve().parents[1]
 BLANKS = ["", " ", "\n\t  \n", "\u00a0\u2003"]  # a no-break space and an em space are whitespace too
 NAMED = "must not be empty or only whitespace: there is nothing to answer"
 

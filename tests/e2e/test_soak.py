@@ -6,13 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import pytest
+from repo import BENCH
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
 def test_a_short_soak_leaks_no_stream_and_ends_every_watched_chat_exactly_once(monkeypatch, tmp_path, tiny_gguf,

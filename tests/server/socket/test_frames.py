@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from repo import ROOT
 
 from typewriter.engine.request import Finished, FinishReason, Timings
 from typewriter.server.chat_request import Chat, ChatMessage, sampling_params
@@ -154,18 +155,16 @@ def test_server_frames_have_the_documented_shape():
 
 
 def test_the_page_has_plain_words_for_every_error_code_the_server_sends():
-    from pathlib import Path
 
-    source = (Path(__file__).resolve().parents[1] / "frontend" / "protocol.js").read_text()
+    source = (ROOT / "frontend" / "protocol.js").read_text()
     table = source[source.index("const ERROR_TEXT"):source.index("});", source.index("const ERROR_TEXT"))]
     missing = [code for code in ERROR_CODES if f"\n  {code}:" not in table]  # each key starts a line
     assert not missing, f"frontend/protocol.js ERROR_TEXT lacks {missing}"
 
 
 def test_the_page_has_words_for_every_end_reason_but_the_natural_ones_and_the_error_sent_as_a_frame():
-    from pathlib import Path
 
-    source = (Path(__file__).resolve().parents[1] / "frontend" / "protocol.js").read_text()
+    source = (ROOT / "frontend" / "protocol.js").read_text()
     table = source[source.index("const END_TEXT"):source.index("});", source.index("const END_TEXT"))]
     silent = {FinishReason.EOS, FinishReason.STOP_SEQUENCE, FinishReason.ERROR}  # an error ends with an error frame
     missing = [r.value for r in FinishReason if r not in silent and f"\n  {r.value}:" not in table]
