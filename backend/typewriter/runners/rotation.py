@@ -5,17 +5,23 @@ rotates rows in a program, which is where TensorFlow comes in."""
 from __future__ import annotations
 
 import functools
+import math
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 INT8_MAX = 127.0
 
 
-def _hadamard(n: int) -> np.ndarray:
-    h = np.ones((1, 1))
+def _hadamard(n: int) -> npt.NDArray[np.float64]:
+    h: npt.NDArray[np.float64] = np.ones((1, 1))
     while h.shape[0] < n:
         h = np.block([[h, h], [h, -h]])
-    return h / np.sqrt(n)
+    return h / math.sqrt(n)
 
 
 def _orthogonal(n: int) -> np.ndarray:
@@ -47,8 +53,8 @@ class Rotation:
             y = np.matmul(self.outer.T, y)  # [a, a] @ [rows, a, b]: each row's blocks mixed
         return y.reshape(x.shape)
 
-    def __call__(self, rows):
-        """rows [m, n] (a tf.Tensor) -> rows @ R"""
+    def __call__(self, rows: tf.Tensor) -> tf.Tensor:
+        """rows [m, n] -> rows @ R"""
         import tensorflow as tf
 
         y = tf.reshape(rows, [-1, self.a, self.b]) @ self.inner
@@ -56,8 +62,8 @@ class Rotation:
             y = tf.einsum("mij,ik->mkj", y, self.outer)
         return tf.reshape(y, tf.shape(rows))
 
-    def inverse(self, rows):
-        """rows [m, n] (a tf.Tensor) -> rows @ R^T (R is orthogonal)"""
+    def inverse(self, rows: tf.Tensor) -> tf.Tensor:
+        """rows [m, n] -> rows @ R^T (R is orthogonal)"""
         import tensorflow as tf
 
         y = tf.reshape(rows, [-1, self.a, self.b])

@@ -17,6 +17,7 @@ import mmap
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import numpy.typing as npt
 
 from ...architecture.model_config import ModelConfig
 from .kernel import TILE as KERNEL_TILE
@@ -54,7 +55,7 @@ class HostCache:
         self.cos, self.sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
         self._heads, self._rope = (cfg.n_heads, k, e), (self.cos, self.sin)
 
-    def _split(self, qkv: np.ndarray, positions: np.ndarray):
+    def _split(self, qkv: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """qkv [n, (h + 2k) * e] -> q [n, h, e], k [n, k, e] with RoPE at `positions` [n], v [n, k, e]."""
         cfg, n = self.cfg, qkv.shape[0]
         heads = cfg.n_heads + cfg.n_kv_heads
@@ -111,7 +112,7 @@ class HostCache:
         q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
         return _attend(q, keys[slot], values[slot], positions).reshape(t, -1)  # heads in q's order
 
-    def rows(self, slots, positions) -> Rows:
+    def rows(self, slots: npt.ArrayLike, positions: npt.ArrayLike) -> Rows:
         """A step's rows for `attend` (kernel only): token i of slot slots[i] at positions[i], in the order of the
         qkv rows each layer gives. Made once a step: the per-layer calls then cost one C call each."""
         rows = Rows(slots, positions, self._heads, self.k[0], self.v[0])
@@ -122,6 +123,7 @@ class HostCache:
     def attend(self, layer: int, qkv: np.ndarray, rows: Rows) -> np.ndarray:
         """Layer `layer`'s qkv rows [n, (h + 2k) * e] for `rows` (from `rows`): RoPE, the cache writes and
         attention, by the kernel -> [n, h * e]."""
+        assert self.kernel is not None, "rows and attend are the kernel's way (numpy's: decode and extend)"
         return self.kernel.layer(qkv, rows, self._heads, self._rope, self.k[layer], self.v[layer], self.threads)
 
     def _by_kernel(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -142,7 +144,7 @@ class HostCache:
         return sum(a.nbytes for a in self.k + self.v)
 
 
-def _untouched_zeros(shape, dtype=np.float32) -> np.ndarray:
+def _untouched_zeros(shape: tuple[int, ...], dtype: npt.DTypeLike = np.float32) -> np.ndarray:
     """A zero array in its own anonymous mapping: its pages take memory only once written, 4 KiB at a time.
     numpy's own large zeros ask for transparent huge pages, so that the first write to a slot's row made 2 MiB
     resident, and one decode step of every slot the whole cache (docs/measurements/2026-12-03-int8-lite.md)."""
@@ -178,7 +180,7 @@ def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.n
     by_tile = scores.reshape(k, rows, tiles, 1, TILE)
     total = np.cumsum(by_tile.sum(axis=-1)[..., 0], axis=-1)[..., -1]  # each tile's sum, then tile after tile
     weighted = by_tile @ values[:, :tiles * TILE].reshape(k, 1, tiles, TILE, e)  # [k, rows, tiles, 1, e]
-    out = np.cumsum(weighted[:, :, :, 0], axis=2)[:, :, -1] / total[..., None]  # tile after tile, in order
+    out: np.ndarray = np.cumsum(weighted[:, :, :, 0], axis=2)[:, :, -1] / total[..., None]  # tile after tile, in order
     return out.reshape(k, t, g, e).transpose(1, 0, 2, 3)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from ...architecture.model_config import ModelConfig
 from . import gptq
 from .attention import _rope
+from .layers import Layer
 
 TEXT = Path(__file__).with_name("calibration.txt")
 # Calibration tokens: fewer rounded about as well, and time grows with them
@@ -32,7 +33,9 @@ def text() -> str:
 
 
 def _norm(x: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # the programs' RMSNorm (its weight folded)
+    """The programs' RMSNorm (its weight folded into the matrix that reads it)."""
+    normed: np.ndarray = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return normed
 
 
 def _moment(x: np.ndarray) -> np.ndarray:
@@ -64,7 +67,7 @@ class Calibration:
         read."""
         return _moment(_norm(self.x, self.cfg.norm_eps))
 
-    def run_layer(self, layer: dict, down_block: np.ndarray, round_: Round) -> None:
+    def run_layer(self, layer: Layer, down_block: np.ndarray, round_: Round) -> None:
         """Carry the stream through one layer whose "qkv" is rounded already; rounds its "o", "gate", "up" and
         "down" in place (float [in, out] -> int8 Matrix) as their inputs become known."""
         cfg, n = self.cfg, len(self.x)

@@ -15,13 +15,21 @@ the matmul twice the rows and the program some small ops (layers.py says where i
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ai_edge_litert.schema_py_generated import QuantizationParametersT
 
 
-def _schema():
-    from ai_edge_litert import schema_py_generated as schema  # TensorFlow Lite's schema, as LiteRT ships it
-
-    return schema
+def _schema() -> ModuleType:
+    """TensorFlow Lite's schema, as LiteRT ships it (imported when a program is first built)."""
+    return importlib.import_module("ai_edge_litert.schema_py_generated")
 
 
 class ProgramBuilder:
@@ -43,7 +51,8 @@ class ProgramBuilder:
 
     # ---- tensors ----
 
-    def _tensor(self, shape, kind, data: np.ndarray | None = None, quantization=None) -> int:
+    def _tensor(self, shape: Sequence[int], kind: int, data: np.ndarray | None = None,
+                quantization: QuantizationParametersT | None = None) -> int:
         t = self.s.TensorT()
         t.shape, t.type, t.name = list(shape), kind, f"t{len(self.graph.tensors)}"
         t.buffer, t.quantization = 0, quantization
@@ -61,7 +70,7 @@ class ProgramBuilder:
         self.inputs.append(index)
         return index
 
-    def const(self, value) -> int:
+    def const(self, value: npt.ArrayLike) -> int:
         value = np.asarray(value)
         kinds = {np.dtype(np.float32): self.s.TensorType.FLOAT32, np.dtype(np.int32): self.s.TensorType.INT32}
         return self._tensor(value.shape, kinds[value.dtype], value)
@@ -71,7 +80,8 @@ class ProgramBuilder:
 
     # ---- ops ----
 
-    def _op(self, code: int, inputs, shape, options_type=None, options=None) -> int:
+    def _op(self, code: int, inputs: Sequence[int], shape: Sequence[int], options_type: int | None = None,
+            options: object = None) -> int:
         if code not in self._codes:
             c = self.s.OperatorCodeT()
             c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
@@ -180,7 +190,7 @@ class ProgramBuilder:
         return self.mul(x, scale)
 
     def finish(self, outputs: list[int]) -> bytes:
-        import flatbuffers
+        import flatbuffers  # type: ignore[import-untyped]  # it ships no type information
 
         self.graph.inputs, self.graph.outputs = self.inputs, list(outputs)
         self.model.subgraphs = [self.graph]

@@ -14,10 +14,14 @@ docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..rotation import INT8_MAX
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
 
 # H + DAMP * mean(diag H) * I: a few hundred calibration rows leave H singular, and a heavier damping leans towards
 # round-to-nearest, which generalised better to text unlike the calibration's
@@ -41,11 +45,12 @@ def moment(x: np.ndarray, group: int = GROUP) -> np.ndarray:
     rows, n = x.shape
     g = group_width(n, group)
     xg = np.ascontiguousarray(x.reshape(rows, n // g, g).transpose(1, 2, 0))  # [groups, g, rows]
-    return xg @ xg.transpose(0, 2, 1) / rows
+    blocks: np.ndarray = xg @ xg.transpose(0, 2, 1) / rows  # [groups, g, g]
+    return blocks
 
 
 def quantize(w: np.ndarray, h: np.ndarray, damp: float = DAMP, group: int = GROUP,
-             kernel=None) -> tuple[np.ndarray, np.ndarray]:
+             kernel: Kernel | None = None) -> tuple[np.ndarray, np.ndarray]:
     """w [in, out], h the inputs' second moment: [in, in], or its diagonal blocks [in / g, g, g] as `moment`
     gives them -> (int8 [in, out], float32 scale [out]), w ~ q * scale, each column's scale its largest |w| / 127
     (as rotation.quantize_int8). Every column is rounded on its own, so a matrix may be rounded a slice of columns

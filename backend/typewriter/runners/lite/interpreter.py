@@ -7,9 +7,14 @@ import ctypes
 import functools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..stderr_filter import StderrFilter
+
+if TYPE_CHECKING:
+    from ai_edge_litert.interpreter import Interpreter
 
 log = logging.getLogger("typewriter.lite")
 MADV_DONTNEED = 4  # Linux: drop the pages from this process; a file's are read again from it if touched
@@ -19,7 +24,7 @@ _LITE_NOTICES = ("Created TensorFlow Lite XNNPACK delegate for CPU",)
 _lite_filter = StderrFilter(_LITE_NOTICES)
 
 
-def lite_interpreter(program: bytes | Path, threads: int):
+def lite_interpreter(program: bytes | Path, threads: int) -> Interpreter:
     """A LiteRT (TensorFlow Lite) interpreter of a flatbuffer (its bytes, or a file LiteRT maps), XNNPACK on
     `threads` threads, without its notices. LiteRT is tf.lite.Interpreter's successor (deprecated since TensorFlow
     2.20), and imports in a small fraction of TensorFlow's time
@@ -56,7 +61,7 @@ def release_mapped(folder: Path) -> int:
 
 
 @functools.cache
-def _madvise():
+def _madvise() -> Callable[[int, int, int], int] | None:
     try:
         madvise = ctypes.CDLL("libc.so.6", use_errno=True).madvise
     except (OSError, AttributeError):  # not glibc: the pages stay, nothing breaks

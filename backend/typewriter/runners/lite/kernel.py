@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 log = logging.getLogger("typewriter.lite")
 SOURCE_DIR = Path(__file__).parent
@@ -140,7 +141,8 @@ class Rows:
     """A step's rows for `Kernel.layer`, made once and used for every layer: token i of slot slots[i] at
     positions[i] (int64, contiguous, kept alive here while C reads them), and the scratch their q goes through."""
 
-    def __init__(self, slots, positions, heads: tuple[int, int, int], keys: np.ndarray, values: np.ndarray):
+    def __init__(self, slots: npt.ArrayLike, positions: npt.ArrayLike, heads: tuple[int, int, int], keys: np.ndarray,
+                 values: np.ndarray):
         h, k, e = heads
         self.slots, self.positions = np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(positions, np.int64)
         _check_caches(keys, values, k, e)  # every layer's caches have the same layout
@@ -161,8 +163,8 @@ def _status(status: int, e: int) -> None:
         raise IndexError("a slot or position is outside the cache (or past its RoPE angles)")
 
 
-def _checked(rows: np.ndarray, slots, positions, keys: np.ndarray, values: np.ndarray, width: int, k: int,
-             e: int):
+def _checked(rows: np.ndarray, slots: npt.ArrayLike, positions: npt.ArrayLike, keys: np.ndarray, values: np.ndarray,
+             width: int, k: int, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The arrays as C reads them; the C side refuses a slot or position outside the cache (-3)."""
     rows = np.ascontiguousarray(rows, np.float32)
     slots, positions = np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(positions, np.int64)
@@ -190,9 +192,10 @@ def load(folder: str | None) -> Kernel | None:
     if reason is None and shutil.which("cc") is None:
         reason = "no C compiler (cc) on PATH, and none built beside attention.c"
     if reason is None:
-        temporary = None if folder else tempfile.mkdtemp(prefix="typewriter-kernel-")
+        home = folder or tempfile.mkdtemp(prefix="typewriter-kernel-")
+        temporary = None if folder else home
         try:
-            path = _library(Path(folder or temporary) / "kernels")
+            path = _library(Path(home) / "kernels")
             if not path.exists():
                 _compile(path)
             return Kernel(path)

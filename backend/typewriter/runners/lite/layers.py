@@ -23,6 +23,7 @@ vocabulary to within a few percent of llama.cpp's KL from fp32 (docs/measurement
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,11 @@ from .flatbuffer import ProgramBuilder
 # Rows of a vocabulary-sized matrix folded at once: the whole of a 150k-token vocabulary in float32 is over
 # 500 MB for a 0.5B model, a slice of this many a few tens of MB.
 CHUNK_ROWS = 16384
+
+# A layer's weights by name, as `RotationFolder.layer` folds them: "qkv", "o", "gate", "up" and "down" float
+# [in, out], each replaced in place by its (int8 [in, out], float32 scale [out]) once rounded (programs.py,
+# calibration.py), and "bqkv" float where the model has q/k/v biases. A value's type changes as it is rounded.
+Layer = dict[str, Any]
 
 
 class RotationFolder:
@@ -53,7 +59,7 @@ class RotationFolder:
         """R^T diag(g) W for a matrix W [d, out] that reads a norm's output."""
         return self.stream.numpy(np.ascontiguousarray((g[:, None] * w).T)).T
 
-    def layer(self, i: int) -> dict:
+    def layer(self, i: int) -> Layer:
         cfg = self.cfg
         # asarray: the file's float32 arrays are read, never copied
         w = {k.split(".", 2)[2]: np.asarray(self.weights[k], np.float32) for k in self.weights
@@ -109,24 +115,25 @@ def _blocks_times(block: np.ndarray, m: np.ndarray) -> np.ndarray:
 def _times_blocks(m: np.ndarray, block: np.ndarray) -> np.ndarray:
     """m @ diag(block, block, ...) for m [n, times * b]."""
     b = block.shape[0]
-    return (np.ascontiguousarray(m).reshape(-1, b) @ block).reshape(m.shape)
+    product: np.ndarray = np.ascontiguousarray(m).reshape(-1, b) @ block
+    return product.reshape(m.shape)
 
 
 def _int8(p: ProgramBuilder, x: int, w: tuple[np.ndarray, np.ndarray], two_pass: bool = False) -> int:
     return p.int8_matmul(x, *w, two_pass=two_pass)
 
 
-def _qkv(p: ProgramBuilder, cfg: ModelConfig, x: int, layer: dict, two_pass: bool) -> int:
+def _qkv(p: ProgramBuilder, cfg: ModelConfig, x: int, layer: Layer, two_pass: bool) -> int:
     y = _int8(p, p.rms(x, cfg.norm_eps), layer["qkv"], two_pass)
     return p.add(y, p.const(layer["bqkv"])) if "bqkv" in layer else y
 
 
-def first_program(cfg: ModelConfig, layer0: dict, two_pass: bool = True, rows: int = 1) -> bytes:
+def first_program(cfg: ModelConfig, layer0: Layer, two_pass: bool = True, rows: int = 1) -> bytes:
     p = ProgramBuilder(rows)
     return p.finish([_qkv(p, cfg, p.input(cfg.dim), layer0, two_pass)])
 
 
-def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_block: np.ndarray,
+def layer_program(cfg: ModelConfig, layer: Layer, following: Layer | None, down_block: np.ndarray,
                   two_pass: bool = True, rows: int = 1) -> bytes:
     """A layer's program; `following` is the next layer's folded weights (None for the last layer)."""
     p = ProgramBuilder(rows)

@@ -51,7 +51,7 @@ class ProgramCache:
     """Program sets by cache key under `root` (None: no cache: every load is a miss, and a set is made in a
     temporary folder that is gone once the runner has mapped it)."""
 
-    def __init__(self, root: str | os.PathLike | None):
+    def __init__(self, root: str | os.PathLike[str] | None):
         self.root = Path(root) if root else None
 
     def load(self, key: str, n_layers: int) -> ProgramSet | None:
@@ -120,6 +120,8 @@ class ProgramCache:
         return ProgramSet(target, programs.n_layers)
 
     def _remove_older(self, key: str, model_file: Path, weight_format: str) -> None:
+        if self.root is None:
+            return
         for entry in self.root.iterdir():
             if entry.name.startswith(".") and _age_s(entry) > STALE_STAGING_S:  # a save that was killed midway
                 shutil.rmtree(entry, ignore_errors=True)

@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,6 +19,9 @@ from ..rotation import quantize_int8
 from . import gptq
 from .calibration import Calibration
 from .layers import RotationFolder, first_program, layer_program, logits_program
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
 
 EMBEDDINGS = "embeddings.npy"
 
@@ -45,12 +49,14 @@ class ProgramSet:
 
     def embeddings(self) -> np.ndarray:
         """The rotated embedding rows [v, d] float16, mapped read-only: a step reads only its tokens' rows."""
-        return np.load(self.folder / EMBEDDINGS, mmap_mode="r")
+        rows: np.ndarray = np.load(self.folder / EMBEDDINGS, mmap_mode="r")
+        return rows
 
 
 def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: Path,
                   progress: Callable[[int, int], None] = lambda done, total: None,
-                  calibration: list[int] | None = None, two_pass: bool = True, kernel=None) -> ProgramSet:
+                  calibration: list[int] | None = None, two_pass: bool = True,
+                  kernel: Kernel | None = None) -> ProgramSet:
     """Fold the weights a layer at a time into programs written to `folder` (which must exist);
     `progress(done, total)` after each program. `weights` may be read lazily (a WeightReader): each tensor is read
     once, when its layer is folded. `calibration`: the token ids of calibration.text(), to round the matrices by
@@ -85,10 +91,11 @@ def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: P
             for kind in ("o", "gate", "up", "down"):
                 layer[kind] = quantize_int8(layer[kind])
         following = rotations.layer(i + 1) if i + 1 < cfg.n_layers else None
-        if following:
+        if following is not None:
             following["qkv"] = rounder()(following["qkv"])
         programs.layer(i).write_bytes(layer_program(cfg, layer, following, rotations.down_block, two_pass))
-        layer = following
+        if following is not None:
+            layer = following
         progress(i + 1, total)
     programs.logits.write_bytes(logits_program(cfg, _by_columns(cfg, rotations, rounder()), two_pass))
     progress(total, total)

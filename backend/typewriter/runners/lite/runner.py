@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class LiteRunner(Runner):
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
-                 programs: ProgramSet | None = None, kernel: Kernel | str | None = "auto",
+                 programs: ProgramSet | None = None, kernel: Kernel | Literal["auto"] | None = "auto",
                  calibration: list[int] | None = None,
                  weight_format: WeightFormat = WeightFormat.INT8_LITE):
         """From the model's `weights` (its programs are then made in a temporary folder), or from `programs` made
@@ -85,6 +86,8 @@ class LiteRunner(Runner):
             kernel = load_kernel(None)
         with contextlib.ExitStack() as made_here:
             if programs is None:  # made in a folder that is gone once its files are mapped
+                if weights is None:
+                    raise ValueError("LiteRunner is made from the model's weights or from its programs: neither given")
                 folder = Path(made_here.enter_context(tempfile.TemporaryDirectory(prefix="typewriter-lite-")))
                 programs = make_programs(cfg, weights, folder, lambda i, n: report_progress(progress, i, n),
                                          calibration, two_pass=weight_format is WeightFormat.INT8_LITE, kernel=kernel)
@@ -125,7 +128,7 @@ class LiteRunner(Runner):
         cache = self.cache
         self.cache = HostCache(self.cfg, slots, cache.max_len, cache.kernel, cache.threads)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         attention = "kernel" if self.cache.kernel else "numpy"
         return {"name": "int8-lite", "weights": self.weight_format.value, "attention": attention,
                 "programs": {"made_at_load": len(self.layers) + 2}}
@@ -141,7 +144,9 @@ class LiteRunner(Runner):
         (qkv,) = self.first(x)
         for i, layer in enumerate(self.layers):
             out = layer(x, attend(i, qkv))
-            x, qkv = out[0], (out[1] if len(out) > 1 else None)
+            x = out[0]
+            if len(out) > 1:  # the next layer's qkv (the last layer gives x alone)
+                qkv = out[1]
         return x
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
@@ -152,9 +157,9 @@ class LiteRunner(Runner):
         costs the logits program no row, and, as the count changes, no resize. One chunk per slot, and no slot
         both decodes and prefills. A failure fails the whole step: it raises."""
         n = len(slots)
-        slots, positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
-        if n and positions.max() >= self.max_len:
-            raise ValueError(f"position {positions.max()} is past the cache's {self.max_len}")
+        decode_slots, decode_positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
+        if n and decode_positions.max() >= self.max_len:
+            raise ValueError(f"position {decode_positions.max()} is past the cache's {self.max_len}")
         spans, end = [], n
         for chunk in chunks:
             self._check_chunk(chunk.start, len(chunk.token_ids))
@@ -162,22 +167,22 @@ class LiteRunner(Runner):
             end += len(chunk.token_ids)
 
         if self.cache.kernel:  # every row in one call a layer, its slots and positions made once
-            rows = self.cache.rows(np.concatenate([slots, *(np.full(b - a, slot) for slot, _, a, b in spans)]),
-                                   np.concatenate([positions, *(np.arange(start, start + b - a)
-                                                                for _, start, a, b in spans)]))
+            rows = self.cache.rows(np.concatenate([decode_slots, *(np.full(b - a, slot) for slot, _, a, b in spans)]),
+                                   np.concatenate([decode_positions, *(np.arange(start, start + b - a)
+                                                                       for _, start, a, b in spans)]))
 
             def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
                 return self.cache.attend(layer, qkv, rows)
         else:
             def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
-                parts = [self.cache.decode(layer, qkv[:n], slots, positions)] if n else []
+                parts = [self.cache.decode(layer, qkv[:n], decode_slots, decode_positions)] if n else []
                 parts += [self.cache.extend(layer, qkv[a:b], slot, start) for slot, start, a, b in spans]
                 return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
         x = self._forward([*tokens, *(t for chunk in chunks for t in chunk.token_ids)], attend)
         wanted = [i for i, chunk in enumerate(chunks) if chunk.wants_logits]
-        rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
-        logits = self.logits(x[rows])[0] if rows else np.zeros((0, self.vocab_size), np.float32)
+        logit_rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
+        logits = self.logits(x[logit_rows])[0] if logit_rows else np.zeros((0, self.vocab_size), np.float32)
         prefilled: list[np.ndarray | None] = [None] * len(spans)
         for k, i in enumerate(wanted):
             prefilled[i] = logits[n + k]
@@ -187,7 +192,9 @@ class LiteRunner(Runner):
         """Write `token_ids` into `slot` at positions start.., after the cached positions 0..start-1; returns the
         logits [v] after the last of them (with all_logits, [n, v] after each)."""
         if not all_logits:
-            return self.step([], [], [], [PrefillChunk(slot, start, token_ids)]).prefilled[0]
+            logits = self.step([], [], [], [PrefillChunk(slot, start, token_ids)]).prefilled[0]
+            assert logits is not None  # the chunk wants its logits
+            return logits
         self._check_chunk(start, len(token_ids))
         return self.logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)))[0]
 

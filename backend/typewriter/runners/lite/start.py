@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ...architecture.model_config import ModelConfig
@@ -71,6 +72,7 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
         return runner
     progress("int8-lite: sizing the slots by step time")
     runner.step_model = model = fit_step_model(runner, kept)
+    assert model is not None  # measured now where none was kept
     kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
     runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
     runner.reset_cache(sizing.slots)  # drops the probe's K/V writes
@@ -108,7 +110,7 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
     if not measure_now:
         return None
 
-    def measure(probes: list[tuple[int, int]]) -> list[float]:
+    def measure(probes: Sequence[tuple[int, int]]) -> list[float]:
         times: list[list[float]] = [[] for _ in probes]
         for _ in range(rounds):  # in turns, so a moment of noise touches every probe or few of one
             for i, (rows, position) in enumerate(probes):

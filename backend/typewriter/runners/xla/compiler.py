@@ -108,26 +108,26 @@ class ProgramCompiler:
         (docs/measurements/2026-12-02-start-up-and-memory.md)."""
         return list(self._programs[:2])
 
-    def extend_fn(self, t: int, kv_len: int):
+    def extend_fn(self, t: int, kv_len: int) -> tf.types.experimental.GenericFunction:
         return self.fn(("prefill", t, kv_len))
 
-    def decode_fn(self, b: int, kv_len: int):
+    def decode_fn(self, b: int, kv_len: int) -> tf.types.experimental.GenericFunction:
         return self.fn(("decode", b, kv_len))
 
-    def fn(self, key: ProgramKey):
+    def fn(self, key: ProgramKey) -> tf.types.experimental.GenericFunction:
         with self._cond:
             if key not in self._fns:
                 self._fns[key] = self._make(key)
             return self._fns[key]
 
-    def _make(self, key: ProgramKey):
+    def _make(self, key: ProgramKey) -> tf.types.experimental.GenericFunction:
         fn = self._function(key)
         # Each program is its own tf.function, traced once; TensorFlow counts them as one function (one Python
         # code object) traced again and again, and would log a "retracing" warning for every few.
         fn._omit_frequent_tracing_warning = True
         return fn
 
-    def _function(self, key: ProgramKey):
+    def _function(self, key: ProgramKey) -> tf.types.experimental.GenericFunction:
         # autograph=False: the model's Python branches are on static shapes, and converting its source took more
         # than half of tracing a decode program (docs/measurements/2026-12-02-start-up-and-memory.md)
         kind, size, kv_len = key
@@ -136,20 +136,20 @@ class ProgramCompiler:
             return tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False, autograph=False,
                                input_signature=[tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
         if kind == "prefill":
-            def prefill_chunk(tokens, start, length, slot):
+            def prefill_chunk(tokens: tf.Tensor, start: tf.Tensor, length: tf.Tensor, slot: tf.Tensor) -> tf.Tensor:
                 return model.extend(tokens, start, length, slot, kv_len)
 
             return tf.function(prefill_chunk, jit_compile=True, reduce_retracing=False, autograph=False,
                                input_signature=[tf.TensorSpec([1, size], i32), tf.TensorSpec([], i32),
                                                 tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
 
-        def decode_step(tokens, positions, slots):
+        def decode_step(tokens: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
             return model.decode(tokens, positions, slots, kv_len)
 
         return tf.function(decode_step, jit_compile=True, autograph=False,
                            input_signature=[tf.TensorSpec([size], i32)] * 3)
 
-    def _idle_args(self, key: ProgramKey) -> tuple:
+    def _idle_args(self, key: ProgramKey) -> tuple[np.ndarray | np.int32, ...]:
         """Arguments that compile and run a program without touching any slot's cache: slot `slots` and position
         max_len are out of bounds, and XLA drops those writes."""
         kind, size, _ = key
@@ -262,7 +262,7 @@ class ProgramCompiler:
         if not all(self.compiled(k) for k in keys):
             self.compile_in_background(keys=keys)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, int | list[str]]:
         """For /readyz and the log: how many programs are compiled, and which are compiling now."""
         with self._cond:
             return {"compiled": len(self._ready), "total": len(self._programs),

@@ -18,16 +18,33 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ... import __version__
+from ...architecture.families import LLAMA_BLOCK
 from ...architecture.model_config import ModelConfig
 from ...errors import ExportError
-from ...weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
+from ...weights.saved_model import EXTRA, FORMAT, MANIFEST, TOKENIZER, VERSION
 from .tf_env import import_tensorflow
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from .model import Transformer
+
 PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chunk size
+
+
+class ExportedTokenizer(Protocol):
+    """What the export asks of the model's tokenizer."""
+
+    @property
+    def name(self) -> str: ...
+
+    def save(self, folder: Path) -> None:
+        """Write its files into `folder`."""
 
 
 def check_out(out: Path) -> None:
@@ -36,8 +53,8 @@ def check_out(out: Path) -> None:
         raise ExportError(f"{out}: already exists and is not an empty folder; choose another --out or remove it")
 
 
-def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenizer, path: Path, out: Path,
-                      max_context: int, progress: Callable[[str], None] = lambda _: None) -> Path:
+def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenizer: ExportedTokenizer, path: Path,
+                      out: Path, max_context: int, progress: Callable[[str], None] = lambda _: None) -> Path:
     """The model read from `path` (its config, weights and tokenizer, whose `save(folder)` and `name` it uses)
     as a SavedModel in `out`."""
     check_out(out)
@@ -51,7 +68,7 @@ def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenize
 
     model = Transformer(cfg, weights, slots=1, max_len=max_context, max_chunk=chunk)
     del weights
-    module = _Signatures(tf, model, chunk)
+    module = _Signatures(model, chunk)
     progress(f"writing the SavedModel to {out}")
     try:
         tf.saved_model.save(module, str(out), signatures={"prefill": module.prefill,
@@ -69,23 +86,26 @@ def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenize
     return out
 
 
-def _Signatures(tf, model, chunk: int):
+def _Signatures(model: Transformer, chunk: int) -> tf.Module:
+    import tensorflow as tf  # imported already (import_tensorflow)
+
     kv_len = model.cache.max_len
 
-    class Signatures(tf.Module):
-        def __init__(self):
+    # tf.Module and tf.function are Any: TensorFlow ships no type information
+    class Signatures(tf.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
             super().__init__(name="typewriter")
             self.model = model
 
-        @tf.function(jit_compile=True, input_signature=[
+        @tf.function(jit_compile=True, input_signature=[  # type: ignore[untyped-decorator]
             tf.TensorSpec([1, chunk], tf.int32, "tokens"), tf.TensorSpec([], tf.int32, "start"),
             tf.TensorSpec([], tf.int32, "length")])
-        def prefill(self, tokens, start, length):
+        def prefill(self, tokens: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"logits": self.model.extend(tokens, start, length, tf.constant(0), kv_len)}
 
-        @tf.function(jit_compile=True, input_signature=[
+        @tf.function(jit_compile=True, input_signature=[  # type: ignore[untyped-decorator]
             tf.TensorSpec([1], tf.int32, "token"), tf.TensorSpec([], tf.int32, "position")])
-        def decode_step(self, token, position):
+        def decode_step(self, token: tf.Tensor, position: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"logits": self.model.decode(token, position[None], tf.constant([0]), kv_len)}
 
     return Signatures()

@@ -15,22 +15,26 @@ before the server is ready, whose first programs write only the first segment.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 
 ALIGN = 64
 
 
-def aligned(shape, dtype, zeros: bool = False) -> np.ndarray:
+def aligned(shape: Sequence[int], dtype: npt.DTypeLike, zeros: bool = False) -> np.ndarray:
     """An uninitialized (or zeroed) C-contiguous array whose data starts at a multiple of ALIGN bytes."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = (np.zeros if zeros else np.empty)(nbytes + ALIGN, np.uint8)  # large zeros: pages the system zeroes
     start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
+    placed: np.ndarray = raw[start:start + nbytes].view(dtype)
+    return placed.reshape(shape)
 
 
-def variable(array: np.ndarray, name: str, dtype=None) -> tf.Variable:
+def variable(array: npt.ArrayLike, name: str, dtype: npt.DTypeLike | None = None) -> tf.Variable:
     """A variable holding a copy of `array` (any layout, a transposed view say, converted to `dtype`): the one
     copy, which the variable keeps. The caller's array stays its own."""
     array = np.asarray(array)
@@ -39,7 +43,7 @@ def variable(array: np.ndarray, name: str, dtype=None) -> tf.Variable:
     return _adopt(placed, name)
 
 
-def zeros_variable(shape, dtype, name: str) -> tf.Variable:
+def zeros_variable(shape: Sequence[int], dtype: npt.DTypeLike, name: str) -> tf.Variable:
     """A zero variable whose memory is not touched until its first write (see above)."""
     return _adopt(aligned(shape, dtype, zeros=True), name)
 

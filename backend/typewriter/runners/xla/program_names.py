@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tensorflow.python.eager.polymorphic_function import concrete_function
 
 _scope = threading.local()
-_tensorflow_name = concrete_function._inference_name
+_tensorflow_name: Callable[[str], str] = concrete_function._inference_name
 
 
 def _inference_name(name: str) -> str:

@@ -16,6 +16,8 @@ Only the model (and its families) imports this; which format a matrix gets is th
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 import tensorflow as tf
 
@@ -25,7 +27,7 @@ from . import native_ops
 from .host_memory import variable
 
 
-class Int8Matrix(tf.Module):
+class Int8Matrix(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow ships no type information
     """A [in, out] matrix w held rotated, R^T @ w (see Rotation), as int8 values and a float32 scale per output
     column."""
 
@@ -43,9 +45,10 @@ class Int8Matrix(tf.Module):
 
 
 FORMATS = (WeightFormat.FP32, WeightFormat.INT8)  # the formats XLA runs
+Matrix: TypeAlias = "tf.Variable | Int8Matrix"  # a matrix [in, out] as `matrix` holds it: fp32, or int8
 
 
-def matrix(w: np.ndarray, name: str, fmt: WeightFormat):
+def matrix(w: np.ndarray, name: str, fmt: WeightFormat) -> Matrix:
     """w [in, out] in the weight format `fmt` (one of FORMATS)."""
     fmt = WeightFormat(fmt)
     if fmt is WeightFormat.INT8:
@@ -55,7 +58,7 @@ def matrix(w: np.ndarray, name: str, fmt: WeightFormat):
     raise ValueError(f"XLA runs {' and '.join(f.value for f in FORMATS)}, not {fmt.value!r}")
 
 
-def dense(x: tf.Tensor, w) -> tf.Tensor:
+def dense(x: tf.Tensor, w: Matrix) -> tf.Tensor:
     """x [..., in] @ w [in, out] -> [..., out] float32, for either format."""
     if not isinstance(w, Int8Matrix):
         return tf.matmul(x, w)
@@ -74,7 +77,7 @@ def dense(x: tf.Tensor, w) -> tf.Tensor:
     return tf.reshape(y, tf.concat([lead, [w.shape[1]]], axis=0))
 
 
-def columns(w, index: tf.Tensor) -> tf.Tensor:
+def columns(w: Matrix, index: tf.Tensor) -> tf.Tensor:
     """Columns `index` [...] of w [in, out] as float32 [in, ...] (the tied embedding table's rows)."""
     if not isinstance(w, Int8Matrix):
         return tf.gather(w, index, axis=1)

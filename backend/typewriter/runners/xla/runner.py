@@ -50,7 +50,7 @@ class XlaRunner(Runner, CallByCall):
     def max_chunk(self) -> int:
         return self.compiler.chunk_buckets[-1]
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         return {"name": "xla", "weights": self.weight_format.value, "programs": self.compiler.status()}
 
     def close(self) -> None:
@@ -77,7 +77,8 @@ class XlaRunner(Runner, CallByCall):
             tokens = np.zeros([1, t], np.int32)
             tokens[0, :len(piece)] = piece
             logits = fn(tokens, np.int32(start + i), np.int32(len(piece)), np.int32(slot))
-        return logits.numpy()[0]
+        last: np.ndarray = logits.numpy()[0]
+        return last
 
     def copy_slot(self, source: int, target: int) -> None:
         """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
@@ -95,7 +96,7 @@ class XlaRunner(Runner, CallByCall):
             return np.stack([self._extend(key, int(slot), int(pos), [int(token)])
                              for slot, token, pos in zip(slots, tokens, positions)])
         fn, b = compiler.fn(key), key[1]
-        out = []
+        out: list[np.ndarray] = []
         for i in range(0, n, b):  # one call, unless only a smaller batch is compiled yet
             rows = slice(i, min(n, i + b))
             m = rows.stop - rows.start

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -21,6 +22,7 @@ from .tf_env import import_tensorflow
 
 if TYPE_CHECKING:
     from .compiler import ProgramCompiler
+    from .model import Transformer
     from .runner import XlaRunner
 
 # XLA compiles a program per batch size: a fixed count keeps the compiling bounded
@@ -35,13 +37,16 @@ def batch_buckets(slots: int) -> tuple[int, ...]:
     return tuple(sorted({b for b in (1, 2, 4, *range(8, slots + 1, 4)) if b < slots} | {slots}))
 
 
-def build_model(cfg: ModelConfig, weights: dict[str, np.ndarray], **options):
-    """The TensorFlow decoder of `cfg.family`'s block (model.py's Llama block, or gpt2.py's); `options` as
+def build_model(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int, max_chunk: int = 1,
+                kv_buckets: Sequence[int] | None = None,
+                weight_format: WeightFormat = WeightFormat.FP32) -> Transformer:
+    """The TensorFlow decoder of `cfg.family`'s block (model.py's Llama block, or gpt2.py's); the arguments as
     Transformer's."""
     from .gpt2 import GPT2Transformer
     from .model import Transformer
 
-    return (GPT2Transformer if cfg.family == "gpt2" else Transformer)(cfg, weights, **options)
+    model_class = GPT2Transformer if cfg.family == "gpt2" else Transformer
+    return model_class(cfg, weights, slots, max_len, max_chunk, kv_buckets, weight_format)
 
 
 def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,

@@ -10,9 +10,11 @@ Nothing here imports TensorFlow until `import_tensorflow` is called.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Iterator, MutableMapping
+from types import ModuleType
 
 from ..stderr_filter import StderrFilter
 
@@ -58,16 +60,16 @@ def prepare_environment(xla_cache: str | None, environ: MutableMapping[str, str]
         environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={xla_cache}".strip()
 
 
-def import_tensorflow():
+def import_tensorflow() -> ModuleType:
+    """TensorFlow, without the notices its import prints (it ships no type information: its attributes are Any)."""
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
     notices = StderrFilter(_NOTICES)
     notices.enter()
     try:
-        import tensorflow as tf
+        return importlib.import_module("tensorflow")
     finally:
         notices.exit()
-    return tf
 
 
 _compile_filter = StderrFilter(_CACHE_READ_NOTICES)
