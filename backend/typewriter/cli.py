@@ -16,6 +16,7 @@ from .config import ConfigError, xla_cache_dir
 from .errors import TypewriterError
 from .runners.xla.tf_env import prepare_environment, release_stderr
 
+
 class Command(Protocol):
     """A subcommand: one module of commands/."""
 

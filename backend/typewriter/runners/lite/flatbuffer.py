@@ -190,7 +190,7 @@ class ProgramBuilder:
         return self.mul(x, scale)
 
     def finish(self, outputs: list[int]) -> bytes:
-        import flatbuffers  # type: ignore[import-untyped]  # it ships no type information
+        import flatbuffers
 
         self.graph.inputs, self.graph.outputs = self.inputs, list(outputs)
         self.model.subgraphs = [self.graph]
