@@ -73,7 +73,7 @@ class KeptChat:
         self.bytes = 0
         self.sent = 0  # the position up to which a reader has been sent the log
         self.overflowed = False
-        self.ended_at: float | None = None
+        self.ended_at: float | None = None  # set when it moves to ENDED
         self.reader: Reader | None = None
         self._more = asyncio.Event()  # set (and replaced) whenever the log grows or the reader changes
         self._timer: asyncio.TimerHandle | None = None
@@ -98,6 +98,8 @@ class KeptChat:
         if life not in _NEXT[self.life]:
             raise RuntimeError(f"kept chat {self.stream.engine_id}: cannot go from {self.life.value} to {life.value}")
         self.life = life
+        if life is Life.ENDED:  # however it ended (a producer that failed or was cancelled too): the registry
+            self.ended_at = time.monotonic()  # drops the logs of the longest ended first
 
     # ---- the producer side ----
 
@@ -144,7 +146,6 @@ class KeptChat:
         """The terminal item is in: the chat is over, and its log is kept for the grace period."""
         self.stream.end()
         self.move(Life.ENDED)
-        self.ended_at = time.monotonic()
         self._wake()
         if self._abandoned:  # nobody came back while it ran: nobody will read its end
             self.forget()

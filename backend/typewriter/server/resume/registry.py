@@ -22,7 +22,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ...config import Settings
-from .kept_chat import KeptChat, Life, digest
+from .kept_chat import KeptChat, digest
 
 
 class Resumes:
@@ -66,7 +66,8 @@ class Resumes:
             if chat.bytes + size > self.per_chat:
                 return False
         if self.bytes + size > self.total:
-            for old in sorted((c for c in self.chats.values() if c.life is Life.ENDED), key=lambda c: c.ended_at):
+            ended = {c: c.ended_at for c in self.chats.values() if c.ended_at is not None}  # Life.ENDED
+            for old in sorted(ended, key=ended.__getitem__):
                 if old.reader is not None and old.sent < old.end:  # its reader is still being sent its end
                     old.drop_sent(size, self.total, total=True)
                 else:
