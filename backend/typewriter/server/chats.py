@@ -223,7 +223,7 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
         message = str(e) or "the server is shutting down; reconnect later"
         raise Refusal(code, message, chat.id) from None
     except Exception:
-        log.exception("chat %s could not be submitted", engine_id)
+        log.exception("chat %s could not be submitted", engine_ids[0])
         raise Refusal("internal", "the server could not start this chat; see the server log",
                               chat.id) from None
     return stream
