@@ -17,8 +17,8 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Protocol
 
 from ..chats import Cancel, ChatStream
 
@@ -78,7 +78,7 @@ class KeptChat:
         self._more = asyncio.Event()  # set (and replaced) whenever the log grows or the reader changes
         self._timer: asyncio.TimerHandle | None = None
         self._abandoned = False
-        self._tasks: set[asyncio.Task] = set()  # the producer and the readers' senders, held until done
+        self._tasks: set[asyncio.Task[None]] = set()  # the producer and the readers' senders, held until done
         self._spawn(self._run(), f"kept-{stream.engine_id}")
 
     @property
@@ -155,7 +155,7 @@ class KeptChat:
     def drop_sent(self, size: int, limit: int, total: bool = False) -> None:
         """Drop items a reader was already sent, oldest first, until `size` more bytes fit under `limit` (this
         chat's bytes, or with `total` the registry's)."""
-        held = (lambda: self.registry.bytes) if total else (lambda: self.bytes)
+        held: Callable[[], int] = (lambda: self.registry.bytes) if total else (lambda: self.bytes)
         n = 0
         freed = 0
         while self.base + n < self.sent and held() - freed + size > limit:
@@ -223,12 +223,12 @@ class KeptChat:
             more = self._more
             await more.wait()
 
-    def _spawn(self, work, name: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("%s failed", task.get_name(), exc_info=task.exception())

@@ -19,13 +19,17 @@ SHA-256 only.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ...config import Settings
-from .kept_chat import KeptChat, digest
+from .kept_chat import KeptChat, Registry, digest
+
+Kept = TypeVar("Kept", bound=KeptChat)
 
 
-class Resumes:
+class Resumes(Registry):
     """Every kept chat of one server, by the hash of its key, and the bytes their logs hold."""
 
     def __init__(self, settings: Settings, registry: CollectorRegistry):
@@ -45,7 +49,7 @@ class Resumes:
     def enabled(self) -> bool:
         return self.grace_s > 0
 
-    def keep(self, chat: KeptChat) -> KeptChat:
+    def keep(self, chat: Kept) -> Kept:
         previous = self.chats.pop(chat.key_hash, None)
         if previous is not None:  # the same key again (an OpenAI conversation's next request): the old one goes
             previous.replaced()
