@@ -133,7 +133,7 @@ class StreamReader(Reader):
 class Streams:
     """The routes: `GET` and `DELETE /v1/stream/<id>`, and keeping a new request's stream."""
 
-    def __init__(self, state: ServerState, resumes: Resumes, refused: Callable[..., Response]):
+    def __init__(self, state: ServerState, resumes: Resumes, refused: Callable[[int, str, str], Response]):
         """`refused(status, code, message)`: an error in the OpenAI API's shape."""
         self.state, self.resumes, self.refused = state, resumes, refused
 
