@@ -110,7 +110,8 @@ class GuardedH11Protocol(H11Protocol):
         self.waiting = waiting
         self._deadline: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(  # type: ignore[override]  # as uvicorn's: a Transport, not asyncio's BaseTransport
+            self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self._await_header()
 
