@@ -51,8 +51,7 @@ class Answer(OwnedAnswer):
     """It owns the chat until its end was sent or its client left."""
 
     def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release: Callable[[], None],
-                 tokenizer: ChatEncoder, key: str,
-                 keepalive_s: float | None = None):
+                 tokenizer: ChatEncoder, key: str, keepalive_s: float | None = None):
         super().__init__(stream, completion.stream, completion.chat.logprobs is not None, model, release, tokenizer,
                          key, keepalive_s)
         self.completion = completion

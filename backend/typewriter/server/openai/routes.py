@@ -63,8 +63,7 @@ class OpenAI:
     async def models(self, request: Request) -> Response:
         if not self.state.ready:
             return self._not_ready()
-        model = {"id": self.model, "object": "model", "created": self.created,
-                 "owned_by": "typewriter"}
+        model = {"id": self.model, "object": "model", "created": self.created, "owned_by": "typewriter"}
         return JSONResponse({"object": "list", "data": [model]})
 
     async def unknown(self, request: Request) -> Response:
