@@ -3,6 +3,7 @@ HTTP API (openai/routes.py)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -47,6 +48,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     templates = Jinja2Templates(directory=web_root / "templates")
     resumes = Resumes(settings, state.metrics.registry)  # answers kept for clients that lose their connection
     openai = OpenAI(state, resumes)
+    streams = openai.streams
+    assert streams is not None  # OpenAI keeps streams where it is given the resumes
 
     async def healthz(request: Request) -> Response:
         healthy, body = state.health()
@@ -101,7 +104,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             limits.disconnect(client)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.start_loading()
         yield
         await state.drain()
@@ -116,8 +119,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
             Route("/v1/responses", openai.responses, methods=["POST"]),
             Route("/v1/models", openai.models, methods=["GET"]),
-            Route("/v1/stream/{conversation_id}", openai.streams.replay, methods=["GET"]),
-            Route("/v1/stream/{conversation_id}", openai.streams.stop, methods=["DELETE"]),
+            Route("/v1/stream/{conversation_id}", streams.replay, methods=["GET"]),
+            Route("/v1/stream/{conversation_id}", streams.stop, methods=["DELETE"]),
             Route("/v1/{path:path}", openai.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
             Mount("/static", StaticFiles(directory=web_root / "static", check_dir=False), name="static"),
             Mount("/frontend", StaticFiles(directory=web_root / "frontend", check_dir=False), name="frontend"),

@@ -42,7 +42,7 @@ class ApiKeyCheck:
         await JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})(scope, receive, send)
 
     def _exempt(self, scope: Scope) -> bool:
-        path = scope["path"]
+        path: str = scope["path"]
         if path in OPEN_PATHS:
             return True
         if not self.page_exempt:

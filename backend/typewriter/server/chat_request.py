@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..engine.request import Constraint, SamplingParams
 from ..errors import InvalidRequest
@@ -194,7 +194,7 @@ def _parse_continue(value: object, chat_id: str) -> Continue:
     return Continue(text, tuple(ids) if ids is not None else None)
 
 
-def is_index(value: object) -> bool:
+def is_index(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INDEX
 
 

@@ -20,19 +20,24 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from ..errors import TypewriterError
 from ..text.conversation import fit_conversation
+from ..text.tool_format import ToolFormat
 from .chat_request import Chat, sampling_params
-from .lifecycle import Phase, ServerState
+from .lifecycle import ChatEncoder, Phase, ServerState
 from .owners import shared_length
 from .refusal import ERROR_CODES, Refusal
 from .resume import continuation
-from .tool_calls import ToolCallDelta, ToolCallSplitter
+from .tool_calls import ToolCallDelta, ToolCallDone, ToolCallSplitter
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
+
+StreamItem = Event | ToolCallDelta  # what a front door reads of a chat: the engine's events, a tool call's pieces
 
 
 class StreamState(enum.Enum):
@@ -66,7 +71,7 @@ class ChatStream:
         self.dropped_messages = dropped_messages  # the oldest messages left out so the conversation fits
         self.continued: str | None = None  # how the start of an answer it continues was taken (resume/continuation.py)
         self.state = StreamState.WAITING
-        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.events: asyncio.Queue[StreamItem] = asyncio.Queue()
         self.submitted_at = time.monotonic()
         self.last_token_at: float | None = None
         self.cancelled: Cancel | None = None
@@ -80,7 +85,7 @@ class ChatStream:
             raise RuntimeError(f"chat {self.client_id}: cannot go from {self.state.value} to {state.value}")
         self.state = state
 
-    async def next_event(self) -> Event:
+    async def next_event(self) -> StreamItem:
         """The next event; the engine ends every request it accepted, also when it fails, so a `Finished` comes."""
         event = await self.events.get()
         if isinstance(event, Started):
@@ -115,12 +120,12 @@ class ChatStream:
         """Which of the chat's answers an event is about (0 unless it asked for n > 1)."""
         return self.choice_ids.index(request_id)
 
-    def tool_calls(self, request_id: str) -> list:
-        """The tool calls an answer made (tool_calls.ToolCallDone), complete once its Finished arrived."""
+    def tool_calls(self, request_id: str) -> list[ToolCallDone]:
+        """The tool calls an answer made, complete once its Finished arrived."""
         splitter = self.splitters.get(request_id)
         return splitter.calls if splitter is not None else []
 
-    def _split(self, event: Event) -> list[Event | ToolCallDelta]:
+    def _split(self, event: Event) -> Sequence[StreamItem]:
         splitter = self.splitters.get(event.request_id)
         if splitter is None:
             return [event]
@@ -133,7 +138,7 @@ class ChatStream:
 
     # ---- engine thread -> event loop ----
 
-    def on_event(self, loop: asyncio.AbstractEventLoop):
+    def on_event(self, loop: asyncio.AbstractEventLoop) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # engine thread: hand over, never block
             try:
                 loop.call_soon_threadsafe(self._deliver, event)
@@ -171,7 +176,8 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
     conversation (whose cached tokens it may reuse: owners.py); raises Refusal."""
     if server.phase is Phase.STOPPING:
         raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
-    if not server.ready:
+    engine, tokenizer = server.engine, server.tokenizer
+    if not server.ready or engine is None or tokenizer is None:
         raise Refusal("internal", "the server is not accepting chats (its engine stopped); see /readyz",
                               chat.id)
     wait_s = server.limits.allow_chat(client)
@@ -179,41 +185,41 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
         raise Refusal("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
                                               f"one address; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s = server.settings
+    assert s.max_new_tokens is not None and s.max_new_tokens_cap is not None  # Settings resolves them when made
     params = sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
     if chat.answer_start is not None and chat.n > 1:
         raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)
-    tool_format = _tool_format(server, chat)
+    tool_format = _tool_format(server, tokenizer, chat)
     tools = chat.tools.for_template() if chat.tools is not None else None
-    if chat.tools is not None and chat.tools.must_call:
+    if chat.tools is not None and tool_format is not None and chat.tools.must_call:
         grammar = tool_format.grammar(chat.tools.offered(), chat.tools.strict)
         params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
-    messages, system = _system_prompt(server, [m.as_dict() for m in chat.messages], chat.id)
+    messages, system = _system_prompt(server, tokenizer, [m.as_dict() for m in chat.messages], chat.id)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]
     try:
         if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work
-            await asyncio.to_thread(server.engine.grammars.compile, params.constraint)
+            await asyncio.to_thread(engine.grammars.compile, params.constraint)
         fitted = await asyncio.to_thread(
-            fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system, tools),
-            server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"),
-            server.tokenizer.count)
+            fit_conversation, messages, lambda m: tokenizer.encode_chat(m, system, tools),
+            engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"), tokenizer.count)
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
-        splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if chat.tools is not None else None
+        splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if tool_format is not None else None
         stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters)
         try:
             shared = shared_length(server.shared_prefix, fitted.prompt_ids)  # what any owner's cache may give
             if chat.answer_start is not None:  # one choice (checked above), going on from the answer's start
                 stream.continued = await continuation.submit(
-                    server, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
-                                              shared_prefix=shared),
+                    engine, tokenizer, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
+                                                         shared_prefix=shared),
                     chat.answer_start, stream.on_event(asyncio.get_running_loop()))
             for n, engine_id in enumerate(engine_ids if chat.answer_start is None else ()):
                 seed = None if params.seed is None else (params.seed + n) % 2**63  # the other choices copy the
-                server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,  # first one's prompt
-                                                       dataclasses.replace(params, seed=seed),
-                                                       follows=engine_ids[0] if n else None, owner=owner,
-                                                       shared_prefix=shared),
-                                     stream.on_event(asyncio.get_running_loop()))
+                engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,  # first one's prompt
+                                                dataclasses.replace(params, seed=seed),
+                                                follows=engine_ids[0] if n else None, owner=owner,
+                                                shared_prefix=shared),
+                              stream.on_event(asyncio.get_running_loop()))
         except BaseException:
             stream.cancel(Cancel.DISCONNECT)
             stream.end()
@@ -223,26 +229,26 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
         message = str(e) or "the server is shutting down; reconnect later"
         raise Refusal(code, message, chat.id) from None
     except Exception:
-        log.exception("chat %s could not be submitted", engine_id)
+        log.exception("chat %s could not be submitted", engine_ids[0])
         raise Refusal("internal", "the server could not start this chat; see the server log",
                               chat.id) from None
     return stream
 
 
-def _tool_format(server: ServerState, chat: Chat):
-    """The model's tool format, where the chat offers tools or carries earlier calls; refused for a model whose
-    chat template has none."""
+def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> ToolFormat | None:
+    """The model's tool format, where the chat offers tools (else None); a chat that offers tools or carries earlier
+    calls is refused for a model whose chat template has none."""
     uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
-    fmt = server.tokenizer.tool_format
+    fmt = tokenizer.tool_format
     if uses_tools and fmt is None:
         raise Refusal("not_supported", f"tools: {server.settings.model_id}'s chat template has no tool format "
                                        "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 writes); "
                                        "leave out tools, tool calls and tool messages", chat.id)
-    return fmt
+    return fmt if chat.tools is not None else None
 
 
-def _system_prompt(server: ServerState, messages: list[dict[str, str]],
-                   chat_id: str) -> tuple[list[dict[str, str]], str | None]:
+def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[dict[str, Any]],
+                   chat_id: str) -> tuple[list[dict[str, Any]], str | None]:
     """The messages and the system prompt to encode them with, by `client_system_prompt`: a client's own
     system message is refused, appended after the server's, or left to replace it."""
     s = server.settings
@@ -251,7 +257,7 @@ def _system_prompt(server: ServerState, messages: list[dict[str, str]],
     if s.client_system_prompt == "refuse":
         raise Refusal("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
                               "conversation without a system message", chat_id)
-    ours = server.tokenizer.default_system_prompt if s.system_prompt is None else s.system_prompt
+    ours = tokenizer.default_system_prompt if s.system_prompt is None else s.system_prompt
     theirs = messages[0]["content"]
     return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
 

@@ -20,9 +20,12 @@ import logging
 import resource
 import time
 from collections.abc import Callable
+from typing import Any
 
 import h11
+from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
 
 log = logging.getLogger("typewriter.server")
 
@@ -35,7 +38,8 @@ class Every:
 
     def __init__(self, interval_s: float = LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
         self.interval_s, self.clock = interval_s, clock
-        self.count, self._last = 0, None
+        self.count = 0
+        self._last: float | None = None
 
     def tick(self) -> int | None:
         """Count one; the count since the last time it was said if it is time to say it again, else None."""
@@ -100,12 +104,14 @@ class GuardedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol, with a deadline and a place among the `Waiting` while it waits for a request
     header: from when it opens, and again after each response on a kept-alive connection."""
 
-    def __init__(self, *args, waiting: Waiting, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None, *, waiting: Waiting):
+        super().__init__(config, server_state, app_state, _loop)
         self.waiting = waiting
         self._deadline: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(  # type: ignore[override]  # as uvicorn's: a Transport, not asyncio's BaseTransport
+            self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self._await_header()
 
@@ -150,8 +156,9 @@ class GuardedH11Protocol(H11Protocol):
 def guarded_http(waiting: Waiting) -> Callable[..., GuardedH11Protocol]:
     """The protocol factory for uvicorn.Config's `http`."""
 
-    def protocol(*args, **kwargs) -> GuardedH11Protocol:
-        return GuardedH11Protocol(*args, waiting=waiting, **kwargs)
+    def protocol(config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> GuardedH11Protocol:
+        return GuardedH11Protocol(config, server_state, app_state, _loop, waiting=waiting)
 
     return protocol
 
@@ -162,7 +169,7 @@ def log_accept_failures_once_an_interval(loop: asyncio.AbstractEventLoop, interv
     failures = Every(interval_s)
     default = loop.get_exception_handler()
 
-    def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message") != "socket.accept() out of system resource":
             if default is not None:
                 default(loop, context)

@@ -14,31 +14,44 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import Settings, parse_proxies
-from ..engine.request import Event, GenerationRequest
+from ..engine.request import Constraint, Event, GenerationRequest
 from ..errors import TypewriterError
+from ..text.tool_format import ToolFormat
 from .limits import Limits
 from .load_estimate import LoadEstimate
 from .metrics import Metrics
 from .owners import Owners, shared_prefix
 
+if TYPE_CHECKING:  # the engine's own records, named only: the server imports no runtime before it loads one
+    from ..engine.engine import EngineStats, StepStats
+
 log = logging.getLogger("typewriter.server")
 
 
+class GrammarCompiler(Protocol):
+    """What the server needs of `engine.constraints.Grammars`."""
+
+    def compile(self, constraint: Constraint) -> object: ...  # raises InvalidRequest if it does not compile
+
+
 class EngineHandle(Protocol):
-    """What the server needs of `engine.engine.Engine` (structural, so the server never imports a runtime)."""
+    """What the server needs of `engine.engine.Engine` (structural, so the server never imports a runtime;
+    `load_real_engine` has mypy hold the engine to it)."""
 
     max_context: int
     max_active: int
     max_queue: int
-    on_step: Callable | None  # called on the engine thread with each computing step's StepStats
+    on_step: Callable[[StepStats], None] | None  # called on the engine thread after each step that ran the model
 
+    @property
+    def grammars(self) -> GrammarCompiler: ...  # a chat's constraint is compiled, and a bad one refused, before submit
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
     def cancel(self, request_id: str) -> bool: ...
-    def stats(self): ...  # .active, .queued
-    def describe_runtime(self) -> dict: ...  # the runner's name, weight format and programs
+    def stats(self) -> EngineStats: ...
+    def describe_runtime(self) -> dict[str, Any]: ...  # the runner's name, weight format and programs
     @property
     def alive(self) -> bool: ...
     @property
@@ -47,15 +60,20 @@ class EngineHandle(Protocol):
 
 
 class ChatEncoder(Protocol):
-    """What the server needs of `typewriter.text.tokenizer.Tokenizer`: chat messages to prompt ids."""
+    """What the server needs of `typewriter.text.tokenizer.Tokenizer`: chat messages to prompt ids, and each
+    token's bytes for log probabilities (`load_real_engine` has mypy hold the tokenizer to it)."""
 
     name: str
     default_system_prompt: str  # what encode_chat uses when it is given system=None
+    tool_format: ToolFormat | None  # how its chat template writes a tool call; None: it has no tools
+    eos_token_ids: frozenset[int]  # the ids that end an answer: not listed among log probabilities
 
-    def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
+    def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
+                    tools: Sequence[dict[str, Any]] | None = None) -> list[int]: ...
     def encode(self, text: str) -> list[int]: ...  # an answer's start, continued from its text
     def chat_prefix(self, system: str | None = None) -> list[int]: ...  # what every chat's ids begin with
     def count(self, text: str, limit: int) -> int: ...  # a text's tokens, read no further than past `limit`
+    def token_bytes(self, token_id: int) -> bytes: ...  # the bytes a token adds to the text
 
 
 Progress = Callable[[str], None]
@@ -65,7 +83,10 @@ EngineFactory = Callable[[Settings, Progress], tuple[EngineHandle, ChatEncoder]]
 def load_real_engine(settings: Settings, progress: Progress) -> tuple[EngineHandle, ChatEncoder]:
     from ..assemble import load_engine  # imports TensorFlow: only ever on the loader thread
 
-    return load_engine(settings, progress)
+    engine: EngineHandle
+    tokenizer: ChatEncoder
+    engine, tokenizer = load_engine(settings, progress)  # an Engine and a Tokenizer: mypy holds them to the Protocols
+    return engine, tokenizer
 
 
 class Phase(enum.Enum):
@@ -103,7 +124,6 @@ class ServerState:
         self._drained = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def ready(self) -> bool:
@@ -113,23 +133,23 @@ class ServerState:
     def engine_failed(self) -> bool:
         return self.phase is Phase.READY and self.engine is not None and self.engine.failed
 
-    def health(self) -> tuple[bool, dict]:
+    def health(self) -> tuple[bool, dict[str, Any]]:
         """The /healthz body: alive unless the engine has failed for good (a supervisor should restart us)."""
         if self.engine_failed:
             return False, {"status": "engine_failed", "detail": "the engine failed; see the server log"}
         return True, {"status": "ok"}
 
-    def readiness(self) -> tuple[bool, dict]:
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
         """The /readyz body: why it is not ready, or the model and the limits a client must respect. A server
         whose slots and wait queue are all taken answers 503 "full": a balancer's health check (Kubernetes
         readiness, an active check) then sends new chats to another replica until one frees."""
-        if self.ready:
-            s, engine = self.settings, self.engine
-            stats = engine.stats()
-            body = {
+        engine, tokenizer = self.engine, self.tokenizer
+        if self.ready and engine is not None and tokenizer is not None:
+            s, stats = self.settings, engine.stats()
+            body: dict[str, Any] = {
                 "status": "ready",
                 "model": s.model_id,
-                "tokenizer": self.tokenizer.name,
+                "tokenizer": tokenizer.name,
                 "limits": {
                     "max_active": engine.max_active, "max_queue": engine.max_queue,
                     "max_context": engine.max_context, "max_new_tokens": s.max_new_tokens,
@@ -161,10 +181,10 @@ class ServerState:
     # ---- loading ----
 
     def start_loading(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._load, name="typewriter-loader", daemon=True).start()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._load, args=(loop,), name="typewriter-loader", daemon=True).start()
 
-    def _load(self) -> None:
+    def _load(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             engine, tokenizer = self._factory(self.settings, self._report)
         except Exception as e:  # the failure is shown on /readyz and in the log; the process decides to exit
@@ -172,9 +192,9 @@ class ServerState:
                 log.error("loading the model failed: %s", e)
             else:
                 log.exception("loading the model failed")
-            self._loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
+            loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
         else:
-            self._loop.call_soon_threadsafe(self._loaded, engine, tokenizer)
+            loop.call_soon_threadsafe(self._loaded, engine, tokenizer)
 
     def _report(self, message: str) -> None:
         self.progress = message
@@ -186,7 +206,7 @@ class ServerState:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
         self.engine, self.tokenizer = engine, tokenizer
-        self.shared_prefix = shared_prefix(tokenizer, self.settings.system_prompt)
+        self.shared_prefix = shared_prefix(tokenizer.chat_prefix, self.settings.system_prompt)
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",

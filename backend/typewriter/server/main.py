@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
+from starlette.applications import Starlette
 from websockets.exceptions import InvalidState
 
 from ..config import Settings
@@ -19,6 +22,8 @@ from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .listen import EXIT_CANNOT_LISTEN, cannot_listen, listen, taken
 
 if TYPE_CHECKING:
+    from uvicorn.server import Protocols
+
     from .grpc.server import GrpcServer
 
 GRPC_GRACE_S = 1.0
@@ -56,11 +61,12 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
     return 1 if server.load_failed or server.engine_failed else 0
 
 
-def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
+def uvicorn_config(app: Starlette, settings: Settings, **overrides: Any) -> uvicorn.Config:
+    """uvicorn's Config for `app` (made by create_app) as `settings` say; `overrides` are more of its arguments."""
     metrics = app.state.server.metrics
     waiting = Waiting(settings.max_pending_connections, settings.max_pending_per_client, settings.header_timeout_s,
                       lambda reason: metrics.dropped_connections.labels(reason=reason).inc())
-    values = dict(
+    values: dict[str, Any] = dict(  # as uvicorn.run passes its keyword arguments on to Config
         host=settings.host,
         port=settings.port,
         ws="websockets-sansio",  # the websockets library's protocol, without its deprecated legacy layer
@@ -94,7 +100,7 @@ class Server(uvicorn.Server):
         self.engine_failed = False
         self.grpc_failed = False
 
-    async def startup(self, sockets=None) -> None:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         log_accept_failures_once_an_interval(asyncio.get_running_loop())
         ensure_descriptors(self.state.settings.max_connections, self.state.settings.max_pending_connections)
         grpc_port = self.state.settings.grpc_port
@@ -118,12 +124,12 @@ class Server(uvicorn.Server):
                 bound = await grpc.start(host, port)
             except RuntimeError as e:  # taken in between, or refused for a reason of gRPC's own
                 why = f"gRPC cannot listen on {_shown(host)}:{port} ({e})"
-        if why is not None:
-            print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
-            return False
-        self.grpc = grpc
-        print(f"gRPC on {_shown(host)}:{bound}", flush=True)
-        return True
+            else:
+                self.grpc = grpc
+                print(f"gRPC on {_shown(host)}:{bound}", flush=True)
+                return True
+        print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
+        return False
 
     async def on_tick(self, counter: int) -> bool:
         if self.state.phase is Phase.FAILED:
@@ -137,7 +143,7 @@ class Server(uvicorn.Server):
             self.should_exit = True  # the usual shutdown: open sockets are closed, the process exits 1
         return await super().on_tick(counter)
 
-    def handle_exit(self, sig, frame) -> None:
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """SIGTERM/SIGINT: stop taking chats now and let the main loop end (then `shutdown` drains). Unlike
         uvicorn's own handler it does not re-raise the signal afterwards: a drained server exits 0."""
         self.state.begin_drain()
@@ -145,7 +151,7 @@ class Server(uvicorn.Server):
             self.force_exit = True
         self.should_exit = True
 
-    async def shutdown(self, sockets=None) -> None:
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.state.drain(hurry=lambda: self.force_exit)
         if self.grpc is not None:  # its chats have ended; what still runs (a health watch) gets a moment
             await self.grpc.stop(GRPC_GRACE_S)
@@ -158,7 +164,7 @@ def _shown(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _tolerate_closing(connection) -> None:
+def _tolerate_closing(connection: Protocols) -> None:
     """uvicorn's websockets-sansio connection raises InvalidState when shut down just as its client's close
     frame has come in (the socket is CLOSING; uvicorn only counts its own close as sent), and that exception
     ended the whole shutdown, so a drained server exited 1. Such a socket is ending anyway: close it."""
@@ -170,4 +176,4 @@ def _tolerate_closing(connection) -> None:
         except InvalidState:
             connection.transport.close()
 
-    connection.shutdown = tolerant
+    connection.shutdown = tolerant  # type: ignore[method-assign]  # uvicorn has no hook: its method is wrapped

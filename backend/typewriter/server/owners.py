@@ -17,7 +17,7 @@ import hmac
 import itertools
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..engine.prefix_cache import common_prefix
 
@@ -27,7 +27,7 @@ CONVERSATION_KEY = "typewriter-conversation"  # the HTTP header and the gRPC met
 
 
 class Owners:
-    def __init__(self):
+    def __init__(self) -> None:
         self._secret = secrets.token_bytes(32)
         self._sockets = itertools.count(1)
 
@@ -48,11 +48,11 @@ class Owners:
         return hmac.new(self._secret, nonce.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def shared_prefix(tokenizer, system: str | None) -> list[int]:
-    """What every chat with the server's own system prompt `system` begins with (lifecycle.ChatEncoder's
-    `chat_prefix`); nothing if the template will not say."""
+def shared_prefix(chat_prefix: Callable[[str | None], Sequence[int]], system: str | None) -> list[int]:
+    """What every chat with the server's own system prompt `system` begins with (`chat_prefix`: the tokenizer's,
+    lifecycle.ChatEncoder's); nothing if the template will not say."""
     try:
-        return list(tokenizer.chat_prefix(system))
+        return list(chat_prefix(system))
     except Exception:  # a template that refuses a chat of one user message: nothing is shared across owners
         log.warning("the chat template would not render a one-message chat; no prefix is shared between chats",
                     exc_info=True)

@@ -145,7 +145,7 @@ def _choice(value: object, names: list[str], flat: bool) -> tuple[str, str | Non
     return "function", name
 
 
-def _flag(spec: dict, key: str, where: str, default: bool = False) -> bool:
+def _flag(spec: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
     value = spec.get(key, default)
     if value is None:
         return default
@@ -154,7 +154,7 @@ def _flag(spec: dict, key: str, where: str, default: bool = False) -> bool:
     return value
 
 
-def _schema_text(schema: dict, strict: bool) -> str:
+def _schema_text(schema: dict[str, Any], strict: bool) -> str:
     """Strict: a schema keyword the engine cannot enforce is refused. Not strict: it is ignored (`lenient`)."""
     options = schema.get("x-guidance", {})
     if not isinstance(options, dict):

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..engine.request import Token
-from ..text.tool_format import CallArguments, CallStarted, TextPiece, ToolCallParser, ToolFormat
+from ..text.tool_format import CallArguments, CallStarted, Piece, TextPiece, ToolCallParser, ToolFormat
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class ToolCallSplitter:
         return [ToolCallDone(call_id, c["name"], c["arguments"]) for call_id, c in zip(self.call_ids,
                                                                                       self.parser.calls)]
 
-    def _events(self, token: Token, pieces) -> list[Token | ToolCallDelta]:
+    def _events(self, token: Token, pieces: list[Piece]) -> list[Token | ToolCallDelta]:
         text = "".join(p.text for p in pieces if isinstance(p, TextPiece))
         out: list[Token | ToolCallDelta] = [dataclasses.replace(token, text=text)] if text else []
         for piece in pieces:

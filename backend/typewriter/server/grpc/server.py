@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import grpc
+import grpc  # type: ignore[import-untyped, unused-ignore]  # untyped unless grpc-stubs (the test extra) is in
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -25,16 +25,20 @@ OVERALL = ""  # the health service's name for the whole server
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-class _LiveHealth(health.aio.HealthServicer):
+# grpc-stubs has no grpc_health.v1.health.aio, and without the stubs grpc_health is untyped: its class is Any.
+class _LiveHealth(health.aio.HealthServicer):  # type: ignore[misc, name-defined, unused-ignore]
     """The standard servicer, whose Check first brings the status up to date with the server state."""
 
     def __init__(self, follow: Callable[[], Awaitable[None]]):
         super().__init__()
         self._follow = follow
 
-    async def Check(self, request, context):
+    async def Check(self, request: health_pb2.HealthCheckRequest,
+                    context: grpc.aio.ServicerContext[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse],
+                    ) -> health_pb2.HealthCheckResponse:
         await self._follow()
-        return await super().Check(request, context)
+        response: health_pb2.HealthCheckResponse = await super().Check(request, context)
+        return response
 
 
 class GrpcServer:
@@ -43,7 +47,7 @@ class GrpcServer:
         self.health = _LiveHealth(self._follow_state)
         self._status: int | None = None
         self._server: grpc.aio.Server | None = None
-        self._watch: asyncio.Task | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> int:
         """Listen on host:port (0 picks a free port) and serve; returns the bound port. Raises RuntimeError when
@@ -65,7 +69,7 @@ class GrpcServer:
             server)
         await self._follow_state()  # NOT_SERVING from the first check on, unless already ready
         try:
-            bound = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+            bound: int = server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         except RuntimeError:
             await server.stop(None)
             raise

@@ -14,11 +14,12 @@ import hmac
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, TypeAlias
 
-import grpc
-from google.protobuf.message import DecodeError
+# Without grpc-stubs and types-protobuf (pyproject's test extra) grpc and protobuf are untyped: the ignores say so.
+import grpc  # type: ignore[import-untyped, unused-ignore]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped, unused-ignore]
 
 from .. import chat_request
 from ..auth import presented_key
@@ -33,6 +34,9 @@ from .gen import chat_pb2 as pb
 from .gen import chat_pb2_grpc
 
 log = logging.getLogger("typewriter.server")
+
+Incoming: TypeAlias = "pb.ClientMessage | Unreadable"  # what read_message makes of each message a client sends
+Context: TypeAlias = "grpc.aio.ServicerContext[Incoming, pb.ServerEvent]"
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Chat"].full_name  # typewriter.v1.Chat
 ERROR_CODE_KEY = "typewriter-error-code"  # trailing metadata: the protocol v1 code of a refusal or failure
@@ -62,16 +66,16 @@ class ChatService(chat_pb2_grpc.ChatServicer):
     def __init__(self, state: ServerState):
         self.server = state
 
-    async def Stream(self, requests: AsyncIterator[pb.ClientMessage],
-                     context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ServerEvent]:
-        metadata = {m.key: m.value for m in context.invocation_metadata() or ()}
+    async def Stream(self, requests: AsyncIterator[Incoming], context: Context) -> AsyncIterator[pb.ServerEvent]:
+        # text metadata: binary values come only under keys ending in -bin, and none of those is read
+        metadata = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
         await self._admit(metadata, context)
         limits = self.server.limits
         client = client_address(peer_address(context.peer()), metadata, limits.trusted)
         refused = limits.connect(client)  # a stream counts like a socket
         if refused:
             await abort(context, "overloaded", refused)
-        context.add_done_callback(lambda _: limits.disconnect(client))  # also when it ends while we wait to send
+        when_done(context, lambda _: limits.disconnect(client))  # also when it ends while we wait to send
         try:
             async for event in self._chat(requests, context, client, metadata.get(CONVERSATION_KEY)):
                 yield event
@@ -79,7 +83,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
             self.server.metrics.rejected.labels(code=e.code).inc()
             await abort(context, e.code, e.message, e.retry_after_s)
 
-    async def _admit(self, metadata: Mapping[str, Any], context: grpc.aio.ServicerContext) -> None:
+    async def _admit(self, metadata: Mapping[str, str], context: Context) -> None:
         """Refuse the RPC as the socket's handshake would: without the key, while draining, while not ready."""
         key = self.server.settings.api_key
         if key:
@@ -94,18 +98,17 @@ class ChatService(chat_pb2_grpc.ChatServicer):
                       if self.server.phase is Phase.LOADING else "the server is not serving chats; see /readyz")
             await context.abort(Status.UNAVAILABLE, reason)  # no protocol code: the socket's close 1013
 
-    async def _chat(self, requests: AsyncIterator[pb.ClientMessage], context: grpc.aio.ServicerContext,
-                    client: str, key: str | None) -> AsyncIterator[pb.ServerEvent]:
+    async def _chat(self, requests: AsyncIterator[Incoming], context: Context, client: str,
+                    key: str | None) -> AsyncIterator[pb.ServerEvent]:
         """`key`: the conversation key the client sent back, if any (owners.py); the one to send next time goes
         out in the initial metadata."""
         first = await anext(aiter(requests), None)
         if isinstance(first, Unreadable):
             raise first.error(None)
-        kind = first.WhichOneof("kind") if first is not None else None
-        if kind == "stop":
+        if first is not None and first.WhichOneof("kind") == "stop":
             raise Refusal("not_found", "no chat is running on this stream: send the chat first",
                                   first.stop.id or None)
-        if kind != "chat":
+        if first is None or first.WhichOneof("kind") != "chat":
             raise Refusal("invalid_request", "a stream's first message must be a chat request")
         chat = chat_of(first.chat, self.server.settings.max_messages)
         owner, key = self.server.owners.conversation(key)
@@ -113,13 +116,13 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         await context.send_initial_metadata(((CONVERSATION_KEY, key),))
         reader = asyncio.create_task(self._read(requests, stream), name=f"grpc-read-{stream.engine_id}")
 
-        def gone(_=None) -> None:  # the RPC ended: at once when it is cancelled, whatever the handler awaits
+        def gone(_: object = None) -> None:  # the RPC ended: at once when it is cancelled, whatever the handler awaits
             reader.cancel()
             if stream.state is not StreamState.ENDED:
                 stream.cancel(Cancel.DISCONNECT)
                 stream.end()
 
-        context.add_done_callback(gone)
+        when_done(context, gone)
         try:
             async for out in frames(stream):
                 refusal = reader.result() if reader.done() else None  # it ends the RPC once the chat ended
@@ -136,7 +139,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         finally:
             gone()
 
-    async def _read(self, requests: AsyncIterator[pb.ClientMessage], stream: ChatStream) -> Refusal | None:
+    async def _read(self, requests: AsyncIterator[Incoming], stream: ChatStream) -> Refusal | None:
         """After the chat request: a stop stops it; anything else cancels it, and the error returned ends the RPC
         once the chat has ended."""
         chat_id = stream.client_id
@@ -180,11 +183,12 @@ class Unreadable:
                                                   "(strings must be UTF-8 text)", chat_id)
 
 
-def read_message(data: bytes) -> pb.ClientMessage | Unreadable:
+def read_message(data: bytes) -> Incoming:
     try:
-        return pb.ClientMessage.FromString(data)
+        message: pb.ClientMessage = pb.ClientMessage.FromString(data)
     except DecodeError as e:
         return Unreadable(str(e))
+    return message
 
 
 def add_to_server(service: ChatService, server: grpc.aio.Server) -> None:
@@ -192,7 +196,8 @@ def add_to_server(service: ChatService, server: grpc.aio.Server) -> None:
     handlers = {"Stream": grpc.stream_stream_rpc_method_handler(
         service.Stream, request_deserializer=read_message, response_serializer=pb.ServerEvent.SerializeToString)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    server.add_registered_method_handlers(  # type: ignore[attr-defined, unused-ignore]  # newer than grpc-stubs
+        SERVICE_NAME, handlers)
 
 
 def chat_of(request: pb.ChatRequest, max_messages: int) -> Chat:
@@ -265,7 +270,13 @@ def peer_address(peer: str) -> str | None:
     return rest.rpartition(":")[0].strip("[]") or None
 
 
-async def abort(context: grpc.aio.ServicerContext, code: str, message: str,
+def when_done(context: Context, callback: Callable[[object], None]) -> None:
+    """`context.add_done_callback(callback)`: grpc-stubs types its argument as a class (DoneCallback), not the
+    callable gRPC calls with the context."""
+    context.add_done_callback(callback)  # type: ignore[arg-type, unused-ignore]
+
+
+async def abort(context: Context, code: str, message: str,
                 retry_after_s: float | None = None) -> None:
     """End the RPC with `code`'s status (and, for rate_limited, `retry-after`: whole seconds, as in HTTP); raises,
     as `context.abort` does."""

@@ -14,7 +14,8 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from ...engine.request import FinishReason, TokenLogprobs
-from ..chats import Cancel, ChatStream
+from ..chats import Cancel, ChatStream, StreamItem
+from ..lifecycle import ChatEncoder
 from ..owners import CONVERSATION_KEY
 
 FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", FinishReason.LENGTH: "length",
@@ -35,7 +36,7 @@ class OwnedAnswer:
     A subclass sends it streamed or whole."""
 
     def __init__(self, stream: ChatStream, streaming: bool, logprobs: bool, model: str, release: Callable[[], None],
-                 tokenizer, key: str, keepalive_s: float | None = None):
+                 tokenizer: ChatEncoder, key: str, keepalive_s: float | None = None):
         """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
         one's cache (owners.py); `keepalive_s`: a stream's quiet before a keep-alive comment (None: none)."""
         self.stream, self.streaming, self.model, self.release = stream, streaming, model, release
@@ -74,7 +75,7 @@ class OwnedAnswer:
         self.stream.cancel(Cancel.DISCONNECT)
 
 
-async def next_event(stream, quiet_s: float | None):
+async def next_event(stream: ChatStream, quiet_s: float | None) -> StreamItem | None:
     """The chat stream's next event, or None when none came for `quiet_s` (a keep-alive is due; the queue's get is
     safe to cancel)."""
     if quiet_s is None:
@@ -101,7 +102,7 @@ def sse(data: dict[str, Any], event: str | None = None) -> str:
 class LogprobWriter:
     """A token's log probabilities as OpenAI writes them: each token's text, bytes and its alternatives."""
 
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer: ChatEncoder):
         self.tokenizer = tokenizer
 
     def entry(self, token_id: int, logprobs: TokenLogprobs) -> dict[str, Any]:

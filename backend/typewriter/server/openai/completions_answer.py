@@ -9,18 +9,21 @@ held back go out with the next chunk that carries text, or with the choice's las
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.responses import JSONResponse
-from starlette.types import Scope, Send
+from starlette.types import Message, Scope, Send
 
 from ...engine.request import Finished, Queued, Started, Token
 from ..chats import Cancel, ChatStream
+from ..lifecycle import ChatEncoder
 from ..tool_calls import ToolCallDelta
 from .common import FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response, next_event, sse
 from .completions_request import CompletionRequest
+
+ChoiceEvent = Started | Token | ToolCallDelta | Finished  # an event of one choice's answer
 
 
 @dataclass
@@ -31,33 +34,37 @@ class Choice:
     logprobs: list[dict[str, Any]] = field(default_factory=list)  # not yet sent, when streaming
     finished: Finished | None = None
 
+    @property
+    def end(self) -> Finished:
+        """Its Finished, read only once it came."""
+        if self.finished is None:
+            raise RuntimeError(f"choice {self.index} has not finished")
+        return self.finished
+
     def finish_reason(self) -> str:
         """`tool_calls` for an answer that called tools and ended of itself; one cut short says so."""
-        reason = FINISH_REASONS[self.finished.reason]
+        reason = FINISH_REASONS[self.end.reason]
         return "tool_calls" if self.calls and reason == "stop" else reason
 
 
 class Answer(OwnedAnswer):
     """It owns the chat until its end was sent or its client left."""
 
-    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release, tokenizer, key: str,
-                 keepalive_s: float | None = None):
+    def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release: Callable[[], None],
+                 tokenizer: ChatEncoder, key: str, keepalive_s: float | None = None):
         super().__init__(stream, completion.stream, completion.chat.logprobs is not None, model, release, tokenizer,
                          key, keepalive_s)
         self.completion = completion
         self.choices = [Choice(i) for i in range(len(stream.choice_ids))]
 
-    async def _events(self) -> AsyncIterator[tuple[Choice | None, Any]]:
-        """(its choice, event) until every choice has finished; a failed choice cancels the others. (None, None):
-        the stream has been quiet for `keepalive_s`."""
+    async def _events(self) -> AsyncIterator[tuple[Choice, ChoiceEvent] | Queued | None]:
+        """(its choice, event) until every choice has finished; a failed choice cancels the others. A queue position
+        comes alone; None: the stream has been quiet for `keepalive_s`."""
         running = len(self.choices)
         while running:
             event = await next_event(self.stream, self.keepalive_s if self.streaming else None)
-            if event is None:
-                yield None, None
-                continue
-            if isinstance(event, Queued):
-                yield None, event
+            if event is None or isinstance(event, Queued):
+                yield event
                 continue
             choice = self.choices[self.stream.choice(event.request_id)]
             if isinstance(event, Started) and choice.index == 0:
@@ -74,12 +81,15 @@ class Answer(OwnedAnswer):
     # ---- one JSON ----
 
     async def _send_whole(self, scope: Scope, send: Send) -> None:
-        async for choice, event in self._events():
+        async for item in self._events():
+            if not isinstance(item, tuple):
+                continue
+            choice, event = item
             if isinstance(event, Token) and self.stream.shows(event):
                 choice.texts.append(event.text)
             elif isinstance(event, ToolCallDelta):
                 self._add_call(choice, event)
-        failed = next((c.finished for c in self.choices if c.finished.reason in FAILURES), None)
+        failed = next((c.end for c in self.choices if c.end.reason in FAILURES), None)
         if failed is not None:
             status, code, message = FAILURES[failed.reason]
             response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
@@ -118,12 +128,15 @@ class Answer(OwnedAnswer):
 
     async def _chunks(self) -> AsyncIterator[str]:
         usage_field = {"usage": None} if self.completion.include_usage else {}
-        async for choice, event in self._events():
-            if event is None:
+        async for item in self._events():
+            if item is None:
                 yield KEEPALIVE
-            elif isinstance(event, Queued):
-                yield f": queued {event.position}\n\n"
-            elif isinstance(event, Started):
+                continue
+            if isinstance(item, Queued):
+                yield f": queued {item.position}\n\n"
+                continue
+            choice, event = item
+            if isinstance(event, Started):
                 yield sse(self._chunk(choice, {"role": "assistant", "content": ""}) | usage_field)
             elif isinstance(event, Token):
                 if self.stream.shows(event):
@@ -159,11 +172,11 @@ class Answer(OwnedAnswer):
 
     def _usage(self) -> dict[str, Any]:
         """The prompt counted once (the other choices copy its cache); every choice's answer."""
-        prompt = self.choices[0].finished.prompt_tokens
-        completion = sum(c.finished.completion_tokens for c in self.choices)
+        prompt = self.choices[0].end.prompt_tokens
+        completion = sum(c.end.completion_tokens for c in self.choices)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
                 "prompt_tokens_details": {"cached_tokens": self.cached_tokens}}
 
 
-async def _no_receive() -> dict:
+async def _no_receive() -> Message:
     return {"type": "http.disconnect"}

@@ -10,22 +10,23 @@ answer ran out of `max_output_tokens`, or `response.failed`. Every event has a `
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.responses import JSONResponse
-from starlette.types import Scope, Send
+from starlette.types import Message, Scope, Send
 
 from ...engine.request import Finished, FinishReason, Queued, Started, Token
 from ..chats import ChatStream
+from ..lifecycle import ChatEncoder
 from ..tool_calls import ToolCallDelta
 from .common import FAILURES, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response, next_event, sse
 from .responses_request import ResponsesRequest
 
 
 class ResponseAnswer(OwnedAnswer):
-    def __init__(self, stream: ChatStream, request: ResponsesRequest, model: str, release, tokenizer, key: str,
-                 keepalive_s: float | None = None):
+    def __init__(self, stream: ChatStream, request: ResponsesRequest, model: str, release: Callable[[], None],
+                 tokenizer: ChatEncoder, key: str, keepalive_s: float | None = None):
         super().__init__(stream, request.stream, request.chat.logprobs is not None, model, release, tokenizer, key,
                          keepalive_s)
         self.request = request
@@ -41,6 +42,7 @@ class ResponseAnswer(OwnedAnswer):
         async for _ in self._events():
             pass
         finished = self.finished
+        assert finished is not None  # the events end with the chat's Finished
         if finished.reason in FAILURES:
             status, code, message = FAILURES[finished.reason]
             response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
@@ -79,21 +81,21 @@ class ResponseAnswer(OwnedAnswer):
                 for chunk in self._call(event):
                     yield chunk
             elif isinstance(event, Finished):
-                self.finished = event
+                self.finished = finished = event
                 break
         for chunk in self._close_text():
             yield chunk
         for index in sorted(self.calls):
             for chunk in self._close_call(index):
                 yield chunk
-        if self.finished.reason in FAILURES:
-            _, code, message = FAILURES[self.finished.reason]
+        if finished.reason in FAILURES:
+            _, code, message = FAILURES[finished.reason]
             failed = self._response("failed") | {"error": {"code": code, "message": message}}
             yield self._event("response.failed", response=failed)
             return
-        status = self._status(self.finished)
+        status = self._status(finished)
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        yield self._event(kind, response=self._response(status, self.finished))
+        yield self._event(kind, response=self._response(status, finished))
 
     def _text(self, text: str) -> list[str]:
         out = []
@@ -179,5 +181,5 @@ class ResponseAnswer(OwnedAnswer):
         return body
 
 
-async def _no_receive() -> dict:
+async def _no_receive() -> Message:
     return {"type": "http.disconnect"}

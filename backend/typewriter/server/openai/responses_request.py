@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from ...engine.request import MAX_TOP_LOGPROBS
+from ...engine.request import MAX_TOP_LOGPROBS, Constraint
 from ...errors import InvalidRequest
 from ..chat_request import Chat, ChatMessage, parse_tool_call, short
 from ..structured import parse_response_format, parse_tools
@@ -98,7 +98,7 @@ def _logprobs(fields: dict[str, Any]) -> int | None:
     return (top or 0) if include else None
 
 
-def _text_format(text: object):
+def _text_format(text: object) -> Constraint | None:
     """`text.format` is `response_format` with the json_schema fields flattened into it."""
     if text is None:
         return None

@@ -15,21 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
+from starlette.types import ASGIApp
 
-from ..chats import open_chat
-from ..lifecycle import Phase, ServerState
+from ..chats import ChatStream, open_chat
+from ..lifecycle import ChatEncoder, Phase, ServerState
 from ..limits import client_address
 from ..owners import CONVERSATION_KEY
 from ..refusal import Refusal
 from ..resume.registry import Resumes
 from .common import error_response
 from .completions_answer import Answer
-from .completions_request import HONOURED, BadField, check_media_type, parse_body
+from .completions_request import HONOURED, BadField, CompletionRequest, check_media_type, parse_body
 from .responses_answer import ResponseAnswer
 from .responses_request import HONOURED as RESPONSES_HONOURED
+from .responses_request import ResponsesRequest
 from .responses_request import parse_body as parse_responses_body
 from .streams import HEADER, BadConversation, Streams, conversation_id
 
@@ -39,11 +43,17 @@ STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowe
           "unsupported_media_type": 415, "request_timeout": 408}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
 
+Parsed = TypeVar("Parsed", CompletionRequest, ResponsesRequest)
+Release = Callable[[], None]  # gives the client's connection back to the limits, once its answer is done
+
 
 class OpenAI:
     def __init__(self, state: ServerState, resumes: Resumes | None = None):
         """`resumes`: the server's kept chats, for streams sent with X-Conversation-Id (None: never kept)."""
         self.state = state
+        model = state.settings.model_id
+        assert model is not None  # Settings names one when it is made
+        self.model = model
         self.created = int(time.time())
         self.resumes = resumes
         self.streams = Streams(state, resumes, lambda status, code, message: self._refused(code, message,
@@ -53,8 +63,7 @@ class OpenAI:
     async def models(self, request: Request) -> Response:
         if not self.state.ready:
             return self._not_ready()
-        model = {"id": self.state.settings.model_id, "object": "model", "created": self.created,
-                 "owned_by": "typewriter"}
+        model = {"id": self.model, "object": "model", "created": self.created, "owned_by": "typewriter"}
         return JSONResponse({"object": "list", "data": [model]})
 
     async def unknown(self, request: Request) -> Response:
@@ -63,29 +72,36 @@ class OpenAI:
         return error_response(404, "not_found", f"no route {request.url.path}; this server has /v1/chat/completions, "
                                                 "/v1/responses and /v1/models")
 
-    async def chat_completions(self, request: Request) -> Response:
-        settings = self.state.settings
+    async def chat_completions(self, request: Request) -> ASGIApp:
+        keepalive_s = self.state.settings.sse_keepalive_s
 
-        def answer(stream, body, release, kept: str | None, key: str):
-            chat = Answer(stream, body, settings.model_id, release, self.state.tokenizer, key,
-                          settings.sse_keepalive_s)
-            return self.streams.keep(stream, chat._chunks(), kept, chat.release) if kept is not None else chat
+        def answer(stream: ChatStream, body: CompletionRequest, tokenizer: ChatEncoder, release: Release,
+                   kept: str | None, key: str) -> ASGIApp:
+            chat = Answer(stream, body, self.model, release, tokenizer, key, keepalive_s)
+            if kept is None or self.streams is None:  # kept only where streams are (_kept_as)
+                return chat
+            return self.streams.keep(stream, chat._chunks(), kept, chat.release)
 
         return await self._accept(request, parse_body, answer, keepable=True)
 
-    async def responses(self, request: Request) -> Response:
-        settings = self.state.settings
-        return await self._accept(request, parse_responses_body,
-                                  lambda stream, body, release, _, key: ResponseAnswer(
-                                      stream, body, settings.model_id, release, self.state.tokenizer, key,
-                                      settings.sse_keepalive_s))
+    async def responses(self, request: Request) -> ASGIApp:
+        keepalive_s = self.state.settings.sse_keepalive_s
 
-    async def _accept(self, request: Request, parse, answer, keepable: bool = False) -> Response:
-        """Read the body with `parse`, open its chat, and hand it to `answer(stream, body, release, kept, key)`:
-        `kept` the X-Conversation-Id it is kept under (`keepable` routes only), else None; `key` the conversation
-        key to give back, so a next turn that sends it reuses this one's cache (owners.py)."""
-        state, settings = self.state, self.state.settings
-        if not state.ready:
+        def answer(stream: ChatStream, body: ResponsesRequest, tokenizer: ChatEncoder, release: Release,
+                   kept: str | None, key: str) -> ASGIApp:
+            return ResponseAnswer(stream, body, self.model, release, tokenizer, key, keepalive_s)
+
+        return await self._accept(request, parse_responses_body, answer)
+
+    async def _accept(self, request: Request, parse: Callable[[bytes, int], Parsed],
+                      answer: Callable[[ChatStream, Parsed, ChatEncoder, Release, str | None, str], ASGIApp],
+                      keepable: bool = False) -> ASGIApp:
+        """Read the body with `parse`, open its chat, and hand it to `answer(stream, body, tokenizer, release, kept,
+        key)`: `kept` the X-Conversation-Id it is kept under (`keepable` routes only), else None; `key` the
+        conversation key to give back, so a next turn that sends it reuses this one's cache (owners.py). What it
+        returns is the route's ASGI response: a Response, or an answer that sends itself."""
+        state, settings, tokenizer = self.state, self.state.settings, self.state.tokenizer
+        if not state.ready or tokenizer is None:
             return self._not_ready()
         try:
             body = await _read_body(request, settings.max_message_bytes, settings.header_timeout_s)
@@ -112,9 +128,9 @@ class OpenAI:
             message = e.message.replace(f"params.{param[1]}", param[0], 1) if param else e.message
             retry = OVERLOADED_RETRY_S if e.code == "overloaded" else e.retry_after_s
             return self._refused(e.code, message, param and param[0], retry)
-        return answer(stream, parsed, lambda: limits.disconnect(client), kept, key)
+        return answer(stream, parsed, tokenizer, lambda: limits.disconnect(client), kept, key)
 
-    def _kept_as(self, request: Request, parsed) -> str | None:
+    def _kept_as(self, request: Request, parsed: CompletionRequest | ResponsesRequest) -> str | None:
         """The conversation id a streamed request is kept under, if it named one and the server keeps chats."""
         value = request.headers.get(HEADER)
         if value is None or not parsed.stream or self.resumes is None or not self.resumes.enabled:

@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from ..chats import Cancel, ChatStream
 from ..lifecycle import ServerState
 from ..limits import client_address
-from ..resume.kept_chat import KeptChat
+from ..resume.kept_chat import KeptChat, Reader
 from ..resume.registry import Resumes
 
 CONVERSATION_ID = re.compile(r"[A-Za-z0-9._:-]{16,128}")
@@ -82,7 +82,7 @@ class SseChat(KeptChat):
         return self.base + at, offset - self.keys[at] if self.keys else 0
 
 
-class StreamReader:
+class StreamReader(Reader):
     """An HTTP response that reads a kept stream from a position: what was kept, then live, up to its end."""
 
     def __init__(self, chat: SseChat, position: int, skip: int = 0, release: Callable[[], None] = lambda: None):
@@ -133,7 +133,7 @@ class StreamReader:
 class Streams:
     """The routes: `GET` and `DELETE /v1/stream/<id>`, and keeping a new request's stream."""
 
-    def __init__(self, state: ServerState, resumes: Resumes, refused: Callable[..., Response]):
+    def __init__(self, state: ServerState, resumes: Resumes, refused: Callable[[int, str, str], Response]):
         """`refused(status, code, message)`: an error in the OpenAI API's shape."""
         self.state, self.resumes, self.refused = state, resumes, refused
 

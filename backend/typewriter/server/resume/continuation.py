@@ -18,29 +18,28 @@ from collections.abc import Callable
 from ...engine.request import AnswerStart, Event, GenerationRequest
 from ...errors import InvalidRequest
 from ..chat_request import Continue
-from ..lifecycle import ServerState
+from ..lifecycle import ChatEncoder, EngineHandle
 
 log = logging.getLogger("typewriter.server")
 
 EXACT, ENCODED = "ids", "text"  # how the start was taken, as the start frame's `continued` says
 
 
-async def submit(server: ServerState, request: GenerationRequest, start: Continue | None,
+async def submit(engine: EngineHandle, tokenizer: ChatEncoder, request: GenerationRequest, start: Continue | None,
                  on_event: Callable[[Event], None]) -> str | None:
     """Submit `request`, continuing `start` if given; returns EXACT, ENCODED or None. Raises what
     `Engine.submit` raises."""
     if start is None:
-        server.engine.submit(request, on_event)
+        engine.submit(request, on_event)
         return None
     if start.ids is not None:
         try:
-            server.engine.submit(dataclasses.replace(request, answer_start=AnswerStart(start.ids, start.text)),
-                                 on_event)
+            engine.submit(dataclasses.replace(request, answer_start=AnswerStart(start.ids, start.text)), on_event)
             return EXACT
         except InvalidRequest as e:
             if e.field != "continue.ids":
                 raise
             log.info("chat %s: %s; continuing from its text instead", request.id, e)
-    ids = await asyncio.to_thread(server.tokenizer.encode, start.text)
-    server.engine.submit(dataclasses.replace(request, answer_start=AnswerStart(tuple(ids))), on_event)
+    ids = await asyncio.to_thread(tokenizer.encode, start.text)
+    engine.submit(dataclasses.replace(request, answer_start=AnswerStart(tuple(ids))), on_event)
     return ENCODED

@@ -17,8 +17,8 @@ import enum
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any, Protocol
 
 from ..chats import Cancel, ChatStream
 
@@ -73,12 +73,12 @@ class KeptChat:
         self.bytes = 0
         self.sent = 0  # the position up to which a reader has been sent the log
         self.overflowed = False
-        self.ended_at: float | None = None
+        self.ended_at: float | None = None  # set when it moves to ENDED
         self.reader: Reader | None = None
         self._more = asyncio.Event()  # set (and replaced) whenever the log grows or the reader changes
         self._timer: asyncio.TimerHandle | None = None
         self._abandoned = False
-        self._tasks: set[asyncio.Task] = set()  # the producer and the readers' senders, held until done
+        self._tasks: set[asyncio.Task[None]] = set()  # the producer and the readers' senders, held until done
         self._spawn(self._run(), f"kept-{stream.engine_id}")
 
     @property
@@ -98,6 +98,8 @@ class KeptChat:
         if life not in _NEXT[self.life]:
             raise RuntimeError(f"kept chat {self.stream.engine_id}: cannot go from {self.life.value} to {life.value}")
         self.life = life
+        if life is Life.ENDED:  # however it ended (a producer that failed or was cancelled too): the registry
+            self.ended_at = time.monotonic()  # drops the logs of the longest ended first
 
     # ---- the producer side ----
 
@@ -144,7 +146,6 @@ class KeptChat:
         """The terminal item is in: the chat is over, and its log is kept for the grace period."""
         self.stream.end()
         self.move(Life.ENDED)
-        self.ended_at = time.monotonic()
         self._wake()
         if self._abandoned:  # nobody came back while it ran: nobody will read its end
             self.forget()
@@ -154,7 +155,7 @@ class KeptChat:
     def drop_sent(self, size: int, limit: int, total: bool = False) -> None:
         """Drop items a reader was already sent, oldest first, until `size` more bytes fit under `limit` (this
         chat's bytes, or with `total` the registry's)."""
-        held = (lambda: self.registry.bytes) if total else (lambda: self.bytes)
+        held: Callable[[], int] = (lambda: self.registry.bytes) if total else (lambda: self.bytes)
         n = 0
         freed = 0
         while self.base + n < self.sent and held() - freed + size > limit:
@@ -222,12 +223,12 @@ class KeptChat:
             more = self._more
             await more.wait()
 
-    def _spawn(self, work, name: str) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("%s failed", task.get_name(), exc_info=task.exception())

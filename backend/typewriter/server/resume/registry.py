@@ -19,13 +19,17 @@ SHA-256 only.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from ...config import Settings
-from .kept_chat import KeptChat, Life, digest
+from .kept_chat import KeptChat, Registry, digest
+
+Kept = TypeVar("Kept", bound=KeptChat)
 
 
-class Resumes:
+class Resumes(Registry):
     """Every kept chat of one server, by the hash of its key, and the bytes their logs hold."""
 
     def __init__(self, settings: Settings, registry: CollectorRegistry):
@@ -45,7 +49,7 @@ class Resumes:
     def enabled(self) -> bool:
         return self.grace_s > 0
 
-    def keep(self, chat: KeptChat) -> KeptChat:
+    def keep(self, chat: Kept) -> Kept:
         previous = self.chats.pop(chat.key_hash, None)
         if previous is not None:  # the same key again (an OpenAI conversation's next request): the old one goes
             previous.replaced()
@@ -66,7 +70,8 @@ class Resumes:
             if chat.bytes + size > self.per_chat:
                 return False
         if self.bytes + size > self.total:
-            for old in sorted((c for c in self.chats.values() if c.life is Life.ENDED), key=lambda c: c.ended_at):
+            ended = {c: c.ended_at for c in self.chats.values() if c.ended_at is not None}  # Life.ENDED
+            for old in sorted(ended, key=ended.__getitem__):
                 if old.reader is not None and old.sent < old.end:  # its reader is still being sent its end
                     old.drop_sent(size, self.total, total=True)
                 else:

@@ -25,7 +25,7 @@ from ..chats import Cancel, ChatStream, StreamState, open_chat
 from ..lifecycle import ServerState
 from ..limits import FrameRate
 from ..refusal import Refusal
-from ..resume.kept_chat import KeptChat
+from ..resume.kept_chat import KeptChat, Reader
 from ..resume.registry import Resumes
 from . import frames as p
 from .pump import frames
@@ -34,7 +34,7 @@ from .resumable import SocketChat
 log = logging.getLogger("typewriter.server")
 
 
-class Session:
+class Session(Reader):
     def __init__(self, websocket: WebSocket, state: ServerState, client: str = "unknown",
                  resumes: Resumes | None = None):
         """`client`: the address the abuse limits count this connection's chats against; `resumes`: the
@@ -48,7 +48,7 @@ class Session:
         self._opening: str | None = None  # the id of a chat being checked and encoded: busy already
         self._open = True
         self._send_lock = asyncio.Lock()
-        self._pumps: set[asyncio.Task] = set()
+        self._pumps: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Serve an accepted connection until the client leaves or breaks the protocol."""
@@ -137,19 +137,20 @@ class Session:
 
     async def _resume(self, resume: p.Resume) -> None:
         self._check_idle(resume.id)
-        chat = self.resumes.find(resume.token) if self.resumes is not None else None
-        if not isinstance(chat, SocketChat) or chat.client_id != resume.id:
-            if self.resumes is not None:
-                self.resumes.counted("not_found")
+        resumes = self.resumes
+        chat = resumes.find(resume.token) if resumes is not None else None
+        if resumes is None or not isinstance(chat, SocketChat) or chat.client_id != resume.id:
+            if resumes is not None:
+                resumes.counted("not_found")
             raise Refusal("not_found", f"no chat {resume.id!r} with that token is kept here (it ended over "
                                                "resume_grace_s ago, or another server or a restart had it); send "
                                                "it again as a chat with continue", resume.id)
         try:
             chat.check_from(resume.first_index)
         except Refusal as e:
-            self.resumes.counted("lost" if e.code == "not_found" else "refused")
+            resumes.counted("lost" if e.code == "not_found" else "refused")
             raise
-        self.resumes.counted("resumed")
+        resumes.counted("resumed")
         self.kept, self.stream = chat, (None if chat.ended else chat.stream)
         await self._send(p.resumed(resume.id))
         chat.attach(self, chat.position(resume.first_index))
