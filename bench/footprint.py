@@ -50,7 +50,7 @@ def main() -> int:
     tokenizer = Tokenizer.from_gguf(path, source.fields)
     rows.append(("weights read (float32 numpy) and the tokenizer", rss_mb(),
                  f"{sum(w.nbytes for w in weights.values()) / 2**20:.0f} MiB of arrays"))
-    fmt = WeightFormat(args.weights or Settings().weights).resolved(cfg.family)
+    fmt = WeightFormat(args.weights or Settings().model.weights).resolved(cfg.family)
     if fmt.lite:  # built here from the weights already held, so each stage's memory is its own
         from typewriter.runners.lite.runner import LiteRunner
 

@@ -78,11 +78,11 @@ async def keep(events: list, door: str) -> dict:
     from typewriter.server.socket.resumable import SocketChat
     from typewriter.server.socket.session import Session
 
-    settings = Settings(resume_buffer_bytes=1 << 30, resume_buffer_total_bytes=1 << 40)
+    settings = Settings.of(resume_buffer_bytes=1 << 30, resume_buffer_total_bytes=1 << 40)
     state = ServerState(settings, lambda *_: None)
     resumes = Resumes(settings, state.metrics.registry)
     completion = parse_body(json.dumps({"messages": [{"role": "user", "content": "q"}], "stream": True}).encode(),
-                            settings.max_messages)
+                            settings.socket.max_messages)
     chats = []
     tracemalloc.start()
     before = tracemalloc.take_snapshot()

@@ -32,7 +32,7 @@ def main() -> None:
     from typewriter.config import Settings, WeightFormat
     from typewriter.runners.options import RunnerOptions
 
-    fmt = WeightFormat(args.weights or Settings().weights)
+    fmt = WeightFormat(args.weights or Settings().model.weights)
     runner = open_runner(None, RunnerOptions(fmt, 2048, slots=8, compile="lazy")).runner
     ids = list(range(100, 400))
     from typewriter.runners.xla.start import CHUNK_BUCKETS

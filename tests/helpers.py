@@ -158,7 +158,7 @@ def small_settings(**overrides):
 
     values = dict(system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64, max_messages=8,
                   max_message_bytes=4096, shutdown_grace_s=2.0, allowed_hosts="testserver")  # TestClient's Host
-    return Settings(**(values | overrides))
+    return Settings.of(**(values | overrides))
 
 
 @contextmanager

@@ -15,8 +15,8 @@ from typewriter.runners.xla.runner import XlaRunner
 
 
 def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
-    assert Settings().weights == "auto"
-    assert WeightFormat(Settings().weights).resolved(tiny_config().family) is WeightFormat.INT8_LITE
+    assert Settings().model.weights == "auto"
+    assert WeightFormat(Settings().model.weights).resolved(tiny_config().family) is WeightFormat.INT8_LITE
     assert WeightFormat.AUTO.resolved(gpt2_config().family) is WeightFormat.FP32
     assert WeightFormat.FP32.resolved(tiny_config().family) is WeightFormat.FP32
 

@@ -1,4 +1,4 @@
-"""One stable model id (Settings.model_id, config.default_model_id): the same in /v1/models, OpenAI responses,
+"""One stable model id (Settings.model.id, config.default_model_id): the same in /v1/models, OpenAI responses,
 /readyz, the page's settings and the log, whatever name the model file carries inside."""
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from typewriter.config import ConfigError, Settings, default_model_id
 ])
 def test_the_default_id_is_the_embedded_models_name_or_the_file_or_folder_name_without_spaces(model_path, model_id):
     assert default_model_id(model_path) == model_id
-    assert Settings(model_path=model_path).model_id == model_id
+    assert Settings.of(model_path=model_path).model.id == model_id
 
 
 def test_an_id_can_be_set_and_one_with_spaces_is_a_named_error():
-    assert Settings.from_env({"TYPEWRITER_MODEL_ID": "tutor-v2"}, model_path="/m/x.gguf").model_id == "tutor-v2"
-    assert Settings.from_env({}, model_id="tutor-v3").model_id == "tutor-v3"
+    assert Settings.from_env({"TYPEWRITER_MODEL_ID": "tutor-v2"}, model_path="/m/x.gguf").model.id == "tutor-v2"
+    assert Settings.from_env({}, model_id="tutor-v3").model.id == "tutor-v3"
     for bad in ("", "my tutor", "tab\there", "x" * 129):
         with pytest.raises(ConfigError, match="TYPEWRITER_MODEL_ID: must be 1 to 128 characters without spaces"):
-            Settings(model_id=bad)
+            Settings.of(model_id=bad)
 
 
 def test_the_id_is_the_same_in_models_responses_readyz_the_page_and_the_log(caplog):

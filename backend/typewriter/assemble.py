@@ -96,10 +96,10 @@ def load(
 def load_engine(settings: Settings, progress: Progress = lambda _: None) -> tuple[Engine, Tokenizer]:
     """The server's engine: the model `settings` name, as they say, its engine thread started and ready once its
     first programs are compiled (the others follow in the background)."""
-    engine, tokenizer, _ = load(settings.model_path, slots=settings.max_active, max_context=settings.max_context,
-                                max_queue=settings.max_queue, prefill_budget=settings.prefill_budget,
-                                progress=progress, compile="start", queue_timeout_s=settings.queue_timeout_s,
-                                weight_format=settings.weights, program_cache=lite_cache_dir())
+    engine, tokenizer, _ = load(settings.model.model_path, slots=settings.engine.max_active, max_context=settings.engine.max_context,
+                                max_queue=settings.engine.max_queue, prefill_budget=settings.engine.prefill_budget,
+                                progress=progress, compile="start", queue_timeout_s=settings.engine.queue_timeout_s,
+                                weight_format=settings.model.weights, program_cache=lite_cache_dir())
     return engine, tokenizer
 
 

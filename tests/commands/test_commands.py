@@ -88,13 +88,13 @@ def test_help_shows_the_defaults_from_sampling_params_and_settings(capsys):
     generate = help_text("generate")
     for shown in (f"(default {d.temperature})", f"(default {d.top_p})", f"(default {d.top_k})",
                   f"(default {d.repetition_penalty})", f"(default {DEFAULT_MAX_NEW_TOKENS},",
-                  f"(default {s.max_context})"):
+                  f"(default {s.engine.max_context})"):
         assert shown in generate
     serve = help_text("serve")
-    for shown in ("measured at start; TYPEWRITER_MAX_ACTIVE)", f"(default {s.max_queue}; TYPEWRITER_MAX_QUEUE)",
-                  f"(default {s.max_context}; TYPEWRITER_MAX_CONTEXT)", f"(default {s.port}; TYPEWRITER_PORT)"):
+    for shown in ("measured at start; TYPEWRITER_MAX_ACTIVE)", f"(default {s.engine.max_queue}; TYPEWRITER_MAX_QUEUE)",
+                  f"(default {s.engine.max_context}; TYPEWRITER_MAX_CONTEXT)", f"(default {s.serving.port}; TYPEWRITER_PORT)"):
         assert shown in serve
-    assert parse("bench").max_context == s.max_context
+    assert parse("bench").max_context == s.engine.max_context
 
 
 def test_given_sampling_options_reach_sampling_params():
@@ -145,12 +145,12 @@ def test_bench_and_loadtest_refuse_counts_below_one_and_a_url_that_is_not_a_webs
 def test_serve_reads_its_options_into_settings_and_refuses_a_bad_one_by_name(monkeypatch, capsys):
     monkeypatch.setenv("TYPEWRITER_MAX_ACTIVE", "3")
     settings = settings_from_args(parse("serve", "--model", "m.gguf", "--max-queue", "5"))
-    assert (settings.model_path, settings.max_queue, settings.max_active) == ("m.gguf", 5, 3)
-    assert settings.max_context == Settings().max_context
-    assert settings.weights == Settings().weights
+    assert (settings.model.model_path, settings.engine.max_queue, settings.engine.max_active) == ("m.gguf", 5, 3)
+    assert settings.engine.max_context == Settings().engine.max_context
+    assert settings.model.weights == Settings().model.weights
     monkeypatch.setenv("TYPEWRITER_WEIGHTS", "int8")
-    assert settings_from_args(parse("serve")).weights == "int8"
-    assert settings_from_args(parse("serve", "--weights", "fp32")).weights == "fp32"  # the flag wins
+    assert settings_from_args(parse("serve")).model.weights == "int8"
+    assert settings_from_args(parse("serve", "--weights", "fp32")).model.weights == "fp32"  # the flag wins
     code, _, err = typewriter(capsys, "serve", "--port", "70000")
     assert code == 2 and err.startswith("typewriter: error: --port: must be a port from 0 to 65535")
 
@@ -164,9 +164,9 @@ def test_generate_json_streams_tokens_then_the_end_on_a_single_slot_that_never_q
     assert code == 0
     lines = [json.loads(line) for line in out.splitlines()]
     (call,) = loads.calls
-    assert call | {"progress": None} == {"model_path": "m.gguf", "slots": 1, "max_context": Settings().max_context,
-                                         "max_queue": 0, "prefill_budget": Settings().prefill_budget, "progress": None,
-                                         "compile": "lazy", "weight_format": Settings().weights,
+    assert call | {"progress": None} == {"model_path": "m.gguf", "slots": 1, "max_context": Settings().engine.max_context,
+                                         "max_queue": 0, "prefill_budget": Settings().engine.prefill_budget, "progress": None,
+                                         "compile": "lazy", "weight_format": Settings().model.weights,
                                          "program_cache": lite_cache_dir()}
     # the CLI compiles only what its request needs
     assert [t["text"] for t in lines[:-1]] == ["Hello", ",", " world", "!", ""]  # the eos token has no text

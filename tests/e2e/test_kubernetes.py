@@ -86,8 +86,8 @@ def test_the_service_selects_the_pods_and_targets_the_container_port(kube, conta
 def test_the_ingress_keeps_sockets_open_and_streams_unbuffered(kube):
     notes = kube["Ingress"]["metadata"]["annotations"]
     prefix, defaults = "nginx.ingress.kubernetes.io/", Settings()
-    assert int(notes[prefix + "proxy-read-timeout"]) >= defaults.request_timeout_s + defaults.queue_timeout_s
-    assert int(notes[prefix + "proxy-send-timeout"]) >= defaults.ping_interval_s
+    assert int(notes[prefix + "proxy-read-timeout"]) >= defaults.engine.request_timeout_s + defaults.engine.queue_timeout_s
+    assert int(notes[prefix + "proxy-send-timeout"]) >= defaults.socket.ping_interval_s
     assert notes[prefix + "proxy-buffering"] == "off"
     assert "http_503" in notes[prefix + "proxy-next-upstream"]
     assert kube["Ingress"]["spec"]["ingressClassName"] == "nginx"
@@ -154,4 +154,4 @@ def test_the_pod_runs_as_a_user_who_can_write_the_xla_cache_and_nothing_more(kub
 
 def test_the_manifest_settings_are_ones_the_server_accepts(container):
     settings = Settings.from_env(env(container))  # raises ConfigError on an unknown name or a bad value
-    assert (settings.host, settings.port, settings.allowed_hosts) == ("0.0.0.0", 8000, "*")
+    assert (settings.serving.host, settings.serving.port, settings.access.allowed_hosts) == ("0.0.0.0", 8000, "*")

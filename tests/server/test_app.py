@@ -108,7 +108,7 @@ def test_the_host_check_is_starlettes_with_an_answer_that_names_the_setting(host
 
 def test_a_misplaced_wildcard_in_allowed_hosts_is_a_named_setting_error():
     with pytest.raises(ConfigError, match=r"TYPEWRITER_ALLOWED_HOSTS: 'tutor\.\*\.org': a wildcard must be"):
-        Settings(allowed_hosts="localhost,tutor.*.org")
+        Settings.of(allowed_hosts="localhost,tutor.*.org")
 
 
 def test_with_an_api_key_every_route_but_the_probes_needs_it_and_a_wrong_one_is_refused():

@@ -52,7 +52,7 @@ def test_chats_a_minute_per_client_slide_with_the_clock():
 
 def test_a_bad_trusted_proxies_setting_is_a_named_error():
     with pytest.raises(ConfigError, match="TYPEWRITER_TRUSTED_PROXIES: 'proxy.local' is not an IP address"):
-        Settings(trusted_proxies="10.0.0.1, proxy.local")
+        Settings.of(trusted_proxies="10.0.0.1, proxy.local")
 
 
 def test_over_the_chat_rate_a_chat_gets_rate_limited_and_the_socket_stays_usable():

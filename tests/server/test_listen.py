@@ -83,7 +83,7 @@ def test_an_option_wins_over_a_bad_variable_which_is_then_not_an_error(monkeypat
     from typewriter.commands.serve import settings_from_args
 
     monkeypatch.setenv("TYPEWRITER_PORT", "99999")
-    assert settings_from_args(cli.build_parser().parse_args(["serve", "--port", "8001"])).port == 8001
+    assert settings_from_args(cli.build_parser().parse_args(["serve", "--port", "8001"])).serving.port == 8001
 
 
 def test_the_sockets_are_bound_before_the_server_starts_and_port_0_is_one_port_for_every_address():

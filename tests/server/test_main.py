@@ -152,7 +152,7 @@ def test_an_engine_that_fails_for_good_stops_the_server_with_exit_code_1_after_e
     from typewriter.engine.engine import MAX_FAULTY_STEPS
 
     engine = script_engine(["x"] * 500, step_s=0.01)
-    settings = Settings(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
+    settings = Settings.of(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
                         shutdown_grace_s=2.0)
     app = create_app(settings, factory(engine))
     server = Server(uvicorn_config(app, settings, host="127.0.0.1", log_level="warning"), app.state.server)

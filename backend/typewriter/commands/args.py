@@ -20,8 +20,8 @@ SAMPLING_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetiti
 
 
 def setting_default(name: str) -> object:
-    """The default of a `Settings` field, as config.py declares it."""
-    return Settings.__dataclass_fields__[name].default
+    """The default of a setting (its flat name), as config.py declares it."""
+    return Settings().flat()[name]
 
 
 def positive_int(text: str) -> int:
@@ -58,7 +58,7 @@ def check_model_arguments(args: argparse.Namespace) -> None:
     """Before the model loads: refuse the model options' values that `serve` refuses (Settings' checks), naming
     the option. (A --model path that is not there is refused by assemble.load before it reads anything.)"""
     try:
-        Settings(max_context=args.max_context)
+        Settings.of(max_context=args.max_context)
     except ConfigError as e:
         raise e.given_as("--max-context") from None
 

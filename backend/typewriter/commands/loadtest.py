@@ -21,11 +21,16 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import TypewriterError
 from .args import positive_int
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 CONNECT_TIMEOUT_S = 10.0
@@ -82,8 +87,8 @@ class Results:
     inter_token_s: list[float] = field(default_factory=list)
     completion_tokens: int = 0
     ok: int = 0
-    reasons: Counter = field(default_factory=Counter)
-    errors: Counter = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
     first_error: dict[str, str] = field(default_factory=dict)  # code -> the server's message, to act on
 
     def failed(self, code: str, message: str) -> None:
@@ -102,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report["ok"] == report["requests"] and not report["errors"] else 1
 
 
-async def measure(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict:
+async def measure(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict[str, Any]:
     """Drive `url` (a URL chat_url accepts) and report; raises Unreachable before any chat when no server is
     there to drive."""
     on_socket = url.startswith(("ws://", "wss://"))
@@ -144,7 +149,8 @@ async def _check_socket(url: str) -> None:
         raise Unreachable(str(e)) from None
 
 
-async def _socket_worker(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+async def _socket_worker(url: str, numbers: Iterator[int], requests: int, prompt: str, max_new_tokens: int,
+                         results: Results) -> None:
     from ..client import AsyncClient, ChatError, ClientError, Ended, ServerClosed, TokenEvent
 
     async with AsyncClient(url, open_timeout=CONNECT_TIMEOUT_S) as client:  # checked a moment ago
@@ -198,7 +204,8 @@ def _connect_failure(url: str, e: Exception) -> str:
     return str(connect_error(url, deepest or e, CONNECT_TIMEOUT_S))
 
 
-async def _openai_worker(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+async def _openai_worker(url: str, numbers: Iterator[int], requests: int, prompt: str, max_new_tokens: int,
+                         results: Results) -> None:
     import httpx
 
     try:
@@ -209,7 +216,8 @@ async def _openai_worker(url, numbers, requests, prompt, max_new_tokens, results
         results.failed("connect_failed", _connect_failure(url, e))
 
 
-async def _one_completion(http, endpoint: str, prompt: str, max_new_tokens: int, results: Results) -> None:
+async def _one_completion(http: httpx.AsyncClient, endpoint: str, prompt: str, max_new_tokens: int,
+                          results: Results) -> None:
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens,
             "stream": True, "stream_options": {"include_usage": True}}
     sent, last = time.perf_counter(), None
@@ -258,7 +266,7 @@ def _summary(seconds: list[float]) -> dict[str, float | None]:
     return {"p50": round(percentile(seconds, 0.5) * 1e3, 2), "p95": round(percentile(seconds, 0.95) * 1e3, 2)}
 
 
-def format_table(report: dict) -> str:
+def format_table(report: dict[str, Any]) -> str:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f} ms"
 

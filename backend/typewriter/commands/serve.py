@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from ..weights import resolve_model_path
 
     settings = settings_from_args(args)  # before uvicorn, Starlette and TensorFlow are imported
-    resolve_model_path(settings.model_path)  # a path that is not there, or not a model's: exit 2, not 1 after binding
+    resolve_model_path(settings.model.model_path)  # a path that is not there, or not a model's: exit 2, not 1 after binding
     from ..server.main import serve
 
     return serve(settings)

@@ -44,7 +44,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
                web_root: Path = WEB_ROOT) -> Starlette:
     """The app; `app.state.server` is its ServerState. The engine loads on a thread once the lifespan starts."""
     state = ServerState(settings, engine_factory)
-    allowed_origins = parse_list(settings.allowed_origins)
+    allowed_origins = parse_list(settings.access.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
     resumes = Resumes(settings, state.metrics.registry)  # answers kept for clients that lose their connection
     openai = OpenAI(state, resumes)
@@ -64,9 +64,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
 
     async def index(request: Request) -> Response:
         config = {
-            "protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": settings.model_id,
-            "max_new_tokens": settings.max_new_tokens, "max_new_tokens_cap": settings.max_new_tokens_cap,
-            "max_message_bytes": settings.max_message_bytes, "max_messages": settings.max_messages,
+            "protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": settings.model.id,
+            "max_new_tokens": settings.answers.default_length, "max_new_tokens_cap": settings.answers.length_cap,
+            "max_message_bytes": settings.socket.max_message_bytes, "max_messages": settings.socket.max_messages,
         }
         return templates.TemplateResponse(request, "index.html", {"config": config})
 
@@ -128,9 +128,9 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         lifespan=lifespan,
     )
     # Each add wraps the app so far: the security headers go on last, so the refusals below carry them too.
-    app.add_middleware(ApiKeyCheck, key=settings.api_key, page_exempt=settings.api_key_page,
+    app.add_middleware(ApiKeyCheck, key=settings.access.api_key, page_exempt=settings.access.api_key_page,
                        origin_ok=socket_origin_ok)
-    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))
+    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.access.allowed_hosts, settings.serving.host))
     app.add_middleware(SecurityHeaders)
     app.state.server = state
     return app

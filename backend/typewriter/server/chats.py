@@ -165,7 +165,7 @@ class ChatStream:
             _log_request(self, event)
         for item in self._split(event):
             self.events.put_nowait(item)
-        if self.events.qsize() > settings.send_backlog and self.cancelled is None:
+        if self.events.qsize() > settings.socket.send_backlog and self.cancelled is None:
             log.warning("chat %s: the client is not reading (%d events waiting); cancelling it",
                         self.engine_id, self.events.qsize())
             self.cancel(Cancel.BACKLOG)
@@ -185,8 +185,7 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
         raise Refusal("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
                                               f"one address; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s = server.settings
-    assert s.max_new_tokens is not None and s.max_new_tokens_cap is not None  # Settings resolves them when made
-    params = sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
+    params = sampling_params(chat, s.answers.default_length, s.answers.length_cap, s.engine.request_timeout_s)
     if chat.answer_start is not None and chat.n > 1:
         raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)
@@ -241,7 +240,7 @@ def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> Too
     uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
     fmt = tokenizer.tool_format
     if uses_tools and fmt is None:
-        raise Refusal("not_supported", f"tools: {server.settings.model_id}'s chat template has no tool format "
+        raise Refusal("not_supported", f"tools: {server.settings.model.id}'s chat template has no tool format "
                                        "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 writes); "
                                        "leave out tools, tool calls and tool messages", chat.id)
     return fmt if chat.tools is not None else None
@@ -252,12 +251,12 @@ def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[d
     """The messages and the system prompt to encode them with, by `client_system_prompt`: a client's own
     system message is refused, appended after the server's, or left to replace it."""
     s = server.settings
-    if not messages or messages[0]["role"] != "system" or s.client_system_prompt == "replace":
-        return messages, s.system_prompt
-    if s.client_system_prompt == "refuse":
+    if not messages or messages[0]["role"] != "system" or s.answers.client_system_prompt == "replace":
+        return messages, s.answers.system_prompt
+    if s.answers.client_system_prompt == "refuse":
         raise Refusal("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
                               "conversation without a system message", chat_id)
-    ours = tokenizer.default_system_prompt if s.system_prompt is None else s.system_prompt
+    ours = tokenizer.default_system_prompt if s.answers.system_prompt is None else s.answers.system_prompt
     theirs = messages[0]["content"]
     return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
 

@@ -116,8 +116,8 @@ class ServerState:
         self.load_estimate = LoadEstimate()  # the progress's counts as a fraction and the time left, for the page
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
-        self.limits = Limits(settings.max_connections, settings.max_connections_per_client,
-                             settings.chats_per_minute, parse_proxies(settings.trusted_proxies))
+        self.limits = Limits(settings.limits.max_connections, settings.limits.max_connections_per_client,
+                             settings.limits.chats_per_minute, parse_proxies(settings.limits.trusted_proxies))
         self._factory = engine_factory
         self._ids = itertools.count(1)
         self._in_flight = 0
@@ -148,13 +148,13 @@ class ServerState:
             s, stats = self.settings, engine.stats()
             body: dict[str, Any] = {
                 "status": "ready",
-                "model": s.model_id,
+                "model": s.model.id,
                 "tokenizer": tokenizer.name,
                 "limits": {
                     "max_active": engine.max_active, "max_queue": engine.max_queue,
-                    "max_context": engine.max_context, "max_new_tokens": s.max_new_tokens,
-                    "max_new_tokens_cap": s.max_new_tokens_cap, "max_messages": s.max_messages,
-                    "max_message_bytes": s.max_message_bytes,
+                    "max_context": engine.max_context, "max_new_tokens": s.answers.default_length,
+                    "max_new_tokens_cap": s.answers.length_cap, "max_messages": s.socket.max_messages,
+                    "max_message_bytes": s.socket.max_message_bytes,
                 },
                 "load": {"active": stats.active, "queued": stats.queued},
                 # XLA's "programs" may still be compiling in the background: chats are served meanwhile, some
@@ -206,11 +206,11 @@ class ServerState:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
         self.engine, self.tokenizer = engine, tokenizer
-        self.shared_prefix = shared_prefix(tokenizer.chat_prefix, self.settings.system_prompt)
+        self.shared_prefix = shared_prefix(tokenizer.chat_prefix, self.settings.answers.system_prompt)
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",
-                 self.settings.model_id, engine.max_active, engine.max_queue, engine.max_context)
+                 self.settings.model.id, engine.max_active, engine.max_queue, engine.max_context)
 
     def _failed(self, message: str) -> None:
         if self.phase is Phase.LOADING:
@@ -248,7 +248,7 @@ class ServerState:
         if self._drained:
             return
         self._drained = True
-        deadline = time.monotonic() + self.settings.drain_s
+        deadline = time.monotonic() + self.settings.serving.drain_s
         while self._in_flight and time.monotonic() < deadline and not hurry():
             try:
                 await asyncio.wait_for(self._idle.wait(), min(0.1, max(0.0, deadline - time.monotonic())))
@@ -256,14 +256,14 @@ class ServerState:
                 pass
         if self._in_flight:
             log.info("drain: %d chats still running after %.1fs; ending them", self._in_flight,
-                     self.settings.drain_s)
+                     self.settings.serving.drain_s)
         if self.engine is not None:
             await asyncio.to_thread(self.engine.shutdown)
         try:
-            await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_s)
+            await asyncio.wait_for(self._idle.wait(), self.settings.serving.shutdown_grace_s)
         except TimeoutError:
             log.warning("shutdown: %d streams did not end within %.1fs", self._in_flight,
-                        self.settings.shutdown_grace_s)
+                        self.settings.serving.shutdown_grace_s)
 
     def _engine_counts(self) -> tuple[int, int]:
         if self.engine is None:

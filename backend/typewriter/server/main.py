@@ -36,18 +36,18 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
     Docker's restart policy or Kubernetes, starts a fresh process), EXIT_CANNOT_LISTEN if the HTTP or gRPC port
     cannot be bound (said in one line; nothing was started)."""
     try:
-        sockets = listen(settings.host, settings.port)
+        sockets = listen(settings.serving.host, settings.serving.port)
     except OSError as e:
-        print(f"typewriter: error: {cannot_listen('port', settings.host, settings.port, e, '--port')}",
+        print(f"typewriter: error: {cannot_listen('port', settings.serving.host, settings.serving.port, e, '--port')}",
               file=sys.stderr, flush=True)
         return EXIT_CANNOT_LISTEN
-    if settings.grpc_port is not None and (why := taken("gRPC port", settings.host, settings.grpc_port,
+    if settings.serving.grpc_port is not None and (why := taken("gRPC port", settings.serving.host, settings.serving.grpc_port,
                                                         "--grpc-port")):
         for sock in sockets:
             sock.close()
         print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
         return EXIT_CANNOT_LISTEN
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=settings.serving.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory)
     server = Server(uvicorn_config(app, settings), app.state.server)
@@ -64,22 +64,22 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
 def uvicorn_config(app: Starlette, settings: Settings, **overrides: Any) -> uvicorn.Config:
     """uvicorn's Config for `app` (made by create_app) as `settings` say; `overrides` are more of its arguments."""
     metrics = app.state.server.metrics
-    waiting = Waiting(settings.max_pending_connections, settings.max_pending_per_client, settings.header_timeout_s,
+    waiting = Waiting(settings.limits.max_pending_connections, settings.limits.max_pending_per_client, settings.limits.header_timeout_s,
                       lambda reason: metrics.dropped_connections.labels(reason=reason).inc())
     values: dict[str, Any] = dict(  # as uvicorn.run passes its keyword arguments on to Config
-        host=settings.host,
-        port=settings.port,
+        host=settings.serving.host,
+        port=settings.serving.port,
         ws="websockets-sansio",  # the websockets library's protocol, without its deprecated legacy layer
-        ws_max_size=settings.max_message_bytes,
-        ws_ping_interval=settings.ping_interval_s or None,
-        ws_ping_timeout=settings.ping_timeout_s or None,
+        ws_max_size=settings.socket.max_message_bytes,
+        ws_ping_interval=settings.socket.ping_interval_s or None,
+        ws_ping_timeout=settings.socket.ping_timeout_s or None,
         # uvicorn would trust X-Forwarded-For from loopback and rewrite the client address before the limits see it;
         # trusted_proxies alone decides whose header counts (limits.client_address).
         proxy_headers=False,
         http=guarded_http(waiting),  # a header timeout, and caps on connections not yet a request (connections.py)
-        log_level=settings.log_level,
+        log_level=settings.serving.log_level,
         lifespan="on",
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        timeout_graceful_shutdown=max(1, round(settings.serving.shutdown_grace_s)),
     )
     config = uvicorn.Config(app, **(values | overrides))  # configures uvicorn's loggers
     quiet_probes()  # so that the load's progress is not buried under the page's polls of /readyz
@@ -102,8 +102,8 @@ class Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         log_accept_failures_once_an_interval(asyncio.get_running_loop())
-        ensure_descriptors(self.state.settings.max_connections, self.state.settings.max_pending_connections)
-        grpc_port = self.state.settings.grpc_port
+        ensure_descriptors(self.state.settings.limits.max_connections, self.state.settings.limits.max_pending_connections)
+        grpc_port = self.state.settings.serving.grpc_port
         if grpc_port is not None and not await self._start_grpc(self.config.host, grpc_port):
             self.grpc_failed = self.should_exit = True  # before the lifespan: nothing loads, nothing to drain
             return

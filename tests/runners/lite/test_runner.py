@@ -220,7 +220,7 @@ def test_positions_past_the_cache_are_refused_by_name(pair):
 
 
 def test_the_format_is_a_setting_and_other_families_are_refused_by_name():
-    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite"}).weights == "int8-lite"
+    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite"}).model.weights == "int8-lite"
     with pytest.raises(ConfigError, match="int8-lite"):
         Settings.from_env({"TYPEWRITER_WEIGHTS": "int4"})
     cfg = gpt2_config()
@@ -258,7 +258,7 @@ def test_the_engine_answers_concurrently_as_one_cacheless_prefill_per_token(tiny
 def test_int8_lite_fast_keeps_rows_at_8_bits_and_stays_close_to_fp32(tmp_path):
     cfg = tiny_config()
     weights = random_weights(cfg, seed=11)
-    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite-fast"}).weights == "int8-lite-fast"
+    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8-lite-fast"}).model.weights == "int8-lite-fast"
     fast = LiteRunner(cfg, weights, slots=1, max_len=64, max_chunk=64, weight_format=WeightFormat.INT8_LITE_FAST)
     exact = LiteRunner(cfg, weights, slots=1, max_len=64, max_chunk=64, weight_format=WeightFormat.INT8_LITE)
     assert (fast.weight_format, exact.weight_format) == ("int8-lite-fast", "int8-lite")

@@ -67,7 +67,7 @@ def test_an_unknown_format_is_refused_by_name():
         matrix(np.zeros((2, 2), np.float32), "w", "fp16")
     with pytest.raises(ConfigError, match="TYPEWRITER_WEIGHTS.*fp32, int8.*'q4'"):
         Settings.from_env({"TYPEWRITER_WEIGHTS": "q4"})
-    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8"}).weights == "int8"
+    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "int8"}).model.weights == "int8"
 
 
 @pytest.fixture(scope="module")

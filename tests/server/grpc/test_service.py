@@ -475,7 +475,7 @@ def test_the_checked_in_stubs_are_what_gen_grpc_sh_generates(tmp_path):
 
 @contextlib.contextmanager
 def uvicorn_server(engine, **overrides):
-    settings = Settings(**{**dict(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
+    settings = Settings.of(**{**dict(port=0, system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64,
                                   shutdown_grace_s=2.0, drain_s=0.5), **overrides})
     app = create_app(settings, factory(engine))
     server = Server(uvicorn_config(app, settings, host="127.0.0.1", log_level="warning"), app.state.server)

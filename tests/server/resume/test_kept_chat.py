@@ -64,7 +64,7 @@ class Reader:
 
 
 def registry(per_chat: int = 4096, total: int = 4096 * 3, grace_s: float = 60.0) -> Resumes:
-    return Resumes(Settings(resume_buffer_bytes=per_chat, resume_buffer_total_bytes=total, resume_grace_s=grace_s),
+    return Resumes(Settings.of(resume_buffer_bytes=per_chat, resume_buffer_total_bytes=total, resume_grace_s=grace_s),
                    CollectorRegistry())
 
 

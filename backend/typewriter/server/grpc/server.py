@@ -54,12 +54,12 @@ class GrpcServer:
         the address cannot be bound (in use: SO_REUSEPORT is off, so a second server cannot share it)."""
         settings = self.state.settings
         options = [("grpc.so_reuseport", 0),
-                   ("grpc.max_receive_message_length", settings.max_message_bytes),  # as a socket's frame
+                   ("grpc.max_receive_message_length", settings.socket.max_message_bytes),  # as a socket's frame
                    # a connection that never sends HTTP/2's preface is closed, as an HTTP one without its header
-                   ("grpc.server_handshake_timeout_ms", round(settings.header_timeout_s * 1000))]
-        if settings.ping_interval_s and settings.ping_timeout_s:  # a dead peer loses its chat, as on the socket
-            options += [("grpc.keepalive_time_ms", round(settings.ping_interval_s * 1000)),
-                        ("grpc.keepalive_timeout_ms", round(settings.ping_timeout_s * 1000)),
+                   ("grpc.server_handshake_timeout_ms", round(settings.limits.header_timeout_s * 1000))]
+        if settings.socket.ping_interval_s and settings.socket.ping_timeout_s:  # a dead peer loses its chat, as on the socket
+            options += [("grpc.keepalive_time_ms", round(settings.socket.ping_interval_s * 1000)),
+                        ("grpc.keepalive_timeout_ms", round(settings.socket.ping_timeout_s * 1000)),
                         ("grpc.http2.max_pings_without_data", 0)]  # also while a chat waits in the queue
         server = grpc.aio.server(options=options)
         add_to_server(ChatService(self.state), server)

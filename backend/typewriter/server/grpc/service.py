@@ -85,7 +85,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
 
     async def _admit(self, metadata: Mapping[str, str], context: Context) -> None:
         """Refuse the RPC as the socket's handshake would: without the key, while draining, while not ready."""
-        key = self.server.settings.api_key
+        key = self.server.settings.access.api_key
         if key:
             given = presented_key({b"authorization": str(metadata.get("authorization", "")).encode()})
             if given is None or not hmac.compare_digest(given.encode(), key.encode()):
@@ -110,7 +110,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
                                   first.stop.id or None)
         if first is None or first.WhichOneof("kind") != "chat":
             raise Refusal("invalid_request", "a stream's first message must be a chat request")
-        chat = chat_of(first.chat, self.server.settings.max_messages)
+        chat = chat_of(first.chat, self.server.settings.socket.max_messages)
         owner, key = self.server.owners.conversation(key)
         stream = await open_chat(self.server, chat, client, owner)
         await context.send_initial_metadata(((CONVERSATION_KEY, key),))

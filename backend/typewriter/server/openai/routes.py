@@ -51,9 +51,7 @@ class OpenAI:
     def __init__(self, state: ServerState, resumes: Resumes | None = None):
         """`resumes`: the server's kept chats, for streams sent with X-Conversation-Id (None: never kept)."""
         self.state = state
-        model = state.settings.model_id
-        assert model is not None  # Settings names one when it is made
-        self.model = model
+        self.model = state.settings.model.id
         self.created = int(time.time())
         self.resumes = resumes
         self.streams = Streams(state, resumes, lambda status, code, message: self._refused(code, message,
@@ -73,7 +71,7 @@ class OpenAI:
                                                 "/v1/responses and /v1/models")
 
     async def chat_completions(self, request: Request) -> ASGIApp:
-        keepalive_s = self.state.settings.sse_keepalive_s
+        keepalive_s = self.state.settings.resume.sse_keepalive_s
 
         def answer(stream: ChatStream, body: CompletionRequest, tokenizer: ChatEncoder, release: Release,
                    kept: str | None, key: str) -> ASGIApp:
@@ -85,7 +83,7 @@ class OpenAI:
         return await self._accept(request, parse_body, answer, keepable=True)
 
     async def responses(self, request: Request) -> ASGIApp:
-        keepalive_s = self.state.settings.sse_keepalive_s
+        keepalive_s = self.state.settings.resume.sse_keepalive_s
 
         def answer(stream: ChatStream, body: ResponsesRequest, tokenizer: ChatEncoder, release: Release,
                    kept: str | None, key: str) -> ASGIApp:
@@ -104,9 +102,9 @@ class OpenAI:
         if not state.ready or tokenizer is None:
             return self._not_ready()
         try:
-            body = await _read_body(request, settings.max_message_bytes, settings.header_timeout_s)
+            body = await _read_body(request, settings.socket.max_message_bytes, settings.limits.header_timeout_s)
             check_media_type(request.headers.get("content-type"))
-            parsed = parse(body, settings.max_messages)
+            parsed = parse(body, settings.socket.max_messages)
             kept = self._kept_as(request, parsed) if keepable else None
         except BadField as e:
             return self._refused(e.code, e.message, e.param)

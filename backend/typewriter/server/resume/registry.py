@@ -33,9 +33,9 @@ class Resumes(Registry):
     """Every kept chat of one server, by the hash of its key, and the bytes their logs hold."""
 
     def __init__(self, settings: Settings, registry: CollectorRegistry):
-        self.grace_s = settings.resume_grace_s
-        self.per_chat = settings.resume_buffer_bytes
-        self.total = settings.resume_buffer_total_bytes
+        self.grace_s = settings.resume.resume_grace_s
+        self.per_chat = settings.resume.resume_buffer_bytes
+        self.total = settings.resume.resume_buffer_total_bytes
         self.bytes = 0
         self.chats: dict[bytes, KeptChat] = {}
         Gauge("typewriter_kept_chats", "Resumable chats kept: running, or finished and within their grace period.",

@@ -68,8 +68,8 @@ class Session(Reader):
     # ---- reading ----
 
     async def _read(self) -> None:
-        limit = self.settings.max_message_bytes
-        rate = FrameRate(self.settings.frames_per_second)
+        limit = self.settings.socket.max_message_bytes
+        rate = FrameRate(self.settings.limits.frames_per_second)
         while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
@@ -87,7 +87,7 @@ class Session(Reader):
                 await self._close(p.CLOSE_MESSAGE_TOO_BIG, f"a frame may be at most {limit} bytes")
                 return
             try:
-                await self._handle(p.parse_frame(text, self.settings.max_messages))
+                await self._handle(p.parse_frame(text, self.settings.socket.max_messages))
             except Refusal as e:
                 self.server.metrics.rejected.labels(code=e.code).inc()
                 await self._send(p.error(e.code, e.message, e.request_id))

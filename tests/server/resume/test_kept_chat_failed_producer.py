@@ -55,7 +55,7 @@ async def _settle() -> None:
 @pytest.mark.parametrize("stop", [RuntimeError("the producer failed"), None])
 def test_a_chat_whose_producer_stopped_is_ended_with_a_time_and_room_can_still_be_made(stop):
     async def main() -> None:
-        resumes = Resumes(Settings(resume_buffer_bytes=4096, resume_buffer_total_bytes=8192, resume_grace_s=60.0),
+        resumes = Resumes(Settings.of(resume_buffer_bytes=4096, resume_buffer_total_bytes=8192, resume_grace_s=60.0),
                           CollectorRegistry())
         stopped, finished = resumes.keep(Chat(resumes, "stopped")), resumes.keep(Chat(resumes, "finished"))
         await stopped.feed.put((0, "a" * 3000))
