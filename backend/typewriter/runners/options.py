@@ -9,16 +9,14 @@ from typing import Literal
 from ..config import WeightFormat
 
 Progress = Callable[[str], None]
-Encode = Callable[[str], list[int]]  # text to the model's token ids (the tokenizer's encode; runners never see it)
+Encode = Callable[[str], list[int]]  # the tokenizer's, passed in: runners never see it
 Compile = Literal["all", "start", "lazy"]  # XLA: every program before serving, a few, or each on first use
 
 
 @dataclass(frozen=True)
 class RunnerOptions:
-    """What a runtime is opened with, besides the model: its format, its slots and context, and its caches."""
-
     weights: WeightFormat
     max_context: int  # K/V cache positions a slot holds (at most the model's own context)
     slots: int | None = None  # None: what this machine carries (int8-lite measures it), or XLA's fixed count
-    program_cache: str | None = None  # int8-lite: the folder its made programs are kept in (None: made each time)
-    compile: Compile = "all"  # XLA: when its programs compile (runners/xla/start.py)
+    program_cache: str | None = None  # int8-lite's folder of made programs (None: made each time)
+    compile: Compile = "all"

@@ -1,6 +1,5 @@
-"""The rotation both sides of an int8 matmul share (runners/xla/quantized.py tells why), and per-column int8 rounding, in numpy:
-the int8-lite programs (runners/lite/) fold them into their weights without TensorFlow; XLA's int8 (runners/xla/quantized.py) also
-rotates rows in a program, which is where TensorFlow comes in."""
+"""The rotation both sides of an int8 matmul share (xla/quantized.py says why) and per-column int8 rounding, in numpy
+for the int8-lite programs to fold into their weights; XLA's int8 also rotates rows in a program, with TensorFlow."""
 
 from __future__ import annotations
 
@@ -43,7 +42,6 @@ class Rotation:
     @staticmethod
     @functools.cache
     def of(n: int) -> Rotation:
-        """The one Rotation of n channels, shared by every matrix with n inputs."""
         return Rotation(n)
 
     def numpy(self, x: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ class StderrFilter:
             if self.depth:
                 return
             saved, thread = self.saved, self.thread
-            assert saved is not None and thread is not None  # the enter() that opened this block set them
+            assert saved is not None and thread is not None
             sys.stderr.flush()
             os.dup2(saved, 2)  # closes the pipe's last write end: the thread drains it and stops
             thread.join(5)

@@ -25,9 +25,7 @@ _lite_filter = StderrFilter(_LITE_NOTICES)
 
 
 def lite_interpreter(program: bytes | Path, threads: int) -> Interpreter:
-    """A LiteRT (TensorFlow Lite) interpreter of a flatbuffer (its bytes, or a file LiteRT maps), XNNPACK on
-    `threads` threads, without its notices. LiteRT is tf.lite.Interpreter's successor (deprecated since TensorFlow
-    2.20), and imports in a small fraction of TensorFlow's time
+    """LiteRT, not tf.lite, imports in a fraction of TensorFlow's time
     (docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md)."""
     from ai_edge_litert.interpreter import Interpreter
 
@@ -42,10 +40,8 @@ def lite_interpreter(program: bytes | Path, threads: int) -> Interpreter:
 
 
 def release_mapped(folder: Path) -> int:
-    """Drop from this process the pages of every file mapped from `folder` (LiteRT maps each program's file);
-    returns the bytes of mappings released. XNNPACK copies most weights into its own packed layout when an
-    interpreter is allocated, so the file's copy would stay resident for nothing; a page read again later (a
-    weight XNNPACK reads in place) comes back from the file, unchanged."""
+    """Bytes released. XNNPACK packs most weights into its own copy, so the file's would stay resident for nothing;
+    a page read again later comes back from the file."""
     madvise = _madvise()
     if madvise is None:
         return 0

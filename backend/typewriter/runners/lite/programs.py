@@ -1,7 +1,6 @@
-"""int8-lite's programs, made from the weights (layers.py) a layer at a time and written as they are made: one
-TensorFlow Lite flatbuffer per layer, one before the first and one for the logits, beside the rotated embedding
-rows. The runner maps these files rather than reading them, so only what it touches stays resident, and
-program_cache.py keeps the folder for the next start.
+"""int8-lite's programs, made from the weights (layers.py) a layer at a time and written as they are made, beside
+the rotated embedding rows. The runner maps these files rather than reading them, so only what it touches stays
+resident, and program_cache.py keeps the folder for the next start.
 """
 
 from __future__ import annotations
@@ -28,8 +27,6 @@ EMBEDDINGS = "embeddings.npy"
 
 @dataclass(frozen=True)
 class ProgramSet:
-    """One model's int8-lite programs: files in `folder`, what the runner maps and the cache keeps."""
-
     folder: Path
     n_layers: int
 
@@ -57,13 +54,9 @@ def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: P
                   progress: Callable[[int, int], None] = lambda done, total: None,
                   calibration: list[int] | None = None, two_pass: bool = True,
                   kernel: Kernel | None = None) -> ProgramSet:
-    """Fold the weights a layer at a time into programs written to `folder` (which must exist);
-    `progress(done, total)` after each program. `weights` may be read lazily (a WeightReader): each tensor is read
-    once, when its layer is folded. `calibration`: the token ids of calibration.text(), to round the matrices by
-    GPTQ (gptq.py) on them; None rounds each weight to its nearest step (KL from fp32 about twice as large:
-    docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
-    `two_pass`: q/k/v, o and down take their rows to 16 bits (layers.py; int8-lite), else 8 (int8-lite-fast).
-    `kernel`: kernel.py's Kernel, whose C loop rounds by GPTQ on two threads (None: numpy's, slower)."""
+    """`weights` may be a WeightReader: each tensor is read once, when its layer is folded. `calibration`:
+    calibration.text()'s ids, to round by GPTQ; None rounds to nearest, further from fp32
+    (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md). `two_pass` False: int8-lite-fast."""
     programs = ProgramSet(Path(folder), cfg.n_layers)
     gptq_round = functools.partial(gptq.quantize, kernel=kernel)
     total = cfg.n_layers + 2
@@ -104,8 +97,7 @@ def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: P
 
 def _by_columns(cfg: ModelConfig, rotations: RotationFolder,
                 round_: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The logits matrix rounded a slice of columns at a time: each column's scale and rounding are its own (and
-    GPTQ's moment is the same for all), so the result is the whole matrix's."""
+    """Columns round independently, so rounding a slice at a time gives the whole matrix's result."""
     q, scale = np.empty((cfg.dim, cfg.vocab_size), np.int8), np.empty(cfg.vocab_size, np.float32)
     for start, stop, columns in rotations.output():
         q[:, start:stop], scale[start:stop] = round_(columns)

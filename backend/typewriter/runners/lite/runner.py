@@ -1,11 +1,6 @@
 """The `int8-lite` runner: one TensorFlow Lite interpreter per layer (int8 matmuls, XNNPACK), attention and the
-K/V cache on the host between them (attention.py).
-
-Each engine step is one pass of the programs (`step`): the decode rows and the prompt chunks go through each
-layer's program together, so a step reads the weights once however many prompts it prefills. There is nothing to
-compile (`compiler` is None): the programs are made or read from the cache at load (start.py), and each call
-resizes them to its own rows (a few milliseconds, only when the row count changes), so no call pays for padding
-rows. The calls run on the engine thread.
+K/V cache on the host between them (attention.py). Each engine step is one pass of the programs, so the weights are
+read once however many prompts it prefills; each call resizes them to its own rows, so none pays for padding.
 """
 
 from __future__ import annotations
@@ -36,8 +31,6 @@ FORMATS = tuple(f for f in WeightFormat if f.lite)
 
 
 class _Interpreter:
-    """One interpreter and its inputs and outputs, resized to `rows` when a call has another count."""
-
     def __init__(self, program: Path, threads: int):
         self.it = lite_interpreter(program, threads)
         self.inputs = [d["index"] for d in self.it.get_input_details()]
@@ -59,8 +52,6 @@ class _Interpreter:
 
 
 class LiteRunner(Runner):
-    """The engine's `Runner` (engine/runner.py) over int8-lite programs."""
-
     compiler = None  # nothing compiles while it serves
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_len: int,
@@ -68,12 +59,8 @@ class LiteRunner(Runner):
                  programs: ProgramSet | None = None, kernel: Kernel | Literal["auto"] | None = "auto",
                  calibration: list[int] | None = None,
                  weight_format: WeightFormat = WeightFormat.INT8_LITE):
-        """From the model's `weights` (its programs are then made in a temporary folder), or from `programs` made
-        before (program_cache.py). `kernel`: the attention kernel (kernel.py), "auto" for one built in a temporary
-        folder, None for numpy's attention.
-        `calibration`: token ids to round the weights by (programs.make_programs; None: to nearest).
-        `weight_format`: one of FORMATS (which rows go to 16 bits, layers.py); with `programs`, what they were
-        made as."""
+        """From `weights` (programs made in a temporary folder) or from `programs` made before, as `weight_format`.
+        `kernel` "auto": one built in a temporary folder; None: numpy's attention."""
         weight_format = WeightFormat(weight_format)
         if cfg.family != "llama":
             raise ValueError(f"the {weight_format} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
@@ -102,8 +89,8 @@ class LiteRunner(Runner):
                         "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
             kernel = None
         self.cache = HostCache(cfg, slots, max_len, kernel, threads)
-        self.sizing = Sizing(slots, "set")  # how its slot count was chosen (start.py sizes it for this machine)
-        self.step_model: StepModel | None = None  # its decode steps' measured seconds, where start.py measured them
+        self.sizing = Sizing(slots, "set")  # start.py sizes it for this machine
+        self.step_model: StepModel | None = None
         log.info("%s programs ready in %.1fs", weight_format, time.perf_counter() - t0)
 
     @property
@@ -123,8 +110,7 @@ class LiteRunner(Runner):
         return self._max_chunk
 
     def reset_cache(self, slots: int) -> None:
-        """A fresh, empty K/V cache of `slots` slots (before serving: after the capacity probe, whose writes it
-        drops, and with the slot count the probe chose)."""
+        """Before serving: drops the capacity probe's writes."""
         cache = self.cache
         self.cache = HostCache(self.cfg, slots, cache.max_len, cache.kernel, cache.threads)
 
@@ -135,8 +121,6 @@ class LiteRunner(Runner):
 
     def close(self) -> None:
         pass  # nothing runs in the background
-
-    # ---- calls ----
 
     def _forward(self, token_ids: Sequence[int], attend: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
         """The residual stream [n, d] after every layer, for tokens whose attention `attend(layer, qkv)` gives."""
@@ -151,11 +135,7 @@ class LiteRunner(Runner):
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:
-        """One engine step in one pass of the programs, so the weights are read once for all of it: a decode row
-        per `slots[i]` (feeding `tokens[i]` at `positions[i]`) and every prompt chunk, each written at positions
-        start.. after its slot's cached ones. A chunk that does not want its logits (it does not end its prompt)
-        costs the logits program no row, and, as the count changes, no resize. One chunk per slot, and no slot
-        both decodes and prefills. A failure fails the whole step: it raises."""
+        """A chunk that does not end its prompt costs the logits program no row. A failure fails the whole step."""
         n = len(slots)
         decode_slots, decode_positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
         if n and decode_positions.max() >= self.max_len:
@@ -189,17 +169,15 @@ class LiteRunner(Runner):
         return StepOutput(logits[:n], prefilled)
 
     def extend(self, slot: int, start: int, token_ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
-        """Write `token_ids` into `slot` at positions start.., after the cached positions 0..start-1; returns the
-        logits [v] after the last of them (with all_logits, [n, v] after each)."""
+        """Logits [v] after the last token; with all_logits, [n, v] after each."""
         if not all_logits:
             logits = self.step([], [], [], [PrefillChunk(slot, start, token_ids)]).prefilled[0]
-            assert logits is not None  # the chunk wants its logits
+            assert logits is not None
             return logits
         self._check_chunk(start, len(token_ids))
         return self.logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)))[0]
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v]."""
         return self.step(slots, tokens, positions).decoded
 
     def _check_chunk(self, start: int, n: int) -> None:
@@ -207,7 +185,6 @@ class LiteRunner(Runner):
             raise ValueError(f"positions {start}..{start + n - 1} run past the cache's {self.max_len}")
 
     def copy_slot(self, source: int, target: int) -> None:
-        """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
         self.cache.copy_slot(source, target)
 
 

@@ -26,8 +26,8 @@ from .programs import ProgramSet, make_programs
 from .runner import FORMATS, LiteRunner, report_progress
 
 log = logging.getLogger("typewriter.lite")
-# The longest prefill chunk: 256 tokens cost about as much a token as 64, but each of the programs keeps buffers
-# for the most rows it ran (docs/measurements/2026-12-03-int8-lite.md).
+# Longer chunks cost no less a token, and each program keeps buffers for the most rows it ran
+# (docs/measurements/2026-12-03-int8-lite.md).
 MAX_CHUNK = 64
 CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
 PROBE_VERSION = 2  # how they were measured: a kept measurement of another version is measured again
@@ -35,14 +35,12 @@ PROBE_VERSION = 2  # how they were measured: a kept measurement of another versi
 
 def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
                 progress: Progress = lambda _: None) -> LiteRunner:
-    """int8-lite's one way in: the runner for the model `source` holds, its programs read from the cache when the
-    cache holds this file's, else made from its weights (read a layer at a time, rounded by GPTQ on the
-    calibration text in the model's own tokens, `encode`) and kept for the next start; then its slots sized for
-    this machine unless `options.slots` sets them. A model directory (not one file) is never cached."""
+    """int8-lite's one way in. `encode` spells the calibration text in the model's own tokens; the slots are sized
+    for this machine unless `options.slots` sets them. A model directory (not one file) is never cached."""
     weight_format = options.weights
     if not weight_format.lite:
         raise ValueError(f"int8-lite runs {' and '.join(f.value for f in FORMATS)}, not {weight_format.value!r}")
-    if cfg.family != "llama":  # before any program is made
+    if cfg.family != "llama":
         raise ModelFormatError(f"the {weight_format.value} weight format runs Llama-family models; {cfg.name} is "
                                f"{cfg.family}: use --weights fp32 or auto")
     path, program_cache = source.path, options.program_cache
@@ -72,10 +70,10 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
         return runner
     progress("int8-lite: sizing the slots by step time")
     runner.step_model = model = fit_step_model(runner, kept)
-    assert model is not None  # measured now where none was kept
+    assert model is not None
     kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
     runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
-    runner.reset_cache(sizing.slots)  # drops the probe's K/V writes
+    runner.reset_cache(sizing.slots)
     progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
     return runner
 
@@ -89,15 +87,13 @@ def _runner(cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Prog
 
 
 def calibration_ids(encode: Encode) -> list[int]:
-    """int8-lite's calibration text (calibration.py) in the model's own tokens."""
     return encode(calibration_text())
 
 
 def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True
                    ) -> StepModel | None:
-    """The runner's decode-only step time as engine/capacity.py models it: read from `folder` (a cache entry) when
-    it was measured there on a CPU like this one, else measured now with probe steps (their K/V writes are
-    dropped by the caller's `reset_cache`) and kept there; None when not kept and not `measure_now`."""
+    """Read from `folder` (a cache entry) when measured there on a CPU like this one, else probed now (the caller's
+    `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`."""
     known = folder / CAPACITY if folder is not None else None
     cpu = _cpu_signature()
     if known is not None and known.is_file():

@@ -1,14 +1,13 @@
-"""`typewriter export`: any model we load, written as a TensorFlow SavedModel with two signatures.
+"""`typewriter export`: a model of the Llama block (llama, phi3) written as a TensorFlow SavedModel whose two
+XLA-compiled signatures read and write one sequence's K/V cache, held as variables, so a TensorFlow tool can
+generate with them alone:
 
-- `prefill(tokens [1, chunk] int32, start [] int32, length [] int32) -> logits [1, vocab]`: a prompt chunk
-  (padded past `length`) written to the cache at positions start..start+length-1; the logits after its last
-  real token. A longer prompt is several calls.
+- `prefill(tokens [1, chunk] int32, start [] int32, length [] int32) -> logits [1, vocab]`: a prompt chunk (padded
+  past `length`) written at positions start..; the logits after its last real token.
 - `decode_step(token [1] int32, position [] int32) -> logits [1, vocab]`: one generated token.
 
-Both are XLA-compiled and read and write one sequence's K/V cache, which the SavedModel holds as variables
-(`max_context` positions), so a TensorFlow tool can generate with them alone. `typewriter --model DIR` reads only
-the weights and builds its own engine (weights/saved_model.py). Beside them, in assets.extra/typewriter/: the
-manifest (format version, model config, signature sizes) and the tokenizer with its chat template.
+The manifest and the tokenizer go in assets.extra/typewriter/; `typewriter --model DIR` reads only the weights
+(weights/saved_model.py).
 """
 
 from __future__ import annotations
@@ -38,8 +37,6 @@ PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chu
 
 
 class ExportedTokenizer(Protocol):
-    """What the export asks of the model's tokenizer."""
-
     @property
     def name(self) -> str: ...
 
@@ -48,19 +45,17 @@ class ExportedTokenizer(Protocol):
 
 
 def check_out(out: Path) -> None:
-    """Before anything is loaded: `out` must be a new or empty folder."""
+    """Before anything is loaded."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out}: already exists and is not an empty folder; choose another --out or remove it")
 
 
 def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenizer: ExportedTokenizer, path: Path,
                       out: Path, max_context: int, progress: Callable[[str], None] = lambda _: None) -> Path:
-    """The model read from `path` (its config, weights and tokenizer, whose `save(folder)` and `name` it uses)
-    as a SavedModel in `out`."""
     check_out(out)
     if cfg.family not in LLAMA_BLOCK:
-        raise ExportError(f"{path}: a {cfg.family} model cannot be exported yet (supported: the llama family); "
-                          "serve its GGUF file or Hugging Face directory instead")
+        raise ExportError(f"{path}: a {cfg.family} model cannot be exported yet (supported: the llama and phi3 "
+                          "families); serve its GGUF file or Hugging Face directory instead")
     max_context = min(max_context, cfg.max_position)
     chunk = min(PREFILL_CHUNK, max_context)
     tf = import_tensorflow()

@@ -1,13 +1,7 @@
-"""A Llama-family decoder in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU, tied or untied output.
-
-Other families (architecture/families.py) subclass `Transformer` (gpt2.py) and override the block's pieces (`_hold`,
-`_embed`, `_qkv`, `_attention_output`, `_mlp`, `_logits`); `load.build_model(cfg, ...)` builds the class of
-`cfg.family`. The cache and
-the entry points are shared, and the pieces are Python called while tracing: a family costs no work per step.
-
-The model is a pure function of its weights and its KV cache; it knows nothing of tokens as text, of requests
-or of compilation (compiler.py compiles its two entry points per bucket). Weights arrive as canonical float32
-arrays in [out, in] layout with Q/K rows in rotate-half order (see weights/).
+"""The Llama block (the llama and phi3 families) in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU,
+tied or untied output; another block subclasses `Transformer` and overrides its pieces (gpt2.py). A pure function
+of its weights and K/V cache: it knows nothing of text, requests or compiling. Weights arrive canonical: float32
+[out, in], Q/K rows in rotate-half order (weights/).
 
 Shapes: b batch, t new positions, s cached positions, d model dim, h query heads, k kv heads,
 g = h // k query heads per kv head, e head dim, v vocab.
@@ -27,9 +21,8 @@ from . import native_ops
 from .host_memory import variable, zeros_variable
 from .quantized import Matrix, columns, dense, matrix
 
-# A decode step reads every slot's cache in place (no copy, but idle slots too) once its rows are at least this
-# share of the slots, and otherwise copies out its own rows' slots: bench/steps.py found in place the faster from
-# half the slots (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
+# From this share of the slots a decode step reads every slot's cache in place rather than copying out its own
+# (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
 IN_PLACE_SHARE = 0.5
 
 Segments: TypeAlias = "tuple[list[tf.Variable], list[tf.Variable]]"  # a layer's K and V segments (KVCache.layer)
@@ -38,15 +31,9 @@ P = ParamSpec("P")
 
 
 class KVCache(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow ships no type information
-    """Static K/V buffers for `slots` independent sequences of up to `max_len` positions, updated in place.
-
-    Each layer's positions are split into segments that end at `bounds` (the runner's attention lengths), one
-    variable [slots, k, segment, e] each: attention over the first n segments hands XLA's matmul the variables
-    themselves, where a slice or gather of one big buffer costs a copy (XLA:CPU's is a single-threaded loop, several
-    times slower than the matmul that reads it: docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
-    Writes outside every segment (a padded chunk's tail past max_len, a padding row's slot or position) are dropped:
-    XLA's scatter skips out-of-bounds updates.
-    """
+    """One variable [slots, k, segment, e] per segment ending at `bounds`, so XLA's matmul reads whole variables
+    without the copy a slice costs (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md). Writes
+    outside every segment (padding) are dropped: XLA's scatter skips out-of-bounds updates."""
 
     def __init__(self, cfg: ModelConfig, slots: int, max_len: int, bounds: Sequence[int] | None = None,
                  dtype: tf.DType = tf.float32):
@@ -72,9 +59,7 @@ class KVCache(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow 
                 if start < kv_len]
 
     def layer(self, i: int, kv_len: int) -> Segments:
-        """Layer i's K and V segments that the first kv_len positions use, the `segments` argument of the methods
-        below. Only these become a program's parameters: a variable handed to a layer's function is an argument of
-        every call, used or not."""
+        """Only the segments kv_len uses: a variable handed to a layer's function is an argument of every call."""
         n = len(self.used(kv_len))
         return self.k[i][:n], self.v[i][:n]
 
@@ -108,7 +93,6 @@ class KVCache(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow 
         return tuple([read(var[j], n) for j, n in self.used(kv_len)] for var in segments)
 
     def copy_slot(self, source: tf.Tensor, target: tf.Tensor) -> None:
-        """Every cached position of slot `source` into slot `target` (a shared prefix, computed once)."""
         for buffers in (self.k, self.v):
             for layer in buffers:
                 for var in layer:
@@ -116,15 +100,13 @@ class KVCache(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow 
 
 
 class Transformer(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow ships no type information
-    """The Llama block; a family with another block subclasses it (gpt2.py) and `load.build_model` picks the
-    class of a config's family."""
+    """The Llama block; start.build_model picks a subclass for a family with another block (gpt2.py)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
                  max_chunk: int = 1, kv_buckets: Sequence[int] | None = None,
                  weight_format: WeightFormat = WeightFormat.FP32):
-        """`max_chunk`: the longest padded prefill chunk that `extend` will be given (its positions may run that
-        far past max_len); `kv_buckets`: the attention lengths that calls will ask for (the cache's segments);
-        `weight_format`: how the matrices are held (quantized.FORMATS; norms and biases stay float32)."""
+        """`max_chunk`: the longest padded chunk `extend` gets (its positions may run that far past max_len);
+        `kv_buckets`: the attention lengths calls will ask for."""
         super().__init__(name="transformer")
         self.cfg = cfg
         self.weight_format = WeightFormat(weight_format)
@@ -141,11 +123,9 @@ class Transformer(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorF
         return matrix(x, name, self.weight_format)
 
     def _hold(self, weights: dict[str, np.ndarray]) -> None:
-        """The block's weights as variables, each in the layout its matmul reads."""
         cfg, var, mat = self.cfg, self._var, self._mat
-        # Stored [d, v]: XLA's CPU matmul is slower with a transposed operand once b > 1
-        # (docs/measurements/2026-11-30-repetition-penalty-and-model-code-layouts.md). Tied, it is
-        # the embedding table too (its columns), so the largest matrix is held once.
+        # [d, v]: XLA's CPU matmul is slower with a transposed operand; tied, it is the embedding table too
+        # (docs/measurements/2026-11-30-repetition-penalty-and-model-code-layouts.md).
         self.output = mat(weights["tok_embeddings" if cfg.tie_embeddings else "output"].T, "output")  # [d, v]
         self.tok_embeddings = None if cfg.tie_embeddings else var(weights["tok_embeddings"], "tok_embeddings")
         self.norm = var(weights["norm"], "norm")
@@ -168,8 +148,6 @@ class Transformer(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorF
         angles = cfg.rope_angles(self.cache.max_len + self.max_chunk)  # [s+t, e/2]
         self.rope_cos = tf.constant(np.cos(angles), tf.float32)
         self.rope_sin = tf.constant(np.sin(angles), tf.float32)
-
-    # ---- building blocks ----
 
     def _embed(self, tokens: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
         """tokens [...] -> [..., d]; `positions` (of tokens' shape) serve families with learned positions."""
@@ -234,14 +212,9 @@ class Transformer(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorF
 
     def extend(self, tokens: tf.Tensor, start: tf.Tensor, length: tf.Tensor, slot: tf.Tensor, kv_len: int,
                all_logits: bool = False) -> tf.Tensor:
-        """A prefill chunk: tokens [1, t] (padded past `length`) written to `slot` at positions start..start+t-1,
-        each attending to every cached position of the slot before it, the chunk's own included. kv_len is a
-        static bucket at least start + length; start + t may run past max_len (those writes are dropped).
-
-        Returns the logits at position start + length - 1 [1, v], or at every chunk position [1, t, v] with
-        all_logits. Positions at or past start + length hold padding; no real position attends to them, and
-        later chunks or decode steps overwrite them.
-        """
+        """tokens [1, t] (padded past `length`) at positions start.. of `slot` -> logits [1, v] after the last real
+        token, or [1, t, v] with all_logits. kv_len is a static bucket of at least start + length; padding
+        positions are never attended to and are overwritten later."""
         t = tokens.shape[1]
         positions = start + tf.range(t)  # [t]
         mask = (tf.range(kv_len)[None, :] <= positions[:, None])[None]  # causal over the cache [1, t, s]
@@ -266,13 +239,8 @@ class Transformer(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorF
         return x + self._mlp(layer, x)
 
     def decode(self, tokens: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor, kv_len: int) -> tf.Tensor:
-        """One step for b sequences: tokens [b] at positions [b] in slots [b] -> logits [b, v].
-
-        Attention reads only the first kv_len cached positions (a static bucket above every real position). A
-        padding row has slot `slots` (the cache's count) and position max_len: its writes are dropped and its
-        logits are garbage. A few rows gather their own slots' cache; many rows attend over every slot's cache
-        in place, which costs less than copying theirs (see KVCache).
-        """
+        """tokens, positions, slots [b] -> logits [b, v]. A padding row has slot `slots` (the cache's count) and
+        position max_len: its writes are dropped and its logits are garbage."""
         b, n_slots = tokens.shape[0], self.cache.slots
         if b >= IN_PLACE_SHARE * n_slots:  # row r is slot slots[r]: one-hot maps rows to slots and back
             rows = tf.cast(slots[:, None] == tf.range(n_slots)[None], tf.float32)  # [b, n_slots], padding: none
@@ -315,11 +283,8 @@ def _joined_t(*parts: np.ndarray) -> np.ndarray:
 
 
 def _layer_body(layer_fn: Callable[P, tf.Tensor]) -> Callable[P, tf.Tensor]:
-    """What each layer calls while an entry point is traced: one traced function that every layer calls with its
-    own variables, so tracing costs one layer's ops, not n_layers' (XLA inlines the calls;
-    docs/measurements/2026-12-02-start-up-and-memory.md). A new one per trace keeps each program's graph, and so its
-    compile-cache key, the same whatever was traced before it. Run eagerly (a reference run), the layer is called as
-    it is."""
+    """One traced function every layer calls, so tracing costs one layer's ops; a new one per trace keeps each
+    program's compile-cache key the same (docs/measurements/2026-12-02-start-up-and-memory.md)."""
     if tf.executing_eagerly():
         return layer_fn
     body = tf.function(layer_fn, autograph=False)

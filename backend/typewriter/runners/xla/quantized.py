@@ -1,17 +1,9 @@
 """Weight formats of the model's matrices: fp32, or int8 with one scale per output column (`Int8Matrix`).
 
-An int8 matmul quantizes its input too, one scale per row (llama.cpp also quantizes activations to 8 bits), and
-multiplies int8 by int8 into int32: that is XLA's fast CPU dot, where int8 weights cast to float first, or
-blockwise scales (llama.cpp's), ran several times slower than fp32 at the model's shapes. A one-row input is padded
-to two rows: XLA's one-row int8 dot is a slow loop (docs/measurements/2026-12-01-weight-formats.md).
-
-One scale per row loses what a few large channels leave to the rest (bench/quality.py on bench/data/heldout.txt).
-So both sides are rotated first (as QuaRot does): x @ w = (x @ R) @ (R^T @ w) for an
-orthogonal R, which spreads a large channel over all of them. R = A (x) H, a random orthogonal A over blocks and
-a Hadamard H inside each block of up to 64 channels, costs two small matmuls a call and recovers most of what the
-rows lost (docs/measurements/2026-12-01-weight-formats.md).
-
-Only the model (and its families) imports this; which format a matrix gets is the caller's choice (`matrix(..., fmt)`).
+An int8 matmul rounds its input rows to int8 too, one scale a row, for XLA's fast CPU dot; a one-row input is
+padded to two, as XLA's one-row int8 dot is a slow loop. A few large channels spoil a row's scale for the rest,
+so both sides are rotated first, x @ w = (x @ R) @ (R^T @ w), as QuaRot does
+(docs/measurements/2026-12-01-weight-formats.md).
 """
 
 from __future__ import annotations
@@ -28,8 +20,7 @@ from .host_memory import variable
 
 
 class Int8Matrix(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow ships no type information
-    """A [in, out] matrix w held rotated, R^T @ w (see Rotation), as int8 values and a float32 scale per output
-    column."""
+    """w [in, out] held rotated, R^T @ w, as int8 values and a float32 scale per output column."""
 
     def __init__(self, w: np.ndarray, name: str):
         super().__init__(name=name)

@@ -1,11 +1,6 @@
-"""The XLA runtime's runner: the decoder's entry points (model.py) run as programs compiled per shape bucket.
-
-A prefill chunk extends one slot's sequence by up to `max_chunk` prompt tokens, padded to a chunk bucket, and
-attends over the slot's first kv_len cached positions (a length bucket): a long prompt is prefilled over several
-calls, and a prompt whose prefix is already cached starts after it. A decode step runs any b sequences at once
-(padded to a batch bucket), each over its own slot's first kv_len cached positions, so a short conversation
-never pays for the whole cache. Each call runs the best program compiled so far (compiler.py). The calls run on
-the engine thread.
+"""The XLA runtime's runner: the decoder's entry points (model.py) run as programs compiled per shape bucket, each
+call on the best program compiled so far (compiler.py). A row or chunk attends over only its slot's first kv_len
+cached positions, so a short conversation never pays for the whole cache.
 """
 
 from __future__ import annotations
@@ -22,12 +17,10 @@ from .model import Transformer
 
 
 class XlaRunner(Runner, CallByCall):
-    """The engine's `Runner` (engine/runner.py) over one compiled model; `compiler` holds its programs."""
-
     def __init__(self, model: Transformer, chunk_buckets: Sequence[int], batch_buckets: Sequence[int]):
         self.model = model
         self.compiler = ProgramCompiler(model, chunk_buckets, batch_buckets)
-        self.sizing = Sizing(model.cache.slots, "set")  # how its slot count was chosen (start.py)
+        self.sizing = Sizing(model.cache.slots, "set")
         self.step_model: StepModel | None = None  # XLA's steps are not measured before serving
 
     @property
@@ -54,18 +47,13 @@ class XlaRunner(Runner, CallByCall):
         return {"name": "xla", "weights": self.weight_format.value, "programs": self.compiler.status()}
 
     def close(self) -> None:
-        """Stop background compiling (after the program it is on)."""
         self.compiler.close()
-
-    # ---- calls ----
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:
         return step_call_by_call(self, slots, tokens, positions, chunks)
 
     def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
-        """Write `token_ids` (at most max_chunk) into `slot` at positions start.., after the cached positions
-        0..start-1; returns the logits [v] after the last of them."""
         n, compiler = len(token_ids), self.compiler
         key = compiler.choose("prefill", compiler.chunk_buckets, n, bucket(compiler.kv_buckets, start + n))
         return self._extend(key, slot, start, token_ids)
@@ -81,14 +69,12 @@ class XlaRunner(Runner, CallByCall):
         return last
 
     def copy_slot(self, source: int, target: int) -> None:
-        """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
         key = ("copy", 1, self.max_len)
         self.compiler.compile_on_demand(key)
         self.compiler.fn(key)(np.int32(source), np.int32(target))
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v].
-        The batch is padded to a bucket with rows of no slot, whose writes the model drops."""
+        """The batch is padded to a bucket with rows of no slot, whose writes the model drops."""
         n, compiler = len(tokens), self.compiler
         key = compiler.choose("decode", compiler.batch_buckets, n,
                               bucket(compiler.kv_buckets, int(max(positions)) + 1))

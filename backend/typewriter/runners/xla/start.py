@@ -1,7 +1,6 @@
 """Open the XLA runner for a model: its weights read whole, the TensorFlow decoder built, and its programs compiled
-as the caller needs them: every one before serving ("all": benchmarks, tests), a few before and the rest in the
-background ("start": the server), or each on first use ("lazy": the CLI, which also asks the engine to prepare
-each request's programs)."""
+every one before serving ("all": benchmarks, tests), a few before and the rest in the background ("start": the
+server), or each on first use ("lazy": the CLI)."""
 
 from __future__ import annotations
 
@@ -25,23 +24,21 @@ if TYPE_CHECKING:
     from .model import Transformer
     from .runner import XlaRunner
 
-# XLA compiles a program per batch size: a fixed count keeps the compiling bounded
+# XLA compiles a program per batch size: a fixed count keeps compiling bounded.
 SLOTS = 8
 CHUNK_BUCKETS = (16, 64, 256)  # prompt tokens per prefill call, padded up to one of these
 log = logging.getLogger("typewriter.xla")
 
 
 def batch_buckets(slots: int) -> tuple[int, ...]:
-    """Decode batch sizes: 1, 2, 4, then every 4 up to the slot count, so a step never computes more than 3 idle
-    rows (a step's cost grows with its rows once there are more than a few)."""
+    """1, 2, 4, then every 4 up to the slot count, so a step never computes more than 3 idle rows."""
     return tuple(sorted({b for b in (1, 2, 4, *range(8, slots + 1, 4)) if b < slots} | {slots}))
 
 
 def build_model(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int, max_chunk: int = 1,
                 kv_buckets: Sequence[int] | None = None,
                 weight_format: WeightFormat = WeightFormat.FP32) -> Transformer:
-    """The TensorFlow decoder of `cfg.family`'s block (model.py's Llama block, or gpt2.py's); the arguments as
-    Transformer's."""
+    """The decoder of `cfg.family`'s block: gpt2.py's, or model.py's Llama block (llama, phi3)."""
     from .gpt2 import GPT2Transformer
     from .model import Transformer
 
@@ -51,8 +48,7 @@ def build_model(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, ma
 
 def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
                 progress: Progress = lambda _: None) -> XlaRunner:
-    """XLA's one way in: the runner for the model `source` holds, with `options.slots` slots (None: SLOTS), its
-    programs compiled as `options.compile` says. `encode` is not needed: nothing here is rounded by text."""
+    """XLA's one way in. `encode` is unused: nothing here is rounded by text."""
 
     def weight_progress(done: int, total: int) -> None:
         if done == total or done % max(1, total // 10) == 0:
@@ -68,12 +64,9 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
 
 def build(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_context: int,
           weight_format: WeightFormat, progress: Progress = lambda _: None) -> XlaRunner:
-    """The runner, nothing compiled yet. Buckets trade compile time (each is one XLA program, seconds to compile)
-    against padding waste: prompt chunks pad to CHUNK_BUCKETS, attention reads 256/512/1024/... cached
-    positions, and a decode step runs one of batch_buckets(slots) rows."""
+    """Nothing compiled yet. Buckets trade compile time (a program each) against padding waste."""
     if "tensorflow" not in sys.modules:
-        progress("starting TensorFlow")  # seconds and hundreds of MB
-        # (docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md): say what the wait is
+        progress("starting TensorFlow")  # a wait of seconds: say what it is
     import_tensorflow()
     from .compiler import power_of_two_buckets
     from .runner import XlaRunner
@@ -87,7 +80,6 @@ def build(cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_cont
 
 
 def warm_up(runner: XlaRunner, compile: Compile, progress: Progress = lambda _: None) -> None:
-    """Compile the runner's programs as `compile` says, with progress for every long wait."""
     compiler, t0 = runner.compiler, time.perf_counter()
     try:
         _compile(compiler, compile, t0, progress)
