@@ -1,9 +1,6 @@
-"""Model families: what differs between a Llama, a GPT-2 and a Phi-3, each in its own small module.
-
-A family is a name table (canonical tensor name -> where GGUF and Hugging Face keep it, and its shape), a reader
-of its GGUF metadata and Hugging Face config.json into the one `ModelConfig`, and, where its block is not the
-Llama block, a decoder that overrides the Llama block's pieces in each runtime that runs it (runners/xla/gpt2.py). The KV cache,
-the entry points (prefill, extend, decode), the compiled runner, its buckets and the engine are shared.
+"""Model families: what differs between a Llama, a GPT-2 and a Phi-3, each in its own small module. A family is a
+name table (canonical tensor name -> where GGUF and Hugging Face keep it, and its shape), a config reader, and,
+where its block is not the Llama block, a decoder that overrides the Llama block's pieces (runners/xla/gpt2.py).
 
     family = family_of_gguf("gpt2")          # or family_of_hf(["GPT2LMHeadModel"]); None: not supported
     table = name_table(cfg.family)           # expected_shapes(cfg), source_names(canonical, GGUF | HF)
@@ -46,7 +43,6 @@ def name_table(family: str) -> ModuleType:
 
 
 def supported() -> list[tuple[str, str, str]]:
-    """(family, GGUF architectures, Hugging Face architectures) for every family that loads."""
     families = sorted(set(GGUF_ARCHITECTURES.values()) | set(HF_ARCHITECTURES.values()))
     return [(f, ", ".join(a for a, g in GGUF_ARCHITECTURES.items() if g == f),
              ", ".join(a for a, g in HF_ARCHITECTURES.items() if g == f)) for f in families]

@@ -1,10 +1,6 @@
-"""GPT-2 (and DistilGPT-2): its name table and its config, from GGUF metadata or a Hugging Face config.json.
-
-The block (gpt2_block.py): learned absolute position embeddings, LayerNorm with bias, one fused QKV projection with
-bias, full multi-head attention, a GELU (tanh) MLP with biases, and the output tied to the token embeddings.
-Hugging Face's GPT2LMHeadModel keeps its projections in `Conv1D` modules, stored [in, out] (HF_TRANSPOSED);
-llama.cpp's converter transposes them to [out, in]. Published checkpoints name the tensors with and without the
-`transformer.` prefix (gpt2 and distilgpt2 without, re-saved ones with): both are looked for.
+"""GPT-2 (and DistilGPT-2): its name table and its config, from GGUF metadata or a Hugging Face config.json; the
+block is runners/xla/gpt2.py. Hugging Face's Conv1D projections are stored [in, out] (HF_TRANSPOSED), llama.cpp's
+[out, in]; checkpoints name the tensors with and without the `transformer.` prefix, and both are looked for.
 """
 
 from __future__ import annotations

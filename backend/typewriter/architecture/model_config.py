@@ -25,7 +25,7 @@ class ModelConfig:
     tie_embeddings: bool
     qkv_bias: bool = False
     head_dim: int = 0  # 0: dim // n_heads
-    family: str = "llama"  # "llama" (Llama, Mistral, Qwen2) or "gpt2"; see families.py
+    family: str = "llama"  # "llama" (Llama, Mistral, Qwen2), "phi3" or "gpt2"; see families.py
 
     def __post_init__(self) -> None:
         if not self.head_dim:

@@ -1,11 +1,7 @@
-"""Phi-3 (phi3): the Llama block (RMSNorm, rotate-half RoPE over the whole head, SwiGLU, untied output) with its
-projections fused: one `qkv_proj` [(h + 2k) * e, d] and one `gate_up_proj` [2 * hidden, d], gate rows first, as
-HF's Phi3MLP `chunk(2)`s them and llama.cpp's LLM_FFN_SWIGLU splits `ffn_up`. The loader reads each fused tensor
-once and hands its parts to the canonical Llama names, so the model is the Llama block's, unchanged.
-
-llama.cpp stores phi3's Q/K rows unpermuted (its RoPE for phi3 is the NEOX, rotate-half, kind). Phi-3-mini-4k
-attends through a sliding window of 2047 positions, which the engine does not implement: its context is capped
-at the window, within which the two agree exactly. LongRoPE (the 128k models) is refused at load.
+"""Phi-3: the Llama block with its projections fused (`qkv_proj`, and `gate_up_proj` gate rows first); the loader
+hands each fused tensor's parts to the canonical Llama names, so the model is the Llama block's, unchanged. Q/K
+rows are stored unpermuted (llama.cpp's phi3 RoPE is rotate-half). Phi-3-mini-4k's sliding window is not
+implemented, so its context is capped at the window, within which the two agree; LongRoPE is refused at load.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""Read a GGUF file of any family in architecture/families.py: its ModelConfig and its tensors, dequantized to float32.
-
-The file is memory-mapped (gguf_reader.py); a tensor is dequantized (dequantize.py) only when asked for.
-llama.cpp's converter stores the Q and K projections of `llama` models permuted for its interleaved
-rotary layout; we undo that so every source reaches the model in Hugging Face's rotate-half order.
+"""Read a GGUF file of any family in architecture/families.py: its ModelConfig and its tensors, dequantized to
+float32 only when asked for. llama.cpp stores the Q and K projections of `llama` models permuted for its
+interleaved rotary layout; that is undone, so every source reaches the model in rotate-half order.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Read a SavedModel written by `typewriter export` (runners/xla/export.py): its manifest, its weights and its tokenizer.
-
-The weights are read straight from the SavedModel's variables checkpoint, without loading its graphs: the
-engine compiles its own programs (with as many slots and as long a context as the server asks for), so only the
-tensors are needed, and reading them this way takes a fraction of a second. They are stored as the Transformer
-holds them (fused QKV and gate/up matrices, [in, out]); `canonical` turns them back into the canonical layout.
+"""Read a SavedModel written by `typewriter export` (runners/xla/export.py): its manifest, its weights and its
+tokenizer. The weights come straight from the variables checkpoint, without loading the graphs, as the engine
+compiles its own programs; `canonical` turns the Transformer's fused layout back into the canonical one.
 """
 
 from __future__ import annotations
@@ -56,7 +53,8 @@ class SavedModelDir:
                                    "again") from None
         if cfg.family not in LLAMA_BLOCK:  # `canonical` inverts the Llama block's variables only
             raise ModelFormatError(f"{self.path}: an exported {cfg.family} model cannot be loaded back yet (supported: "
-                                   "the llama family); serve its GGUF file or Hugging Face directory instead")
+                                   "the llama and phi3 families); serve its GGUF file or Hugging Face directory "
+                                   "instead")
         return cfg
 
     def weights(self, cfg: ModelConfig) -> dict[str, np.ndarray]:

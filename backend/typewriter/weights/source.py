@@ -75,9 +75,8 @@ def read_config(src: Source) -> ModelConfig:
 
 
 class WeightReader(Mapping[str, np.ndarray]):
-    """A source's canonical tensors by name, each read (and dequantized) only when asked for and checked against
-    its expected shape, so a caller that works a layer at a time never holds the whole model as float32. Every
-    name is found in the source when the reader is made: a missing tensor fails before anything is read."""
+    """Each tensor read only when asked for and its shape checked, so a caller that works a layer at a time never
+    holds the whole model as float32; a missing name fails when the reader is made, before anything is read."""
 
     def __init__(self, src: GGUFFile | HFDirectory, cfg: ModelConfig):
         self.src, self.cfg = src, cfg
@@ -119,8 +118,7 @@ class WeightReader(Mapping[str, np.ndarray]):
         return w
 
     def rows(self, name: str, start: int, stop: int) -> np.ndarray:
-        """Rows start..stop-1 of a 2-D tensor [rows, cols]; a GGUF file's plain rows are read alone (a
-        vocabulary-sized matrix as float32 is hundreds of MB for a 0.5B model), anything else whole, then cut."""
+        """A GGUF file's plain rows are read alone, so a vocabulary-sized matrix is never whole in float32."""
         shape = self.shapes[name]
         stored = self.stored[name]
         if (isinstance(self.src, GGUFFile) and len(shape) == 2 and self.src.plain_rows(stored)
@@ -158,8 +156,8 @@ def load_weights(
     cfg = read_config(src)
     reader = WeightReader(src, cfg)
     weights: dict[str, np.ndarray] = {}
-    # A GGUF file's tensors are dequantized on READ_THREADS threads (numpy lets go of the GIL): faster than one
-    # (docs/measurements/2026-12-02-start-up-and-memory.md). A fused tensor is read once for its consecutive parts.
+    # READ_THREADS dequantize at once, as numpy lets go of the GIL; a fused tensor is read once for its parts
+    # (docs/measurements/2026-12-02-start-up-and-memory.md).
     with ThreadPoolExecutor(READ_THREADS if isinstance(src, GGUFFile) else 1) as pool:
         reads = [stored for stored, _ in itertools.groupby(reader.stored.values())]  # as the loop takes them
         arrays = pool.map(lambda stored: src.tensor(stored, cfg), reads)
