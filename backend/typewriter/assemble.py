@@ -1,8 +1,6 @@
-"""Put the parts together: a model's files -> its config, tokenizer and runner -> a running engine.
-
-The weight format is resolved for the model's family (runners/formats.py); each runtime is then opened its one way
-(`open_runner` in runners/lite/start.py or runners/xla/start.py), which owns its cache, its slot sizing and its
-warm-up. This module only resolves and opens, for the server, the commands, the tests and the benchmarks alike.
+"""Put the parts together: a model's files -> its config, tokenizer and runner -> a running engine. The weight
+format is resolved for the model's family (`WeightFormat.resolved`), then each runtime is opened its one way
+(`open_runner` in runners/lite/start.py or runners/xla/start.py), which owns its cache, slot sizing and warm-up.
 """
 
 from __future__ import annotations
@@ -42,8 +40,7 @@ class LoadTimes:
 
 def open_runner(model_path: str | Path | None, options: RunnerOptions,
                 progress: Progress = lambda _: None) -> Opened:
-    """The runner for the model at `model_path` (None: the embedded one) as `options` say, `options.weights`
-    resolved for its family (AUTO: int8-lite for the Llama family, fp32 for the others)."""
+    """`model_path` None: the embedded model."""
     path = resolve_model_path(model_path)
     progress(f"loading {path}")
     source, _ = open_source(path)  # parsed once, for the config, the weights and the tokenizer
@@ -75,12 +72,8 @@ def load(
     weight_format: WeightFormat | str = WeightFormat.AUTO,
     program_cache: str | None = None,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
-    """Open a model's runner (open_runner) and start its engine: `slots` streams decoded together (None: as many
-    as this machine carries, or XLA's fixed count), `max_context` tokens of K/V cache each, `max_queue` requests
-    that may wait for a slot, `prefill_budget` prompt tokens per step beside decoding, int8-lite's programs kept
-    in the folder `program_cache` (None: made every time; config.lite_cache_dir is the commands' default), XLA's
-    programs compiled as `compile` says (runners/xla/start.py). No other defaults: the server's come from
-    Settings (load_engine), and each command says why its own fit."""
+    """`slots` None: as many as this machine carries, or XLA's fixed count; `program_cache` None: int8-lite's
+    programs made every time. No other defaults: the server's come from Settings, and each command picks its own."""
     t0 = time.perf_counter()
     options = RunnerOptions(WeightFormat(weight_format), max_context, slots, program_cache, compile)
     opened = open_runner(model_path, options, progress)
@@ -94,8 +87,7 @@ def load(
 
 
 def load_engine(settings: Settings, progress: Progress = lambda _: None) -> tuple[Engine, Tokenizer]:
-    """The server's engine: the model `settings` name, as they say, its engine thread started and ready once its
-    first programs are compiled (the others follow in the background)."""
+    """Ready once its first programs are compiled; the others follow in the background."""
     engine, tokenizer, _ = load(settings.model.model_path, slots=settings.engine.max_active, max_context=settings.engine.max_context,
                                 max_queue=settings.engine.max_queue, prefill_budget=settings.engine.prefill_budget,
                                 progress=progress, compile="start", queue_timeout_s=settings.engine.queue_timeout_s,
@@ -104,8 +96,7 @@ def load_engine(settings: Settings, progress: Progress = lambda _: None) -> tupl
 
 
 def read_model(path: Path) -> tuple[ModelConfig, dict[str, np.ndarray], Tokenizer]:
-    """The config, canonical weights and tokenizer of a resolved model path (a GGUF file is parsed once), for
-    `typewriter export` and the benchmarks that compare weights."""
+    """For `typewriter export` and the benchmarks that compare weights; a GGUF file is parsed once."""
     source, _ = open_source(path)
     cfg, weights = load_weights(source)
     return cfg, weights, _tokenizer(path, source)

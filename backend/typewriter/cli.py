@@ -1,7 +1,6 @@
-"""The `typewriter` command: generate, chat, bench, loadtest, serve, export and models.
-
-Each subcommand is a module in commands/ with `add_arguments(parser)` and `run(args)`. Building the parser
-imports no TensorFlow (a command's `run` loads it), so `--help` and bad options answer at once.
+"""The `typewriter` command: generate, chat, bench, loadtest, serve, export and models, each a module in commands/
+with `add_arguments(parser)` and `run(args)`. Building the parser imports no TensorFlow, so `--help` and bad
+options answer at once.
 """
 
 from __future__ import annotations
@@ -59,10 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The `typewriter` command (and `python -m typewriter`): main(), then end the process without Python's
-    shutdown. Compiling runs in TensorFlow's C++ on a background thread that cannot be stopped; finalizing the
-    interpreter while it runs aborts the process (its thread is unwound through C++ frames), which would turn
-    a finished answer or a drained server into exit code 134 and lose the last lines of output."""
+    """main(), then end the process without Python's shutdown: finalizing the interpreter while TensorFlow compiles
+    on a background thread aborts it, turning a finished answer into exit code 134 and losing the last output."""
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

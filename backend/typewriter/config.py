@@ -40,9 +40,8 @@ class WeightFormat(enum.StrEnum):
     AUTO = "auto"  # int8-lite for the Llama family, which is all it runs; fp32 for the others
     FP32 = "fp32"  # XLA: the file's weights exactly
     INT8 = "int8"  # XLA: int8 x int8 after a rotation (runners/xla/quantized.py)
-    # LiteRT programs (runners/lite/): int8 weights rounded by GPTQ, the rows that need it at 16 bits; -fast keeps
-    # every row at 8 bits, faster batched steps for a larger KL from fp32
-    # (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md)
+    # LiteRT programs: int8 weights rounded by GPTQ, the rows that need it at 16 bits; -fast keeps every row at 8
+    # bits, faster for a larger KL from fp32 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     INT8_LITE = "int8-lite"
     INT8_LITE_FAST = "int8-lite-fast"
 
@@ -110,9 +109,8 @@ class Model:
     # The model's name to clients: /v1/models, the `model` of OpenAI responses, /readyz, the page and the log.
     # None: default_model_id(model_path), a name without spaces that stays the same across restarts.
     model_id: str | None = None
-    # How the matrices are held and run (WeightFormat). int8-lite runs int8 matmuls on LiteRT with nothing to
-    # compile: faster steps than fp32, ready sooner, a smaller footprint, and a KL from fp32 below llama.cpp's own on
-    # the same file (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+    # How the matrices are held and run: int8-lite has nothing to compile, so it is ready sooner, with faster steps
+    # and a smaller footprint than fp32 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     weights: WeightFormat = WeightFormat.AUTO
 
     def __post_init__(self) -> None:
@@ -139,9 +137,8 @@ class Engine:
     max_active: int | None = None
     max_queue: int = 32
     max_context: int = 2048
-    # The most prompt tokens prefilled per step while answers stream, for each request starting (scheduler.py's
-    # step_budget). Within it the scheduler sizes each chunk by measured step times (engine/step_cost.py), so the
-    # budget mostly caps short-context chunks (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+    # Prompt tokens prefilled per step while answers stream, per request starting; within it chunks are sized by
+    # measured step times (engine/step_cost.py), so it mostly caps short-context chunks.
     prefill_budget: int = 16
     # An answer ends with `timeout` this long after it got its slot, and a chat that waited this long for a slot
     # ends with `queue_timeout` (None: no deadline). The answer's leaves the longest answer room at a slow stream's
@@ -414,9 +411,8 @@ def parse_list(spec: str) -> tuple[str, ...]:
 
 
 def default_model_id(model_path: str | None) -> str:
-    """The model id when `model_id` is not set: the embedded model's name, else the model file's or folder's
-    name without a `.gguf` ending, each run of spaces made one "-" (`~/models/Qwen2.5 0.5B.gguf` -> `Qwen2.5-0.5B`).
-    It never comes from inside the file: a GGUF's `general.name` is often a training run's label."""
+    """From the file's or folder's name (`~/models/Qwen2.5 0.5B.gguf` -> `Qwen2.5-0.5B`), never from inside the
+    file: a GGUF's `general.name` is often a training run's label."""
     if not model_path:
         return EMBEDDED_MODEL_ID
     name = PurePath(os.path.abspath(os.path.expanduser(model_path))).name
@@ -425,16 +421,14 @@ def default_model_id(model_path: str | None) -> str:
 
 
 def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The folder for compiled XLA programs, so a restart skips most compiling: `TYPEWRITER_XLA_CACHE`, by
-    default `typewriter/xla` in the user's cache folder ($XDG_CACHE_HOME or ~/.cache); None when set to off,
-    none or empty. Read before TensorFlow loads, so it is not a Settings field."""
+    """`TYPEWRITER_XLA_CACHE`, by default in the user's cache folder; None when off. Read before TensorFlow loads,
+    so it is not a Settings field."""
     return _cache_dir(XLA_CACHE_VAR, "xla", environ)
 
 
 def lite_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The folder for int8-lite's programs (runners/lite/programs.py), so a restart skips making them:
-    `TYPEWRITER_LITE_CACHE`, by default `typewriter/lite` in the user's cache folder; None when set to off, none or
-    empty. Every command that loads a model uses it, so like the XLA cache it is not a Settings field."""
+    """`TYPEWRITER_LITE_CACHE`, by default in the user's cache folder; None when off. Every command that loads a
+    model uses it, so it is not a Settings field."""
     return _cache_dir(LITE_CACHE_VAR, "lite", environ)
 
 
