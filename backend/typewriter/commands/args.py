@@ -1,8 +1,5 @@
-"""The options several commands share: the model, sampling, and argparse types for counts.
-
-Defaults are never copied here: sampling defaults come from `SamplingParams`, the answer length from
-`config.DEFAULT_MAX_NEW_TOKENS` and engine sizes from the `Settings` dataclass, so help text and behaviour
-change with them.
+"""The options several commands share. Defaults are read from `SamplingParams` and config.py, never copied, so that
+help text and behaviour change with them.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ def setting_default(name: str) -> object:
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -55,8 +51,7 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False,
 
 
 def check_model_arguments(args: argparse.Namespace) -> None:
-    """Before the model loads: refuse the model options' values that `serve` refuses (Settings' checks), naming
-    the option. (A --model path that is not there is refused by assemble.load before it reads anything.)"""
+    """Refuse, before the model loads, the values `serve` would refuse, naming the option."""
     try:
         Settings.of(max_context=args.max_context)
     except ConfigError as e:
@@ -81,10 +76,8 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
 
 def sampling_params(args: argparse.Namespace, prompt_tokens: int | None = None,
                     context: int | None = None) -> SamplingParams:
-    """The request's sampling parameters from the options given. Without the prompt's length (to check the
-    values before the model loads) the answer length is as asked or the default; with it, the server's rule
-    `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left. With the
-    context alone, an answer length that leaves no room for any prompt is refused."""
+    """Without the prompt's length (checking before the model loads) the answer length is as asked; with it, the
+    server's `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left."""
     given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
     if prompt_tokens is None and context is not None and (args.max_new_tokens or 0) >= context:
         raise InvalidRequest("max_new_tokens", f"must be smaller than the context ({context} tokens, --max-context)"

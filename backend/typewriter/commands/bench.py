@@ -1,7 +1,5 @@
-"""`typewriter bench`: load, compile, time to first token and decode speed of the engine in this process.
-
-Speeds are reported with their peer in the same run (batched against single-stream), since this machine is
-noisy and absolute numbers travel badly.
+"""`typewriter bench`: load, compile, time to first token and decode speed of the engine in this process. Speeds
+are reported beside their peer in the same run (batched against single-stream), since absolute numbers travel badly.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""`typewriter loadtest --url URL`: drive a running server's chat endpoint and measure it.
-
-The URL says which front door: `ws://HOST:PORT/ws` is protocol v1 over the socket (through typewriter.client),
-`http://HOST:PORT/v1` the OpenAI-compatible API streamed as server-sent events, so the two can be compared on one
-server. A base URL names its door's usual path (`ws://HOST:PORT` is the socket, `http://HOST:PORT` the OpenAI API);
-a URL that names neither is refused with what to type. N connections each send chats one after another until M
-chats have been sent. Time to first token is from sending the chat to its first text (a `token` frame, or a chunk
-with content); inter-token latency is between consecutive ones (text the server holds back, such as a partial stop
-string, arrives with a later one and so counts in that gap).
-
-Exit codes: 0 every chat ended, 1 some chats failed (the report says how), 2 a bad option, or a URL that leads
-to no server to drive (nothing listens, the name does not resolve, or no chat endpoint answers there).
+"""`typewriter loadtest --url URL`: drive a running server's chat door and measure it. The URL picks the door, the
+socket (ws://) or the OpenAI API streamed (http://), so that the two can be compared on one server. Text the server
+holds back (a partial stop string) counts in the gap before the token that brings it.
 """
 
 from __future__ import annotations
@@ -37,8 +28,7 @@ CONNECT_TIMEOUT_S = 10.0
 
 
 class Unreachable(TypewriterError):
-    """The URL leads to no chat endpoint to drive: nothing listens, the host name does not resolve, or what
-    answers is not a Typewriter server's socket or OpenAI API."""
+    """Nothing listens at the URL, its host does not resolve, or what answers is no Typewriter chat door."""
 
     code = "unreachable"
 
@@ -59,9 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def chat_url(text: str) -> str:
-    """An argparse type: the socket's ws(s):// URL or the OpenAI API's http(s):// URL. A base URL gets its door's
-    path (/ws, /v1) and a pasted .../v1/chat/completions is cut back to /v1; any other path is refused with the
-    two URLs it could have meant."""
+    """An argparse type: a base URL gets its door's path (/ws, /v1), a pasted .../v1/chat/completions is cut back to
+    /v1, and any other path is refused with the two URLs it could have meant."""
     parts = urlsplit(text.strip())
     scheme = parts.scheme.lower()
     if scheme not in ("ws", "wss", "http", "https") or not parts.netloc:
@@ -108,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def measure(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict[str, Any]:
-    """Drive `url` (a URL chat_url accepts) and report; raises Unreachable before any chat when no server is
-    there to drive."""
+    """Raises Unreachable before any chat when no server is there to drive."""
     on_socket = url.startswith(("ws://", "wss://"))
     await (_check_socket(url) if on_socket else _check_openai(url))
     results = Results()
@@ -134,9 +122,6 @@ async def measure(url: str, concurrency: int, requests: int, prompt: str, max_ne
         "wall_s": round(wall_s, 3),
         "tokens_per_s": round(results.completion_tokens / wall_s, 2) if wall_s > 0 else 0.0,
     }
-
-
-# ---- the socket, through typewriter.client ----
 
 
 async def _check_socket(url: str) -> None:
@@ -171,9 +156,6 @@ async def _socket_worker(url: str, numbers: Iterator[int], requests: int, prompt
             except ClientError as e:  # the server went away: this connection stops
                 results.failed(e.code, str(e))
                 return
-
-
-# ---- the OpenAI API, streamed ----
 
 
 async def _check_openai(url: str) -> None:
@@ -249,9 +231,6 @@ async def _one_completion(http: httpx.AsyncClient, endpoint: str, prompt: str, m
                 results.reasons[choice["finish_reason"]] += 1
             if chunk.get("usage"):
                 results.completion_tokens += chunk["usage"]["completion_tokens"]
-
-
-# ---- the report ----
 
 
 def percentile(values: list[float], q: float) -> float:

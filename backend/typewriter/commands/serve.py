@@ -1,7 +1,5 @@
-"""`typewriter serve`: the options people change most, read into `Settings` (an option wins over its TYPEWRITER_*
-variable, and what neither gives is the Settings default); server/main.py runs the server.
-
-A refused value is named as the user gave it: `--port: ...` for an option, `TYPEWRITER_PORT: ...` for a variable.
+"""`typewriter serve`: the options people change most, read into `Settings` over the TYPEWRITER_* variables; a
+refused value is named as the user gave it (`--port` or `TYPEWRITER_PORT`). server/main.py runs the server.
 """
 
 from __future__ import annotations

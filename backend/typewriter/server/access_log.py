@@ -1,6 +1,5 @@
-"""uvicorn's access log without a line per health probe: /readyz and /healthz are asked every second or two (by
-the page while the model loads, Docker's health check, Kubernetes, a balancer), and a line for each buried the
-load's progress and every request worth reading. With `--log-level debug` they are kept."""
+"""uvicorn's access log without the health probes, asked every second or two, whose lines would bury the ones
+worth reading; `--log-level debug` keeps them."""
 
 from __future__ import annotations
 
@@ -11,8 +10,6 @@ PROBES = frozenset({"/healthz", "/readyz"})
 
 
 class ProbeFilter(logging.Filter):
-    """Drops uvicorn's access records of a probe path, unless its logger takes debug records."""
-
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args  # uvicorn's: (client address, method, path with query, HTTP version, status)
         if isinstance(args, tuple) and len(args) == 5 and str(args[2]).partition("?")[0] in PROBES:
@@ -21,7 +18,6 @@ class ProbeFilter(logging.Filter):
 
 
 def quiet_probes() -> None:
-    """Filter the probes out of uvicorn's access log (once, however often a server is configured)."""
     logger = logging.getLogger(ACCESS_LOGGER)
     if not any(isinstance(f, ProbeFilter) for f in logger.filters):
         logger.addFilter(ProbeFilter())

@@ -1,5 +1,4 @@
-"""The Starlette app: health, readiness, metrics, the chat WebSocket, the page that uses it and the OpenAI-style
-HTTP API (openai/routes.py)."""
+"""The Starlette app: health, readiness, metrics, the chat socket and its page, and the OpenAI-style HTTP API."""
 
 from __future__ import annotations
 
@@ -46,7 +45,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     state = ServerState(settings, engine_factory)
     allowed_origins = parse_list(settings.access.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
-    resumes = Resumes(settings, state.metrics.registry)  # answers kept for clients that lose their connection
+    resumes = Resumes(settings, state.metrics.registry)
     openai = OpenAI(state, resumes)
     streams = openai.streams
     assert streams is not None  # OpenAI keeps streams where it is given the resumes
@@ -71,8 +70,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         return templates.TemplateResponse(request, "index.html", {"config": config})
 
     def socket_origin_ok(scope: Scope) -> bool:
-        """The socket's Origin check (origins.py), against the scheme its page was served over: wss, or https at a
-        trusted proxy."""
+        """Against the scheme its page was served over: wss, or https at a trusted proxy."""
         headers = Headers(scope=scope)
         peer = scope["client"][0] if scope.get("client") else None
         https = scope.get("scheme") == "wss" or forwarded_https(peer, headers, state.limits.trusted)
@@ -137,8 +135,6 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
 
 
 class SecurityHeaders:
-    """Adds a strict Content-Security-Policy (no inline script) and friends to every HTTP response."""
-
     def __init__(self, app: ASGIApp):
         self.app = app
 

@@ -1,7 +1,5 @@
-"""What a chat is, whatever door it came through: its messages, parameters, answer start, constraint and tools,
-read from protocol v1's `chat` object (the socket sends it as a frame; gRPC and the OpenAI doors build one) by one
-set of strict rules. An unknown field or parameter is refused with a named code, never dropped or changed; every
-string is checked to be text.
+"""What a chat is, whatever door it came through, read from protocol v1's `chat` object by one set of strict rules:
+an unknown field or parameter is refused with a named code, never dropped or changed, and every string must be text.
 """
 
 from __future__ import annotations
@@ -43,7 +41,6 @@ class ChatMessage:
     tool_call_id: str | None = None  # a tool message's: the call it answers
 
     def as_dict(self) -> dict[str, Any]:
-        """As chat templates take a message (OpenAI's shape)."""
         message: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.tool_calls:
             message["tool_calls"] = [{"id": c.id, "type": "function",
@@ -66,17 +63,15 @@ class Chat:
     id: str
     messages: tuple[ChatMessage, ...]
     params: dict[str, Any]  # validated names; values are checked when sampling params are built
-    resumable: bool = False  # keep its frames and a resume token for a client that loses its socket
-    answer_start: Continue | None = None  # continue this answer instead of starting one
-    response_format: Constraint | None = None  # the answer keeps to it
-    tools: Tools | None = None  # functions offered to the model (structured.py)
-    n: int = 1  # answers to the same prompt (the OpenAI API's `n`)
-    logprobs: int | None = None  # log probabilities of each token and this many alternatives (OpenAI API)
+    resumable: bool = False  # kept for a client that loses its socket
+    answer_start: Continue | None = None
+    response_format: Constraint | None = None
+    tools: Tools | None = None
+    n: int = 1  # answers to the same prompt
+    logprobs: int | None = None  # alternatives per token, besides the token's own
 
 
 def parse_chat(frame: dict[str, Any], max_messages: int) -> Chat:
-    """A chat frame already decoded from its transport (gRPC builds one from its message), checked by the same
-    rules as a socket's."""
     request_id = readable_id(frame.get("id"))
     refuse_unencodable(frame, request_id)
     return read_chat(frame, request_id, max_messages)
@@ -125,10 +120,8 @@ def read_chat(frame: dict[str, Any], request_id: str | None, max_messages: int) 
 
 
 def check_text(raw: str | bytes, value: object, request_id: str | None = None) -> None:
-    """Refuse (`invalid_request`, naming the field) a decoded JSON value that holds a string which is not text: a
-    lone surrogate such as "\\udfff", which JSON's escapes can carry and UTF-8 cannot, so no frame echoing it could
-    be sent and no tokenizer reads it. `raw` is what was decoded; only an escape in it (or a surrogate already in
-    it) can make such a string, so most frames are not walked."""
+    """Refuse a value holding a lone surrogate ("\\udfff"), which JSON can carry and UTF-8 cannot. Only an escape in
+    `raw`, what was decoded, can make one, so most frames are not walked."""
     if isinstance(raw, str):
         suspect = _SURROGATE_ESCAPE.search(raw) is not None or not encodable(raw)
     else:
@@ -138,15 +131,13 @@ def check_text(raw: str | bytes, value: object, request_id: str | None = None) -
 
 
 def refuse_unencodable(value: object, request_id: str | None = None) -> None:
-    """`invalid_request` naming the first string of `value` that is not text (see `unencodable`), if any."""
     if (where := unencodable(value)) is not None:
         raise Refusal("invalid_request", f"{where}: holds a lone surrogate (a \\ud800-\\udfff escape without "
                                                "its pair), which is not text; send UTF-8 text", request_id)
 
 
 def unencodable(value: object) -> str | None:
-    """Where (`messages[0].content`, `params.stop[1]`, `a field name in params`) the first string of a decoded JSON
-    value, key or value, is one UTF-8 cannot encode; None if there is none. Iterative: a frame may nest deeply."""
+    """Where (`params.stop[1]`) the first string UTF-8 cannot encode is, key or value. Iterative: frames nest deeply."""
     stack: list[tuple[str, object]] = [("", value)]
     while stack:
         path, item = stack.pop()

@@ -1,14 +1,5 @@
-"""A chat handed to the engine, the same for every front door (the socket, OpenAI-style HTTP, gRPC).
-
-`open_chat` does what each of them must before a chat runs: refuse it while the server drains or is not ready,
-count it against its client's rate limit, build its sampling params, apply the system prompt rule, fit the
-conversation into the context and submit it. Every refusal is a `Refusal` (refusal.py) with a protocol v1 code; each
-front door only translates codes into its own shape (a frame, an HTTP status, a gRPC status).
-
-The engine calls back on its own thread; `ChatStream` hands each event to the event loop with
-`call_soon_threadsafe`, counts it in the metrics, and queues it for the front door to send. A reader that falls
-`send_backlog` events behind has its chat cancelled and further tokens dropped, so memory stays bounded and the
-engine never waits for a client.
+"""A chat handed to the engine, the same for every door. The engine calls back on its own thread; a reader that
+falls `send_backlog` events behind has its chat cancelled, so that memory stays bounded and the engine never waits.
 """
 
 from __future__ import annotations
@@ -37,7 +28,7 @@ from .tool_calls import ToolCallDelta, ToolCallDone, ToolCallSplitter
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
 
-StreamItem = Event | ToolCallDelta  # what a front door reads of a chat: the engine's events, a tool call's pieces
+StreamItem = Event | ToolCallDelta
 
 
 class StreamState(enum.Enum):
@@ -47,29 +38,26 @@ class StreamState(enum.Enum):
 
 
 class Cancel(enum.StrEnum):
-    """Why a front door asked the engine to cancel a chat."""
-
     STOP = "stop"
     DISCONNECT = "disconnect"
     BACKLOG = "backlog"
-    ABANDONED = "abandoned"  # a kept chat nobody resumed within resume_grace_s (resume/registry.py)
+    ABANDONED = "abandoned"  # a kept chat nobody resumed within resume_grace_s
     BUFFER = "buffer"  # a kept chat whose frames outgrew resume_buffer_bytes
 
 
 class ChatStream:
-    """One submitted chat, from submission until its front door has handled its `Finished` (or given up)."""
+    """One submitted chat, from submission until its door has handled its `Finished` (or given up)."""
 
     def __init__(self, server: ServerState, client_id: str, engine_id: str, dropped_messages: int = 0,
                  choice_ids: list[str] | None = None, splitters: dict[str, ToolCallSplitter] | None = None):
-        """`choice_ids`: the engine ids of every answer (n choices; the first is `engine_id`); `splitters`: per
-        answer, where the chat offers tools (tool_calls.py)."""
+        """`choice_ids`: the engine ids of every answer, the first `engine_id`; `splitters`: per answer, with tools."""
         self.server = server
         self.client_id, self.engine_id = client_id, engine_id
         self.choice_ids = choice_ids or [engine_id]
         self.splitters = splitters or {}
         self._last_token: dict[str, Token] = {}
         self.dropped_messages = dropped_messages  # the oldest messages left out so the conversation fits
-        self.continued: str | None = None  # how the start of an answer it continues was taken (resume/continuation.py)
+        self.continued: str | None = None  # how the start of the answer it continues was taken
         self.state = StreamState.WAITING
         self.events: asyncio.Queue[StreamItem] = asyncio.Queue()
         self.submitted_at = time.monotonic()
@@ -101,8 +89,7 @@ class ChatStream:
                 self.server.engine.cancel(engine_id)
 
     def shows(self, token: Token) -> bool:
-        """Whether a front door should send this token: tokens still queued behind a stop were produced before
-        it but never shown, and at most one of them is."""
+        """Tokens still queued behind a stop were made before it but never shown, and at most one of them is."""
         if not token.text:
             return False
         if self.cancelled is Cancel.STOP:
@@ -111,17 +98,15 @@ class ChatStream:
         return True
 
     def end(self) -> None:
-        """The front door is done with this chat (its end was sent, or its client is gone). Idempotent."""
+        """The door is done with this chat (its end was sent, or its client is gone). Idempotent."""
         if self.state is not StreamState.ENDED:
             self.move(StreamState.ENDED)
             self.server.stream_closed()
 
     def choice(self, request_id: str) -> int:
-        """Which of the chat's answers an event is about (0 unless it asked for n > 1)."""
         return self.choice_ids.index(request_id)
 
     def tool_calls(self, request_id: str) -> list[ToolCallDone]:
-        """The tool calls an answer made, complete once its Finished arrived."""
         splitter = self.splitters.get(request_id)
         return splitter.calls if splitter is not None else []
 
@@ -135,8 +120,6 @@ class ChatStream:
         if isinstance(event, Finished):
             return [*splitter.flush(self._last_token.get(event.request_id)), event]
         return [event]
-
-    # ---- engine thread -> event loop ----
 
     def on_event(self, loop: asyncio.AbstractEventLoop) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # engine thread: hand over, never block
@@ -159,7 +142,7 @@ class ChatStream:
                 metrics.inter_token_latency.observe(now - self.last_token_at)
             self.last_token_at = now
             if self.cancelled in (Cancel.BACKLOG, Cancel.DISCONNECT):
-                return  # nobody will read it
+                return
         elif isinstance(event, Finished):
             metrics.finished(event)
             _log_request(self, event)
@@ -172,8 +155,7 @@ class ChatStream:
 
 
 async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) -> ChatStream:
-    """Check, fit and submit `chat` for `client` (the address the limits count) as a turn of `owner`'s
-    conversation (whose cached tokens it may reuse: owners.py); raises Refusal."""
+    """Submit `chat` for `client` (whom the limits count) as a turn of `owner`'s conversation; raises Refusal."""
     if server.phase is Phase.STOPPING:
         raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     engine, tokenizer = server.engine, server.tokenizer
@@ -206,15 +188,15 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
         splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if tool_format is not None else None
         stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters)
         try:
-            shared = shared_length(server.shared_prefix, fitted.prompt_ids)  # what any owner's cache may give
-            if chat.answer_start is not None:  # one choice (checked above), going on from the answer's start
+            shared = shared_length(server.shared_prefix, fitted.prompt_ids)
+            if chat.answer_start is not None:
                 stream.continued = await continuation.submit(
                     engine, tokenizer, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
                                                          shared_prefix=shared),
                     chat.answer_start, stream.on_event(asyncio.get_running_loop()))
             for n, engine_id in enumerate(engine_ids if chat.answer_start is None else ()):
-                seed = None if params.seed is None else (params.seed + n) % 2**63  # the other choices copy the
-                engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,  # first one's prompt
+                seed = None if params.seed is None else (params.seed + n) % 2**63
+                engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,
                                                 dataclasses.replace(params, seed=seed),
                                                 follows=engine_ids[0] if n else None, owner=owner,
                                                 shared_prefix=shared),
@@ -235,8 +217,7 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
 
 
 def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> ToolFormat | None:
-    """The model's tool format, where the chat offers tools (else None); a chat that offers tools or carries earlier
-    calls is refused for a model whose chat template has none."""
+    """None unless the chat offers tools; refuses one that uses tools with a model whose template has none."""
     uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
     fmt = tokenizer.tool_format
     if uses_tools and fmt is None:
@@ -248,8 +229,7 @@ def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> Too
 
 def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[dict[str, Any]],
                    chat_id: str) -> tuple[list[dict[str, Any]], str | None]:
-    """The messages and the system prompt to encode them with, by `client_system_prompt`: a client's own
-    system message is refused, appended after the server's, or left to replace it."""
+    """By `client_system_prompt`, a client's own system message is refused, appended to the server's, or replaces it."""
     s = server.settings
     if not messages or messages[0]["role"] != "system" or s.answers.client_system_prompt == "replace":
         return messages, s.answers.system_prompt

@@ -1,9 +1,5 @@
-"""The server's lifecycle: load the engine off the event loop, report readiness, drain on shutdown.
-
-Loading takes seconds (weights, then the first compiled programs; the rest compile in the background while
-chats are served), so it runs on a thread while /healthz already answers. The phase only changes on the event
-loop, through checked transitions.
-"""
+"""The server's lifecycle: load the engine on a thread while /healthz already answers, report readiness, drain on
+shutdown. The phase changes only on the event loop, through checked transitions."""
 
 from __future__ import annotations
 
@@ -32,26 +28,23 @@ log = logging.getLogger("typewriter.server")
 
 
 class GrammarCompiler(Protocol):
-    """What the server needs of `engine.constraints.Grammars`."""
-
     def compile(self, constraint: Constraint) -> object: ...  # raises InvalidRequest if it does not compile
 
 
 class EngineHandle(Protocol):
-    """What the server needs of `engine.engine.Engine` (structural, so the server never imports a runtime;
-    `load_real_engine` has mypy hold the engine to it)."""
+    """What the server needs of `engine.engine.Engine`: structural, so that the server never imports a runtime."""
 
     max_context: int
     max_active: int
     max_queue: int
-    on_step: Callable[[StepStats], None] | None  # called on the engine thread after each step that ran the model
+    on_step: Callable[[StepStats], None] | None  # called on the engine thread
 
     @property
-    def grammars(self) -> GrammarCompiler: ...  # a chat's constraint is compiled, and a bad one refused, before submit
+    def grammars(self) -> GrammarCompiler: ...
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
     def cancel(self, request_id: str) -> bool: ...
     def stats(self) -> EngineStats: ...
-    def describe_runtime(self) -> dict[str, Any]: ...  # the runner's name, weight format and programs
+    def describe_runtime(self) -> dict[str, Any]: ...
     @property
     def alive(self) -> bool: ...
     @property
@@ -60,9 +53,6 @@ class EngineHandle(Protocol):
 
 
 class ChatEncoder(Protocol):
-    """What the server needs of `typewriter.text.tokenizer.Tokenizer`: chat messages to prompt ids, and each
-    token's bytes for log probabilities (`load_real_engine` has mypy hold the tokenizer to it)."""
-
     name: str
     default_system_prompt: str  # what encode_chat uses when it is given system=None
     tool_format: ToolFormat | None  # how its chat template writes a tool call; None: it has no tools
@@ -70,10 +60,10 @@ class ChatEncoder(Protocol):
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
                     tools: Sequence[dict[str, Any]] | None = None) -> list[int]: ...
-    def encode(self, text: str) -> list[int]: ...  # an answer's start, continued from its text
-    def chat_prefix(self, system: str | None = None) -> list[int]: ...  # what every chat's ids begin with
-    def count(self, text: str, limit: int) -> int: ...  # a text's tokens, read no further than past `limit`
-    def token_bytes(self, token_id: int) -> bytes: ...  # the bytes a token adds to the text
+    def encode(self, text: str) -> list[int]: ...
+    def chat_prefix(self, system: str | None = None) -> list[int]: ...
+    def count(self, text: str, limit: int) -> int: ...  # reads no further than past `limit`
+    def token_bytes(self, token_id: int) -> bytes: ...
 
 
 Progress = Callable[[str], None]
@@ -85,7 +75,7 @@ def load_real_engine(settings: Settings, progress: Progress) -> tuple[EngineHand
 
     engine: EngineHandle
     tokenizer: ChatEncoder
-    engine, tokenizer = load_engine(settings, progress)  # an Engine and a Tokenizer: mypy holds them to the Protocols
+    engine, tokenizer = load_engine(settings, progress)  # annotated above so that mypy holds them to the Protocols
     return engine, tokenizer
 
 
@@ -110,10 +100,10 @@ class ServerState:
         self.phase = Phase.LOADING
         self.engine: EngineHandle | None = None
         self.tokenizer: ChatEncoder | None = None
-        self.owners = Owners()  # whose cached conversation a chat may reuse (owners.py)
-        self.shared_prefix: list[int] = []  # the prompt tokens every chat begins with, known once loaded
+        self.owners = Owners()
+        self.shared_prefix: list[int] = []
         self.progress = "starting"
-        self.load_estimate = LoadEstimate()  # the progress's counts as a fraction and the time left, for the page
+        self.load_estimate = LoadEstimate()
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
         self.limits = Limits(settings.limits.max_connections, settings.limits.max_connections_per_client,
@@ -140,9 +130,8 @@ class ServerState:
         return True, {"status": "ok"}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        """The /readyz body: why it is not ready, or the model and the limits a client must respect. A server
-        whose slots and wait queue are all taken answers 503 "full": a balancer's health check (Kubernetes
-        readiness, an active check) then sends new chats to another replica until one frees."""
+        """The /readyz body. A server whose slots and queue are all taken answers 503 "full", so that a balancer
+        sends new chats to another replica until one frees."""
         engine, tokenizer = self.engine, self.tokenizer
         if self.ready and engine is not None and tokenizer is not None:
             s, stats = self.settings, engine.stats()
@@ -157,8 +146,6 @@ class ServerState:
                     "max_message_bytes": s.socket.max_message_bytes,
                 },
                 "load": {"active": stats.active, "queued": stats.queued},
-                # XLA's "programs" may still be compiling in the background: chats are served meanwhile, some
-                # more slowly; int8-lite's were all made at load
                 "runtime": engine.describe_runtime(),
             }
             if stats.active >= engine.max_active and stats.queued >= engine.max_queue:
@@ -178,8 +165,6 @@ class ServerState:
     def next_request_id(self) -> str:
         return f"r{next(self._ids)}"
 
-    # ---- loading ----
-
     def start_loading(self) -> None:
         loop = asyncio.get_running_loop()
         threading.Thread(target=self._load, args=(loop,), name="typewriter-loader", daemon=True).start()
@@ -187,7 +172,7 @@ class ServerState:
     def _load(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             engine, tokenizer = self._factory(self.settings, self._report)
-        except Exception as e:  # the failure is shown on /readyz and in the log; the process decides to exit
+        except Exception as e:  # shown on /readyz; the process decides to exit
             if isinstance(e, TypewriterError):  # a named, actionable error: no traceback
                 log.error("loading the model failed: %s", e)
             else:
@@ -222,8 +207,6 @@ class ServerState:
             raise RuntimeError(f"server phase cannot go from {self.phase.value} to {phase.value}")
         self.phase = phase
 
-    # ---- streams in flight, for a graceful shutdown ----
-
     def stream_opened(self) -> None:
         self._in_flight += 1
         self._idle.clear()
@@ -234,16 +217,13 @@ class ServerState:
             self._idle.set()
 
     def begin_drain(self) -> None:
-        """From now on /readyz is 503 and no chat or socket is taken; answers already running go on. Safe to
-        call from a signal handler, and more than once."""
+        """No new chat or socket from now on; running answers go on. Safe from a signal handler, and twice."""
         if self.phase is not Phase.STOPPING:
             self._move(Phase.STOPPING)
             log.info("draining: %d chats running; no new ones", self._in_flight)
 
     async def drain(self, hurry: Callable[[], bool] = lambda: False) -> None:
-        """Stop taking chats, let running answers finish for up to `drain_s` (or until `hurry()`), then end every
-        one still running or queued with reason `shutdown` and wait (bounded) until each has sent its `end`.
-        Only the first call drains; later ones return at once."""
+        """Let running answers finish for up to `drain_s` (or until `hurry()`), then end the rest; drains once."""
         self.begin_drain()
         if self._drained:
             return

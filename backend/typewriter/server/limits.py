@@ -1,9 +1,5 @@
-"""Abuse limits for a public server: sockets in total and per client address, chats per minute per address,
-frames per second per socket.
-
-All state lives on the event loop (no locks). The client address is the socket's peer, or, when that peer is a
-trusted proxy (`trusted_proxies`), the nearest address in `X-Forwarded-For` that is not one: a client cannot
-forge its way past the limits by sending that header itself.
+"""Abuse limits for a public server, on the event loop only. `X-Forwarded-For` counts only from a trusted proxy, so
+that a client cannot forge its way past the limits by sending that header itself.
 """
 
 from __future__ import annotations
@@ -15,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping
 
 
 def client_address(peer: str | None, headers: Mapping[str, str], trusted: frozenset[str]) -> str:
-    """Who the limits count: the peer, unless it is a trusted proxy that says whom it forwards for."""
     address = peer or "unknown"
     if address not in trusted:
         return address
@@ -27,8 +22,7 @@ def client_address(peer: str | None, headers: Mapping[str, str], trusted: frozen
 
 
 def forwarded_https(peer: str | None, headers: Mapping[str, str], trusted: frozenset[str]) -> bool:
-    """Whether a trusted proxy says the client reached it over https (its `X-Forwarded-Proto`, the first entry
-    being the client's side); from any other peer the header is ignored."""
+    """From any peer but a trusted proxy, `X-Forwarded-Proto` is ignored."""
     if (peer or "unknown") not in trusted:
         return False
     return headers.get("x-forwarded-proto", "").split(",")[0].strip().lower() == "https"
@@ -50,7 +44,7 @@ class Limits:
         self.trusted = frozenset(trusted_proxies)
         self.clock = clock
         self.open: collections.Counter[str] = collections.Counter()
-        self.total = 0  # sum(self.open.values()), kept rather than summed on every connect
+        self.total = 0
         self._chats: dict[str, collections.deque[float]] = {}
 
     def connect(self, client: str) -> str | None:
@@ -85,8 +79,7 @@ class Limits:
 
 
 class FrameRate:
-    """Frames one socket may send: `per_second` on average, in bursts of up to twice that (a token bucket). A
-    chat client sends a frame or two a question; a flood of them is a script."""
+    """Frames one socket may send: `per_second` on average, in bursts of up to twice that (a token bucket)."""
 
     def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic):
         self.per_second, self.burst = per_second, 2 * per_second

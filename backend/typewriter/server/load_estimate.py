@@ -1,10 +1,5 @@
-"""How far the model's load has come, in numbers a page can put in plain words: the fraction of the step that
-reports a count ("weights 3/10", "int8-lite: program 12/32", "compiled 2/6: ...") and, from the rate that step
-has kept so far, the seconds it has left.
-
-The load's progress messages stay the developer's (the terminal, /readyz's `progress`); this only reads their
-counts. Where there is no basis for a number there is none: no count, no fraction; fewer than two counts of one
-step, or a finish time already past, no time left.
+"""How far the model's load has come: the share done of the step that reports a count ("weights 3/10") and,
+at its rate so far, the seconds left. Where there is no basis for a number there is none.
 """
 
 from __future__ import annotations
@@ -18,22 +13,22 @@ _COUNT = re.compile(r"(?:^|(?<=\s))(\d+)/(\d+)(?=$|[\s:,;)])")  # "program 6/32"
 class _Step(NamedTuple):
     name: str  # the words before the count: one step's reports share them
     total: int
-    first_s: float  # when the step's first count came, and what it was
+    first_s: float
     first_done: int
     last_s: float
     done: int
 
 
 class LoadEstimate:
-    """Fed each progress message on the loading thread (`report`), read on the event loop (`at`): the step is
-    one tuple, replaced whole, so a reader never sees half an update."""
+    """`report` runs on the loading thread and `at` on the event loop: the step is one tuple, replaced whole, so a
+    reader never sees half an update."""
 
     def __init__(self) -> None:
         self._step: _Step | None = None
 
     def report(self, message: str, now: float) -> None:
         count = _COUNT.search(message)
-        if count is None:  # a step without a count (opening the file, sizing the slots): nothing to estimate
+        if count is None:
             self._step = None
             return
         done, total = int(count.group(1)), int(count.group(2))
@@ -47,8 +42,6 @@ class LoadEstimate:
             self._step = step._replace(last_s=now, done=done)
 
     def at(self, now: float) -> dict[str, float]:
-        """{"fraction": the counted step's share done, "left_s": its seconds left at the rate so far}, each only
-        where there is a basis for it."""
         step = self._step
         if step is None:
             return {}

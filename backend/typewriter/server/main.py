@@ -1,5 +1,4 @@
-"""The chat server under uvicorn, with readiness, dead-socket pings and a graceful shutdown (`typewriter serve`
-parses its options in commands/serve.py)."""
+"""The chat server under uvicorn, with a graceful shutdown (`typewriter serve` parses its options in commands/)."""
 
 from __future__ import annotations
 
@@ -30,11 +29,8 @@ GRPC_GRACE_S = 1.0
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
-    """Run until SIGTERM or SIGINT, then drain: /readyz turns 503 at once, new sockets and chats are refused,
-    running answers may finish for `drain_s`, then end with reason `shutdown`. Returns 0 after a drain (a second
-    signal cuts it short), 1 if the model failed to load or the engine failed for good (so that a supervisor,
-    Docker's restart policy or Kubernetes, starts a fresh process), EXIT_CANNOT_LISTEN if the HTTP or gRPC port
-    cannot be bound (said in one line; nothing was started)."""
+    """Run until SIGTERM or SIGINT, then drain. Returns 0 after a drain, 1 if the model or the engine failed (so
+    that a supervisor starts a fresh process), EXIT_CANNOT_LISTEN if a port cannot be bound."""
     try:
         sockets = listen(settings.serving.host, settings.serving.port)
     except OSError as e:
@@ -62,35 +58,31 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
 
 
 def uvicorn_config(app: Starlette, settings: Settings, **overrides: Any) -> uvicorn.Config:
-    """uvicorn's Config for `app` (made by create_app) as `settings` say; `overrides` are more of its arguments."""
     metrics = app.state.server.metrics
     waiting = Waiting(settings.limits.max_pending_connections, settings.limits.max_pending_per_client, settings.limits.header_timeout_s,
                       lambda reason: metrics.dropped_connections.labels(reason=reason).inc())
-    values: dict[str, Any] = dict(  # as uvicorn.run passes its keyword arguments on to Config
+    values: dict[str, Any] = dict(
         host=settings.serving.host,
         port=settings.serving.port,
-        ws="websockets-sansio",  # the websockets library's protocol, without its deprecated legacy layer
+        ws="websockets-sansio",  # without the websockets library's deprecated legacy layer
         ws_max_size=settings.socket.max_message_bytes,
         ws_ping_interval=settings.socket.ping_interval_s or None,
         ws_ping_timeout=settings.socket.ping_timeout_s or None,
-        # uvicorn would trust X-Forwarded-For from loopback and rewrite the client address before the limits see it;
-        # trusted_proxies alone decides whose header counts (limits.client_address).
+        # uvicorn would trust X-Forwarded-For from loopback; trusted_proxies alone decides whose header counts.
         proxy_headers=False,
-        http=guarded_http(waiting),  # a header timeout, and caps on connections not yet a request (connections.py)
+        http=guarded_http(waiting),
         log_level=settings.serving.log_level,
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.serving.shutdown_grace_s)),
     )
-    config = uvicorn.Config(app, **(values | overrides))  # configures uvicorn's loggers
-    quiet_probes()  # so that the load's progress is not buried under the page's polls of /readyz
+    config = uvicorn.Config(app, **(values | overrides))  # configures uvicorn's loggers, so it comes first
+    quiet_probes()
     return config
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, plus: serve gRPC beside it (`grpc_port`; bound first, so a port in use stops it before
-    the model loads), print the URL once bound, exit if the model fails to load, and end every chat with reason
-    `shutdown` before uvicorn closes the sockets (it would otherwise drop them with 1012) and the gRPC server
-    stops."""
+    """uvicorn's server, plus gRPC beside it, an exit when the model fails to load, and every chat ended with
+    reason `shutdown` before uvicorn would drop the sockets with 1012."""
 
     def __init__(self, config: uvicorn.Config, state: ServerState):
         super().__init__(config)
@@ -114,7 +106,7 @@ class Server(uvicorn.Server):
                   flush=True)
 
     async def _start_grpc(self, host: str, port: int) -> bool:
-        """Serve gRPC beside HTTP, on its address; False (and one line saying why) when the port cannot be had."""
+        """False, and one line saying why, when the port cannot be had."""
         from .grpc.server import GrpcServer  # grpcio is imported only when gRPC is on
 
         why = taken("gRPC port", host, port, "--grpc-port")
@@ -136,16 +128,15 @@ class Server(uvicorn.Server):
             print(f"typewriter: error: the model failed to load: {self.state.error}", file=sys.stderr, flush=True)
             self.load_failed = True
             return True
-        if self.state.engine_failed and not self.engine_failed:  # its thread died, or its steps kept failing
+        if self.state.engine_failed and not self.engine_failed:
             print("typewriter: error: the engine failed for good (the log above says how); stopping so that a "
                   "fresh process can take over", file=sys.stderr, flush=True)
             self.engine_failed = True
-            self.should_exit = True  # the usual shutdown: open sockets are closed, the process exits 1
+            self.should_exit = True
         return await super().on_tick(counter)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """SIGTERM/SIGINT: stop taking chats now and let the main loop end (then `shutdown` drains). Unlike
-        uvicorn's own handler it does not re-raise the signal afterwards: a drained server exits 0."""
+        """Unlike uvicorn's handler this does not re-raise the signal afterwards: a drained server exits 0."""
         self.state.begin_drain()
         if self.should_exit:  # a second signal: no more waiting for running answers
             self.force_exit = True
@@ -153,7 +144,7 @@ class Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.state.drain(hurry=lambda: self.force_exit)
-        if self.grpc is not None:  # its chats have ended; what still runs (a health watch) gets a moment
+        if self.grpc is not None:
             await self.grpc.stop(GRPC_GRACE_S)
         for connection in list(self.server_state.connections):
             _tolerate_closing(connection)
@@ -165,9 +156,8 @@ def _shown(host: str) -> str:
 
 
 def _tolerate_closing(connection: Protocols) -> None:
-    """uvicorn's websockets-sansio connection raises InvalidState when shut down just as its client's close
-    frame has come in (the socket is CLOSING; uvicorn only counts its own close as sent), and that exception
-    ended the whole shutdown, so a drained server exited 1. Such a socket is ending anyway: close it."""
+    """uvicorn's websockets-sansio connection raises InvalidState when shut down just as its client's close frame
+    has come in, which would end the whole shutdown; such a socket is ending anyway."""
     shutdown = connection.shutdown
 
     def tolerant() -> None:

@@ -1,9 +1,5 @@
-"""Every door's refusal: a named code and a sentence a person can act on (docs/protocol.md lists the codes).
-
-A chat is checked and refused the same way whichever door it came through; each door only says the refusal in its
-own shape: an `error` frame on the socket, an HTTP status with an OpenAI error body, a gRPC status with the code in
-its trailing metadata.
-"""
+"""A refusal: a named code and a sentence a person can act on (docs/protocol.md lists the codes). Every door
+refuses the same way and only says it in its own shape: an `error` frame, an HTTP status, a gRPC status."""
 
 from __future__ import annotations
 
@@ -15,7 +11,6 @@ class Refusal(Exception):
     """A chat or message the server will not take, and why; the connection it came on stays usable."""
 
     def __init__(self, code: str, message: str, request_id: str | None = None, retry_after_s: float | None = None):
-        """`retry_after_s`: when trying again may succeed (rate_limited), for front doors that can say so."""
         assert code in ERROR_CODES, code
         super().__init__(message)
         self.code, self.message, self.request_id = code, message, request_id

@@ -1,9 +1,5 @@
-"""`response_format`, `tools` and `tool_choice`, in OpenAI's shapes, read for every front door (the socket and gRPC
-take the same objects as the OpenAI API; docs/openai.md, docs/protocol.md).
-
-`response_format` becomes the engine's `Constraint` here. Tools are checked here but become a prompt and a
-constraint only in `open_chat` (chats.py), which knows the model: its chat template describes them, and its tool
-format (text/tool_format.py) says what a call looks like. Every refusal is an `InvalidRequest` naming the field.
+"""`response_format`, `tools` and `tool_choice`, in OpenAI's shapes, read for every door. Tools are only checked
+here: they become a prompt and a constraint in `open_chat` (chats.py), which knows the model's template.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function and sch
 
 @dataclass(frozen=True)
 class Tools:
-    """The functions a chat offers the model, and whether it must call one: `choice` is "auto", "required" or
-    "function" (then `forced` names it); "none" offers none (`parse_tools` returns None)."""
+    """`choice` is "auto", "required" or "function" (then `forced` names it); "none" gives no Tools at all."""
 
     functions: tuple[dict[str, Any], ...]  # {"name", "description"?, "parameters"?}, OpenAI's function objects
     choice: str
@@ -41,7 +36,6 @@ class Tools:
         return tuple(f for f in self.functions if self.forced in (None, f["name"]))
 
     def for_template(self) -> list[dict[str, Any]]:
-        """As chat templates take them (OpenAI's request shape)."""
         return [{"type": "function", "function": f} for f in self.functions]
 
 

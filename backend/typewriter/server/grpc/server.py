@@ -1,10 +1,6 @@
-"""The gRPC server beside uvicorn, on the same event loop and engine: `typewriter.v1.Chat` (service.py), the
-standard health service (`grpc.health.v1.Health`) and server reflection, so grpcurl and load balancers work.
-
-Health says SERVING while the server state is ready and NOT_SERVING while it loads, after it failed, once its
-engine stopped and from the start of a drain. A Check reads the state as it is answered, so it never lags /readyz;
-Watch streams follow it by polling, a few times a second. Health and reflection need no API key, as /healthz and
-/readyz need none (and the schema is public).
+"""The gRPC server beside uvicorn, on the same event loop: `typewriter.v1.Chat`, the standard health service and
+server reflection. A health Check reads the state as it is answered, so that it never lags /readyz. Health and
+reflection need no API key, as /healthz needs none (and the schema is public).
 """
 
 from __future__ import annotations
@@ -27,8 +23,6 @@ SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.Health
 
 # grpc-stubs has no grpc_health.v1.health.aio, and without the stubs grpc_health is untyped: its class is Any.
 class _LiveHealth(health.aio.HealthServicer):  # type: ignore[misc, name-defined, unused-ignore]
-    """The standard servicer, whose Check first brings the status up to date with the server state."""
-
     def __init__(self, follow: Callable[[], Awaitable[None]]):
         super().__init__()
         self._follow = follow
@@ -50,8 +44,7 @@ class GrpcServer:
         self._watch: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> int:
-        """Listen on host:port (0 picks a free port) and serve; returns the bound port. Raises RuntimeError when
-        the address cannot be bound (in use: SO_REUSEPORT is off, so a second server cannot share it)."""
+        """Returns the bound port; raises RuntimeError when it is in use (SO_REUSEPORT is off, so none is shared)."""
         settings = self.state.settings
         options = [("grpc.so_reuseport", 0),
                    ("grpc.max_receive_message_length", settings.socket.max_message_bytes),  # as a socket's frame
@@ -79,8 +72,7 @@ class GrpcServer:
         return bound
 
     async def stop(self, grace_s: float) -> None:
-        """NOT_SERVING, then refuse new RPCs and give running ones `grace_s` before cancelling them. Call it once
-        the drain has ended the chats, so their streams have sent their end."""
+        """Call it once the drain has ended the chats, so that their streams have sent their end."""
         if self._watch is not None:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):

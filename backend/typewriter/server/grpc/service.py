@@ -1,10 +1,6 @@
-"""The gRPC front door: `typewriter.v1.Chat/Stream` (proto/typewriter/v1/chat.proto, docs/grpc.md).
-
-One RPC is one chat. Its first message is the chat request, which goes through protocol v1's own parser and
-`open_chat` as a socket's `chat` frame does; later messages may stop it. Its events become `ServerEvent`s made
-from the socket's own frames (socket/pump.py), so both doors say the same thing. A refusal or a failure ends the RPC with a
-gRPC status whose trailing metadata `typewriter-error-code` (and the start of its details) is the protocol v1
-code. An RPC that is cancelled, passes its deadline or loses its peer cancels its chat within a step.
+"""The gRPC door: `typewriter.v1.Chat/Stream` (docs/grpc.md). One RPC is one chat, read by protocol v1's own rules
+and answered from the socket's own frames, so that both doors say the same thing; a refusal's protocol v1 code
+travels in the trailing metadata `typewriter-error-code`.
 """
 
 from __future__ import annotations
@@ -17,7 +13,6 @@ import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeAlias
 
-# Without grpc-stubs and types-protobuf (pyproject's test extra) grpc and protobuf are untyped: the ignores say so.
 import grpc  # type: ignore[import-untyped, unused-ignore]
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped, unused-ignore]
 
@@ -35,13 +30,13 @@ from .gen import chat_pb2_grpc
 
 log = logging.getLogger("typewriter.server")
 
-Incoming: TypeAlias = "pb.ClientMessage | Unreadable"  # what read_message makes of each message a client sends
+Incoming: TypeAlias = "pb.ClientMessage | Unreadable"
 Context: TypeAlias = "grpc.aio.ServicerContext[Incoming, pb.ServerEvent]"
 
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Chat"].full_name  # typewriter.v1.Chat
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Chat"].full_name
 ERROR_CODE_KEY = "typewriter-error-code"  # trailing metadata: the protocol v1 code of a refusal or failure
 RETRY_AFTER_KEY = "retry-after"  # trailing metadata of rate_limited: seconds until a chat would be taken
-UNAUTHORIZED = "unauthorized"  # the code the HTTP routes use for a missing key, too
+UNAUTHORIZED = "unauthorized"
 
 Status = grpc.StatusCode
 STATUS = {
@@ -55,14 +50,12 @@ STATUS = {
     "rate_limited": Status.RESOURCE_EXHAUSTED,
     "shutdown": Status.UNAVAILABLE,
     "internal": Status.INTERNAL,
-    "not_supported": Status.UNIMPLEMENTED,  # tools for a model whose chat template has no tool format
+    "not_supported": Status.UNIMPLEMENTED,
     UNAUTHORIZED: Status.UNAUTHENTICATED,
 }
 
 
 class ChatService(chat_pb2_grpc.ChatServicer):
-    """typewriter.v1.Chat over one server state: what the socket's handshake and session do, for one chat."""
-
     def __init__(self, state: ServerState):
         self.server = state
 
@@ -84,7 +77,6 @@ class ChatService(chat_pb2_grpc.ChatServicer):
             await abort(context, e.code, e.message, e.retry_after_s)
 
     async def _admit(self, metadata: Mapping[str, str], context: Context) -> None:
-        """Refuse the RPC as the socket's handshake would: without the key, while draining, while not ready."""
         key = self.server.settings.access.api_key
         if key:
             given = presented_key({b"authorization": str(metadata.get("authorization", "")).encode()})
@@ -100,8 +92,6 @@ class ChatService(chat_pb2_grpc.ChatServicer):
 
     async def _chat(self, requests: AsyncIterator[Incoming], context: Context, client: str,
                     key: str | None) -> AsyncIterator[pb.ServerEvent]:
-        """`key`: the conversation key the client sent back, if any (owners.py); the one to send next time goes
-        out in the initial metadata."""
         first = await anext(aiter(requests), None)
         if isinstance(first, Unreadable):
             raise first.error(None)
@@ -140,8 +130,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
             gone()
 
     async def _read(self, requests: AsyncIterator[Incoming], stream: ChatStream) -> Refusal | None:
-        """After the chat request: a stop stops it; anything else cancels it, and the error returned ends the RPC
-        once the chat has ended."""
+        """A stop stops the chat; anything else cancels it and returns the error that ends the RPC."""
         chat_id = stream.client_id
         try:
             async for message in requests:
@@ -169,8 +158,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
 
 
 class Unreadable:
-    """A message that is no `typewriter.v1.ClientMessage` (a string field that is not UTF-8, broken protobuf):
-    handed to the handler, which refuses it with `invalid_request`, instead of gRPC's bare UNKNOWN."""
+    """A message that does not decode: refused with `invalid_request` rather than gRPC's bare UNKNOWN."""
 
     def __init__(self, reason: str):
         self.reason = reason
@@ -201,8 +189,7 @@ def add_to_server(service: ChatService, server: grpc.aio.Server) -> None:
 
 
 def chat_of(request: pb.ChatRequest, max_messages: int) -> Chat:
-    """The request as protocol v1's `chat` frame, checked by protocol v1's own rules (the unset params are not
-    given; `stop` is given when it is not empty)."""
+    """The request as protocol v1's `chat` frame, checked by its rules; unset params are not given."""
     params = {field.name: list(value) if field.is_repeated else value
               for field, value in request.params.ListFields()}
     frame = {"type": "chat", "id": request.id, "params": params,
@@ -230,7 +217,6 @@ def _message(m: pb.Message) -> dict[str, Any]:
 
 
 def _response_format(chat_id: str, f: pb.ResponseFormat) -> dict[str, Any]:
-    """As protocol v1's object: only the fields its type reads."""
     if f.type == "json_schema":
         schema = _json(chat_id, "response_format.schema_json", f.schema_json or "{}")
         return {"type": "json_schema", "json_schema": {"name": f.name, "schema": schema, "strict": f.strict}}
@@ -271,15 +257,13 @@ def peer_address(peer: str) -> str | None:
 
 
 def when_done(context: Context, callback: Callable[[object], None]) -> None:
-    """`context.add_done_callback(callback)`: grpc-stubs types its argument as a class (DoneCallback), not the
-    callable gRPC calls with the context."""
+    """grpc-stubs types the callback as a class (DoneCallback), not the callable gRPC calls."""
     context.add_done_callback(callback)  # type: ignore[arg-type, unused-ignore]
 
 
 async def abort(context: Context, code: str, message: str,
                 retry_after_s: float | None = None) -> None:
-    """End the RPC with `code`'s status (and, for rate_limited, `retry-after`: whole seconds, as in HTTP); raises,
-    as `context.abort` does."""
+    """Raises, as `context.abort` does; `retry-after` is in whole seconds, as in HTTP."""
     metadata = [(ERROR_CODE_KEY, code)]
     if retry_after_s is not None:
         metadata.append((RETRY_AFTER_KEY, str(max(1, math.ceil(retry_after_s)))))

@@ -1,6 +1,5 @@
-"""What both OpenAI-style routes share (`/v1/chat/completions`, `/v1/responses`): error bodies, how our finish
-reasons read in OpenAI's terms, server-sent events, log probabilities in OpenAI's shape, and the life of an answer
-that owns its chat."""
+"""What `/v1/chat/completions` and `/v1/responses` share: error bodies, finish reasons in OpenAI's terms, server-sent
+events, log probabilities, and the life of an answer that owns its chat."""
 
 from __future__ import annotations
 
@@ -32,13 +31,11 @@ KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see t
 
 class OwnedAnswer:
     """An ASGI response that owns its chat until its end was sent or its client left: whatever ends the response
-    early (the client gone, an error) cancels the chat, and the chat's slot in the server's count is released.
-    A subclass sends it streamed or whole."""
+    early cancels the chat. A subclass sends it streamed or whole."""
 
     def __init__(self, stream: ChatStream, streaming: bool, logprobs: bool, model: str, release: Callable[[], None],
                  tokenizer: ChatEncoder, key: str, keepalive_s: float | None = None):
-        """`key`: the conversation key given back (a response header), so a next turn that sends it reuses this
-        one's cache (owners.py); `keepalive_s`: a stream's quiet before a keep-alive comment (None: none)."""
+        """`key`: the conversation key given back in a header; `keepalive_s`: None for no keep-alive comments."""
         self.stream, self.streaming, self.model, self.release = stream, streaming, model, release
         self.keepalive_s = keepalive_s
         self.headers = {CONVERSATION_KEY: key}
@@ -76,8 +73,7 @@ class OwnedAnswer:
 
 
 async def next_event(stream: ChatStream, quiet_s: float | None) -> StreamItem | None:
-    """The chat stream's next event, or None when none came for `quiet_s` (a keep-alive is due; the queue's get is
-    safe to cancel)."""
+    """None when none came for `quiet_s`: a keep-alive is due (the queue's get is safe to cancel)."""
     if quiet_s is None:
         return await stream.next_event()
     try:
@@ -100,8 +96,6 @@ def sse(data: dict[str, Any], event: str | None = None) -> str:
 
 
 class LogprobWriter:
-    """A token's log probabilities as OpenAI writes them: each token's text, bytes and its alternatives."""
-
     def __init__(self, tokenizer: ChatEncoder):
         self.tokenizer = tokenizer
 

@@ -1,10 +1,6 @@
 """The response to one accepted `POST /v1/chat/completions`: its choices streamed as `chat.completion.chunk`
-events, or gathered into one `chat.completion`.
-
-Each choice (`n` of them, one engine request each) has its own role chunk, text deltas, tool call deltas
-(`delta.tool_calls`: the first with the call's id and name, then pieces of its arguments, as OpenAI streams them),
-log probabilities and finish reason (`tool_calls` when it called a tool). Log probabilities of tokens whose text is
-held back go out with the next chunk that carries text, or with the choice's last chunk.
+events, or gathered into one `chat.completion`. Log probabilities of tokens whose text is held back go out with the
+next chunk that carries text, or with the choice's last.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from ..tool_calls import ToolCallDelta
 from .common import FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response, next_event, sse
 from .completions_request import CompletionRequest
 
-ChoiceEvent = Started | Token | ToolCallDelta | Finished  # an event of one choice's answer
+ChoiceEvent = Started | Token | ToolCallDelta | Finished
 
 
 @dataclass
@@ -36,7 +32,6 @@ class Choice:
 
     @property
     def end(self) -> Finished:
-        """Its Finished, read only once it came."""
         if self.finished is None:
             raise RuntimeError(f"choice {self.index} has not finished")
         return self.finished
@@ -48,8 +43,6 @@ class Choice:
 
 
 class Answer(OwnedAnswer):
-    """It owns the chat until its end was sent or its client left."""
-
     def __init__(self, stream: ChatStream, completion: CompletionRequest, model: str, release: Callable[[], None],
                  tokenizer: ChatEncoder, key: str, keepalive_s: float | None = None):
         super().__init__(stream, completion.stream, completion.chat.logprobs is not None, model, release, tokenizer,
@@ -77,8 +70,6 @@ class Answer(OwnedAnswer):
                 if event.reason in FAILURES and running:
                     self.stream.cancel(Cancel.DISCONNECT)
             yield choice, event
-
-    # ---- one JSON ----
 
     async def _send_whole(self, scope: Scope, send: Send) -> None:
         async for item in self._events():
@@ -115,8 +106,6 @@ class Answer(OwnedAnswer):
             choice.calls[delta.index] = {"id": delta.call_id, "type": "function",
                                          "function": {"name": delta.name, "arguments": ""}}
         choice.calls[delta.index]["function"]["arguments"] += delta.arguments
-
-    # ---- a stream ----
 
     async def _send_stream(self, send: Send) -> None:
         headers = [(b"content-type", b"text/event-stream; charset=utf-8")]

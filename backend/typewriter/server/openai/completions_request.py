@@ -1,10 +1,5 @@
-"""An OpenAI `POST /v1/chat/completions` body read into a protocol v1 chat (docs/openai.md has the mapping).
-
-Fields fall in three groups. Honoured ones map onto ours (`response_format`, `tools` and `tool_choice` through
-structured.py, as the socket reads them). Ignored ones are what OpenAI clients commonly send and what changes
-nothing we do (`user`, `store`, `metadata`, ...). Refused ones ask for something we cannot do (additive penalties,
-`logit_bias`, audio): a refusal names the field and says what to send instead. Any other field is refused as
-unknown, as protocol v1 does, so a typo never passes silently.
+"""An OpenAI `POST /v1/chat/completions` body read into a protocol v1 chat (docs/openai.md has the mapping). An
+unknown field is refused, as protocol v1 does, so that a typo never passes.
 """
 
 from __future__ import annotations
@@ -63,8 +58,7 @@ def check_media_type(content_type: str | None) -> None:
 
 
 def read_object(body: bytes, needs: str) -> dict[str, Any]:
-    """A body as a JSON object whose every string is text, its null fields left out (clients send null for "not
-    given"); BadField naming what is wrong. `needs`: the field it must have, for the message."""
+    """Null fields are left out (clients send null for "not given"); `needs`: the field it must have, for the message."""
     try:
         fields = json.loads(body, parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as e:

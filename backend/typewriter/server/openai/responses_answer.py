@@ -1,10 +1,5 @@
-"""The response to one accepted `POST /v1/responses`: a `response` object, or its stream of typed events.
-
-The stream is OpenAI's: `response.created` and `response.in_progress`; for the answer's text an output item of
-type `message` (`output_item.added`, `content_part.added`, `output_text.delta`..., `output_text.done`,
-`content_part.done`, `output_item.done`); for each tool call an item of type `function_call`
-(`function_call_arguments.delta`... and `.done`); then `response.completed`, or `response.incomplete` when the
-answer ran out of `max_output_tokens`, or `response.failed`. Every event has a `sequence_number`.
+"""The response to one accepted `POST /v1/responses`: a `response` object, or OpenAI's stream of typed events
+(docs/openai.md lists them).
 """
 
 from __future__ import annotations
@@ -57,8 +52,6 @@ class ResponseAnswer(OwnedAnswer):
         async for chunk in self._events():
             await send({"type": "http.response.body", "body": chunk.encode(), "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-    # ---- events ----
 
     async def _events(self) -> AsyncIterator[str]:
         yield self._event("response.created", response=self._response("in_progress"))
@@ -158,8 +151,6 @@ class ResponseAnswer(OwnedAnswer):
     def _event(self, kind: str, **fields: Any) -> str:
         self.sequence += 1
         return sse({"type": kind, "sequence_number": self.sequence - 1, **fields}, kind)
-
-    # ---- the response object ----
 
     @staticmethod
     def _status(finished: Finished) -> str:

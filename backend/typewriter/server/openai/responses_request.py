@@ -1,10 +1,5 @@
-"""A `POST /v1/responses` body (OpenAI's Responses API) read into a protocol v1 chat (docs/openai.md).
-
-The server is stateless: it keeps no response, so `store: true`, `previous_response_id`, `conversation` and
-`background` are refused by name; the conversation so far comes in `input` (messages, and earlier
-`function_call` and `function_call_output` items). `instructions` is a system message, under the same
-`client_system_prompt` rule as a chat completion's. Fields are honoured, ignored or refused as in
-completions_request.py, and an unknown one is refused.
+"""A `POST /v1/responses` body read into a protocol v1 chat (docs/openai.md). The server keeps no response, so
+`store: true`, `previous_response_id` and the like are refused by name: the conversation comes in `input`.
 """
 
 from __future__ import annotations

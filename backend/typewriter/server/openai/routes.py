@@ -1,14 +1,6 @@
-"""OpenAI-compatible HTTP: `POST /v1/chat/completions` and `POST /v1/responses` (each streamed as server-sent events
-or as one JSON: completions_answer.py, responses_answer.py) and `GET /v1/models`, over the same chats as the socket
-(chats.py). docs/openai.md has the field mapping.
-
-A stream carries a `: keep-alive` comment whenever it has been quiet for `sse_keepalive_s` (queued, or its prompt
-being read), so that no proxy's idle timeout cuts it. A streamed chat completion that names an
-`X-Conversation-Id` is kept for its client to read again after a dropped connection (streams.py).
-
-A streamed answer is `chat.completion.chunk` events ending in `data: [DONE]`; while it waits for a slot the
-stream carries SSE comments (`: queued 3`), which clients skip. The client's connection is watched while the
-answer runs: when it goes away the chat is cancelled within a decode step, also while it is still queued.
+"""OpenAI-compatible HTTP: `POST /v1/chat/completions`, `POST /v1/responses` and `GET /v1/models`, over the same
+chats as the socket (docs/openai.md has the field mapping). A quiet stream carries a `: keep-alive` comment so that
+no proxy's idle timeout cuts it, and a client that goes away has its chat cancelled, also while it is queued.
 """
 
 from __future__ import annotations
@@ -49,7 +41,6 @@ Release = Callable[[], None]  # gives the client's connection back to the limits
 
 class OpenAI:
     def __init__(self, state: ServerState, resumes: Resumes | None = None):
-        """`resumes`: the server's kept chats, for streams sent with X-Conversation-Id (None: never kept)."""
         self.state = state
         self.model = state.settings.model.id
         self.created = int(time.time())
@@ -94,10 +85,7 @@ class OpenAI:
     async def _accept(self, request: Request, parse: Callable[[bytes, int], Parsed],
                       answer: Callable[[ChatStream, Parsed, ChatEncoder, Release, str | None, str], ASGIApp],
                       keepable: bool = False) -> ASGIApp:
-        """Read the body with `parse`, open its chat, and hand it to `answer(stream, body, tokenizer, release, kept,
-        key)`: `kept` the X-Conversation-Id it is kept under (`keepable` routes only), else None; `key` the
-        conversation key to give back, so a next turn that sends it reuses this one's cache (owners.py). What it
-        returns is the route's ASGI response: a Response, or an answer that sends itself."""
+        """`answer` gets `kept`, the X-Conversation-Id the stream is kept under (or None), and the conversation key."""
         state, settings, tokenizer = self.state, self.state.settings, self.state.tokenizer
         if not state.ready or tokenizer is None:
             return self._not_ready()
@@ -151,8 +139,7 @@ class OpenAI:
 
 
 async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, which must come whole within `timeout_s` (as its header must: connections.py), so a client
-    trickling it cannot hold a connection for ever."""
+    """The body must come whole within `timeout_s`, as its header must, so that a trickle cannot hold a connection."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadField(None, f"the body may be at most {limit} bytes", "too_large")
@@ -169,8 +156,7 @@ async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 
 
 def _field(message: str, names: dict[str, str]) -> tuple[str, str] | None:
-    """(OpenAI field, our param) named by a refusal of our sampling params, like `params.top_p: ...`, or of a
-    field read as OpenAI's, like `tools: ...`."""
+    """(OpenAI field, our param) that a refusal such as `params.top_p: ...` or `tools: ...` names."""
     if message.startswith("params."):
         ours = message[len("params."):].split(":", 1)[0]
         return names.get(ours, ours), ours

@@ -1,10 +1,5 @@
-"""OpenAI streams that outlive their connection, in llama.cpp's server's shape (docs/openai.md, "Resuming a stream").
-
-A streamed `/v1/chat/completions` request with `X-Conversation-Id: <id>` is kept (resume/registry.py): its SSE bytes go
-into the chat's log as they are made, and the response reads the log. When the client goes away the answer keeps
-running for `resume_grace_s`; `GET /v1/stream/<id>?from=N` replays it from byte N and follows it live, and
-`DELETE /v1/stream/<id>` stops it. A new request with the same id replaces the stream before it. The id is the only
-key, as in llama.cpp: it must be long (a UUID is), and where `api_key` is set every route needs the key too.
+"""OpenAI streams that outlive their connection, in llama.cpp's shape. The `X-Conversation-Id` is the only key, as
+in llama.cpp, so it must be long (a UUID is); where `api_key` is set every route needs the key too.
 """
 
 from __future__ import annotations
@@ -55,7 +50,7 @@ class SseChat(KeptChat):
 
     def __init__(self, registry: Resumes, stream: ChatStream, chunks: AsyncIterator[str], key: str):
         self._chunks = chunks
-        self.offset = 0  # bytes made so far
+        self.offset = 0
         super().__init__(registry, stream, key)
 
     @property
@@ -131,8 +126,6 @@ class StreamReader(Reader):
 
 
 class Streams:
-    """The routes: `GET` and `DELETE /v1/stream/<id>`, and keeping a new request's stream."""
-
     def __init__(self, state: ServerState, resumes: Resumes, refused: Callable[[int, str, str], Response]):
         """`refused(status, code, message)`: an error in the OpenAI API's shape."""
         self.state, self.resumes, self.refused = state, resumes, refused

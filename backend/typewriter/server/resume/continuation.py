@@ -1,11 +1,5 @@
-"""Continue anywhere: a chat that brings the start of its answer (`continue`) is submitted so that the engine goes
-on after it, as the same assistant turn (engine/request_state.py replays it).
-
-The start is taken as the token ids the client kept when they stream exactly the text it shows on this server's
-tokenizer: then the model reads what it wrote, token for token, and a greedy or seeded answer goes on as if it had
-never been cut. Otherwise (no ids, or ids from another model or tokenizer, as during a rolling upgrade) the text
-is encoded here: a coherent continuation, which may differ from the uninterrupted answer where the encoding parts
-from what the model generated.
+"""A chat that brings the start of its answer (`continue`) goes on after it. The client's token ids are taken when
+they stream exactly its text here, so that a seeded answer goes on as if never cut; otherwise the text is encoded.
 """
 
 from __future__ import annotations
@@ -27,8 +21,7 @@ EXACT, ENCODED = "ids", "text"  # how the start was taken, as the start frame's 
 
 async def submit(engine: EngineHandle, tokenizer: ChatEncoder, request: GenerationRequest, start: Continue | None,
                  on_event: Callable[[Event], None]) -> str | None:
-    """Submit `request`, continuing `start` if given; returns EXACT, ENCODED or None. Raises what
-    `Engine.submit` raises."""
+    """Returns EXACT, ENCODED or None (no start); raises what `Engine.submit` raises."""
     if start is None:
         engine.submit(request, on_event)
         return None

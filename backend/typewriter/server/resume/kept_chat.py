@@ -1,13 +1,5 @@
-"""One kept chat: its log, the one reader it is sent to, and the grace period (registry.py has the registry and the
-rules its bounds keep).
-
-A subclass's `_produce` appends each piece of the chat's output (a protocol v1 frame: socket/resumable.py; a few SSE
-bytes: openai/streams.py) with its position key, a token index or a byte offset; the reader attached to it (at first
-the connection that started the chat) is sent the log by a task of its own, so a slow or dead reader never holds
-the engine or the other chats up. `attach` makes another reader the one, from a position; `detach` starts the
-grace period, after which a running chat is cancelled. Lifecycle: running, ended (its terminal item is in),
-forgotten (out of the registry).
-"""
+"""One kept chat: its log, the one reader it is sent to by a task of its own (so that a slow or dead reader holds
+nothing up), and the grace period."""
 
 from __future__ import annotations
 
@@ -26,8 +18,6 @@ log = logging.getLogger("typewriter.server")
 
 
 class Registry(Protocol):
-    """What a kept chat needs of the registry that holds it (resume.Resumes): the grace period, and the bytes."""
-
     grace_s: float
     bytes: int  # held by every kept chat's log, the registry's to count
 
@@ -73,12 +63,12 @@ class KeptChat:
         self.bytes = 0
         self.sent = 0  # the position up to which a reader has been sent the log
         self.overflowed = False
-        self.ended_at: float | None = None  # set when it moves to ENDED
+        self.ended_at: float | None = None
         self.reader: Reader | None = None
         self._more = asyncio.Event()  # set (and replaced) whenever the log grows or the reader changes
         self._timer: asyncio.TimerHandle | None = None
         self._abandoned = False
-        self._tasks: set[asyncio.Task[None]] = set()  # the producer and the readers' senders, held until done
+        self._tasks: set[asyncio.Task[None]] = set()
         self._spawn(self._run(), f"kept-{stream.engine_id}")
 
     @property
@@ -91,17 +81,14 @@ class KeptChat:
 
     @property
     def end(self) -> int:
-        """The position after the last item."""
         return self.base + len(self.items)
 
     def move(self, life: Life) -> None:
         if life not in _NEXT[self.life]:
             raise RuntimeError(f"kept chat {self.stream.engine_id}: cannot go from {self.life.value} to {life.value}")
         self.life = life
-        if life is Life.ENDED:  # however it ended (a producer that failed or was cancelled too): the registry
-            self.ended_at = time.monotonic()  # drops the logs of the longest ended first
-
-    # ---- the producer side ----
+        if life is Life.ENDED:  # however it ended: the registry drops the logs of the longest ended first
+            self.ended_at = time.monotonic()
 
     async def _run(self) -> None:
         try:
@@ -168,8 +155,6 @@ class KeptChat:
             self.bytes -= freed
             self.registry.bytes -= freed
 
-    # ---- readers ----
-
     def lost(self, key: int) -> bool:
         """Whether items from position key `key` on are no longer all kept."""
         return self.base > 0 and key < self.kept_from
@@ -179,7 +164,6 @@ class KeptChat:
         return self.base + bisect.bisect_left(self.keys, key)
 
     def attach(self, reader: Reader, position: int) -> None:
-        """Make `reader` the one reader, from `position`."""
         previous, self.reader = self.reader, reader
         self._abandoned = False
         self.sent = position
@@ -236,8 +220,6 @@ class KeptChat:
     def _wake(self) -> None:
         self._more.set()
         self._more = asyncio.Event()
-
-    # ---- the grace period ----
 
     def _restart_timer(self, then: Callable[[], None]) -> None:
         if self._timer is not None:

@@ -1,20 +1,5 @@
-"""Resumable chats: an answer that outlives the connection that asked for it. This module is the registry of the
-kept chats and the rules of their bounds; kept_chat.py is one chat's log, reader and grace period.
-
-A kept chat is pumped there instead of by its connection: every piece of output it makes (a protocol v1 frame, or
-a few SSE bytes) is appended to its log, in order, and the reader attached to it (at first the connection that
-started it) is sent the log by a task of its own, so a slow or dead reader never holds the engine or the other
-chats up. When the reader goes away the chat keeps running for `resume_grace_s`; a new reader with the chat's key
-takes over from where its client stopped (a token index, or a byte offset) and follows the chat live. A chat
-nobody comes back for in time is cancelled and its slot freed; a finished chat's log is forgotten
-`resume_grace_s` after its end (its end may have been lost with the connection).
-
-Logs are bounded per chat (`resume_buffer_bytes`) and in total (`resume_buffer_total_bytes`). When one must
-shrink, what is least likely to be asked for again goes first: the logs of finished chats, longest ended first,
-then the items already sent to a reader (a resume from before them is refused as lost, and the client continues
-the answer from its own copy instead). Items a reader has not been sent yet are not dropped: a chat whose unsent
-items would outgrow a bound ends, and its end says why (`resume_buffer_full`). Keys are looked up by their
-SHA-256 only.
+"""Resumable chats, by the hash of their key. When room is needed, what is least likely to be asked for again goes
+first (finished chats, then items already sent); unsent items are never dropped: their chat ends instead.
 """
 
 from __future__ import annotations
@@ -30,8 +15,6 @@ Kept = TypeVar("Kept", bound=KeptChat)
 
 
 class Resumes(Registry):
-    """Every kept chat of one server, by the hash of its key, and the bytes their logs hold."""
-
     def __init__(self, settings: Settings, registry: CollectorRegistry):
         self.grace_s = settings.resume.resume_grace_s
         self.per_chat = settings.resume.resume_buffer_bytes
@@ -64,13 +47,12 @@ class Resumes(Registry):
         self.resumes.labels(outcome=outcome).inc()
 
     def make_room(self, chat: KeptChat, size: int) -> bool:
-        """Whether `size` more bytes of `chat`'s log fit, after dropping what may be dropped (see the module)."""
         if chat.bytes + size > self.per_chat:
             chat.drop_sent(size, self.per_chat)
             if chat.bytes + size > self.per_chat:
                 return False
         if self.bytes + size > self.total:
-            ended = {c: c.ended_at for c in self.chats.values() if c.ended_at is not None}  # Life.ENDED
+            ended = {c: c.ended_at for c in self.chats.values() if c.ended_at is not None}
             for old in sorted(ended, key=ended.__getitem__):
                 if old.reader is not None and old.sent < old.end:  # its reader is still being sent its end
                     old.drop_sent(size, self.total, total=True)

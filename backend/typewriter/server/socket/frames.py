@@ -1,6 +1,5 @@
-"""Protocol v1 over the WebSocket: client frames parsed into typed messages, server frames built as dicts
-(docs/protocol.md). A `chat` frame's body is read by chat_request.py, as every door's chat is. Nothing here knows
-about sockets or the engine.
+"""Protocol v1 (docs/protocol.md): client frames parsed into typed messages, server frames built as dicts. Nothing
+here knows about sockets or the engine; a `chat` frame's body is read by chat_request.py, as every door's chat is.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from ..refusal import ERROR_CODES, Refusal
 
 MAX_TOKEN_LENGTH = 128  # a resume token is 43 characters; anything far longer is not one
 
-# WebSocket close codes (RFC 6455 section 7.4.1) the server uses.
 CLOSE_UNSUPPORTED_DATA = 1003  # a binary frame
 CLOSE_POLICY_VIOLATION = 1008  # a cross-origin handshake, or a flood of frames
 CLOSE_MESSAGE_TOO_BIG = 1009  # a frame over max_message_bytes
@@ -49,7 +47,7 @@ def parse_frame(text: str, max_messages: int) -> ClientMessage:
         frame = json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:
         raise Refusal("invalid_json", f"the frame is not valid JSON: {e}") from None
-    except RecursionError:  # found by tests/e2e/test_fuzz.py: a few thousand "[" fit in a frame
+    except RecursionError:  # a few thousand "[" fit in a frame
         raise Refusal("invalid_json", "the frame nests arrays or objects too deeply") from None
     if not isinstance(frame, dict):
         raise Refusal("invalid_request", "a frame must be a JSON object with a \"type\" field")
@@ -83,9 +81,6 @@ def _parse_resume(frame: dict[str, Any], request_id: str | None) -> Resume:
     return Resume(chat_id, token, first)
 
 
-# ---- server -> client ----
-
-
 def queued(request_id: str, position: int) -> dict[str, Any]:
     return {"type": "queued", "id": request_id, "position": position}
 
@@ -109,8 +104,7 @@ def tool_call(request_id: str, index: int, call_id: str, name: str, arguments: s
 
 
 def end(request_id: str, finished: Finished, tool_calls: bool = False) -> dict[str, Any]:
-    """`tool_calls`: the answer called tools (sent as `tool_call` frames); if it ended of itself, its reason is
-    `tool_calls`."""
+    """`tool_calls`: the answer called tools, so that its reason, if it ended of itself, is `tool_calls`."""
     assert finished.reason is not FinishReason.ERROR
     t = finished.timings
     natural = finished.reason in (FinishReason.EOS, FinishReason.STOP_SEQUENCE)

@@ -1,9 +1,6 @@
-"""One chat's events as protocol v1 frames, in the order they go out: the one pump every socket chat goes through
-(a plain chat's frames are sent as they come; a resumable one's are kept first, resumable.py), and the gRPC door's.
-
-A token frame goes out when a token has text to show (stream.shows); the ids of the tokens it covers, those whose
-text was held back included, travel with it for a client that may continue the answer elsewhere. Tool calls go out
-whole, after the answer's text and before its end.
+"""One chat's events as protocol v1 frames, in the order they go out, for every socket chat and the gRPC door.
+A token frame carries the ids of every token since the last one, held-back ones included, so that a client can
+have the answer continued elsewhere token for token.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ class Outgoing:
 
 
 async def frames(stream: ChatStream) -> AsyncIterator[Outgoing]:
-    """Every frame of `stream`'s chat, up to and including its last."""
     ids: list[int] = []
     while True:
         event = await stream.next_event()

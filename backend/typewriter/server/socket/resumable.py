@@ -1,9 +1,6 @@
-"""A protocol v1 chat kept for resuming (docs/protocol.md, "Resuming an answer").
-
-Its frames are every socket chat's (pump.py makes them), with two additions only a resumable chat's client
-sees: its `queued` and `start` frames carry `resume_token`, 32 random bytes that only the socket that started the
-chat is ever sent, and each `token` frame carries `ids`, the token ids its text came from (those whose text was held back
-included), so that a client can have the answer continued token for token by another server.
+"""A protocol v1 chat kept for resuming (docs/protocol.md, "Resuming an answer"). Its `queued` and `start` frames
+carry `resume_token`, 32 random bytes only the socket that started the chat is ever sent, and its `token` frames
+carry `ids`.
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ class SocketChat(KeptChat):
         return self.next_index
 
     def check_from(self, first_index: int) -> None:
-        """A client can only lack what was made: a `from` past the last kept token is a lie or a mix-up. One
-        before frames that were dropped for room cannot be replayed."""
+        """A `from` past the last kept token is a lie or a mix-up; one before frames dropped for room is lost."""
         if first_index > self.next_index:
             raise Refusal("invalid_request", f"from: this chat has sent tokens up to index "
                                              f"{self.next_index - 1}, so from may be at most "
@@ -52,8 +48,8 @@ class SocketChat(KeptChat):
             key = self.next_index  # a tool call: replayed to a client that has every token
             if frame["type"] in ("queued", "start"):
                 frame["resume_token"] = self.token  # from the first frame on, so that a queued chat can be resumed
-                key = 0 if frame["type"] == "start" else -1  # a queue position is never replayed; the start is, to
-            elif frame["type"] == "token":  # a client that lacks token 0
+                key = 0 if frame["type"] == "start" else -1  # the start is replayed with token 0, a queue position never
+            elif frame["type"] == "token":
                 frame["ids"] = out.ids
                 key = frame["index"]
             self.append(key, encode(frame))

@@ -1,15 +1,6 @@
-"""One WebSocket connection: a reader that always reads, and the chat it runs, whose frames come from one pump
-(pump.py): sent as they come, or, for a resumable chat, kept first (resumable.py) and sent from the kept log, so
-that this socket is its reader until the socket closes or another socket resumes the chat.
-
-The reader keeps reading while frames go out, so a `stop` is seen at once. What a chat is (the checks, the
-fitting, the engine's events on an asyncio queue, the backlog bound) lives in `server/chats.py`, shared with the
-other doors; this file only speaks protocol v1 over one socket.
-
-Two rules hold whatever goes wrong: a socket runs one chat at a time, and a chat whose frames can no longer reach
-its client is cancelled (a resumable one waits for its client instead, up to resume_grace_s). A send that fails
-because the client left cancels the chat; one that fails for any other reason (a frame that cannot be encoded)
-also closes the socket with 1011, so the client hears that its chat ended.
+"""One WebSocket connection speaking protocol v1: a reader that keeps reading while frames go out, so that a `stop`
+is seen at once, and the one chat it runs at a time. A chat whose frames can no longer reach its client is cancelled
+(a resumable one waits for its client instead).
 """
 
 from __future__ import annotations
@@ -37,21 +28,19 @@ log = logging.getLogger("typewriter.server")
 class Session(Reader):
     def __init__(self, websocket: WebSocket, state: ServerState, client: str = "unknown",
                  resumes: Resumes | None = None):
-        """`client`: the address the abuse limits count this connection's chats against; `resumes`: the
-        server's kept chats (None: chats are never kept)."""
+        """`client`: the address the limits count; `resumes`: None when chats are never kept."""
         self.ws, self.server, self.client = websocket, state, client
-        self.owner = state.owners.socket()  # this socket's chats are one conversation's turns (owners.py)
+        self.owner = state.owners.socket()  # this socket's chats are one conversation's turns
         self.settings = state.settings
         self.resumes = resumes
         self.stream: ChatStream | None = None
-        self.kept: SocketChat | None = None  # the resumable chat this socket reads, if any
+        self.kept: SocketChat | None = None
         self._opening: str | None = None  # the id of a chat being checked and encoded: busy already
         self._open = True
         self._send_lock = asyncio.Lock()
         self._pumps: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
-        """Serve an accepted connection until the client leaves or breaks the protocol."""
         self.server.metrics.connections.inc()
         try:
             await self._read()
@@ -64,8 +53,6 @@ class Session(Reader):
             if self._pumps:
                 await asyncio.gather(*self._pumps)
             self.server.metrics.connections.dec()
-
-    # ---- reading ----
 
     async def _read(self) -> None:
         limit = self.settings.socket.max_message_bytes
@@ -91,8 +78,8 @@ class Session(Reader):
             except Refusal as e:
                 self.server.metrics.rejected.labels(code=e.code).inc()
                 await self._send(p.error(e.code, e.message, e.request_id))
-                if e.code == "shutdown":  # draining: this server takes no more chats, so the client reconnects
-                    await self._close(p.CLOSE_SERVICE_RESTART, "shutdown")  # now, not after a flood of refusals
+                if e.code == "shutdown":  # so that the client reconnects now, not after a flood of refusals
+                    await self._close(p.CLOSE_SERVICE_RESTART, "shutdown")
                     return
 
     async def _handle(self, message: p.ClientMessage) -> None:
@@ -133,8 +120,6 @@ class Session(Reader):
         self._pumps.add(pump)
         pump.add_done_callback(self._pumps.discard)
 
-    # ---- resuming a kept chat ----
-
     async def _resume(self, resume: p.Resume) -> None:
         self._check_idle(resume.id)
         resumes = self.resumes
@@ -156,18 +141,14 @@ class Session(Reader):
         chat.attach(self, chat.position(resume.first_index))
 
     async def deliver(self, text: str) -> bool:
-        """A kept chat's next frame (resume.Reader)."""
         await self._send_text(text)
         return self._open
 
     def released(self, chat: KeptChat) -> None:
-        """The kept chat's end goes out next, or another socket resumed it (resume.Reader)."""
         if self.kept is chat:
             self.kept = None
             if self.stream is chat.stream:
                 self.stream = None
-
-    # ---- a plain chat's frames go out as they come ----
 
     async def _send_frames(self, stream: ChatStream) -> None:
         try:
@@ -187,8 +168,6 @@ class Session(Reader):
         stream.end()
         if self.stream is stream:
             self.stream = None
-
-    # ---- writing ----
 
     async def _send(self, frame: dict[str, Any]) -> None:
         """Send a frame; never raises. If it cannot be made or sent, the socket's chat is cancelled."""
@@ -218,8 +197,7 @@ class Session(Reader):
         await self._broken()
 
     async def _broken(self) -> None:
-        """A frame for this socket could not be made or sent: cancel its chat and close it (1011), so the client
-        knows its chat ended and the socket holds nothing that runs on unheard."""
+        """Close with 1011 so that the client knows its chat ended and nothing runs on unheard."""
         if self.stream is not None:
             self.stream.cancel(Cancel.DISCONNECT)
         await self._close(p.CLOSE_INTERNAL_ERROR, "the server could not send a frame; see its log")
