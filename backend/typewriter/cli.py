@@ -28,8 +28,8 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "generate": (generate, "stream one answer to stdout"),
     "chat": (chat, "interactive multi-turn chat; Ctrl-C stops an answer, Ctrl-D leaves"),
     "bench": (bench, "measure load, compile, time to first token and decode speed of the engine in-process"),
-    "loadtest": (loadtest, "drive a running server's WebSocket with concurrent chats and measure it"),
-    "serve": (serve, "start the WebSocket chat server"),
+    "loadtest": (loadtest, "drive a running server (its socket or its OpenAI API) with concurrent chats and measure it"),
+    "serve": (serve, "serve the page, the socket, the OpenAI API and (with --grpc-port) gRPC"),
     "export": (export, "write the model as a TensorFlow SavedModel (prefill and decode-step signatures)"),
     "models": (models, "list the model formats, families and tokenizers --model accepts"),
 }
