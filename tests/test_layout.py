@@ -112,6 +112,11 @@ def _reachable(name: str) -> set[str]:
     ("text", ("typewriter.runners", "typewriter.server", "typewriter.engine")),
     ("config", ("typewriter.",)),  # a leaf: everything may read the settings
     ("client", ("typewriter.server", "typewriter.engine", "typewriter.runners", "typewriter.text")),
+    # the doors share the server's core, never each other (gRPC speaks the socket's frames: socket/pump.py)
+    ("server.socket", ("typewriter.server.openai", "typewriter.server.grpc")),
+    ("server.openai", ("typewriter.server.socket", "typewriter.server.grpc")),
+    ("server.grpc", ("typewriter.server.openai", "typewriter.server.socket.session")),
+    ("server.resume", ("typewriter.server.socket", "typewriter.server.openai", "typewriter.server.grpc")),
 ])
 def test_each_folder_imports_only_what_its_contract_allows(folder, forbidden):
     members = [m for m in MODULES if m == f"typewriter.{folder}" or m.startswith(f"typewriter.{folder}.")]
