@@ -131,7 +131,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
 
     async def _read(self, requests: AsyncIterator[Incoming], stream: ChatStream) -> Refusal | None:
         """A stop stops the chat; anything else cancels it and returns the error that ends the RPC."""
-        chat_id = stream.client_id
+        chat_id = stream.chat_id
         try:
             async for message in requests:
                 kind = message.WhichOneof("kind")
