@@ -160,6 +160,15 @@ def test_150_silent_http2_connections_are_capped_and_closed_while_healthz_and_a_
     assert "out of system resource" not in log.read_text()
 
 
+def test_the_descriptor_limit_is_raised_for_the_grpc_ports_caps_too(tmp_path):
+    """Each connection to the gRPC port takes three descriptors: the client's, the proxy's to gRPC, gRPC's own."""
+    with scripted_server(tmp_path / "server.log", (128, 4096), max_connections=10, max_pending_connections=20) as (
+            proc, _, _):
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+    soft = int(re.search(r"^Max open files\s+(\d+)", limits, re.M).group(1))
+    assert soft == (10 + 20) * 4 + 128
+
+
 # ---- a server on a thread of the test process ----
 
 
