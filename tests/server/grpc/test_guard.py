@@ -32,7 +32,7 @@ from served import running
 from typewriter.server.grpc.gen import chat_pb2 as pb
 from typewriter.server.grpc.gen import chat_pb2_grpc
 
-HEADER_TIMEOUT_S = 2.0
+HEADER_TIMEOUT_S = 3.0  # long enough that the newest of a flood are still waiting when it ends
 BOUND = re.compile(r"Typewriter on http://(\S+?)/? ")
 GRPC_BOUND = re.compile(r"^gRPC on (\S+)$", re.M)
 SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # a frame header: length 0, type SETTINGS, no flags, stream 0

@@ -46,9 +46,6 @@ class Guard:
         self._by_port: dict[int, Connection] = {}
         self._dropped = {reason: Every() for reason in ("header_timeout", "pending_per_client", "pending_total")}
 
-    def waiting(self) -> int:
-        return len(self._waiting)
-
     def opened(self, client: str, close: Callable[[], None]) -> Connection:
         connection = Connection(client, close)
         self.open.add(connection)
@@ -108,7 +105,8 @@ class Guard:
         if connection.deadline is not None:
             connection.deadline.cancel()
             connection.deadline = None
-        if self._waiting.pop(connection, 0) is None:
+        if connection in self._waiting:
+            del self._waiting[connection]
             peers = self._waiting_from[connection.client]
             del peers[connection]
             if not peers:
