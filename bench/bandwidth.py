@@ -16,11 +16,13 @@ Bytes a step reads (weights once, plus the K/V cache at `--position` and one emb
   small float32 block. K/V float16.
 - llama.cpp: every tensor of the GGUF file as stored, but the token embeddings (one row) unless they are also the
   output matrix. K/V float16 (its default).
-- q4 (a candidate): 32-weight blocks of 4 bits with a float16 scale (18 bytes a block) for the layers' matrices,
-  the logits' matrix at int8 or at q4.
+- candidates in bench/c/q4_matmul.c's block formats (32 weights a block, float16 scales): `blocks exact`, each
+  matrix in the format that holds the file's own blocks exactly (Q4_0 as Q4, 18 bytes a block; Q4_1 and Q4_K as
+  Q4M with a minimum, 20; 5-, 6- and 8-bit types as Q8, 34); `q4m + q8 logits`, every layer matrix at 20 and the
+  logits at 34; `q4 + q8 logits`, the layers at 18.
 
 With --measure, one-student decode (bench/single_stream.py's runs: ours through `typewriter bench`, llama.cpp
-through llama-cpp-python, 2 threads) and each as a fraction of its floor.
+through llama-cpp-python on 2 threads, or --peer-threads) and each as a fraction of its floor.
 """
 
 from __future__ import annotations
@@ -36,8 +38,9 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-Q4_BLOCK = 32  # weights per block
-Q4_BLOCK_BYTES = Q4_BLOCK // 2 + 2  # 16 bytes of nibbles and a float16 scale
+BLOCK = 32  # weights per block in the C kernel's formats
+Q4, Q4M, Q8 = 18, 20, 34  # bytes a block: 16 of nibbles and a float16 scale; and a float16 minimum; 32 bytes
+EXACT = {"Q4_0": Q4, "Q4_1": Q4M, "Q4_K": Q4M}  # the formats that hold these types' blocks exactly; others Q8
 DOWN_BLOCK = 64  # runners/lite/layers.py: the down projection's online rotation, a Hadamard inside blocks of this
 
 
@@ -112,12 +115,18 @@ def step_bytes(path: Path, position: int) -> dict:
     def int8(inputs: int, outputs: int, two_pass: bool) -> int:
         return (inputs + (2 if two_pass else 0)) * outputs + 4 * outputs
 
-    def q4(inputs: int, outputs: int) -> int:
-        return inputs * outputs // Q4_BLOCK * Q4_BLOCK_BYTES
+    def blocks(inputs: int, outputs: int, size: int) -> int:
+        return inputs * outputs // BLOCK * size
+
+    def exact(t) -> int:  # a tensor of the file in the C format that holds its blocks exactly
+        if t.tensor_type.name in ("F32", "F16"):
+            return t.data.nbytes
+        return int(np.prod(t.shape)) // BLOCK * EXACT.get(t.tensor_type.name, Q8)
 
     lite_layers = cfg.n_layers * (sum(int8(*m) for m in layer) + bias + DOWN_BLOCK**2 * 4)
     fast_layers = cfg.n_layers * (sum(int8(i, o, False) for i, o, _ in layer) + bias + DOWN_BLOCK**2 * 4)
-    q4_layers = cfg.n_layers * (sum(q4(i, o) for i, o, _ in layer) + bias)
+    q4_layers = cfg.n_layers * (sum(blocks(i, o, Q4) for i, o, _ in layer) + bias)
+    q4m_layers = cfg.n_layers * (sum(blocks(i, o, Q4M) for i, o, _ in layer) + bias)
     tensors = src.tensors
     output = "output.weight" if "output.weight" in tensors else "token_embd.weight"
     llama_all = sum(t.data.nbytes for name, t in tensors.items() if name != "token_embd.weight" or
@@ -127,8 +136,10 @@ def step_bytes(path: Path, position: int) -> dict:
         "int8-lite": (lite_layers, int8(d, v, True)),
         "int8-lite-fast": (fast_layers, int8(d, v, False)),
         "llama.cpp": (llama_all - llama_logits, llama_logits),
-        "q4, logits int8": (q4_layers, int8(d, v, False)),
-        "q4, logits q4": (q4_layers, q4(d, v)),
+        "blocks exact": (sum(exact(t) for name, t in tensors.items() if name != output and
+                             (name != "token_embd.weight" or output == name)), exact(tensors[output])),
+        "q4m + q8 logits": (q4m_layers, blocks(d, v, Q8)),
+        "q4 + q8 logits": (q4_layers, blocks(d, v, Q8)),
     }
     out = {"model": cfg.name, "config": {"dim": d, "hidden": f, "vocab": v, "layers": cfg.n_layers,
                                          "heads": cfg.n_heads, "kv_heads": cfg.n_kv_heads, "head_dim": e},
@@ -149,6 +160,7 @@ def main() -> None:
     parser.add_argument("--measure", action="store_true", help="also run one-student decode, ours and llama.cpp's")
     parser.add_argument("--formats", default="int8-lite", help="our formats to measure (default %(default)s)")
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--peer-threads", type=int, default=2, help="llama.cpp's threads (default %(default)s)")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args()
     report: dict = {"bandwidth": measure_bandwidth(args.mib, args.repeats)}
@@ -174,7 +186,7 @@ def main() -> None:
         from typewriter.text.tokenizer import Tokenizer
 
         prompt = Tokenizer.from_gguf(Path(args.model)).encode_chat([{"role": "user", "content": TUTOR_QUESTION}])
-        runs = {"llama.cpp": llama(args.model, prompt, args.tokens)}
+        runs = {"llama.cpp": llama(args.model, prompt, args.tokens, args.peer_threads)}
         for fmt in args.formats.split(","):
             runs[fmt] = ours(fmt, args.tokens, args.model)
         report["measured"] = {}

@@ -31,10 +31,10 @@ def ours(fmt: str, tokens: int, model: str | None = None) -> dict:
             "tokens_per_s": result["single_tokens_per_s"], "prompt_tokens": result["prompt_tokens"]}
 
 
-def llama(path: str, prompt: list[int], tokens: int) -> dict:
+def llama(path: str, prompt: list[int], tokens: int, threads: int = 2) -> dict:
     from llama_cpp_peer import open_model
 
-    llm = open_model(path, n_ctx=len(prompt) + tokens + 8)
+    llm = open_model(path, n_ctx=len(prompt) + tokens + 8, threads=threads)
     uncached, cached = [], []
     for _ in range(6):  # the first is a warm-up
         llm.reset()
