@@ -141,23 +141,27 @@ class FairShare:
         within: dict[str, deque[int]] = {}
         for group, clients in queues.items():
             accounts = self.clients[group].accounts
-            starts = {c: accounts[c].served + client_owed.get((group, c), 0.0) for c in clients}
+            starts = {c: (accounts[c].served + client_owed.get((group, c), 0.0), accounts[c].requests)
+                      for c in clients}
             within[group] = deque(_merge(clients, starts, lambda i: cost(waiting[i])))
-        starts = {g: self.groups.accounts[g].served + group_owed.get(g, 0.0) for g in within}
+        groups = self.groups.accounts
+        starts = {g: (groups[g].served + group_owed.get(g, 0.0), groups[g].requests) for g in within}
         return [waiting[i] for i in _merge(within, starts, lambda i: cost(waiting[i]) / waiting[i].share.weight)]
 
 
-def _merge(queues: dict[str, deque[int]], starts: dict[str, float], cost: Callable[[int], float]) -> list[int]:
+def _merge(queues: dict[str, deque[int]], starts: dict[str, tuple[float, int]],
+           cost: Callable[[int], float]) -> list[int]:
     """The queues' items (arrival indices) merged least start first, each queue's start advanced by the cost of the
-    item it gave."""
-    heap = [(starts[k], q[0], k) for k, q in queues.items()]
+    item it gave. `starts`: (counter, requests in the engine); at equal counters the one with fewer requests goes
+    first, so a newcomer lifted to a busy client's counter is not put behind that client's backlog."""
+    heap = [(start, load, q[0], k) for k, q in queues.items() for start, load in [starts[k]]]
     heapq.heapify(heap)
     merged = []
     while heap:
-        start, i, k = heapq.heappop(heap)
+        start, load, i, k = heapq.heappop(heap)
         merged.append(i)
         queue = queues[k]
         queue.popleft()
         if queue:
-            heapq.heappush(heap, (start + cost(i), queue[0], k))
+            heapq.heappush(heap, (start + cost(i), load, queue[0], k))
     return merged

@@ -52,7 +52,8 @@ class Scheduler:
         self.slots = slots
         self.cache = PrefixCache(slots)
         self.fair = FairShare()
-        self.typical_answer = 0.0  # tokens, a moving average over the finished answers
+        self.typical_answer = 0.0  # tokens: the mean of the first finished answers, then a moving average
+        self.answers_seen = 0
 
     def add(self, request: RequestState) -> None:
         """Overloaded when full; a burst may hold as many beyond `max_queue` as there are free slots."""
@@ -112,8 +113,12 @@ class Scheduler:
         return self.budget * max(1, decode_rows // BUDGET_ROWS, starting)
 
     def order(self) -> list[RequestState]:
-        """The waiting requests in the order they will take slots if nothing else changes (their queue positions)."""
-        owed = [(r.share, self._prompt_cost(r.prefilled, len(r.prompt_ids) - r.prefilled)) for r in self.prefilling]
+        """The waiting requests in the order they will take slots if nothing else changes (their queue positions).
+        What the requests in slots are still expected to cost is counted as served already, so that a client
+        whose answers are under way goes after one whose are not, as it will once they are generated."""
+        owed = [(r.share, self._prompt_cost(r.prefilled, len(r.prompt_ids) - r.prefilled)
+                 + max(0.0, self._expected_answer(r) - len(r.output_ids)) * ANSWER_COST)
+                for r in self.running.values()]
         return self.fair.order(list(self.waiting), self._expected_cost, owed)
 
     def prefilled(self, chunk: PrefillChunk) -> None:
@@ -130,7 +135,9 @@ class Scheduler:
             self._charge_answer(request)
             self.fair.leave(request.share)
         if request.output_ids:
-            self.typical_answer += (len(request.output_ids) - self.typical_answer) / ANSWER_MEMORY
+            self.answers_seen += 1
+            self.typical_answer += (len(request.output_ids) - self.typical_answer) / min(self.answers_seen,
+                                                                                        ANSWER_MEMORY)
         if request.status in (Status.PREFILLING, Status.RUNNING):
             if request in self.prefilling:
                 self.prefilling.remove(request)
@@ -214,19 +221,24 @@ class Scheduler:
     def _prompt_cost(self, start: int, length: int) -> float:
         return prompt_cost(self.costs, self.slots, start, length)
 
+    def _expected_answer(self, request: RequestState) -> float:
+        """Tokens its answer is expected to have: as many as the typical one, half its allowance before any ended."""
+        most = request.params.max_new_tokens
+        return min(most, self.typical_answer if self.answers_seen else most / 2)
+
     def _expected_cost(self, request: RequestState) -> float:
-        """What a waiting request will cost: its whole prompt (what is cached is known only once placed) and an
-        answer as long as the typical one."""
-        answer = min(request.params.max_new_tokens, self.typical_answer) * ANSWER_COST
-        return self._prompt_cost(0, len(request.prompt_ids)) + answer
+        """What a waiting request will cost: its whole prompt (what is cached is known only once placed) and its
+        expected answer."""
+        return self._prompt_cost(0, len(request.prompt_ids)) + self._expected_answer(request) * ANSWER_COST
 
     def _new_positions(self) -> list[tuple[RequestState, int]]:
-        """Places in the fair order, for those whose place changed; one with a slot free for it is not queued and
-        hears nothing."""
+        """Places in the fair order, for those whose place changed. One with a slot free for it (that waits for
+        the step's budget, or for a prefix to copy) is next: one never queued hears nothing, one told a place
+        hears it is first, so that no page shows a place it has left."""
         free = len(self.free_slots)
         changed = []
         for n, request in enumerate(self.order(), start=1):
-            position = n - free
+            position = n - free if n > free else (1 if request.last_position else 0)
             if position > 0 and request.last_position != position:
                 request.last_position = position
                 changed.append((request, position))
