@@ -91,7 +91,7 @@ def test_a_class_key_cannot_be_the_servers_own_key(tmp_path):
 
 
 def test_a_missing_file_is_named(tmp_path):
-    with pytest.raises(ConfigError, match="TYPEWRITER_CLASSES: cannot read the classes file"):
+    with pytest.raises(ConfigError, match="none.toml: cannot read the classes file: No such file"):
         load_classes(Settings.of(classes=str(tmp_path / "none.toml")))
 
 

@@ -127,7 +127,7 @@ def load_classes(settings: Settings) -> Classes:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
-        raise ConfigError("classes", f"cannot read the classes file {path!r}: {e.strerror or e}") from None
+        raise ConfigError("classes", f"cannot read the classes file: {e.strerror or e}", source=path) from None
     try:
         text = raw.decode("utf-8")
         data = tomllib.loads(text)
@@ -136,7 +136,9 @@ def load_classes(settings: Settings) -> Classes:
     return parse_classes(data, settings, _Where(path, text))
 
 
-def parse_classes(data: dict[str, Any], settings: Settings, where: _Where) -> Classes:
+def parse_classes(data: dict[str, Any], settings: Settings, where: _Where | None = None) -> Classes:
+    """The classes of a parsed file; `where` names the file and finds lines for its errors."""
+    where = where or _Where("", "")
     _only(data, TOP, "the file", where)
     is_open = data.get("open", True)
     if not isinstance(is_open, bool):
