@@ -5,13 +5,14 @@ cache), on the socket, `/v1` and gRPC; a class key reads its own class's setting
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 
 import grpc
 import httpx
 import pytest
-from helpers import chat_json, until_terminal_async, wait_until
+from helpers import chat_json, recv_json, until_terminal_async, wait_until
 from scripted import script_engine
 from served import running
 from websockets.asyncio.client import connect
@@ -32,6 +33,7 @@ join = "ALG1-7QX2"
 key = "{ALGEBRA_KEY}"
 weight = 2
 max_tokens = 12
+chats_at_once = 2
 [class.tutor]
 subject = "algebra"
 guided = true
@@ -164,7 +166,7 @@ def test_metrics_and_readyz_count_each_classs_load_by_its_name(classes_file):
                                 "Biologie 2": {"active": 0, "queued": 0}}
 
 
-def test_a_server_for_its_classes_only_lets_in_its_classes_and_nobody_else(tmp_path):
+def test_a_server_for_its_classes_only_lets_in_its_classes_and_nobody_else(tmp_path, capsys):
     path = tmp_path / "classes.toml"
     path.write_text("open = false\n" + CLASSES)
 
@@ -179,15 +181,21 @@ def test_a_server_for_its_classes_only_lets_in_its_classes_and_nobody_else(tmp_p
                 outcomes.append(e.rcvd.code)
         return outcomes
 
-    with running(script_engine(), classes=str(path)) as (_, address):
+    with running(script_engine(), classes=str(path), grpc_port=0) as (_, address):
+        grpc_address = re.search(r"gRPC on (\S+)", capsys.readouterr().out).group(1)
         page = httpx.get(f"http://{address}/")
         joined = student_cookie(address, "ALG1-7QX2")
         outcomes = asyncio.run(sockets(address, joined))
         keyless, keyed = completion(address, None, "hi"), completion(address, ALGEBRA_KEY, "hi")
+        with pytest.raises(grpc.RpcError) as refused:
+            grpc_chat(grpc_address, "not-a-class-key-at-all-0000", "hi")
+        assert grpc_chat(grpc_address, BIOLOGY_KEY, "hi")[-1].WhichOneof("kind") == "end"
     assert "Join your class" in page.text and 'id="question"' not in page.text  # the join form alone
     assert f"{COOKIE}=" in page.headers["set-cookie"]  # an identity all the same, to join with
     assert outcomes == [1008, "end"]
     assert (keyless.status_code, keyless.json()["error"]["code"], keyed.status_code) == (401, "unauthorized", 200)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert dict(refused.value.trailing_metadata())["typewriter-error-code"] == "unauthorized"
 
 
 def test_a_class_answers_at_most_its_max_tokens(classes_file):
@@ -198,3 +206,34 @@ def test_a_class_answers_at_most_its_max_tokens(classes_file):
         others = completion(address, BIOLOGY_KEY, "hi", **{CONVERSATION_KEY: ""})
     assert too_long.status_code == 400 and "at most 12" in too_long.json()["error"]["message"]
     assert fits.status_code == 200 and others.status_code == 200
+
+
+def test_a_schools_range_raises_its_addresss_caps_while_each_students_limits_hold(classes_file):
+    engine = script_engine(["ab"] * 100, step_s=0.02, slots=4, max_queue=8)
+
+    async def scenario(address):
+        ana, ben = student_cookie(address, "ALG1-7QX2"), student_cookie(address, "ALG1-7QX2")
+        outcomes = {}
+        async with contextlib.AsyncExitStack() as stack:
+            sockets = [(who, n, await stack.enter_async_context(connect(f"ws://{address}/ws",
+                                                                         additional_headers={"cookie": cookie})))
+                       for who, cookie in (("ana", ana), ("ben", ben)) for n in range(3)]
+            for who, n, ws in sockets:
+                await ws.send(chat_json(f"{who}{n}", "x", max_new_tokens=12))
+                first = await recv_json(ws)
+                outcomes[f"{who}{n}"] = first.get("message") if first["type"] == "error" else first["type"]
+            try:
+                async with connect(f"ws://{address}/ws", additional_headers={"cookie": ana}) as ws:
+                    await ws.recv()
+            except ConnectionClosed as e:
+                outcomes["ana's fourth socket"] = (e.rcvd.code, e.rcvd.reason)
+        return outcomes
+
+    # loopback counts as a school's network: 8 connections and chats at once, not 2
+    with running(engine, classes=classes_file, max_connections_per_client=3, address_caps="127.0.0.0/8=8") \
+            as (_, address):
+        outcomes = asyncio.run(scenario(address))
+    refused = "too many chats at once (at most 2 for each student, kept answers included); wait for one to end"
+    assert [outcomes[f"ana{n}"] for n in range(3)] == ["start", "start", refused]
+    assert [outcomes[f"ben{n}"] for n in range(3)] == ["start", "start", refused]  # Ana's took none of Ben's
+    assert outcomes["ana's fourth socket"] == (1013, "too many connections of yours (at most 3); close one first")

@@ -142,3 +142,13 @@ def test_a_students_kept_answer_resumes_only_with_their_own_cookie():
     with running(engine, resume_grace_s=30) as (_, address):
         outcomes = asyncio.run(scenario(address))
     assert outcomes == ["not_found", "not_found", "not_found", "resumed", "end"]
+
+
+@pytest.mark.parametrize("garbage", ["é" * 3000, "a.b", "..", "A" * 22 + ".\u00ff\u00fe." + "x" * 43, "=;=;"])
+def test_a_cookie_that_is_not_one_names_nobody_and_breaks_nothing(garbage):
+    with running(script_engine()) as (_, address):
+        headers = {"cookie": f"{COOKIE}={garbage}".encode()}
+        page = httpx.get(f"http://{address}/", headers=headers)
+        mine = httpx.get(f"http://{address}/v1/class", headers=headers)
+    assert page.status_code == 200 and cookie_of(page) is not None
+    assert mine.status_code == 200 and mine.json()["client"] == "address"
