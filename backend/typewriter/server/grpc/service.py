@@ -104,9 +104,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         if first is None or first.WhichOneof("kind") != "chat":
             raise Refusal("invalid_request", "a stream's first message must be a chat request")
         chat = chat_of(first.chat, self.server.settings.socket.max_messages)
-        owner, key = self.server.owners.conversation(key)
-        if client.personal:  # one person's conversations share their cache, whatever key a call brings
-            owner = client.id
+        owner, key = self.server.owners.of_request(client, key)
         stream = await open_chat(self.server, chat, client, owner)
         await context.send_initial_metadata(((CONVERSATION_KEY, key),))
         reader = asyncio.create_task(self._read(requests, stream), name=f"grpc-read-{stream.engine_id}")

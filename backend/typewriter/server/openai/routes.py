@@ -124,9 +124,7 @@ class OpenAI:
         refused = limits.connect(client)
         if refused:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
-        owner, key = state.owners.conversation(request.headers.get(CONVERSATION_KEY))
-        if client.personal:  # one person's conversations share their cache, whatever key a request brings
-            owner = client.id
+        owner, key = state.owners.of_request(client, request.headers.get(CONVERSATION_KEY))
         try:
             stream = await open_chat(state, parsed.chat, client, owner)
         except Refusal as e:

@@ -34,8 +34,7 @@ class Session(Reader):
         kept."""
         self.ws, self.server = websocket, state
         self.client = client or state.identities.address("unknown")
-        # One person's chats share their conversations' cache; else this socket's chats are one conversation's turns
-        self.owner = self.client.id if self.client.personal else state.owners.socket()
+        self.owner = state.owners.of_socket(self.client)
         self.settings = state.settings
         self.resumes = resumes
         self.stream: ChatStream | None = None
