@@ -62,7 +62,7 @@ def chat_ends(log: Path, turn_id: str) -> list[dict]:
     records = []
     for line in log.read_text().splitlines():
         start = line.find('{"event": "chat_end"')
-        if start != -1 and (record := json.loads(line[start:]))["client_id"] == turn_id:
+        if start != -1 and (record := json.loads(line[start:]))["chat_id"] == turn_id:
             records.append(record)
     return records
 
