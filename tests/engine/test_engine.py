@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from dataclasses import replace
 
 import pytest
 from helpers import Clock, Recorder, instant_steps, wait_until
@@ -29,7 +30,16 @@ from tiny_model import (
 from typewriter import assemble
 from typewriter.config import WeightFormat
 from typewriter.engine.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
-from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
+from typewriter.engine.request import (
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    Queued,
+    SamplingParams,
+    Share,
+    Started,
+    Token,
+)
 from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.runners.options import RunnerOptions
@@ -717,3 +727,13 @@ def test_a_hugging_face_directory_answers_exactly_as_the_gguf_of_the_same_weight
         finally:
             engine.shutdown()
     assert answers[0] == answers[1] and len(answers[0][1]) > 0
+
+
+def test_stats_count_each_groups_requests_in_slots_and_waiting(make_engine, tokenizer):
+    engine = make_engine(slots=2)
+    for rid, group in (("a1", "algebra"), ("a2", "algebra"), ("b1", "biology"), ("a3", "algebra")):
+        engine.submit(replace(request(tokenizer, rid, "abc", max_new_tokens=8), share=Share(rid, group)), Recorder())
+    engine.step()
+    stats = engine.stats()
+    assert (stats.active, stats.queued) == (2, 2)
+    assert stats.groups == {"algebra": (1, 2), "biology": (1, 0)}  # the least-served class took the second slot

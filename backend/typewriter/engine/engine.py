@@ -10,8 +10,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -62,6 +62,7 @@ class Vocabulary(Spelling, Protocol):
 class EngineStats:
     active: int
     queued: int
+    groups: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # share.group -> (active, queued)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,14 @@ class Engine:
 
     def stats(self) -> EngineStats:
         with self._lock:
-            return EngineStats(active=len(self.scheduler.running), queued=len(self.scheduler.waiting))
+            groups: dict[str, tuple[int, int]] = {}
+            for request in self.scheduler.running.values():
+                active, queued = groups.get(request.share.group, (0, 0))
+                groups[request.share.group] = (active + 1, queued)
+            for request in self.scheduler.waiting:
+                active, queued = groups.get(request.share.group, (0, 0))
+                groups[request.share.group] = (active, queued + 1)
+            return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), groups)
 
     def prepare(self, request: GenerationRequest) -> None:
         if (compiler := self.runner.compiler) is not None:
