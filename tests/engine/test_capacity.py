@@ -103,3 +103,28 @@ def test_the_probe_takes_its_steps_in_turns_and_keeps_each_probes_fastest(monkey
     probes = list(dict.fromkeys(runner.calls))
     assert len(probes) == 4 and runner.calls == [p for p in probes for _ in range(2)] * 3  # in turns, each twice
     assert lite_load.fit_step_model(runner, None, measure_now=False) is None  # nothing kept, nothing measured
+
+
+def test_other_processes_cpu_time_counts_as_load():
+    """A real load: a process spinning beside this one shows in others' share of the machine's CPU time."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from typewriter.runners.lite.machine import OthersBusy
+
+    def share_over(seconds):
+        busy, end = OthersBusy(), time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass  # this process's own time is not counted
+        return busy.share()
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        loaded = share_over(1.0)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert loaded is not None and loaded >= 0.8 / (os.cpu_count() or 1)  # one CPU of the machine's, at least

@@ -5,10 +5,8 @@ step times measured on this machine (kept beside the cached programs, so a warm 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +19,7 @@ from ...weights.source import Source, weight_reader
 from ..options import Encode, Progress, RunnerOptions
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
+from .machine import available_memory, cpu_signature
 from .program_cache import ProgramCache, cache_key
 from .programs import ProgramSet, make_programs
 from .runner import FORMATS, LiteRunner, report_progress
@@ -72,7 +71,7 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     runner.step_model = model = fit_step_model(runner, kept)
     assert model is not None
     kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
-    runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
+    runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, available_memory())
     runner.reset_cache(sizing.slots)
     progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
     return runner
@@ -95,7 +94,7 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
     """Read from `folder` (a cache entry) when measured there on a CPU like this one, else probed now (the caller's
     `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`."""
     known = folder / CAPACITY if folder is not None else None
-    cpu = _cpu_signature()
+    cpu = cpu_signature()
     if known is not None and known.is_file():
         try:
             saved = json.loads(known.read_text())
@@ -125,24 +124,3 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
             pass  # measured again at the next start
     return model
 
-
-def _cpu_signature() -> str:
-    """What the step times depend on besides the model: the CPU's name, its flags and how many it has."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
-    return f"{name}|{os.cpu_count()}|{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
-
-
-def _available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo, in bytes; None where it cannot be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
