@@ -71,9 +71,9 @@ def test_the_start_up_line_says_when_the_figure_was_measured_under_load():
     busy = size_slots(Probe(model, others=0.64), 2048, 1, None)
     assert busy.slots == idle.slots  # the figure decides the count; the flag says whether to trust it
     assert "under load" not in idle.summary() and idle.describe()["measured_under_load"] is False
-    assert "measured under load (other processes took 64% of the CPU time)" in busy.summary()
+    assert "measured under load: other processes took 64% of the CPU time" in busy.summary()
     assert busy.describe()["measured_under_load"] is True
-    assert f"moved within 1-{MOST_SLOTS}" in idle.summary() and idle.describe()["bounds"] == [1, MOST_SLOTS]
+    assert f"moves within 1-{MOST_SLOTS}" in idle.summary() and idle.describe()["bounds"] == [1, MOST_SLOTS]
 
 
 def test_a_load_sizes_its_slots_keeps_the_measurement_and_a_set_count_wins(tiny_gguf, tmp_path):

@@ -88,11 +88,11 @@ class Sizing:
         """For the start-up lines: how many, why, and whether the figure behind it may be trusted."""
         why = self.sized_by if self.step_ms is None else f"{self.sized_by}: a decode step of {self.step_ms:.0f} ms"
         if self.most is not None:
-            why += f"; moved within {LEAST_SLOTS}-{self.most} by the steps measured while serving"
+            why += f"; moves within {LEAST_SLOTS}-{self.most} with the steps measured while serving"
         if self.others is not None:
-            why += (f"; measured under load (other processes took {self.others:.0%} of the CPU time), so the next "
+            why += (f"; measured under load: other processes took {self.others:.0%} of the CPU time, so the next "
                     "start measures again")
-        return f"{self.slots} slots ({why})"
+        return f"{self.slots} slot{'' if self.slots == 1 else 's'} ({why})"
 
 
 def typical_position(max_context: int) -> int:
