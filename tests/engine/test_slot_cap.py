@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from typewriter.engine.capacity import STEP_BUDGET_S, StepModel, typical_position
-from typewriter.engine.slot_cap import EVERY, LOWER_PAST, SlotCap
+from typewriter.engine.slot_cap import EVERY, MARGIN, SlotCap
 
 MODEL = StepModel(fixed_s=0.006, per_row_s=0.0012, per_row_position_s=1e-6)
 CONTEXT = 2048
@@ -44,11 +44,12 @@ def test_steps_cheaper_than_the_probe_said_raise_the_count_and_say_why():
 def test_steps_past_the_budget_lower_the_count_and_a_little_noise_moves_nothing():
     start = most_within_budget(1.0)
     cap = SlotCap(MODEL, slots=start, most=64, max_context=CONTEXT)
-    assert serve(cap, 1.1, rows=start, steps=4 * EVERY) == []  # within LOWER_PAST: it stays
-    (change,) = serve(cap, 1.6, rows=start, steps=2 * EVERY)
+    assert serve(cap, 1.1, rows=start, steps=4 * EVERY) == []  # within MARGIN of the budget: it stays
+    assert serve(cap, 0.92, rows=start, steps=4 * EVERY) == []  # and a few percent cheaper opens no slot
+    (change,) = serve(cap, 1.6, rows=start, steps=3 * EVERY)
     assert change.after == cap.slots == most_within_budget(1.6) < start
     assert change.why.startswith(f"lowered: {start} slots step in about") and "take 1.60x" in change.why
-    assert LOWER_PAST < 1.6
+    assert MARGIN < 1.6 and 0.92 * MARGIN > 1.0
 
 
 def test_the_count_stays_within_its_bounds():

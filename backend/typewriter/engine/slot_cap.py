@@ -15,9 +15,9 @@ from .capacity import LEAST_SLOTS, STEP_BUDGET_S, StepModel, slots_by_time, typi
 
 WINDOW = 64  # decode-only steps weighed: a few seconds of a class, so one hiccup moves nothing
 EVERY = 32  # decode-only steps between two changes, so each count is judged on steps taken since the last
-# How far past the budget the steps must be to lower the count: between, it stays, so noise does not move it back
-# and forth.
-LOWER_PAST = 1.15
+# How far past the budget the steps at the open count must be to lower it, and how far within to raise it: between,
+# it stays, so the machine's noise does not move it back and forth a slot at a time.
+MARGIN = 1.15
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,9 @@ class SlotCap:
         scale, position = self.scale(), typical_position(self.max_context)
         target = max(self.least, slots_by_time(model, self.max_context, self.most, scale))
         now_s = scale * model.step_s(self.slots, position)
-        if target > self.slots:
+        if target > self.slots and now_s * MARGIN < STEP_BUDGET_S:
             why = f"raised: {target} slots step in about {scale * model.step_s(target, position) * 1000:.0f} ms, within"
-        elif target < self.slots and now_s > STEP_BUDGET_S * LOWER_PAST:
+        elif target < self.slots and now_s > STEP_BUDGET_S * MARGIN:
             why = f"lowered: {self.slots} slots step in about {now_s * 1000:.0f} ms, past"
         else:
             return None
