@@ -396,6 +396,21 @@ def test_slow_decode_steps_stop_admitting_but_end_no_chat(tokenizer, caplog):
     assert {r.events[-1].reason for r in [*running, late]} <= ANSWERED
 
 
+def test_the_count_follows_the_runners_part_of_a_step_not_what_the_engine_adds(tokenizer):
+    """The probe timed the runner alone: sampling and the events cost the same on a faster or slower machine."""
+    engine = timed_engine(tokenizer, [1.0], open_slots=42, allocated=48)  # 42: the most within the budget
+    clock = engine.clock
+
+    def slow_consumer(event):  # each token's sampling and hand-off, on the engine's clock
+        clock.now += 0.005
+
+    for i in range(6):
+        engine.submit(request(tokenizer, f"r{i}", "a", max_new_tokens=120), slow_consumer)
+    for _ in range(3 * EVERY):
+        engine.step()
+    assert engine.max_active == 42 and engine.slot_cap.scale() == pytest.approx(1.0)
+
+
 def test_a_set_slot_count_never_moves(tokenizer):
     """--max-active: as many slots allocated as set, and no more open however cheap the steps."""
     engine = timed_engine(tokenizer, [0.1], allocated=2, sized_by="set")

@@ -100,6 +100,7 @@ class Engine:
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
         self._cancelled: set[str] = set()
         self._faulty_steps = 0
+        self._runner_s = 0.0  # the last step's runner call alone, what the capacity probe timed
         self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
 
     def start(self) -> Engine:
@@ -236,7 +237,7 @@ class Engine:
                 with self._lock:
                     self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
                 if decode and not chunks:
-                    self._weigh_slots(len(decode), positions, took)
+                    self._weigh_slots(len(decode), positions, self._runner_s)
             self._observe(StepStats(took, len(decode)))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
@@ -257,11 +258,13 @@ class Engine:
         if not chunks and not batch:
             return 0
         prefilling = [self.scheduler.running[c.slot] for c in chunks]
+        began = self.clock()
         try:
             out = self.runner.step([request.slot for request in batch], [request.output_ids[-1] for request in batch],
                                    [request.num_tokens - 1 for request in batch], chunks)
         except Exception:
             return self._fail(prefilling + batch, "a step")
+        self._runner_s = self.clock() - began
         decode_failed = False
         for fault in out.faults:
             requests = [prefilling[i] for i in fault.chunks] + (batch if fault.decode else [])
@@ -322,10 +325,12 @@ class Engine:
         self._emit(request, Finished(request.id, reason, len(request.prompt_ids), len(request.output_ids),
                                  request.timings(self.clock()), error))
 
-    def _weigh_slots(self, rows: int, positions: int, took: float) -> None:
+    def _weigh_slots(self, rows: int, positions: int, seconds: float) -> None:
+        """`seconds`: the runner's part of a decode-only step, as the probe timed its steps, so the machine's speed
+        is compared like with like (what sampling adds: docs/measurements/2026-12-05-adaptive-slots.md)."""
         if self.slot_cap is None:
             return
-        change = self.slot_cap.observe(rows, positions, took)
+        change = self.slot_cap.observe(rows, positions, seconds)
         if change is not None:
             with self._lock:
                 self.scheduler.open = change.after

@@ -1,5 +1,5 @@
-"""The slot count while serving: the decode-only steps the engine takes are set against the step model probed at
-start, and between steps the count of slots open to newcomers moves to the most whose step stays within the
+"""The slot count while serving: the runner's decode-only steps are timed against the step model probed at start,
+and between steps the count of slots open to newcomers moves to the most whose step stays within the
 budget, within the slots whose caches were allocated. A probe on a busy machine measured slow steps, and a machine
 that got busy since makes them slow now: either way the steps served say so
 (docs/measurements/2026-12-05-adaptive-slots.md). Lowering the count only stops admitting; no chat is cut short.
