@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from .capacity import LEAST_SLOTS, STEP_BUDGET_S, StepModel, slots_by_time, typical_position
 
-WINDOW = 64  # decode-only steps weighed: a few seconds of a class, so one hiccup moves nothing
-EVERY = 32  # decode-only steps between two changes, so each count is judged on steps taken since the last
+WINDOW = 128  # decode-only steps weighed: several seconds of a class, so a moment of another's work moves nothing
+EVERY = 64  # decode-only steps between two changes, so each count is judged mostly on steps taken since the last
 # How far past the budget the steps at the open count must be to lower it, and how far within to raise it: between,
 # it stays, so the machine's noise does not move it back and forth a slot at a time.
 MARGIN = 1.15
