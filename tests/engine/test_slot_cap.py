@@ -1,12 +1,14 @@
-"""The slot count while serving: decode-only steps set against the probe's step model move the open slots to the
-most whose step stays within the budget, within their bounds, and say why."""
+"""The slot count while serving: decode-only steps set against the probe's step model raise the open slots to the
+most whose step stays within the budget, lower them once the step passes the capacity bar itself, hold between,
+keep within their bounds, and say why."""
 
 from __future__ import annotations
 
 import pytest
 
 from typewriter.engine.capacity import STEP_BUDGET_S, StepModel, typical_position
-from typewriter.engine.slot_cap import EVERY, MARGIN, SlotCap
+from typewriter.engine.slot_cap import EVERY, ROOM, SlotCap
+from typewriter.engine.step_cost import HEADROOM, INTER_TOKEN_S
 
 MODEL = StepModel(fixed_s=0.006, per_row_s=0.0012, per_row_position_s=1e-6)
 CONTEXT = 2048
@@ -23,9 +25,9 @@ def serve(cap: SlotCap, scale: float, rows: int, steps: int = EVERY, position: i
     return changes
 
 
-def most_within_budget(scale: float, most: int = 64) -> int:
+def most_within_budget(scale: float, most: int = 64, budget_s: float = STEP_BUDGET_S) -> int:
     n = 1
-    while n < most and scale * MODEL.step_s(n + 1, POSITION) <= STEP_BUDGET_S:
+    while n < most and scale * MODEL.step_s(n + 1, POSITION) <= budget_s:
         n += 1
     return n
 
@@ -41,15 +43,18 @@ def test_steps_cheaper_than_the_probe_said_raise_the_count_and_say_why():
                                "start's measurement)")
 
 
-def test_steps_past_the_budget_lower_the_count_and_a_little_noise_moves_nothing():
+def test_steps_past_the_bar_lower_the_count_and_between_budget_and_bar_it_holds():
     start = most_within_budget(1.0)
     cap = SlotCap(MODEL, slots=start, most=64, max_context=CONTEXT)
-    assert serve(cap, 1.1, rows=start, steps=4 * EVERY) == []  # within MARGIN of the budget: it stays
-    assert serve(cap, 0.92, rows=start, steps=4 * EVERY) == []  # and a few percent cheaper opens no slot
-    (change,) = serve(cap, 1.6, rows=start, steps=3 * EVERY)
-    assert change.after == cap.slots == most_within_budget(1.6) < start
-    assert change.why.startswith(f"lowered: {start} slots step in about") and "take 1.60x" in change.why
-    assert MARGIN < 1.6 and 0.92 * MARGIN > 1.0
+    assert serve(cap, 0.92, rows=start, steps=4 * EVERY) == []  # a few percent cheaper opens no slot (ROOM)
+    assert 0.92 * ROOM > 1.0
+    assert serve(cap, 1.5, rows=start, steps=4 * EVERY) == []  # slower, but within the bar: a queue would cost more
+    assert 1.5 * MODEL.step_s(start, POSITION) < INTER_TOKEN_S
+    (change,) = serve(cap, 2.0, rows=start, steps=3 * EVERY)
+    assert change.after == cap.slots == most_within_budget(2.0, budget_s=INTER_TOKEN_S * HEADROOM) < start
+    assert change.why.startswith(f"lowered: {start} slots step in about")
+    assert "past the capacity bar of 100 ms (decode steps take 2.00x" in change.why
+    assert serve(cap, 2.0, rows=cap.slots, steps=3 * EVERY) == []  # where it fell, the step is within the bar
 
 
 def test_the_count_stays_within_its_bounds():

@@ -100,11 +100,12 @@ def typical_position(max_context: int) -> int:
     return min(512, max(1, max_context // 4))
 
 
-def slots_by_time(model: StepModel, max_context: int, most: int = MOST_SLOTS, scale: float = 1.0) -> int:
-    """The most slots whose decode-only step, `scale` times the model's, stays within the budget; at least one."""
+def slots_by_time(model: StepModel, max_context: int, most: int = MOST_SLOTS, scale: float = 1.0,
+                  budget_s: float = STEP_BUDGET_S) -> int:
+    """The most slots whose decode-only step, `scale` times the model's, stays within `budget_s`; at least one."""
     position = typical_position(max_context)
     slots = LEAST_SLOTS
-    while slots < most and scale * model.step_s(slots + 1, position) <= STEP_BUDGET_S:
+    while slots < most and scale * model.step_s(slots + 1, position) <= budget_s:
         slots += 1
     return slots
 

@@ -1,9 +1,10 @@
 """The slot count while serving: the runner's decode-only steps are timed against the step model probed at start,
-and between steps the count of slots open to newcomers moves to the most whose step stays within the
-budget, within the slots whose caches were allocated. A probe on a busy machine measured slow steps, and a machine
-that got busy since makes them slow now: either way the steps served say so
-(docs/measurements/2026-12-05-adaptive-slots.md). Lowering the count only stops admitting; no chat is cut short.
-Pure Python.
+and between steps the count of slots open to newcomers moves within the slots whose caches were allocated. It
+rises while its step stays within the budget that keeps a full class under the capacity bar, and falls only once
+its step passes the bar itself: between the two it holds, as queueing a class costs its students far more than
+slower streams do (docs/measurements/2026-12-05-adaptive-slots.md). A probe on a busy machine measured slow steps,
+and a machine that got busy since makes them slow now: either way the steps served say so. Lowering the count only
+stops admitting; no chat is cut short. Pure Python.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from collections import deque
 from dataclasses import dataclass
 
 from .capacity import LEAST_SLOTS, STEP_BUDGET_S, StepModel, slots_by_time, typical_position
+from .step_cost import HEADROOM, INTER_TOKEN_S
 
 WINDOW = 128  # decode-only steps weighed: several seconds of a class, so a moment of another's work moves nothing
 EVERY = 64  # decode-only steps between two changes, so each count is judged mostly on steps taken since the last
-# How far past the budget the steps at the open count must be to lower it, and how far within to raise it: between,
-# it stays, so the machine's noise does not move it back and forth a slot at a time.
-MARGIN = 1.15
+# How far within the budget the step at the open count must stay to raise it, so the machine's noise does not raise
+# it a slot at a time.
+ROOM = 1.15
 
 
 @dataclass(frozen=True)
@@ -46,15 +48,18 @@ class SlotCap:
         if self._since < EVERY:
             return None
         scale, position = self.scale(), typical_position(self.max_context)
-        target = max(self.least, slots_by_time(model, self.max_context, self.most, scale))
         now_s = scale * model.step_s(self.slots, position)
-        if target > self.slots and now_s * MARGIN < STEP_BUDGET_S:
-            why = f"raised: {target} slots step in about {scale * model.step_s(target, position) * 1000:.0f} ms, within"
-        elif target < self.slots and now_s > STEP_BUDGET_S * MARGIN:
-            why = f"lowered: {self.slots} slots step in about {now_s * 1000:.0f} ms, past"
+        up = max(self.least, slots_by_time(model, self.max_context, self.most, scale))
+        down = max(self.least, slots_by_time(model, self.max_context, self.most, scale, INTER_TOKEN_S * HEADROOM))
+        if up > self.slots and now_s * ROOM < STEP_BUDGET_S:
+            target, why = up, (f"raised: {up} slots step in about {scale * model.step_s(up, position) * 1000:.0f} "
+                               f"ms, within the budget of {STEP_BUDGET_S * 1000:.0f} ms")
+        elif down < self.slots and now_s > INTER_TOKEN_S:
+            target, why = down, (f"lowered: {self.slots} slots step in about {now_s * 1000:.0f} ms, past the "
+                                 f"capacity bar of {INTER_TOKEN_S * 1000:.0f} ms")
         else:
             return None
-        why += f" the budget of {STEP_BUDGET_S * 1000:.0f} ms (decode steps take {scale:.2f}x the start's measurement)"
+        why += f" (decode steps take {scale:.2f}x the start's measurement)"
         self.last = change = Change(self.slots, target, why)
         self.slots, self._since = target, 0
         return change
