@@ -1,8 +1,9 @@
-"""Which requests run: a bounded wait queue, a fixed set of slots, and prompt chunks bounded per step by tokens and
-by time (step_cost.py), so running answers never stall for long behind a long prompt. Who takes a free slot and whose
-prompt gets the step's budget first follow fair shares (fairness.py): the least-served class, within it the
-least-served student, first come, first served within one student (and so for callers that give no share).
-Newcomers take free slots from the longest cached prefix (prefix_cache.py). Pure Python.
+"""Which requests run: a bounded wait queue, a fixed set of slots of which at most `open` run at once (slot_cap.py
+moves it), and prompt chunks bounded per step by tokens and by time (step_cost.py), so running answers never stall
+for long behind a long prompt. Who takes a free slot and whose prompt gets the step's budget first follow fair shares
+(fairness.py): the least-served class, within it the least-served student, first come, first served within one
+student (and so for callers that give no share). Newcomers take free slots from the longest cached prefix
+(prefix_cache.py). Pure Python.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Scheduler:
         self.running: dict[int, RequestState] = {}  # slot -> request, prefilling or decoding
         self.prefilling: list[RequestState] = []  # in the order they were admitted
         self.free_slots = list(range(slots))
-        self.slots = slots
+        self.open = slots  # newcomers wait once this many run
         self.cache = PrefixCache(slots)
         self.fair = FairShare()
         self.typical_answer = 0.0  # tokens: the mean of the first finished answers, then a moving average
@@ -57,7 +58,7 @@ class Scheduler:
 
     def add(self, request: RequestState) -> None:
         """Overloaded when full; a burst may hold as many beyond `max_queue` as there are free slots."""
-        if len(self.waiting) >= self.max_queue + len(self.free_slots):
+        if len(self.waiting) >= self.max_queue + len(self.open_slots()):
             raise Overloaded(self.max_queue)
         self.waiting.append(request)
         self.fair.arrive(request.share)
@@ -76,7 +77,7 @@ class Scheduler:
         for request, _ in plan.ended:
             self.finish(request)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
-        starting = len(self.prefilling) + min(len(self.waiting), len(self.free_slots))  # to their first token
+        starting = len(self.prefilling) + min(len(self.waiting), len(self.open_slots()))  # to their first token
         if plan.decode and not self.costs.ready:  # a few small chunks a step, until their cost is known
             budget, self._allowance_s = self.budget, None
         else:
@@ -88,7 +89,7 @@ class Scheduler:
                 break
             budget -= taken
         held: list[RequestState] = []  # each waits to copy a prefix being computed, and a free slot is kept for it
-        while self._room(plan, budget) and len(self.free_slots) > len(held):
+        while self._room(plan, budget) and len(self.open_slots()) > len(held):
             nxt = next((r for r in self.order() if r not in held), None)
             if nxt is None:
                 break
@@ -148,6 +149,13 @@ class Scheduler:
             self.waiting.remove(request)
         request.move_to(Status.FINISHED)
 
+    def open_slots(self) -> list[int]:
+        """The free slots a newcomer may take: none once `open` requests run, else those numbered below `open`, so
+        the caches of slots past it stay untouched until it rises."""
+        if len(self.running) >= self.open:
+            return []
+        return [slot for slot in self.free_slots if slot < self.open]
+
     def find(self, request_id: str) -> RequestState | None:
         for request in (*self.running.values(), *self.waiting):
             if request.id == request_id:
@@ -196,7 +204,7 @@ class Scheduler:
         self.waiting.remove(request)
         busy = sorted(self.running)
         room = self.context - len(request.prompt_ids) - request.params.max_new_tokens if self.context else 0
-        place = self.cache.place(request.prompt_ids, self.free_slots, self._holds, busy, reuse=request.params.cache_prompt,
+        place = self.cache.place(request.prompt_ids, self.open_slots(), self._holds, busy, reuse=request.params.cache_prompt,
                                  piece=self.piece, room=room, owner=request.owner, shared=request.shared_prefix)
         if place.prompt is not None:  # the same text, as the cached conversation's tokens spell it
             request.prompt_ids = place.prompt
@@ -219,7 +227,7 @@ class Scheduler:
             request.charged += new
 
     def _prompt_cost(self, start: int, length: int) -> float:
-        return prompt_cost(self.costs, self.slots, start, length)
+        return prompt_cost(self.costs, self.open, start, length)  # a full batch: the slots open now
 
     def _expected_answer(self, request: RequestState) -> float:
         """Tokens its answer is expected to have: as many as the typical one, half its allowance before any ended."""
@@ -235,7 +243,7 @@ class Scheduler:
         """Places in the fair order, for those whose place changed. One with a slot free for it (that waits for
         the step's budget, or for a prefix to copy) is next: one never queued hears nothing, one told a place
         hears it is first, so that no page shows a place it has left."""
-        free = len(self.free_slots)
+        free = len(self.open_slots())
         changed = []
         for n, request in enumerate(self.order(), start=1):
             position = n - free if n > free else (1 if request.last_position else 0)

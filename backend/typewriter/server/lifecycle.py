@@ -38,7 +38,6 @@ class EngineHandle(Protocol):
     """What the server needs of `engine.engine.Engine`: structural, so that the server never imports a runtime."""
 
     max_context: int
-    max_active: int
     max_queue: int
     on_step: Callable[[StepStats], None] | None  # called on the engine thread
 
@@ -48,6 +47,9 @@ class EngineHandle(Protocol):
     def cancel(self, request_id: str) -> bool: ...
     def stats(self) -> EngineStats: ...
     def describe_runtime(self) -> dict[str, Any]: ...
+    def describe_slots(self) -> str: ...
+    @property
+    def max_active(self) -> int: ...
     @property
     def alive(self) -> bool: ...
     @property
@@ -225,8 +227,8 @@ class ServerState:
         self.engine, self.tokenizer, self.prompts = engine, tokenizer, prompts
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
-        log.info("ready: %s, %d slots, queue %d, context %d",
-                 self.settings.model.id, engine.max_active, engine.max_queue, engine.max_context)
+        log.info("ready: %s, %s, queue %d, context %d",
+                 self.settings.model.id, engine.describe_slots(), engine.max_queue, engine.max_context)
 
     def _failed(self, message: str) -> None:
         if self.phase is Phase.LOADING:
