@@ -16,7 +16,7 @@ from typing import Any
 
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from ..errors import TypewriterError
-from ..text.conversation import fit_conversation
+from ..text.conversation import append_system, fit_conversation
 from ..text.tool_format import ToolFormat
 from .chat_request import Chat, sampling_params
 from .lifecycle import ChatEncoder, Phase, ServerState
@@ -158,8 +158,9 @@ class ChatStream:
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) -> ChatStream:
-    """Submit `chat` for `client` (whom the limits count) as a turn of `owner`'s conversation; raises Refusal."""
+async def open_chat(server: ServerState, chat: Chat, client: str, owner: str, client_system: str) -> ChatStream:
+    """Submit `chat` for `client` (whom the limits count) as a turn of `owner`'s conversation; raises Refusal.
+    `client_system`: how this door takes a client's own system message (refuse, append or replace)."""
     if server.phase is Phase.STOPPING:
         raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     engine, tokenizer = server.engine, server.tokenizer
@@ -180,7 +181,7 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
     if chat.tools is not None and tool_format is not None and chat.tools.must_call:
         grammar = tool_format.grammar(chat.tools.offered(), chat.tools.strict)
         params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
-    messages, system = _system_prompt(server, tokenizer, [m.as_dict() for m in chat.messages], chat.id)
+    messages, system = _system_prompt(server, tokenizer, [m.as_dict() for m in chat.messages], chat.id, client_system)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]
     try:
         if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work
@@ -236,17 +237,16 @@ def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> Too
 
 
 def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[dict[str, Any]],
-                   chat_id: str) -> tuple[list[dict[str, Any]], str | None]:
-    """By `client_system_prompt`, a client's own system message is refused, appended to the server's, or replaces it."""
+                   chat_id: str, client_system: str) -> tuple[list[dict[str, Any]], str | None]:
+    """By `client_system`, a client's own system message is refused, appended to the server's, or replaces it."""
     s = server.settings
-    if not messages or messages[0]["role"] != "system" or s.answers.client_system_prompt == "replace":
+    if not messages or messages[0]["role"] != "system" or client_system == "replace":
         return messages, s.answers.system_prompt
-    if s.answers.client_system_prompt == "refuse":
+    if client_system == "refuse":
         raise Refusal("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
                               "conversation without a system message", chat_id)
     ours = tokenizer.default_system_prompt if s.answers.system_prompt is None else s.answers.system_prompt
-    theirs = messages[0]["content"]
-    return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
+    return messages[1:], append_system(ours, messages[0]["content"])
 
 
 def _log_request(stream: ChatStream, event: Finished) -> None:
