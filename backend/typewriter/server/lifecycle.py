@@ -192,7 +192,8 @@ class ServerState:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
         self.engine, self.tokenizer = engine, tokenizer
-        self.shared_prefix = shared_prefix(tokenizer.chat_prefix, self.settings.answers.system_prompt)
+        self.shared_prefix = shared_prefix(tokenizer.chat_prefix, self.settings.answers.system_prompt,
+                                           tokenizer.default_system_prompt)
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",
