@@ -17,7 +17,6 @@ from typing import Any
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from ..errors import TypewriterError
 from ..text.conversation import append_system, fit_conversation
-from ..text.tool_format import ToolFormat
 from .chat_request import Chat, sampling_params
 from .lifecycle import ChatEncoder, Phase, ServerState
 from .owners import shared_length
@@ -176,10 +175,11 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str, cl
     if chat.answer_start is not None and chat.n > 1:
         raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)
-    tool_format = _tool_format(server, tokenizer, chat)
+    tool_format = tokenizer.tool_format if chat.tools is not None else None
     tools = chat.tools.for_template() if chat.tools is not None else None
-    if chat.tools is not None and tool_format is not None and chat.tools.must_call:
-        grammar = tool_format.grammar(chat.tools.offered(), chat.tools.strict)
+    if chat.tools is not None and (chat.tools.must_call or not tokenizer.tool_format.in_template):
+        # a model shown the generic format in its prompt only is held to it whenever it calls
+        grammar = tokenizer.tool_format.grammar(chat.tools.offered(), chat.tools.strict, chat.tools.must_call)
         params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
     messages, system = _system_prompt(server, tokenizer, [m.as_dict() for m in chat.messages], chat.id, client_system)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]
@@ -223,17 +223,6 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str, cl
         raise Refusal("internal", "the server could not start this chat; see the server log",
                               chat.id) from None
     return stream
-
-
-def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> ToolFormat | None:
-    """None unless the chat offers tools; refuses one that uses tools with a model whose template has none."""
-    uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
-    fmt = tokenizer.tool_format
-    if uses_tools and fmt is None:
-        raise Refusal("not_supported", f"tools: {server.settings.model.id}'s chat template has no tool format "
-                                       "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 writes); "
-                                       "leave out tools, tool calls and tool messages", chat.id)
-    return fmt if chat.tools is not None else None
 
 
 def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[dict[str, Any]],

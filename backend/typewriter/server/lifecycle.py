@@ -55,7 +55,7 @@ class EngineHandle(Protocol):
 class ChatEncoder(Protocol):
     name: str
     default_system_prompt: str  # what encode_chat uses when it is given system=None
-    tool_format: ToolFormat | None  # how its chat template writes a tool call; None: it has no tools
+    tool_format: ToolFormat  # how its answers write a tool call: its chat template's way, or the generic one
     eos_token_ids: frozenset[int]  # the ids that end an answer: not listed among log probabilities
     special_ids: frozenset[int]  # control tokens: no client's text names them
 
