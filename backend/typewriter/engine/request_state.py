@@ -58,8 +58,7 @@ class RequestState:
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
-        # Not for a constrained answer: cut short, it would not parse.
-        self.loops = LoopGuard() if request.params.loop_guard and request.params.constraint is None else None
+        self.loops = LoopGuard() if request.params.loop_guard else None
         self.last_position = 0
         self.submitted = now
         self.started = 0.0
@@ -125,7 +124,9 @@ class RequestState:
         if answer_tokens >= self.params.max_new_tokens:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
-        if self.loops is not None and self.loops.push(token_id):
+        # A constrained answer is cut only where its constraint could end, so what was sent still matches it.
+        if self.loops is not None and self.loops.push(token_id) and (self.constraint is None or
+                                                                    self.constraint.complete):
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.REPETITION
         return text, None
