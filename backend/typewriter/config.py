@@ -26,7 +26,7 @@ LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 # Read by clients (the notebook, examples/), not by the server; a shell that sets them may still start one.
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Answers.client_system_prompt
+CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Answers.client_system_prompt, api_system_prompt
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/source.py)
 MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -165,13 +165,17 @@ class Answers:
     max_new_tokens: int | None = None
     max_new_tokens_cap: int | None = None
     system_prompt: str | None = None  # None: the tutor's default (tokenizer.DEFAULT_SYSTEM_PROMPT); "": none
-    # A chat that brings its own system message: "refuse" it (error system_prompt_not_allowed), "append" it
-    # after the server's system prompt, or let it "replace" the server's. Refused by default: the tutor's
-    # instructions are the school's, not the page's.
+    # A chat on the socket (the page's door) that brings its own system message: "refuse" it (error
+    # system_prompt_not_allowed), "append" it after the server's system prompt, or let it "replace" the server's.
+    # Refused by default: the tutor's instructions are the school's, not the page's.
     client_system_prompt: str = "refuse"
+    # The same on /v1 and gRPC, whose clients are programs that mostly send a system message of their own: by
+    # default it follows the server's, which stays first, so the prefix cache still shares the server's.
+    api_system_prompt: str = "append"
 
     def __post_init__(self) -> None:
         _one_of("client_system_prompt", self.client_system_prompt, CLIENT_SYSTEM_PROMPT)
+        _one_of("api_system_prompt", self.api_system_prompt, CLIENT_SYSTEM_PROMPT)
 
     @property
     def default_length(self) -> int:

@@ -12,6 +12,7 @@ import json
 
 import grpc
 import httpx
+import openai
 import pytest
 from helpers import small_settings, until_terminal_async, wait_until
 from scripted import factory, script_engine
@@ -26,7 +27,7 @@ from typewriter.server.owners import CONVERSATION_KEY, Owners
 
 # 20 words: more than MIN_COPY tokens, so the system prompt is worth copying out of a busy slot too
 SYSTEM = "You are a patient tutor. Explain step by step, ask what the student tried, and praise real progress."
-SHARED = len(SYSTEM.split()) + 2  # the scripted tokenizer: a token per word, one per message start
+SHARED = len(SYSTEM.split()) + 1  # the scripted tokenizer: a message start, then a token per word
 SECRET = "My student ID is 7138 4402 and my password is violet-harbour, please remember both"
 WRONG = SECRET.replace("7138", "7139")
 
@@ -119,6 +120,26 @@ def test_over_http_a_turn_reuses_its_conversation_only_with_the_key_the_server_g
     turns = [b - a for a, b in zip([0.0, *reused], reused)]
     assert turns[:3] == [0, SHARED, SHARED]
     assert turns[3] >= len(engine.submitted[0].prompt_ids)  # the whole first turn
+
+
+def test_a_clients_own_system_message_follows_the_servers_prompt_which_chats_still_share_and_nothing_past_it():
+    """The official client sends a system message, as most OpenAI code does: it is taken after the server's prompt,
+    so a chat with one, a chat without, and a chat with another client's share the server's prompt both ways, and a
+    right guess of a classmate's system message finds no more cached than a wrong one."""
+    engine = script_engine(slots=1, max_queue=4, system_prompt=True)  # each chat finds the last one's slot
+
+    def cached(client: openai.OpenAI, system: str | None) -> int:
+        messages = [{"role": "system", "content": system}] if system else []
+        answer = client.chat.completions.create(model="m", max_tokens=4, messages=[
+            *messages, {"role": "user", "content": "What is a fraction?"}])
+        return answer.usage.prompt_tokens_details.cached_tokens
+
+    with running(engine, system_prompt=SYSTEM) as (_, address), \
+            openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0) as client:
+        seen = [cached(client, system) for system in (SECRET, None, SECRET, WRONG, None)]
+    assert seen == [0, SHARED, SHARED, SHARED, SHARED]
+    systems = [system for _, system in engine.tokenizer.calls]
+    assert systems[0] == f"{SYSTEM}\n\n{SECRET}" and systems[1] == SYSTEM  # the server's prompt first
 
 
 def test_over_grpc_a_turn_reuses_its_conversation_with_the_key_from_the_first_turns_metadata():

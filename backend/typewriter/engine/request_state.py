@@ -18,6 +18,7 @@ from .logprobs import token_logprobs
 from .repetition import LoopGuard
 from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
 from .sampling import Sampler
+from .wrap_up import WrapUp
 
 
 class Status(enum.Enum):
@@ -60,8 +61,9 @@ class RequestState:
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
-        # Not for a constrained answer: cut short, it would not parse.
-        self.loops = LoopGuard() if request.params.loop_guard and request.params.constraint is None else None
+        self.loops = LoopGuard() if request.params.loop_guard else None
+        self.wrap_up: WrapUp | None = None  # steering a constrained answer that loops to its end
+        self._table = tokenizer.token_text.table
         self.last_position = 0
         self.submitted = now
         self.started = 0.0
@@ -101,6 +103,8 @@ class RequestState:
     def sample(self, logits: np.ndarray) -> int:
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
+        if self.wrap_up is not None:
+            logits = self.wrap_up.steer(logits)
         history = self.prompt_ids + self.output_ids
         token_id = self.sampler.sample(logits, history)
         if self.params.logprobs is not None:
@@ -115,12 +119,15 @@ class RequestState:
             self.first_token = now
         if self.constraint is not None:
             self.constraint.consume(token_id)
+        if self.wrap_up is not None:
+            self.wrap_up.push(token_id)
         return self._pipe(token_id, self.last_index + 1)
 
     def _pipe(self, token_id: int, answer_tokens: int) -> tuple[str, FinishReason | None]:
         if token_id in self.eos_ids and not self.params.ignore_eos:
             self.detokenizer.flush()  # an unfinished character is dropped, never sent as U+FFFD
-            return self.stops.flush(), FinishReason.EOS
+            # a loop steered to its end says so, as a loop cut in plain text does
+            return self.stops.flush(), FinishReason.EOS if self.wrap_up is None else FinishReason.REPETITION
         text, stopped = self.stops.push(self.detokenizer.push(token_id))
         if stopped:
             return text, FinishReason.STOP_SEQUENCE
@@ -128,8 +135,14 @@ class RequestState:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
         if self.loops is not None and self.loops.push(token_id):
-            self.detokenizer.flush()
-            return text + self.stops.flush(), FinishReason.REPETITION
+            # A constrained answer is cut only where its constraint could end, so what was sent still matches it;
+            # elsewhere it is steered to an end.
+            if self.constraint is None or self.constraint.complete:
+                self.detokenizer.flush()
+                return text + self.stops.flush(), FinishReason.REPETITION
+            if self.wrap_up is None:
+                answer = b"".join(self._table[i] for i in self.output_ids)
+                self.wrap_up = WrapUp(self._table, answer, self.output_ids)
         return text, None
 
     def _replay(self, start: AnswerStart) -> None:

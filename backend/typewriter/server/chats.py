@@ -16,8 +16,7 @@ from typing import Any
 
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from ..errors import TypewriterError
-from ..text.conversation import fit_conversation
-from ..text.tool_format import ToolFormat
+from ..text.conversation import append_system, fit_conversation
 from .chat_request import Chat, sampling_params
 from .identity import Identity
 from .lifecycle import ChatEncoder, Phase, ServerState
@@ -162,9 +161,10 @@ class ChatStream:
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: str) -> ChatStream:
+async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: str, client_system: str) -> ChatStream:
     """Submit `chat` for `client` (whom the limits count, and the fair share charges, with its class's prompt and
-    answer limits) as a turn of `owner`'s conversation; raises Refusal."""
+    answer limits) as a turn of `owner`'s conversation; raises Refusal. `client_system`: how this door takes a
+    client's own system message (refuse, append or replace)."""
     if server.phase is Phase.STOPPING:
         raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     engine, tokenizer = server.engine, server.tokenizer
@@ -181,14 +181,15 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
     if chat.answer_start is not None and chat.n > 1:
         raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)
-    tool_format = _tool_format(server, tokenizer, chat)
+    tool_format = tokenizer.tool_format if chat.tools is not None else None
     tools = chat.tools.for_template() if chat.tools is not None else None
-    if chat.tools is not None and tool_format is not None and chat.tools.must_call:
-        grammar = tool_format.grammar(chat.tools.offered(), chat.tools.strict)
+    if chat.tools is not None and (chat.tools.must_call or not tokenizer.tool_format.in_template):
+        # a model shown the generic format in its prompt only is held to it whenever it calls
+        grammar = tokenizer.tool_format.grammar(chat.tools.offered(), chat.tools.strict, chat.tools.must_call)
         params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
     prompt = server.prompt(classroom)
-    messages, system = _system_prompt(server, tokenizer, [m.as_dict() for m in chat.messages], chat.id,
-                                      prompt.system)
+    messages, system = _system_prompt(tokenizer, [m.as_dict() for m in chat.messages], chat.id, prompt.system,
+                                      client_system)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]
     try:
         if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work
@@ -233,30 +234,17 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
     return stream
 
 
-def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> ToolFormat | None:
-    """None unless the chat offers tools; refuses one that uses tools with a model whose template has none."""
-    uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
-    fmt = tokenizer.tool_format
-    if uses_tools and fmt is None:
-        raise Refusal("not_supported", f"tools: {server.settings.model.id}'s chat template has no tool format "
-                                       "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 writes); "
-                                       "leave out tools, tool calls and tool messages", chat.id)
-    return fmt if chat.tools is not None else None
-
-
-def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[dict[str, Any]],
-                   chat_id: str, system: str | None) -> tuple[list[dict[str, Any]], str | None]:
-    """By `client_system_prompt`, a client's own system message is refused, appended to the class's `system`, or
+def _system_prompt(tokenizer: ChatEncoder, messages: list[dict[str, Any]],
+                   chat_id: str, system: str | None, client_system: str) -> tuple[list[dict[str, Any]], str | None]:
+    """By `client_system`, a client's own system message is refused, appended to the class's `system`, or
     replaces it."""
-    s = server.settings
-    if not messages or messages[0]["role"] != "system" or s.answers.client_system_prompt == "replace":
+    if not messages or messages[0]["role"] != "system" or client_system == "replace":
         return messages, system
-    if s.answers.client_system_prompt == "refuse":
+    if client_system == "refuse":
         raise Refusal("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
                               "conversation without a system message", chat_id)
     ours = tokenizer.default_system_prompt if system is None else system
-    theirs = messages[0]["content"]
-    return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
+    return messages[1:], append_system(ours, messages[0]["content"])
 
 
 def _log_request(stream: ChatStream, event: Finished) -> None:

@@ -60,7 +60,7 @@ class EngineHandle(Protocol):
 class ChatEncoder(Protocol):
     name: str
     default_system_prompt: str  # what encode_chat uses when it is given system=None
-    tool_format: ToolFormat | None  # how its chat template writes a tool call; None: it has no tools
+    tool_format: ToolFormat  # how its answers write a tool call: its chat template's way, or the generic one
     eos_token_ids: frozenset[int]  # the ids that end an answer: not listed among log probabilities
     special_ids: frozenset[int]  # control tokens: no client's text names them
 
@@ -101,7 +101,8 @@ def class_prompts(classes: Classes, settings: Settings, tokenizer: ChatEncoder) 
     prompts = {}
     for classroom in classes.all:
         system = server if classroom.tutor.plain else classroom.tutor.system_prompt(base)
-        prompts[classroom.name] = ClassPrompt(system, shared_prefix(tokenizer.chat_prefix, system))
+        prompts[classroom.name] = ClassPrompt(system, shared_prefix(tokenizer.chat_prefix, system,
+                                                                     tokenizer.default_system_prompt))
     return prompts
 
 

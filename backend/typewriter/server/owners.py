@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from ..engine.prefix_cache import common_prefix
+from ..text.conversation import append_system
 from .identity import Identity
 
 log = logging.getLogger("typewriter.server")
@@ -53,14 +54,25 @@ class Owners:
         return hmac.new(self._secret, nonce.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def shared_prefix(chat_prefix: Callable[[str | None], Sequence[int]], system: str | None) -> list[int]:
-    """What every chat with the server's system prompt begins with; nothing if the template will not say."""
+# What a client's system message may begin with, so that the tokens before it are found whatever it says.
+_FOLLOWERS = ("a", "Z", "1", " a", "\n", "{", "<", "#", "é", "你")
+
+
+def shared_prefix(chat_prefix: Callable[[str | None], Sequence[int]], system: str | None,
+                  default_system: str) -> list[int]:
+    """What every chat with the server's system prompt `system` begins with, whether or not a client's system
+    message follows that prompt (the template's opening and the server's prompt); nothing if the template will
+    not say."""
     try:
-        return list(chat_prefix(system))
+        shared = list(chat_prefix(system))
+        ours = default_system if system is None else system
+        for follower in _FOLLOWERS:
+            shared = shared[: common_prefix(shared, chat_prefix(append_system(ours, follower)))]
     except Exception:
         log.warning("the chat template would not render a one-message chat; no prefix is shared between chats",
                     exc_info=True)
         return []
+    return shared
 
 
 def shared_length(prefix: Sequence[int], prompt: Sequence[int]) -> int:

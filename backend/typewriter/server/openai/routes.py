@@ -126,7 +126,7 @@ class OpenAI:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
         owner, key = state.owners.of_request(client, request.headers.get(CONVERSATION_KEY))
         try:
-            stream = await open_chat(state, parsed.chat, client, owner)
+            stream = await open_chat(state, parsed.chat, client, owner, settings.answers.api_system_prompt)
         except Refusal as e:
             limits.disconnect(client)
             param = _field(e.message, parsed.names)

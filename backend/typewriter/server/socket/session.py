@@ -117,7 +117,8 @@ class Session(Reader):
         self._check_idle(chat.id)
         self._opening = chat.id
         try:
-            stream = await open_chat(self.server, chat, self.client, self.owner)
+            stream = await open_chat(self.server, chat, self.client, self.owner,
+                                     self.server.settings.answers.client_system_prompt)
         finally:
             self._opening = None
         self.stream = stream
