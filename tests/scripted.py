@@ -210,7 +210,7 @@ class ScriptTokenizer:
     def word(self, word: str) -> int:
         return self.eos + 2 + zlib.crc32(word.encode()) % (self.max_prompt_words - 1)
 
-    def encode(self, text: str) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
         """An answer's text as pieces, the longest that fits first (ties to the lowest id), for a continuation
         sent as text; text no piece spells is encoded as prompt words."""
         ids, at = [], 0

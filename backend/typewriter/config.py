@@ -212,6 +212,7 @@ class Resume:
     # cancels its chat at once. Its frames are bounded per chat, above the longest answer's, and in total.
     resume_grace_s: float = 60.0
     resume_buffer_bytes: int = 256 * 1024
+    resume_buffer_client_bytes: int = 8 * 1024 * 1024  # one client's share, at most the total
     resume_buffer_total_bytes: int = 64 * 1024 * 1024
     # An SSE stream that has sent nothing this long (queued, prefilling) gets a comment, so a proxy's idle timeout
     # (nginx's 60 s default, cloud balancers') never cuts it; None: never.
@@ -220,6 +221,7 @@ class Resume:
     def __post_init__(self) -> None:
         _at_least("resume_grace_s", self.resume_grace_s, 0.0)
         _at_least("resume_buffer_bytes", self.resume_buffer_bytes, 4096)
+        _at_least("resume_buffer_client_bytes", self.resume_buffer_client_bytes, self.resume_buffer_bytes)
         _at_least("resume_buffer_total_bytes", self.resume_buffer_total_bytes, self.resume_buffer_bytes)
         _positive_or_none("sse_keepalive_s", self.sse_keepalive_s)
 

@@ -88,13 +88,15 @@ def test_a_kept_stream_is_read_again_through_nginx_from_the_replica_that_has_it(
             before = b""
             with httpx.stream("POST", f"{front}/v1/chat/completions", json=BODY,
                               headers={"X-Conversation-Id": conversation}, timeout=10) as response:
+                owner = {"X-Resume-Token": response.headers["x-resume-token"]}
                 for part in response.iter_raw():
                     before += part
                     if len(before) >= 500:
                         break
-            rest = httpx.get(f"{front}/v1/stream/{conversation}", params={"from": len(before)}, timeout=10)
+            rest = httpx.get(f"{front}/v1/stream/{conversation}", params={"from": len(before)}, headers=owner,
+                             timeout=10)
             assert rest.status_code == 200, rest.text
-            whole = httpx.get(f"{front}/v1/stream/{conversation}", timeout=10)
+            whole = httpx.get(f"{front}/v1/stream/{conversation}", headers=owner, timeout=10)
             assert before + rest.content == whole.content and whole.content.endswith(b"data: [DONE]\n\n")
 
 

@@ -24,7 +24,7 @@ import pytest
 import websockets
 from helpers import until_terminal_async
 from real_server import ROOT, grpc_address, http_get, real_server
-from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, SETTINGS, sampled_quizzes
+from structured_cases import CALCULATOR, QUESTION, QUIZ, QUIZ_FORMAT, SETTINGS, TOOL_TEMPLATE, sampled_quizzes
 from tiny_model import random_weights, tiny_config, write_gguf
 
 from typewriter.client import Client
@@ -36,15 +36,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 WEATHER = {"type": "function", "function": {
     "name": "weather", "parameters": {"type": "object", "required": ["city"], "additionalProperties": False,
                                       "properties": {"city": {"enum": ["Paris", "Oslo"]}}}}}
-# Qwen2.5's way of offering tools, cut down: what matters is that the template takes `tools` and says <tool_call>.
-TOOL_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nYou may call tools.\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}"
-    "</tools>\nReply with <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call><|im_end|>\n{% endif %}"
-    "{% for m in messages %}{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
-    "</tool_response><|im_end|>\n{% elif m.tool_calls %}<|im_start|>assistant\n{% for c in m.tool_calls %}"
-    "<tool_call>\n{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}\n</tool_call>"
-    "{% endfor %}<|im_end|>\n{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 @dataclass(frozen=True)

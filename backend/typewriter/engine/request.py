@@ -125,6 +125,16 @@ class AnswerStart:
     text: str | None = None  # what the client shows of them: the ids must stream exactly this (None: unchecked)
 
 
+@dataclass(frozen=True)
+class Share:
+    """Whose service a request is charged to, for the fair scheduler: a client (a student, an API key, an address)
+    within a group (a class), and the group's weight against the other groups'."""
+
+    client: str = ""
+    group: str = ""
+    weight: float = 1.0
+
+
 @dataclass
 class GenerationRequest:
     id: str
@@ -137,6 +147,7 @@ class GenerationRequest:
     # owner shares (prefix_cache.py). None is an owner too: the CLI's and benchmarks'.
     owner: str | None = None
     shared_prefix: int = 0
+    share: Share = field(default_factory=Share)
 
 
 

@@ -96,10 +96,14 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         if refused:
             await websocket.close(p.CLOSE_TRY_AGAIN_LATER, refused)
             return
+        left = None
         try:
-            await Session(websocket, state, client, resumes).run()
+            left = await Session(websocket, state, client, resumes).run()
         finally:
-            limits.disconnect(client)
+            if left is not None:
+                left.hold(lambda: limits.disconnect(client))
+            else:
+                limits.disconnect(client)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -48,11 +48,13 @@ class Cancel(enum.StrEnum):
 class ChatStream:
     """One submitted chat, from submission until its door has handled its `Finished` (or given up)."""
 
-    def __init__(self, server: ServerState, client_id: str, engine_id: str, dropped_messages: int = 0,
-                 choice_ids: list[str] | None = None, splitters: dict[str, ToolCallSplitter] | None = None):
-        """`choice_ids`: the engine ids of every answer, the first `engine_id`; `splitters`: per answer, with tools."""
-        self.server = server
-        self.client_id, self.engine_id = client_id, engine_id
+    def __init__(self, server: ServerState, chat_id: str, engine_id: str, dropped_messages: int = 0,
+                 choice_ids: list[str] | None = None, splitters: dict[str, ToolCallSplitter] | None = None,
+                 client: str | None = None):
+        """`choice_ids`: the engine ids of every answer, the first `engine_id`; `splitters`: per answer, with tools;
+        `client`: whose running chats it counts in (Limits.start_chats, done by the caller) until it ends."""
+        self.server, self.client = server, client
+        self.chat_id, self.engine_id = chat_id, engine_id
         self.choice_ids = choice_ids or [engine_id]
         self.splitters = splitters or {}
         self._last_token: dict[str, Token] = {}
@@ -70,7 +72,7 @@ class ChatStream:
         allowed = {StreamState.WAITING: (StreamState.RUNNING, StreamState.ENDED),
                    StreamState.RUNNING: (StreamState.ENDED,), StreamState.ENDED: ()}
         if state is not self.state and state not in allowed[self.state]:
-            raise RuntimeError(f"chat {self.client_id}: cannot go from {self.state.value} to {state.value}")
+            raise RuntimeError(f"chat {self.chat_id}: cannot go from {self.state.value} to {state.value}")
         self.state = state
 
     async def next_event(self) -> StreamItem:
@@ -102,6 +104,8 @@ class ChatStream:
         if self.state is not StreamState.ENDED:
             self.move(StreamState.ENDED)
             self.server.stream_closed()
+            if self.client is not None:
+                self.server.limits.end_chats(self.client, len(self.choice_ids))
 
     def choice(self, request_id: str) -> int:
         return self.choice_ids.index(request_id)
@@ -162,10 +166,10 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
     if not server.ready or engine is None or tokenizer is None:
         raise Refusal("internal", "the server is not accepting chats (its engine stopped); see /readyz",
                               chat.id)
-    wait_s = server.limits.allow_chat(client)
+    wait_s = server.limits.allow_chat(client, chat.n)  # each of n choices is a chat
     if wait_s is not None:
-        raise Refusal("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
-                                              f"one address; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
+        raise Refusal("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from one address "
+                                      f"(each of n choices counts); try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s = server.settings
     params = sampling_params(chat, s.answers.default_length, s.answers.length_cap, s.engine.request_timeout_s)
     if chat.answer_start is not None and chat.n > 1:
@@ -186,7 +190,9 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
             engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"), tokenizer.count)
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
         splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if tool_format is not None else None
-        stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters)
+        if refused := server.limits.start_chats(client, chat.n):
+            raise Refusal("rate_limited", refused, chat.id)
+        stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters, client)
         try:
             shared = shared_length(server.shared_prefix, fitted.prompt_ids)
             if chat.answer_start is not None:
@@ -205,6 +211,8 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) ->
             stream.cancel(Cancel.DISCONNECT)
             stream.end()
             raise
+    except Refusal:
+        raise
     except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
         code = e.code if e.code in ERROR_CODES else "internal"
         message = str(e) or "the server is shutting down; reconnect later"
@@ -244,7 +252,7 @@ def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[d
 def _log_request(stream: ChatStream, event: Finished) -> None:
     t = event.timings
     record = {
-        "event": "chat_end", "id": stream.engine_id, "client_id": stream.client_id, "reason": event.reason.value,
+        "event": "chat_end", "id": stream.engine_id, "chat_id": stream.chat_id, "reason": event.reason.value,
         "prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
         "queue_ms": round(t.queue_ms, 1), "ttft_ms": round(t.ttft_ms, 1), "total_ms": round(t.total_ms, 1),
         "tokens_per_s": round(t.tokens_per_s, 2),

@@ -173,9 +173,10 @@ def descriptor_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def ensure_descriptors(connections: int, pending: int) -> int:
-    """Raise the soft descriptor limit to what the caps need, where the hard limit allows, else warn; returns it."""
-    need = connections + pending + RESERVED_DESCRIPTORS
+def ensure_descriptors(connections: int, pending: int, each: int = 1) -> int:
+    """Raise the soft descriptor limit to what the caps need, `each` descriptors a connection (more with gRPC on),
+    where the hard limit allows, else warn; returns it."""
+    need = (connections + pending) * each + RESERVED_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < need and (hard == resource.RLIM_INFINITY or hard > soft):
         soft = need if hard == resource.RLIM_INFINITY else min(need, hard)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .grpc.server import GrpcServer
 
 GRPC_GRACE_S = 1.0
+GRPC_DESCRIPTORS = 3  # a connection to the gRPC port: the client's, the proxy's to gRPC, and gRPC's own end of it
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
@@ -94,8 +95,9 @@ class Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         log_accept_failures_once_an_interval(asyncio.get_running_loop())
-        ensure_descriptors(self.state.settings.limits.max_connections, self.state.settings.limits.max_pending_connections)
         grpc_port = self.state.settings.serving.grpc_port
+        ensure_descriptors(self.state.settings.limits.max_connections, self.state.settings.limits.max_pending_connections,
+                           1 if grpc_port is None else 1 + GRPC_DESCRIPTORS)
         if grpc_port is not None and not await self._start_grpc(self.config.host, grpc_port):
             self.grpc_failed = self.should_exit = True  # before the lifespan: nothing loads, nothing to drain
             return

@@ -15,6 +15,7 @@ from tokenizers import Tokenizer as RawTokenizer
 from transformers import PreTrainedTokenizerFast
 
 from ..errors import ModelFormatError
+from .plain_text import PlainText
 from .token_text import LeadingSpace, TokenText
 from .tool_format import ToolFormat, tool_format
 
@@ -87,6 +88,7 @@ class Tokenizer:
             i for i, tok in raw.get_added_tokens_decoder().items() if tok.special
         )
         self.token_text: TokenText = _spell_tokens(raw, self.special_ids, name)
+        self.plain = PlainText(self.hf)
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
@@ -199,13 +201,17 @@ class Tokenizer:
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
                     tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
-        """Control tokens typed in a message are encoded as plain text: only the template writes real ones. `tools`
-        (OpenAI's function objects) go to the template; only for a model with a `tool_format`."""
+        """Control tokens a client typed, in a message or in `tools` (OpenAI's function objects, for a model with a
+        `tool_format`), dictionary keys included, are encoded as plain text: only the template writes real ones."""
         encoded: Any = self.hf.apply_chat_template(
-            self._conversation(messages, system), tools=list(tools) if tools else None, tokenize=True,
-            add_generation_prompt=True, sanitize_control_tokens=True,
+            self.plain.keys(self._conversation(messages, system)), tools=self.plain.keys(list(tools)) if tools else None,
+            tokenize=True, add_generation_prompt=True, sanitize_control_tokens=True,
         )
         return list(encoded["input_ids"])
+
+    def encode_text(self, text: str) -> list[int]:
+        """A client's text (an answer's start) as a message's content is encoded: control tokens as plain text."""
+        return self.plain.encode(text)
 
     def chat_prefix(self, system: str | None = None) -> list[int]:
         """The ids every chat rendered with `system` begins with, whatever its messages: the prefix the cache

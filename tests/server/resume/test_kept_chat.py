@@ -20,7 +20,8 @@ class Stream:
     """What a kept chat uses of its ChatStream."""
 
     def __init__(self, name: str):
-        self.engine_id = self.client_id = name
+        self.engine_id = self.chat_id = name
+        self.client = "student"  # whose share of the buffers its log counts in
         self.cancelled: list[Cancel] = []
         self.ended = False
 

@@ -17,7 +17,8 @@ from typewriter.server.resume.registry import Resumes
 
 class Stream:
     def __init__(self, name: str):
-        self.engine_id = self.client_id = name
+        self.engine_id = self.chat_id = name
+        self.client = "student"  # whose share of the buffers its log counts in
         self.cancelled: list[Cancel] = []
 
     def cancel(self, why: Cancel) -> None:

@@ -74,7 +74,7 @@ def test_one_log_line_per_chat_carries_its_numbers(caplog):
     records = [json.loads(r.getMessage()) for r in caplog.records if r.name == "typewriter.requests"]
     assert len(records) == 1
     record = records[0]
-    assert record["client_id"] == "log1"
+    assert record["chat_id"] == "log1"
     assert (record["reason"], record["prompt_tokens"], record["completion_tokens"]) == ("eos", 3, 5)
     assert {"id", "queue_ms", "ttft_ms", "total_ms", "tokens_per_s"} <= set(record)
 

@@ -21,7 +21,6 @@ from ..auth import presented_key
 from ..chat_request import Chat
 from ..chats import Cancel, ChatStream, StreamState, open_chat
 from ..lifecycle import Phase, ServerState
-from ..limits import client_address
 from ..owners import CONVERSATION_KEY
 from ..refusal import Refusal
 from ..socket.pump import frames
@@ -56,19 +55,17 @@ STATUS = {
 
 
 class ChatService(chat_pb2_grpc.ChatServicer):
-    def __init__(self, state: ServerState):
+    """`client(context)` is the call's client address; its stream is counted as a socket before it comes here
+    (calls.py)."""
+
+    def __init__(self, state: ServerState, client: Callable[[Context], str]):
         self.server = state
+        self.client = client
 
     async def Stream(self, requests: AsyncIterator[Incoming], context: Context) -> AsyncIterator[pb.ServerEvent]:
-        # text metadata: binary values come only under keys ending in -bin, and none of those is read
-        metadata = {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
+        metadata = text_metadata(context)
         await self._admit(metadata, context)
-        limits = self.server.limits
-        client = client_address(peer_address(context.peer()), metadata, limits.trusted)
-        refused = limits.connect(client)  # a stream counts like a socket
-        if refused:
-            await abort(context, "overloaded", refused)
-        when_done(context, lambda _: limits.disconnect(client))  # also when it ends while we wait to send
+        client = self.client(context)
         try:
             async for event in self._chat(requests, context, client, metadata.get(CONVERSATION_KEY)):
                 yield event
@@ -131,7 +128,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
 
     async def _read(self, requests: AsyncIterator[Incoming], stream: ChatStream) -> Refusal | None:
         """A stop stops the chat; anything else cancels it and returns the error that ends the RPC."""
-        chat_id = stream.client_id
+        chat_id = stream.chat_id
         try:
             async for message in requests:
                 kind = message.WhichOneof("kind")
@@ -254,6 +251,11 @@ def peer_address(peer: str) -> str | None:
     if kind not in ("ipv4", "ipv6"):
         return None
     return rest.rpartition(":")[0].strip("[]") or None
+
+
+def text_metadata(context: Context) -> dict[str, str]:
+    """Binary values come only under keys ending in -bin, and none of those is read."""
+    return {key: value for key, value in context.invocation_metadata() or () if isinstance(value, str)}
 
 
 def when_done(context: Context, callback: Callable[[object], None]) -> None:

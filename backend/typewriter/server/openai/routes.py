@@ -45,9 +45,8 @@ class OpenAI:
         self.model = state.settings.model.id
         self.created = int(time.time())
         self.resumes = resumes
-        self.streams = Streams(state, resumes, lambda status, code, message: self._refused(code, message,
-                                                                                          status=status)) \
-            if resumes is not None else None
+        self.streams = Streams(state, resumes, lambda status, code, message, retry_after_s=None: self._refused(
+            code, message, status=status, retry_after_s=retry_after_s)) if resumes is not None else None
 
     async def models(self, request: Request) -> Response:
         if not self.state.ready:
@@ -69,7 +68,7 @@ class OpenAI:
             chat = Answer(stream, body, self.model, release, tokenizer, key, keepalive_s)
             if kept is None or self.streams is None:  # kept only where streams are (_kept_as)
                 return chat
-            return self.streams.keep(stream, chat._chunks(), kept, chat.release)
+            return self.streams.keep(request, stream, chat._chunks(), kept, chat.release)
 
         return await self._accept(request, parse_body, answer, keepable=True)
 

@@ -25,6 +25,13 @@ async def submit(engine: EngineHandle, tokenizer: ChatEncoder, request: Generati
     if start is None:
         engine.submit(request, on_event)
         return None
+    if control := sorted(set(start.ids or ()) & {*tokenizer.special_ids, *tokenizer.eos_token_ids}):
+        raise InvalidRequest("continue.ids", f"{control[0]} names a control token, which no answer's text holds; "
+                                             "send the ids of the answer's text only")
+    room = engine.max_context - len(request.prompt_ids)  # read no further than that: a huge start costs no more
+    if await asyncio.to_thread(tokenizer.count, start.text, room) > room:
+        raise InvalidRequest("continue.text", f"the answer's start is longer than the {room} tokens the context "
+                                              "leaves after the conversation; ask again instead of continuing")
     if start.ids is not None:
         try:
             engine.submit(dataclasses.replace(request, answer_start=AnswerStart(start.ids, start.text)), on_event)
@@ -33,6 +40,6 @@ async def submit(engine: EngineHandle, tokenizer: ChatEncoder, request: Generati
             if e.field != "continue.ids":
                 raise
             log.info("chat %s: %s; continuing from its text instead", request.id, e)
-    ids = await asyncio.to_thread(tokenizer.encode, start.text)
+    ids = await asyncio.to_thread(tokenizer.encode_text, start.text)
     engine.submit(dataclasses.replace(request, answer_start=AnswerStart(tuple(ids))), on_event)
     return ENCODED

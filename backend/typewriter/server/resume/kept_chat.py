@@ -19,9 +19,9 @@ log = logging.getLogger("typewriter.server")
 
 class Registry(Protocol):
     grace_s: float
-    bytes: int  # held by every kept chat's log, the registry's to count
 
     def make_room(self, chat: KeptChat, size: int) -> bool: ...
+    def grow(self, chat: KeptChat, size: int) -> None: ...  # the chat's log holds `size` more bytes (or fewer)
     def release(self, chat: KeptChat) -> None: ...
 
 
@@ -52,6 +52,7 @@ class KeptChat:
 
     def __init__(self, registry: Registry, stream: ChatStream, key: str):
         self.registry, self.stream = registry, stream
+        self.client = stream.client or ""  # whose share of the buffers it uses
         self.key_hash = digest(key)
         self.life = Life.RUNNING
         self.keys: list[int] = []  # each kept item's position key (a token index or byte offset), non-decreasing
@@ -68,12 +69,13 @@ class KeptChat:
         self._more = asyncio.Event()  # set (and replaced) whenever the log grows or the reader changes
         self._timer: asyncio.TimerHandle | None = None
         self._abandoned = False
+        self._held: Callable[[], None] | None = None  # a gone reader's place among its client's connections
         self._tasks: set[asyncio.Task[None]] = set()
         self._spawn(self._run(), f"kept-{stream.engine_id}")
 
     @property
-    def client_id(self) -> str:
-        return self.stream.client_id
+    def chat_id(self) -> str:
+        return self.stream.chat_id
 
     @property
     def ended(self) -> bool:
@@ -126,11 +128,12 @@ class KeptChat:
         self.items.append(text)
         self.sizes.append(size)
         self.bytes += size
-        self.registry.bytes += size
+        self.registry.grow(self, size)
         self._wake()
 
     def finish(self) -> None:
         """The terminal item is in: the chat is over, and its log is kept for the grace period."""
+        self._let_go()
         self.stream.end()
         self.move(Life.ENDED)
         self._wake()
@@ -139,13 +142,11 @@ class KeptChat:
         else:
             self._restart_timer(self.forget)
 
-    def drop_sent(self, size: int, limit: int, total: bool = False) -> None:
-        """Drop items a reader was already sent, oldest first, until `size` more bytes fit under `limit` (this
-        chat's bytes, or with `total` the registry's)."""
-        held: Callable[[], int] = (lambda: self.registry.bytes) if total else (lambda: self.bytes)
+    def drop_sent(self, enough: Callable[[int], bool]) -> None:
+        """Drop items a reader was already sent, oldest first, until `enough(bytes freed)`."""
         n = 0
         freed = 0
-        while self.base + n < self.sent and held() - freed + size > limit:
+        while self.base + n < self.sent and not enough(freed):
             freed += self.sizes[n]
             n += 1
         if n:
@@ -153,7 +154,20 @@ class KeptChat:
             self.base += n
             self.kept_from = self.keys[0] if self.keys else self.next_key
             self.bytes -= freed
-            self.registry.bytes -= freed
+            self.registry.grow(self, -freed)
+
+    def hold(self, release: Callable[[], None]) -> None:
+        """Keep a gone reader's place among its client's connections (`release` gives it back) while the chat
+        runs with nobody attached: no client holds more disconnected than it could connected."""
+        if self.life is not Life.RUNNING or self.reader is not None or self._held is not None:
+            release()
+        else:
+            self._held = release
+
+    def _let_go(self) -> None:
+        if self._held is not None:
+            release, self._held = self._held, None
+            release()
 
     def lost(self, key: int) -> bool:
         """Whether items from position key `key` on are no longer all kept."""
@@ -164,6 +178,7 @@ class KeptChat:
         return self.base + bisect.bisect_left(self.keys, key)
 
     def attach(self, reader: Reader, position: int) -> None:
+        self._let_go()  # the new reader's connection counts instead
         previous, self.reader = self.reader, reader
         self._abandoned = False
         self.sent = position

@@ -26,22 +26,22 @@ async def frames(stream: ChatStream) -> AsyncIterator[Outgoing]:
     while True:
         event = await stream.next_event()
         if isinstance(event, Queued):
-            yield Outgoing(queued(stream.client_id, event.position))
+            yield Outgoing(queued(stream.chat_id, event.position))
         elif isinstance(event, Started):
-            frame = start(stream.client_id, event.prompt_tokens, event.cached_tokens, stream.dropped_messages)
+            frame = start(stream.chat_id, event.prompt_tokens, event.cached_tokens, stream.dropped_messages)
             yield Outgoing(frame | {"continued": stream.continued} if stream.continued else frame)
         elif isinstance(event, Token):
             ids.append(event.token_id)
             if stream.shows(event):
-                yield Outgoing(token(stream.client_id, event.index, event.text), ids)
+                yield Outgoing(token(stream.chat_id, event.index, event.text), ids)
                 ids = []
         elif isinstance(event, Finished):
             if event.reason is FinishReason.ERROR:
-                yield Outgoing(error("internal", f"generation failed: {event.error}", stream.client_id), last=True)
+                yield Outgoing(error("internal", f"generation failed: {event.error}", stream.chat_id), last=True)
                 return
             calls = stream.tool_calls(event.request_id)
             for i, call in enumerate(calls):
-                yield Outgoing(tool_call(stream.client_id, i, call.call_id, call.name, call.arguments))
-            yield Outgoing(end(stream.client_id, event, bool(calls)), last=True)
+                yield Outgoing(tool_call(stream.chat_id, i, call.call_id, call.name, call.arguments))
+            yield Outgoing(end(stream.chat_id, event, bool(calls)), last=True)
             return
         # a ToolCallDelta: each call goes out whole, before the end

@@ -30,11 +30,11 @@ class SocketChat(KeptChat):
         if first_index > self.next_index:
             raise Refusal("invalid_request", f"from: this chat has sent tokens up to index "
                                              f"{self.next_index - 1}, so from may be at most "
-                                             f"{self.next_index}; got {first_index}", self.client_id)
+                                             f"{self.next_index}; got {first_index}", self.chat_id)
         if self.lost(first_index):
             raise Refusal("not_found", f"this chat's frames from index {first_index} on are no longer all "
                                        "kept (they were sent, and room was needed); send it again as a "
-                                       "chat with continue", self.client_id)
+                                       "chat with continue", self.chat_id)
 
     async def _produce(self) -> None:
         async for out in frames(self.stream):

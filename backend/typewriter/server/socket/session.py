@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
@@ -40,19 +41,24 @@ class Session(Reader):
         self._send_lock = asyncio.Lock()
         self._pumps: set[asyncio.Task[None]] = set()
 
-    async def run(self) -> None:
+    async def run(self) -> KeptChat | None:
+        """Serve the socket until it closes; returns the kept chat it leaves running with nobody attached, if any
+        (it holds this socket's place among its client's connections until it ends: KeptChat.hold)."""
         self.server.metrics.connections.inc()
+        left: KeptChat | None = None
         try:
             await self._read()
         finally:
             self._open = False
             if self.kept is not None:
                 self.kept.detach(self)  # it runs on for the grace period, for its client to resume
+                left = self.kept
             elif self.stream is not None:
                 self.stream.cancel(Cancel.DISCONNECT)
             if self._pumps:
                 await asyncio.gather(*self._pumps)
             self.server.metrics.connections.dec()
+        return left
 
     async def _read(self) -> None:
         limit = self.settings.socket.max_message_bytes
@@ -87,7 +93,7 @@ class Session(Reader):
             await self._send(p.pong())
         elif isinstance(message, p.Stop):
             stream = self.stream
-            if stream is None or stream.client_id != message.id:
+            if stream is None or stream.chat_id != message.id:
                 raise Refusal("not_found", f"no chat with id {message.id!r} is running on this connection",
                                       message.id)
             stream.cancel(Cancel.STOP)
@@ -97,8 +103,8 @@ class Session(Reader):
             await self._start(message)
 
     def _check_idle(self, request_id: str) -> None:
-        busy = self.stream.client_id if self.stream is not None else \
-            self.kept.client_id if self.kept is not None else self._opening
+        busy = self.stream.chat_id if self.stream is not None else \
+            self.kept.chat_id if self.kept is not None else self._opening
         if busy is not None:
             raise Refusal(
                 "busy", f"chat {busy!r} is still running on this connection; stop it or wait for its end",
@@ -122,9 +128,14 @@ class Session(Reader):
 
     async def _resume(self, resume: p.Resume) -> None:
         self._check_idle(resume.id)
-        resumes = self.resumes
+        limits, resumes = self.server.limits, self.resumes
+        wait_s = limits.looking_blocked(self.client)
+        if wait_s is not None:
+            raise Refusal("rate_limited", "too many resumes of chats that are not kept here; try again in "
+                                          f"{math.ceil(wait_s)} s", resume.id, wait_s)
         chat = resumes.find(resume.token) if resumes is not None else None
-        if resumes is None or not isinstance(chat, SocketChat) or chat.client_id != resume.id:
+        if resumes is None or not isinstance(chat, SocketChat) or chat.chat_id != resume.id:
+            limits.missed(self.client)
             if resumes is not None:
                 resumes.counted("not_found")
             raise Refusal("not_found", f"no chat {resume.id!r} with that token is kept here (it ended over "
