@@ -1,7 +1,7 @@
 """Constrained rows in the engine's step (engine/engine.py, engine/constraints.py): each next mask is computed on a
 worker thread while the forward pass runs; a row whose mask is late sits out and takes its token from the logits it
 kept once the mask is ready, so it never holds the other rows and its answer is the one it would have been; a
-constraint that reaches a dead end or a limit mid-answer ends with `error` and a message naming its field.
+constraint that reaches a dead end or a limit mid-answer ends with `constraint` (not a server fault) and a message naming its field.
 A scripted runner over the tiny byte-level tokenizer; a gate holds chosen masks back."""
 
 from __future__ import annotations
@@ -130,23 +130,23 @@ def test_each_mask_is_computed_while_the_forward_pass_runs(tokenizer, monkeypatc
     assert recorder.text == "jklmnopqrs" and engine.runner.saw_mask == [True] * 10
 
 
-def test_a_dead_end_mid_answer_ends_with_error_naming_the_field_and_the_others_go_on(tokenizer):
+def test_a_dead_end_mid_answer_ends_with_constraint_naming_the_field_and_the_others_go_on(tokenizer):
     engine = engine_of(tokenizer)
     dead = submit(engine, tokenizer, "dead", DEAD_AFTER_FOUR)
     other = submit(engine, tokenizer, "other", max_new_tokens=12)
     run(engine, dead, other)
     end = dead.events[-1]
-    assert (dead.text, end.reason) == ("jklm", FinishReason.ERROR)
+    assert (dead.text, end.reason) == ("jklm", FinishReason.CONSTRAINT)
     assert end.error.startswith("response_format: no token can follow the answer's 4 tokens (a dead end")
     assert len(other.tokens) == 12 and other.events[-1].reason is FinishReason.LENGTH
     assert engine.stats().active == 0
 
 
-def test_a_limit_reached_mid_answer_ends_with_error_naming_the_field_not_a_server_fault(tokenizer):
+def test_a_limit_reached_mid_answer_ends_with_constraint_naming_the_field_not_a_server_fault(tokenizer):
     engine = engine_of(tokenizer)
     costly = submit(engine, tokenizer, "costly", Constraint(ConstraintKind.REGEX, "[a-z]{3}0{100000}",
                                                             "response_format"))
     run(engine, costly)
     end = costly.events[-1]
-    assert end.reason is FinishReason.ERROR
+    assert end.reason is FinishReason.CONSTRAINT
     assert end.error.startswith("response_format: the constraint became too costly to enforce (")

@@ -291,7 +291,7 @@ class Engine:
                 self._fail([request], "a constraint's mask")
                 continue
             if failure is not None:
-                self._finish(request, FinishReason.ERROR, failure)
+                self._finish(request, FinishReason.CONSTRAINT, failure)
                 continue
             held, answer.held = answer.held, None
             self._take(request, held)
@@ -301,7 +301,7 @@ class Engine:
             token_id = request.sample(logits)
             text, reason = request.take(token_id, self.clock())
         except ConstraintFailed as e:  # a limit reached mid-answer: the client's constraint, not a fault
-            self._finish(request, FinishReason.ERROR, str(e))
+            self._finish(request, FinishReason.CONSTRAINT, str(e))
             return
         except Exception:
             self._fail([request], "sampling or detokenizing")
