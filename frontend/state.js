@@ -6,7 +6,8 @@
  *
  * A turn's answer moves through a lifecycle whose transitions are checked:
  *   waiting → queued → streaming → done | stopped | failed | interrupted
- * (waiting and queued may also end directly). A reload turns an unfinished answer into `interrupted`.
+ * (waiting and queued may also end directly). A reload turns an unfinished answer into `interrupted`; one the page
+ * finds again on the server (resume.js) goes back to `streaming`, with the text it had.
  *
  * The answer text has one owner. While the answer is live, `applyMessage` appends every token the server
  * sends, so `answer` is what was received; the screen types it out a few hundred milliseconds behind. When
@@ -39,7 +40,7 @@ const NEXT = {
   done: [],
   stopped: [],
   failed: [],
-  interrupted: [],
+  interrupted: ["streaming"], // only by resumeTurn, after a reload
 };
 
 /** @param {TurnStatus} status */
@@ -100,6 +101,17 @@ export function applyMessage(turn, frame) {
  */
 export function stopTurn(turn, shown) {
   return { ...moveTo(turn, "stopped"), answer: shown, note: endText("cancelled") };
+}
+
+/**
+ * The page was reloaded while this answer streamed, and it will resume it: the answer goes on from `text`, the text
+ * the page holds with the resume's starting point (resume.js), which may be less than the turn saved.
+ * @param {Turn} turn  as restored: `interrupted`
+ * @param {string} text
+ * @returns {Turn}
+ */
+export function resumeTurn(turn, text) {
+  return { ...moveTo(turn, "streaming"), answer: text, note: "" };
 }
 
 /**

@@ -166,3 +166,29 @@ def test_a_conversation_key_is_honoured_only_as_issued_by_this_server():
     for forged in (other.conversation(None)[1], key.partition(".")[0], key + "0", "", "."):
         assert owners.conversation(forged)[0] != owner
     assert owners.socket() != owners.socket()
+
+
+def test_a_students_history_is_theirs_across_tabs_and_never_a_classmates_behind_the_same_address():
+    engine = script_engine(slots=3, system_prompt=True)
+
+    def cookie(address):
+        return httpx.get(f"http://{address}/").headers["set-cookie"].split(";", 1)[0]
+
+    async def turn(address, cookie_header, chat_id, text, history=()):
+        async with connect(f"ws://{address}/ws", additional_headers={"cookie": cookie_header}) as ws:
+            await ws.send(chat(chat_id, text, history, max_new_tokens=4))
+            return await until_terminal_async(ws, 5)
+
+    async def scenario(address):
+        ana, ben = cookie(address), cookie(address)
+        first = await turn(address, ana, "t1", SECRET)  # Ana's first tab
+        answer = "".join(f.get("text", "") for f in first)
+        history = ({"role": "user", "content": SECRET}, {"role": "assistant", "content": answer})
+        ben_probe = await turn(address, ben, "b1", "and my grade?", history)  # Ben sends Ana's words as his own
+        ana_tab = await turn(address, ana, "t2", "and my grade?", history)  # Ana's second tab: a new socket
+        return first[0], ben_probe[0], ana_tab[0]
+
+    with running(engine, system_prompt=SYSTEM) as (_, address):
+        first, ben_probe, ana_tab = asyncio.run(scenario(address))
+    assert ben_probe["cached_tokens"] == SHARED  # the system prompt, not a word of Ana's
+    assert ana_tab["cached_tokens"] >= first["prompt_tokens"]  # her whole first turn, from another socket

@@ -10,8 +10,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -24,6 +24,7 @@ from .request import Event, Finished, FinishReason, GenerationRequest, Queued, S
 from .request_state import RequestState, Status
 from .runner import PrefillChunk, Runner
 from .scheduler import Plan, Scheduler
+from .slot_cap import SlotCap
 
 log = logging.getLogger("typewriter.engine")
 
@@ -64,6 +65,7 @@ class Vocabulary(Spelling, Protocol):
 class EngineStats:
     active: int
     queued: int
+    groups: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # share.group -> (active, queued)
 
 
 @dataclass(frozen=True)
@@ -82,12 +84,16 @@ class Engine:
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
         self.model_name = model_name
         self.max_context = runner.max_len
-        self.max_active = runner.slots
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
                                    decode_prior=_decode_prior(runner))
+        sizing, model = runner.sizing, runner.step_model
+        self.scheduler.open = min(sizing.slots, runner.slots)
+        # None: the count is fixed (set, or no step model to weigh the steps against)
+        self.slot_cap = SlotCap(model, self.scheduler.open, runner.slots, runner.max_len) if (
+            sizing.adapts and model is not None) else None
         self.grammars = Grammars(tokenizer, runner.vocab_size, mask_threads=runner.slots)
         self.clock = clock
         self.state = EngineState.IDLE
@@ -96,6 +102,7 @@ class Engine:
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
         self._cancelled: set[str] = set()
         self._faulty_steps = 0
+        self._runner_s = 0.0  # the last step's runner call alone, what the capacity probe timed
         self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
 
     def start(self) -> Engine:
@@ -103,6 +110,11 @@ class Engine:
             self._move(EngineState.RUNNING)
         self._thread.start()
         return self
+
+    @property
+    def max_active(self) -> int:
+        """The slots open to newcomers now."""
+        return self.scheduler.open
 
     @property
     def alive(self) -> bool:
@@ -145,14 +157,28 @@ class Engine:
 
     def stats(self) -> EngineStats:
         with self._lock:
-            return EngineStats(active=len(self.scheduler.running), queued=len(self.scheduler.waiting))
+            groups: dict[str, tuple[int, int]] = {}
+            for request in self.scheduler.running.values():
+                active, queued = groups.get(request.share.group, (0, 0))
+                groups[request.share.group] = (active + 1, queued)
+            for request in self.scheduler.waiting:
+                active, queued = groups.get(request.share.group, (0, 0))
+                groups[request.share.group] = (active, queued + 1)
+            return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), groups)
 
     def prepare(self, request: GenerationRequest) -> None:
         if (compiler := self.runner.compiler) is not None:
             compiler.prepare_answer(len(request.prompt_ids), request.params.max_new_tokens)
 
     def describe_runtime(self) -> dict[str, Any]:
-        return {**self.runner.describe(), "slots": self.runner.sizing.describe()}
+        slots = self.runner.sizing.describe() | {"count": self.max_active}
+        if self.slot_cap is not None and (change := self.slot_cap.last) is not None:
+            slots["last_change"] = {"from": change.before, "to": change.after, "why": change.why}
+        return {**self.runner.describe(), "slots": slots}
+
+    def describe_slots(self) -> str:
+        """The start-up line's: how many slots, why, and whether they move."""
+        return self.runner.sizing.summary()
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
         self.runner.close()
@@ -208,12 +234,15 @@ class Engine:
         chunks = [c for c in chunks if c.slot in self.scheduler.running]  # not those whose copy failed
         late = [r for r in decode if r.constraint is not None and r.constraint.held is not None]  # sit this step out
         decode = [r for r in decode if r not in late]
+        positions = sum(request.num_tokens - 1 for request in decode)  # before each takes its token
         faults += self._compute(chunks, decode, late)
         if chunks or decode:
             took = self.clock() - began
             if not faults:
                 with self._lock:
                     self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
+                if decode and not chunks:
+                    self._weigh_slots(len(decode), positions, self._runner_s)
             self._observe(StepStats(took, len(decode)))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
@@ -240,13 +269,14 @@ class Engine:
         # Each mask depends only on the tokens already taken: computed on worker threads during the forward pass.
         sampled = batch + [request for c, request in zip(chunks, prefilling) if c.wants_logits]
         self.grammars.begin([request.constraint for request in sampled if request.constraint])
-        began = time.perf_counter()
+        began, wall = self.clock(), time.perf_counter()
         try:
             out = self.runner.step([request.slot for request in batch], [request.output_ids[-1] for request in batch],
                                    [request.num_tokens - 1 for request in batch], chunks)
         except Exception:
             return self._fail(prefilling + batch, "a step")
-        forward_s = time.perf_counter() - began
+        self._runner_s = self.clock() - began
+        forward_s = time.perf_counter() - wall  # late masks are waited for in real time, whatever the engine's clock
         decode_failed = False
         for fault in out.faults:
             requests = [prefilling[i] for i in fault.chunks] + (batch if fault.decode else [])
@@ -328,6 +358,17 @@ class Engine:
             self.scheduler.finish(request, reusable)
         self._emit(request, Finished(request.id, reason, len(request.prompt_ids), len(request.output_ids),
                                  request.timings(self.clock()), error))
+
+    def _weigh_slots(self, rows: int, positions: int, seconds: float) -> None:
+        """`seconds`: the runner's part of a decode-only step, as the probe timed its steps, so the machine's speed
+        is compared like with like (what sampling adds: docs/measurements/2026-12-05-adaptive-slots.md)."""
+        if self.slot_cap is None:
+            return
+        change = self.slot_cap.observe(rows, positions, seconds)
+        if change is not None:
+            with self._lock:
+                self.scheduler.open = change.after
+            log.info("slots %d -> %d, %s", change.before, change.after, change.why)
 
     def _observe(self, stats: StepStats) -> None:
         if (observer := self.on_step) is None:

@@ -137,6 +137,9 @@ class Share:
     group: str = ""
     weight: float = 1.0
 
+    def __post_init__(self) -> None:
+        _check_float("share.weight", self.weight, 0.0, 1e6, low_open=True)
+
 
 @dataclass
 class GenerationRequest:
@@ -151,7 +154,6 @@ class GenerationRequest:
     owner: str | None = None
     shared_prefix: int = 0
     share: Share = field(default_factory=Share)
-
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,8 @@ class RequestState:
         self.prompt_ids = list(request.prompt_ids) + (list(start.ids) if start else [])
         self.continued = len(start.ids) if start else 0  # answer tokens generated before this request
         self.owner, self.shared_prefix = request.owner, request.shared_prefix
+        self.share = request.share  # whose service it is (fairness.py)
+        self.charged = 0  # generated tokens already charged to its share
         self.output_ids: list[int] = []
         self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
         self.reused = 0  # of those, found already cached

@@ -605,6 +605,35 @@ def test_a_real_server_streams_a_chat_over_grpc_and_stops_one_mid_answer(tmp_pat
     assert cut[-1].end.usage.completion_tokens < 200
 
 
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_dropped_grpc_chat_asked_again_greedy_goes_on_where_the_client_was(tmp_path, tiny_gguf):
+    """What grpc.md says a client does after a dropped stream, since gRPC keeps nothing to resume: ask again, skip
+    the tokens below the first index it lacks, and (greedy) the rest is what the dropped answer would have said."""
+    log = tmp_path / "server.log"
+    request = chat("d1", "tell me a story", temperature=0, max_new_tokens=120, repetition_penalty=0.5,
+                   loop_guard=False)  # repetition favoured, so that the answer runs long
+    with real_server(E2E_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(tiny_gguf)}, log, args=["--grpc-port", "0"]):
+        with grpc.insecure_channel(grpc_address(log)) as channel:
+            stub = chat_pb2_grpc.ChatStub(channel)
+            whole = list(stub.Stream(iter([request]), timeout=60))
+            held: list[pb.Token] = []
+            dropped = stub.Stream(iter([request]), timeout=60)
+            for event in dropped:
+                if event.WhichOneof("kind") == "token":
+                    held.append(event.token)
+                    if len(held) == 3:
+                        dropped.cancel()  # as a broken stream: the client holds three tokens
+                        break
+            again = list(stub.Stream(iter([request]), timeout=60))
+    lacking = held[-1].index + 1
+    rest = [e.token for e in again if e.WhichOneof("kind") == "token" and e.token.index >= lacking]
+    assert len(held) == 3 and rest, "the answer was not cut mid-way"
+    assert "".join(t.text for t in held + rest) == text_of(whole)
+    assert (again[-1].end.reason, again[-1].end.usage.completion_tokens) == \
+        (whole[-1].end.reason, whole[-1].end.usage.completion_tokens)
+
+
 def _field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field (payloads under 128 bytes)."""
     return bytes([number << 3 | 2, len(payload)]) + payload

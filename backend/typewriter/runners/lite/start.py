@@ -1,26 +1,26 @@
 """Open an int8-lite runner for a model: its programs from the cache when the cache holds this file's, else made
 from the weights (rounded by GPTQ on the calibration text) and saved for the next start; its slots sized by the
-step times measured on this machine (kept beside the cached programs, so a warm start measures nothing)."""
+step times measured on this machine (kept beside the cached programs, so a warm start measures nothing, unless
+they were measured while other processes kept the machine busy)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ...architecture.model_config import ModelConfig
 from ...config import WeightFormat
-from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Sizing, StepModel, size_slots
+from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Probe, Sizing, StepModel, size_slots, typical_position
 from ...errors import ModelFormatError
 from ...weights.source import Source, weight_reader
 from ..options import Encode, Progress, RunnerOptions
 from .calibration import text as calibration_text
 from .kernel import load as load_kernel
+from .machine import OthersBusy, available_memory, cpu_signature
 from .program_cache import ProgramCache, cache_key
 from .programs import ProgramSet, make_programs
 from .runner import FORMATS, LiteRunner, report_progress
@@ -30,7 +30,7 @@ log = logging.getLogger("typewriter.lite")
 # (docs/measurements/2026-12-03-int8-lite.md).
 MAX_CHUNK = 64
 CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
-PROBE_VERSION = 2  # how they were measured: a kept measurement of another version is measured again
+PROBE_VERSION = 3  # how they were measured: a kept measurement of another version is measured again
 
 
 def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
@@ -66,15 +66,17 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     kept = runner.programs.folder if cache.root is not None else None
     if options.slots is not None:
         runner.sizing = Sizing(options.slots, "set")
-        runner.step_model = fit_step_model(runner, kept, measure_now=False)
+        known = fit_step_model(runner, kept, measure_now=False)
+        runner.step_model = known.model if known is not None else None
         return runner
     progress("int8-lite: sizing the slots by step time")
-    runner.step_model = model = fit_step_model(runner, kept)
-    assert model is not None
+    probe = fit_step_model(runner, kept, progress=progress)
+    assert probe is not None
+    runner.step_model = probe.model
     kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
-    runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
-    runner.reset_cache(sizing.slots)
-    progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
+    runner.sizing = sizing = size_slots(probe, runner.max_len, kv_bytes, available_memory())
+    runner.reset_cache(sizing.most or sizing.slots)  # the engine opens `slots` of them; the rest stay untouched
+    progress(f"int8-lite: {sizing.summary()}")
     return runner
 
 
@@ -90,21 +92,53 @@ def calibration_ids(encode: Encode) -> list[int]:
     return encode(calibration_text())
 
 
-def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True
-                   ) -> StepModel | None:
+def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True,
+                   progress: Progress = lambda _: None) -> Probe | None:
     """Read from `folder` (a cache entry) when measured there on a CPU like this one, else probed now (the caller's
-    `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`."""
+    `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`. A kept probe taken
+    under load is taken again, and the faster of the two kept (the machine's noise only adds), so a busy first
+    start is not a machine's figure for good."""
     known = folder / CAPACITY if folder is not None else None
-    cpu = _cpu_signature()
-    if known is not None and known.is_file():
+    cpu = cpu_signature()
+    before = _read(known, cpu) if known is not None else None
+    if not measure_now or (before is not None and not before.under_load):
+        return before
+    if before is not None:
+        log.info("the kept step times were measured while other processes took %.0f%% of the CPU time; measuring "
+                 "again", 100 * (before.others or 0.0))
+        progress("int8-lite: the kept step times were measured under load; measuring again")
+    probe = _probe(runner, rounds)
+    if before is not None and probe.under_load and _slower(probe, before, runner.max_len):
+        probe = before
+    if known is not None:
         try:
-            saved = json.loads(known.read_text())
-            if saved["cpu"] == cpu and saved.get("probe") == PROBE_VERSION:
-                return StepModel(**saved["model"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # measured again, and written over
-    if not measure_now:
+            known.write_text(json.dumps({"cpu": cpu, "probe": PROBE_VERSION, "model": dataclasses.asdict(probe.model),
+                                         "others": probe.others}))
+        except OSError:
+            pass  # measured again at the next start
+    return probe
+
+
+def _read(known: Path, cpu: str) -> Probe | None:
+    if not known.is_file():
         return None
+    try:
+        saved = json.loads(known.read_text())
+        if saved["cpu"] == cpu and saved.get("probe") == PROBE_VERSION:
+            others = saved["others"]
+            return Probe(StepModel(**saved["model"]), None if others is None else float(others))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # measured again, and written over
+    return None
+
+
+def _slower(probe: Probe, than: Probe, max_len: int) -> bool:
+    position = typical_position(max_len)
+    return probe.model.step_s(PROBE_ROWS, position) > than.model.step_s(PROBE_ROWS, position)
+
+
+def _probe(runner: LiteRunner, rounds: int) -> Probe:
+    busy = OthersBusy()
 
     def measure(probes: Sequence[tuple[int, int]]) -> list[float]:
         times: list[list[float]] = [[] for _ in probes]
@@ -118,31 +152,4 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
         return [min(t) for t in times]  # the machine's noise only adds
 
     model = StepModel.fit(measure, runner.max_len, rows=max(2, min(PROBE_ROWS, runner.slots)))
-    if known is not None:
-        try:
-            known.write_text(json.dumps({"cpu": cpu, "probe": PROBE_VERSION, "model": dataclasses.asdict(model)}))
-        except OSError:
-            pass  # measured again at the next start
-    return model
-
-
-def _cpu_signature() -> str:
-    """What the step times depend on besides the model: the CPU's name, its flags and how many it has."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
-    return f"{name}|{os.cpu_count()}|{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
-
-
-def _available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo, in bytes; None where it cannot be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return Probe(model, busy.share())
