@@ -1,6 +1,7 @@
 """Whose share of the compiled constraints a chat's constraint counts in: the client the server's other limits count
-(its address, or the one a trusted proxy forwards), so that one client's compiles never push out another's. Over a
-real server on a real socket, a real engine over the tiny byte-level tokenizer, its cache read directly."""
+(a student by the page's cookie, a classes-file key, else the address, the forwarded one behind a trusted proxy),
+so that one client's compiles never push out another's. Over a real server on a real socket, a real engine over the
+tiny byte-level tokenizer, its cache read directly."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def regex(i: int) -> str:
     return f"item {i}: [a-z]{{1,8}}"
 
 
-def ask(client: httpx.Client, i: int, forwarded: str | None) -> None:
+def ask(client: httpx.Client, i: int, forwarded: str | None = None) -> None:
     response = client.post("/v1/chat/completions", headers={"X-Forwarded-For": forwarded} if forwarded else {},
                            json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4,
                                  "response_format": {"type": "regex", "regex": regex(i)}})
@@ -77,3 +78,18 @@ def test_a_script_sending_new_constraints_never_pushes_out_a_students_own(tokeni
         assert kept.get(STUDENT, key(0)) is student is not None
         assert kept.held(SCRIPT) <= 3 * SMALL and kept.bytes <= 6 * SMALL
         assert kept.get(SCRIPT, key(20)) is not None and kept.get(SCRIPT, key(1)) is None  # its own oldest went
+
+
+def test_two_students_behind_one_address_each_keep_theirs_in_their_own_share(tokenizer):
+    engine = engine_of(tokenizer)
+    with live_server.running(factory(engine)) as (_, address):
+        students = [httpx.Client(base_url=f"http://{address}", timeout=30) for _ in range(2)]
+        for student in students:
+            student.get("/").raise_for_status()  # the page issues each its own student cookie
+            ask(student, 1)
+        for student in students:
+            student.close()
+    kept = engine.grammars._kept
+    owners = [owner for owner, _, _ in kept._entries]
+    assert len(set(owners)) == 2 and all(owner.startswith("student:") for owner in owners)
+    assert kept.held("127.0.0.1") == 0
