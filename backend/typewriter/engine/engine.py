@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .capacity import typical_position
-from .constraints import Grammars
+from .constraints import MASK_WAIT_MIN_S, MASK_WAIT_SHARE, ConstraintFailed, Grammars
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .request_state import RequestState, Status
 from .runner import PrefillChunk, Runner
@@ -30,6 +30,8 @@ log = logging.getLogger("typewriter.engine")
 
 # A fault ends only the requests it concerns; this many faulty steps in a row mean the model state itself is broken.
 MAX_FAULTY_STEPS = 3
+# With nothing else to run, how long a step waits for a late mask before it looks for cancels again.
+LATE_MASK_POLL_S = 0.05
 
 
 class EngineFault(RuntimeError):
@@ -92,7 +94,7 @@ class Engine:
         # None: the count is fixed (set, or no step model to weigh the steps against)
         self.slot_cap = SlotCap(model, self.scheduler.open, runner.slots, runner.max_len) if (
             sizing.adapts and model is not None) else None
-        self.grammars = Grammars(tokenizer, runner.vocab_size)
+        self.grammars = Grammars(tokenizer, runner.vocab_size, mask_threads=runner.slots)
         self.clock = clock
         self.state = EngineState.IDLE
         self.decode_steps = 0
@@ -180,6 +182,7 @@ class Engine:
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
         self.runner.close()
+        self.grammars.close()
         with self._lock:
             if self.state is EngineState.IDLE:
                 self._move(EngineState.STOPPING)
@@ -229,8 +232,10 @@ class Engine:
                 faults += self._fail([by_slot[target]], "a cache copy")
         chunks, decode = self._runnable(plan)
         chunks = [c for c in chunks if c.slot in self.scheduler.running]  # not those whose copy failed
+        late = [r for r in decode if r.constraint is not None and r.constraint.held is not None]  # sit this step out
+        decode = [r for r in decode if r not in late]
         positions = sum(request.num_tokens - 1 for request in decode)  # before each takes its token
-        faults += self._compute(chunks, decode)
+        faults += self._compute(chunks, decode, late)
         if chunks or decode:
             took = self.clock() - began
             if not faults:
@@ -253,18 +258,25 @@ class Engine:
             return plan.chunks, plan.decode
         return chunks, rows
 
-    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> int:
-        """1 if any of it failed (ending exactly the requests it concerned), else 0."""
+    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState], late: list[RequestState]) -> int:
+        """1 if any of it failed (ending exactly the requests it concerned), else 0. `late`: rows holding logits
+        whose mask was not ready; each takes its token in the first step its mask is."""
         if not chunks and not batch:
+            self.grammars.wait([r.constraint for r in late if r.constraint], LATE_MASK_POLL_S, any_one=True)
+            self._take_ready([(request, None) for request in late])
             return 0
         prefilling = [self.scheduler.running[c.slot] for c in chunks]
-        began = self.clock()
+        # Each mask depends only on the tokens already taken: computed on worker threads during the forward pass.
+        sampled = batch + [request for c, request in zip(chunks, prefilling) if c.wants_logits]
+        self.grammars.begin([request.constraint for request in sampled if request.constraint])
+        began, wall = self.clock(), time.perf_counter()
         try:
             out = self.runner.step([request.slot for request in batch], [request.output_ids[-1] for request in batch],
                                    [request.num_tokens - 1 for request in batch], chunks)
         except Exception:
             return self._fail(prefilling + batch, "a step")
         self._runner_s = self.clock() - began
+        forward_s = time.perf_counter() - wall  # late masks are waited for in real time, whatever the engine's clock
         decode_failed = False
         for fault in out.faults:
             requests = [prefilling[i] for i in fault.chunks] + (batch if fault.decode else [])
@@ -272,7 +284,7 @@ class Engine:
             log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in requests),
                       exc_info=fault.error)
             self._end_failed(requests, fault.what)
-        takes: list[tuple[RequestState, np.ndarray]] = []
+        takes: list[tuple[RequestState, np.ndarray | None]] = []
         for chunk, request, logits in zip(chunks, prefilling, out.prefilled):
             if request.status is not Status.FINISHED:
                 with self._lock:
@@ -282,23 +294,45 @@ class Engine:
         if batch and not decode_failed:
             self.decode_steps += 1
             takes += zip(batch, out.decoded)
-        self._constrain([request for request, _ in takes])
-        for request, row in takes:
-            if request.status is not Status.FINISHED:  # not one whose mask failed
-                self._take(request, row)
+        takes += [(request, None) for request in late]
+        # A late mask holds its own row back, never the others, beyond a share of the step.
+        self.grammars.wait([r.constraint for r, _ in takes if r.constraint], max(MASK_WAIT_MIN_S,
+                                                                                  MASK_WAIT_SHARE * forward_s))
+        self._take_ready(takes)
         return 1 if out.faults else 0
 
-    def _constrain(self, requests: list[RequestState]) -> None:
-        constrained = [request for request in requests if request.constraint is not None]
-        try:
-            self.grammars.fill_masks([request.constraint for request in constrained if request.constraint])
-        except Exception:
-            self._fail(constrained, "a constraint's mask")
+    def _take_ready(self, takes: list[tuple[RequestState, np.ndarray | None]]) -> None:
+        """Take each row's token whose mask is ready; a row whose mask is not holds its logits (None: it held them)."""
+        for request, logits in takes:
+            answer = request.constraint
+            if request.status is Status.FINISHED:
+                continue
+            if answer is None:
+                if logits is not None:
+                    self._take(request, logits)
+                continue
+            if logits is not None:
+                answer.held = logits
+            if answer.held is None or not answer.ready:
+                continue
+            try:
+                failure = answer.failure()
+            except Exception:
+                self._fail([request], "a constraint's mask")
+                continue
+            if failure is not None:
+                self._finish(request, FinishReason.CONSTRAINT, failure)
+                continue
+            held, answer.held = answer.held, None
+            self._take(request, held)
 
     def _take(self, request: RequestState, logits: np.ndarray) -> None:
         try:
             token_id = request.sample(logits)
             text, reason = request.take(token_id, self.clock())
+        except ConstraintFailed as e:  # a limit reached mid-answer: the client's constraint, not a fault
+            self._finish(request, FinishReason.CONSTRAINT, str(e))
+            return
         except Exception:
             self._fail([request], "sampling or detokenizing")
             return

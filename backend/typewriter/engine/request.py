@@ -21,6 +21,9 @@ class FinishReason(enum.StrEnum):
     CANCELLED = "cancelled"
     SHUTDOWN = "shutdown"
     ERROR = "error"
+    # The answer's constraint could go no further (a dead end, or a limit reached mid-answer): the client's, not a
+    # fault of the server's. `Finished.error` says which, starting with the constraint's field.
+    CONSTRAINT = "constraint"
     REPETITION = "repetition"
 
 

@@ -192,8 +192,10 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
                                       client_system)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]
     try:
-        if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work
-            await asyncio.to_thread(engine.grammars.compile, params.constraint)
+        if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work;
+            # kept in the share of the client the limits count (a student, a key, else the address), so that one
+            # client's compiles never evict another's
+            await asyncio.to_thread(engine.grammars.compile, params.constraint, client.id)
         fitted = await asyncio.to_thread(
             fit_conversation, messages, lambda m: tokenizer.encode_chat(m, system, tools),
             engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"), tokenizer.count)

@@ -31,7 +31,8 @@ log = logging.getLogger("typewriter.server")
 
 
 class GrammarCompiler(Protocol):
-    def compile(self, constraint: Constraint) -> object: ...  # raises InvalidRequest if it does not compile
+    def compile(self, constraint: Constraint, owner: str = "") -> object:
+        """Raises InvalidRequest if it does not compile or costs too much; kept in `owner`'s share."""
 
 
 class EngineHandle(Protocol):
