@@ -209,6 +209,7 @@ class ConstrainedAnswer:
         self.next_mask: Future[_Mask] | None = None
         self.held: np.ndarray | None = None  # [vocab] logits computed for a token whose mask was not ready
         self.consumed = 0
+        self.forced = False  # the last mask allowed one token only
 
     def begin(self, workers: ThreadPoolExecutor) -> None:
         if self.next_mask is None:
@@ -232,7 +233,10 @@ class ConstrainedAnswer:
         return None
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
-        masked = np.where(self._ready_mask().allowed, logits, -np.inf)
+        allowed = self._ready_mask().allowed
+        # one token allowed: the grammar's own text, which the loop guard must not take for the model repeating itself
+        self.forced = int(np.count_nonzero(allowed)) == 1
+        masked = np.where(allowed, logits, -np.inf)
         self.next_mask = None
         return masked
 

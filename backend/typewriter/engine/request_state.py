@@ -121,9 +121,10 @@ class RequestState:
             self.constraint.consume(token_id)
         if self.wrap_up is not None:
             self.wrap_up.push(token_id)
-        return self._pipe(token_id, self.last_index + 1)
+        forced = self.constraint is not None and self.constraint.forced
+        return self._pipe(token_id, self.last_index + 1, forced)
 
-    def _pipe(self, token_id: int, answer_tokens: int) -> tuple[str, FinishReason | None]:
+    def _pipe(self, token_id: int, answer_tokens: int, forced: bool = False) -> tuple[str, FinishReason | None]:
         if token_id in self.eos_ids and not self.params.ignore_eos:
             self.detokenizer.flush()  # an unfinished character is dropped, never sent as U+FFFD
             # a loop steered to its end says so, as a loop cut in plain text does
@@ -134,7 +135,7 @@ class RequestState:
         if answer_tokens >= self.params.max_new_tokens:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
-        if self.loops is not None and self.loops.push(token_id):
+        if self.loops is not None and not forced and self.loops.push(token_id):
             # A constrained answer is cut only where its constraint could end, so what was sent still matches it;
             # elsewhere it is steered to an end.
             if self.constraint is None or self.constraint.complete:
