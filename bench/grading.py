@@ -104,7 +104,7 @@ _ENGLISH = frozenset(
     "the and of to is in that it for you with as are this be on have we so each how many what there they she "
     "he has then first step answer now let's let was were will which by from can do if".split())
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
-_LEFT_OUT = re.compile(r"```.*?```|\$\$.*?\$\$|\$[^$\n]*\$|\\\(.*?\\\)|\\\[.*?\\\]|`[^`]*`", re.S)
+_LEFT_OUT = re.compile(r"```.*?```|\$\$.*?\$\$|\$[^$\n]*\$|\\\(.*?\\\)|\\\[.*?\\\]|`[^`]*`", re.DOTALL)
 
 
 def answer_language(text: str) -> str:

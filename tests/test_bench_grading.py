@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from grading import answer_language, final_number, same_number  # noqa: E402
+from grading import answer_language, final_number, same_number
 
 
 @pytest.mark.parametrize(("text", "language", "want"), [
