@@ -199,6 +199,7 @@ def main() -> int:
 
     if args.regrade:
         result = json.loads(args.regrade.read_text())
+        result["against"] = str(args.against) if args.against else result.get("against")
         report(result, Tokenizer.from_gguf(result["model"]))
         write(result, args.json)
         return 0
