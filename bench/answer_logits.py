@@ -121,19 +121,21 @@ def main() -> int:
     cfg, weights, tokenizer = read_model(Path(path))
     seqs = sequences(answers, args.server, args.per_language, tokenizer, DEFAULT_SYSTEM_PROMPT)
     calibration = calibration_ids(tokenizer)
+    formats = args.formats.split(",")
     reference = Reader("fp32", cfg, weights, calibration, path)
-    fp32 = [reference(s["ids"])[s["answer_from"] - 1:-1] for s in seqs]  # the rows that predict answer tokens
-    del reference
+    readers = [Reader(fmt, cfg, weights, calibration, path) for fmt in formats]
+    parts: dict[str, list[dict]] = {fmt: [] for fmt in formats}
+    for s in seqs:  # one sequence at a time: a 150k-token vocabulary's logits are 0.6 MB a position
+        at = slice(s["answer_from"] - 1, -1)  # the rows that predict the answer's tokens
+        ref = reference(s["ids"])[at]
+        for fmt, reader in zip(formats, readers):
+            parts[fmt].append({**compare(ref, reader(s["ids"])[at]), "language": s["language"]})
     result = {"model": Path(path).name, "answers_of": args.server, "sequences": len(seqs),
               "answer_tokens": sum(len(s["ids"]) - s["answer_from"] for s in seqs), "formats": {}}
-    for fmt in args.formats.split(","):
-        reader = Reader(fmt, cfg, weights, calibration, path)
-        parts = [{**compare(ref, reader(s["ids"])[s["answer_from"] - 1:-1]), "language": s["language"]}
-                 for s, ref in zip(seqs, fp32)]
-        del reader
-        by_language = {lang: summarise([p for p in parts if p["language"] == lang])
-                       for lang in ("en", "es", "zh") if any(p["language"] == lang for p in parts)}
-        result["formats"][fmt] = {"all": summarise(parts), **by_language}
+    for fmt in formats:
+        by_language = {lang: summarise([p for p in parts[fmt] if p["language"] == lang])
+                       for lang in ("en", "es", "zh") if any(p["language"] == lang for p in parts[fmt])}
+        result["formats"][fmt] = {"all": summarise(parts[fmt]), **by_language}
         print(json.dumps({"format": fmt, **result["formats"][fmt]}), flush=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
