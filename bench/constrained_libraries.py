@@ -54,7 +54,7 @@ SCHEMAS = {
 
 def load_vocabulary(name: str):
     from typewriter.text.tokenizer import Tokenizer
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.weights.source import embedded_model_path
 
     path = embedded_model_path() if name == "smollm2" else QWEN
     tokenizer = Tokenizer.load(path)

@@ -54,8 +54,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=96, help="tokens per answer")
     parser.add_argument("--rows", type=int, default=16)
     args = parser.parse_args()
+    from typewriter.assemble import load
     from typewriter.config import lite_cache_dir
-    from typewriter.runtime import load
 
     engine, tokenizer, _ = load(args.model, slots=args.rows, max_context=1024, max_queue=64, prefill_budget=256,
                                 program_cache=lite_cache_dir())

@@ -17,11 +17,10 @@ import random
 import statistics
 import time
 
-from typewriter.engine.request import fit_max_new_tokens
 from typewriter.errors import PromptTooLong
-from typewriter.text.conversation import FittedPrompt, fit_conversation
+from typewriter.text.conversation import FittedPrompt, fit_conversation, fit_max_new_tokens
 from typewriter.text.tokenizer import Tokenizer
-from typewriter.weights.load import embedded_model_path
+from typewriter.weights.source import embedded_model_path
 
 LIMIT = 256 * 1024  # max_message_bytes: a frame of the size limit, less room for the JSON around the messages
 

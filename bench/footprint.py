@@ -16,12 +16,13 @@ import ctypes
 import gc
 import sys
 import tempfile
+from pathlib import Path
 
 
 def rss_mb() -> int:
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
-    for line in open("/proc/self/status"):
+    for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) // 1024
     raise RuntimeError("no VmRSS")
@@ -37,10 +38,10 @@ def main() -> int:
     prepare_environment(tempfile.mkdtemp(prefix="typewriter-xla-"))
     rows = [("start (Python)", rss_mb(), "")]
     tf = import_tensorflow()
-    from typewriter.runtime import build_runner
+    from typewriter.config import Settings, WeightFormat
     from typewriter.text.tokenizer import Tokenizer
     from typewriter.weights import load_weights, resolve_model_path
-    from typewriter.weights.load import open_source
+    from typewriter.weights.source import open_source
 
     rows.append(("TensorFlow, transformers, tokenizers imported", rss_mb(), ""))
     path = resolve_model_path(None)
@@ -49,8 +50,16 @@ def main() -> int:
     tokenizer = Tokenizer.from_gguf(path, source.fields)
     rows.append(("weights read (float32 numpy) and the tokenizer", rss_mb(),
                  f"{sum(w.nbytes for w in weights.values()) / 2**20:.0f} MiB of arrays"))
-    runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
-    if runner.weight_format.startswith("int8-lite"):
+    fmt = WeightFormat(args.weights or Settings().model.weights).resolved(cfg.family)
+    if fmt.lite:  # built here from the weights already held, so each stage's memory is its own
+        from typewriter.runners.lite.runner import LiteRunner
+
+        runner = LiteRunner(cfg, weights, slots=8, max_len=2048, max_chunk=64, weight_format=fmt)
+    else:
+        from typewriter.runners.xla.start import build
+
+        runner = build(cfg, weights, 8, 2048, fmt)
+    if fmt.lite:
         return lite_rows(runner, rows, weights, source, tokenizer)
     cache = {id(v): v for layer in runner.model.cache.k + runner.model.cache.v for v in layer}
     everything = runner.model.variables

@@ -107,10 +107,10 @@ class Q4Programs:
     def make(self):
         import tempfile
 
-        from typewriter.models.rotation import quantize_int8
         from typewriter.runners.lite.flatbuffer import ProgramBuilder
         from typewriter.runners.lite.layers import RotationFolder
         from typewriter.runners.lite.programs import EMBEDDINGS, ProgramSet
+        from typewriter.runners.rotation import quantize_int8
 
         cfg = self.cfg
         p = ProgramBuilder(1)
@@ -197,13 +197,15 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from quality import CHUNK, compare, our_logits
+
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
+    from typewriter.assemble import read_model
     from typewriter.runners.lite.programs import make_programs
     from typewriter.runners.lite.runner import LiteRunner
-    from typewriter.runtime import calibration_ids, read_model
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.runners.lite.start import calibration_ids
+    from typewriter.weights.source import embedded_model_path
 
     cfg, weights, tokenizer = read_model(embedded_model_path())
     w = np.asarray(weights["layers.0.w_up"], np.float32).T
@@ -213,7 +215,7 @@ def main() -> None:
     peaks = channel_peaks(cfg, weights, [t for q in CALIBRATION for t in tokenizer.encode_chat(
         [{"role": "user", "content": q}])])
     variants = {"int8-lite": lambda: make_programs(cfg, weights, Path(tempfile.mkdtemp(prefix="programs-")),
-                                                   calibration=calibration_ids(tokenizer))}
+                                                   calibration=calibration_ids(tokenizer.encode))}
     for k in (int(k) for k in args.outliers.split(",")):
         outliers = {name: tuple(int(c) for c in np.argsort(-a)[:k]) for name, a in peaks.items()} if k else {}
         variants[f"q4_1 exact, {k} float channels"] = lambda o=outliers: Q4Programs(cfg, weights, o).make()

@@ -42,7 +42,7 @@ def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | 
 
     from typewriter.runners.lite.runner import FAST
     from typewriter.runners.lite.runner import FORMAT as LITE
-    from typewriter.runners.xla.load import build_model
+    from typewriter.runners.xla.start import build_model
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
     if fmt in (LITE, FAST, NEAREST):
@@ -94,8 +94,9 @@ def main() -> None:
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
-    from typewriter.runtime import calibration_ids, read_model
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.assemble import read_model
+    from typewriter.runners.lite.start import calibration_ids
+    from typewriter.weights.source import embedded_model_path
 
     path = Path(args.model) if args.model else embedded_model_path()
     cfg, weights, tokenizer = read_model(path)
@@ -103,7 +104,7 @@ def main() -> None:
     reference = our_logits(cfg, weights, ids, "fp32")
     rows = {}
     for fmt in args.formats.split(","):
-        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt, calibration_ids(tokenizer))
+        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt, calibration_ids(tokenizer.encode))
         rows[f"typewriter {fmt}"] = compare(reference, logits, ids)
         print(json.dumps({"model": f"typewriter {fmt}", **rows[f"typewriter {fmt}"]}), flush=True)
     if not args.no_peer:

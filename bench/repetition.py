@@ -25,8 +25,8 @@ def distinct_4grams(text: str) -> float:
 
 def main(penalties: list[float]) -> None:
     prepare_environment(None)
+    from typewriter.assemble import load
     from typewriter.engine.request import Finished, GenerationRequest, SamplingParams, Token
-    from typewriter.runtime import load
 
     # The 9 answers are submitted at once to 9 slots, so every one finds a slot free and none waits.
     engine, tokenizer, _ = load(None, slots=9, max_context=1024, max_queue=0, prefill_budget=256)

@@ -44,10 +44,10 @@ COPIES = 50
 
 
 def memory() -> list[dict]:
-    from typewriter import runtime
+    from typewriter import assemble
     from typewriter.engine.request import Finished, GenerationRequest, SamplingParams, Started
 
-    engine, tokenizer, _ = runtime.load(None, slots=1, max_context=2048, max_queue=1, prefill_budget=16,
+    engine, tokenizer, _ = assemble.load(None, slots=1, max_context=2048, max_queue=1, prefill_budget=16,
                                         compile="lazy")
     try:
         events = list(engine.stream(GenerationRequest(
@@ -71,18 +71,18 @@ async def keep(events: list, door: str) -> dict:
     from typewriter.config import Settings
     from typewriter.server.chats import ChatStream
     from typewriter.server.lifecycle import ServerState
-    from typewriter.server.openai_api import Answer
-    from typewriter.server.openai_request import parse_body
-    from typewriter.server.resume import Resumes
-    from typewriter.server.resume_socket import SocketChat
-    from typewriter.server.resume_sse import SseChat
-    from typewriter.server.session import Session
+    from typewriter.server.openai.completions_request import parse_body
+    from typewriter.server.openai.routes import Answer
+    from typewriter.server.openai.streams import SseChat
+    from typewriter.server.resume.registry import Resumes
+    from typewriter.server.socket.resumable import SocketChat
+    from typewriter.server.socket.session import Session
 
-    settings = Settings(resume_buffer_bytes=1 << 30, resume_buffer_total_bytes=1 << 40)
+    settings = Settings.of(resume_buffer_bytes=1 << 30, resume_buffer_total_bytes=1 << 40)
     state = ServerState(settings, lambda *_: None)
     resumes = Resumes(settings, state.metrics.registry)
     completion = parse_body(json.dumps({"messages": [{"role": "user", "content": "q"}], "stream": True}).encode(),
-                            settings.max_messages)
+                            settings.socket.max_messages)
     chats = []
     tracemalloc.start()
     before = tracemalloc.take_snapshot()

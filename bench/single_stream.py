@@ -5,7 +5,8 @@ same GGUF file, in this process's main thread (from another Python thread it dec
 token computed (`ttft_uncached_ms`: ours with `cache_prompt=False`, llama.cpp after `reset()`), and asked again
 with all but the last token cached (`ttft_ms`: our prefix cache, llama.cpp's own prefix reuse).
 
-    .venv/bin/python bench/single_stream.py [--formats fp32,int8] [--tokens 128] [--json artifacts/single.json]
+    .venv/bin/python bench/single_stream.py [--formats fp32,int8] [--tokens 128] [--model F.gguf]
+        [--json artifacts/single.json]
 """
 
 from __future__ import annotations
@@ -21,18 +22,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def ours(fmt: str, tokens: int) -> dict:
-    done = subprocess.run([sys.executable, "-m", "typewriter", "bench", "--json", "--streams", "1", "--tokens",
-                           str(tokens), "--weights", fmt], stdout=subprocess.PIPE, text=True, check=True)
+def ours(fmt: str, tokens: int, model: str | None = None) -> dict:
+    command = [sys.executable, "-m", "typewriter", "bench", "--json", "--streams", "1", "--tokens", str(tokens),
+               "--weights", fmt, *(["--model", model] if model else [])]
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return {"ttft_uncached_ms": result["ttft_uncached_ms"], "ttft_ms": result["ttft_ms"],
             "tokens_per_s": result["single_tokens_per_s"], "prompt_tokens": result["prompt_tokens"]}
 
 
-def llama(path: str, prompt: list[int], tokens: int) -> dict:
+def llama(path: str, prompt: list[int], tokens: int, threads: int = 2) -> dict:
     from llama_cpp_peer import open_model
 
-    llm = open_model(path, n_ctx=len(prompt) + tokens + 8)
+    llm = open_model(path, n_ctx=len(prompt) + tokens + 8, threads=threads)
     uncached, cached = [], []
     for _ in range(6):  # the first is a warm-up
         llm.reset()
@@ -59,18 +61,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--formats", default="fp32,int8")
     parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--model", help="a GGUF file (default: the embedded model)")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from typewriter.commands.bench import TUTOR_QUESTION
     from typewriter.text.tokenizer import Tokenizer
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.weights.source import embedded_model_path
 
-    path = embedded_model_path()
+    path = Path(args.model) if args.model else embedded_model_path()
     prompt = Tokenizer.from_gguf(path).encode_chat([{"role": "user", "content": TUTOR_QUESTION}])
     rows = {"llama.cpp (llama-cpp-python)": llama(str(path), prompt, args.tokens)}
     for fmt in args.formats.split(","):
-        rows[f"typewriter {fmt}"] = ours(fmt, args.tokens)
+        rows[f"typewriter {fmt}"] = ours(fmt, args.tokens, args.model)
     peer = rows["llama.cpp (llama-cpp-python)"]
     for name, row in rows.items():
         row |= {"tokens_per_s_ratio": round(row["tokens_per_s"] / peer["tokens_per_s"], 2),

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 import sys
@@ -19,8 +20,8 @@ import threading
 import time
 
 from typewriter.commands.args import setting_default
-from typewriter.progress import StderrProgress
 from typewriter.engine.request import Finished, GenerationRequest, SamplingParams, Started, Token
+from typewriter.progress import StderrProgress
 
 PARAGRAPH = ("A fraction names a part of a whole: the bottom number says how many equal parts the whole is cut "
              "into, and the top number says how many of those parts we take. ")
@@ -79,7 +80,7 @@ def stall(engine, tokenizer, long_ids: list[int]) -> dict:
     newcomer.wait(lambda: newcomer.times)
     end = newcomer.times[0]
     times = [t for t in running.times[mark - 1:] if t <= end + steady * 5]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     for stream, rid in ((running, "running"), (newcomer, "long")):
         engine.cancel(rid)
         stream.wait()
@@ -106,7 +107,7 @@ def reuse(engine, tokenizer, messages: list[dict[str, str]], salt: str) -> dict:
 
 
 def main(budgets: list[int]) -> None:
-    from typewriter.runtime import load
+    from typewriter.assemble import load
 
     engine, tokenizer, _ = load(None, slots=8, max_context=2048, max_queue=0, prefill_budget=budgets[0],
                                 progress=StderrProgress("stall"))

@@ -28,14 +28,14 @@ def main() -> None:
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
-    from typewriter.runtime import build_runner
-    from typewriter.weights import load_weights
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.assemble import open_runner
+    from typewriter.config import Settings, WeightFormat
+    from typewriter.runners.options import RunnerOptions
 
-    cfg, weights = load_weights(embedded_model_path())
-    runner = build_runner(cfg, weights, slots=8, max_context=2048, weight_format=args.weights)
+    fmt = WeightFormat(args.weights or Settings().model.weights)
+    runner = open_runner(None, RunnerOptions(fmt, 2048, slots=8, compile="lazy")).runner
     ids = list(range(100, 400))
-    from typewriter.runners.xla.load import CHUNK_BUCKETS
+    from typewriter.runners.xla.start import CHUNK_BUCKETS
 
     fmt = runner.weight_format
     for chunk in CHUNK_BUCKETS:

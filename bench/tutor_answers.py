@@ -150,8 +150,8 @@ def main() -> int:
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
+    from typewriter.assemble import load
     from typewriter.config import lite_cache_dir
-    from typewriter.runtime import load
 
     engine, tokenizer, _ = load(args.model, slots=8, max_context=2048, max_queue=len(QUESTIONS),
                                 prefill_budget=16, program_cache=lite_cache_dir())

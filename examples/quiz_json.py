@@ -1,5 +1,6 @@
 """The tutor writes a quiz as JSON that validates against its schema: the server's engine keeps every token
-within the schema (`response_format` json_schema), so the answer always parses.
+within the schema (`response_format` json_schema), so an answer that ends by itself (finish_reason "stop") always
+parses; one cut at max_tokens ("length") is incomplete.
 
     typewriter serve &                     # or: make run
     python examples/quiz_json.py "photosynthesis"

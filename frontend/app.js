@@ -83,16 +83,17 @@ let follow = true;
 const wsUrl = new URL(wsPath, location.href.replace(/^http/, "ws"));
 const connection = new Connection(() => `${wsUrl.href}${wsUrl.search ? "&" : "?"}conversation=${encodeURIComponent(chats.current)}`, {
   readyUrl: new URL(readyPath, location.href).href,
-  onStatus: ({ state: s, retryInMs, progress = "" }) => {
+  onStatus: ({ state: s, retryInMs, progress = "", fraction, leftS }) => {
     state.connection = s;
     state.retryInMs = retryInMs;
     state.progress = progress;
+    state.load = { fraction, leftS };
     showStatus();
   },
 });
 
 function showStatus() {
-  const { text, state: s } = statusLine(state, live && isLive(live.turn.status) ? live.turn : null);
+  const { text, state: s } = statusLine(state, live && isLive(live.turn.status) ? live.turn : null, developer);
   statusBar.textContent = text;
   statusBar.dataset.state = s;
   // A question not sent yet (no socket, or the tutor getting ready) says under it that it is kept.

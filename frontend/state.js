@@ -107,7 +107,9 @@ export function stopTurn(turn, shown) {
  * @property {Turn[]} turns  the open chat's turns (chats.js keeps every chat and saves them)
  * @property {"connecting" | "open" | "reconnecting" | "warming" | "full"} connection
  * @property {number} retryInMs
- * @property {string} progress  while warming: how far the server's load has come, in its words
+ * @property {string} progress  while warming: how far the server's load has come, in its words (for developers)
+ * @property {{fraction?: number, leftS?: number}} load  while warming: the share of its step done and the seconds
+ *   it has left, where the server has a basis for them (/readyz)
  * @property {string} model  the server's model id, shown while nothing is being written ("" when unknown)
  */
 
@@ -116,7 +118,7 @@ export function stopTurn(turn, shown) {
  * @returns {State}
  */
 export function emptyState(model = "") {
-  return { turns: [], connection: "connecting", retryInMs: 0, progress: "", model };
+  return { turns: [], connection: "connecting", retryInMs: 0, progress: "", load: {}, model };
 }
 
 /**

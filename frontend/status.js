@@ -36,18 +36,39 @@ export function loadStep(progress) {
 }
 
 /**
- * @param {Pick<State, "connection" | "retryInMs"> & Partial<Pick<State, "model" | "progress">>} state
+ * The load in a plain sentence for a student: how much is done and about how long is left, each only where the
+ * server has a basis for it ("Getting the tutor ready: 40%… about 5 s left"). The server's own words, engine
+ * terms and file names, are for developers: with `developer` they follow in brackets.
+ * @param {State["load"]} load
+ * @param {string} [progress]
+ * @param {boolean} [developer]
+ */
+export function loadingText({ fraction, leftS }, progress = "", developer = false) {
+  let text = "Getting the tutor ready";
+  if (fraction !== undefined) text += `: ${Math.floor(fraction * 100)}%`;
+  text += "…";
+  if (fraction !== undefined && leftS !== undefined && leftS >= 1) text += ` about ${timeLeft(leftS)} left`;
+  const step = developer ? loadStep(progress) : "";
+  return step ? `${text} (${step})` : text;
+}
+
+/** @param {number} seconds */
+function timeLeft(seconds) {
+  return seconds < 60 ? `${Math.ceil(seconds)} s` : `${Math.round(seconds / 60)} min`;
+}
+
+/**
+ * @param {Pick<State, "connection" | "retryInMs"> & Partial<Pick<State, "model" | "progress" | "load">>} state
  * @param {Turn | null} live  the answer still being written, if any
+ * @param {boolean} [developer]  the developer setting (developer.js): the server's load progress in its words
  * @returns {{text: string, state: "ok" | "queued" | "offline"}}
  */
-export function statusLine({ connection, retryInMs, model = "", progress = "" }, live) {
+export function statusLine({ connection, retryInMs, model = "", progress = "", load = {} }, live, developer = false) {
   switch (connection) {
     case "connecting":
       return { text: "Connecting…", state: "offline" };
-    case "warming": {
-      const step = loadStep(progress);
-      return { text: `The tutor is getting ready (loading the model${step ? `: ${step}` : ""})…`, state: "offline" };
-    }
+    case "warming":
+      return { text: loadingText(load, progress, developer), state: "offline" };
     case "full":
       return {
         text: `The tutor has as many students connected as it can take. Trying again in ${Math.ceil(retryInMs / 1000)} s…`,

@@ -31,6 +31,8 @@ import { isTerminal, parseServerMessage } from "./protocol.js";
  * @property {"connecting" | "open" | "reconnecting" | "warming" | "full"} state
  * @property {number} retryInMs
  * @property {string} [progress]  while warming: how far the server's load has come, in its words
+ * @property {number} [fraction]  while warming: the share of the load's current step done, 0 to 1, where it counts
+ * @property {number} [leftS]  while warming: the seconds that step has left at its rate so far, where known
  */
 /**
  * @typedef {object} ConnectionOptions
@@ -171,7 +173,7 @@ export class Connection {
         if (body?.status !== "loading") break;
         this.warming = true;
         const progress = typeof body.progress === "string" ? body.progress : "";
-        this.status({ state: "warming", retryInMs: this.pollMs, progress });
+        this.status({ state: "warming", retryInMs: this.pollMs, progress, ...loadEstimate(body) });
         await new Promise((resolve) => setTimeout(resolve, this.pollMs));
       }
     } finally {
@@ -183,7 +185,7 @@ export class Connection {
   /**
    * The body of readyUrl, or null when it cannot be had.
    * @private
-   * @returns {Promise<{status?: string, progress?: unknown} | null>}
+   * @returns {Promise<{status?: string, progress?: unknown, fraction?: unknown, left_s?: unknown} | null>}
    */
   async readiness() {
     try {
@@ -366,4 +368,16 @@ export class Connection {
       }
     }
   }
+}
+
+/**
+ * /readyz's estimate of a load (`fraction`, `left_s`), each kept only when it is a number that makes sense.
+ * @param {{fraction?: unknown, left_s?: unknown}} body
+ * @returns {{fraction?: number, leftS?: number}}
+ */
+export function loadEstimate({ fraction, left_s: leftS }) {
+  const out = /** @type {{fraction?: number, leftS?: number}} */ ({});
+  if (typeof fraction === "number" && fraction >= 0 && fraction <= 1) out.fraction = fraction;
+  if (typeof leftS === "number" && Number.isFinite(leftS) && leftS >= 0) out.leftS = leftS;
+  return out;
 }

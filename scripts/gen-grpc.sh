@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Regenerate the Python stubs of proto/typewriter/v1/chat.proto with grpcio-tools (a test dependency): messages
-# (chat_pb2.py, its .pyi) and the service (chat_pb2_grpc.py), flat in backend/typewriter/server/grpc_gen/ or in
-# the folder given as $1. The stubs are checked in, so running the server needs no protoc; tests/test_grpc.py
+# (chat_pb2.py, its .pyi) and the service (chat_pb2_grpc.py), flat in backend/typewriter/server/grpc/gen/ or in
+# the folder given as $1. The stubs are checked in, so running the server needs no protoc; tests/server/grpc/test_service.py
 # runs this script into a temporary folder and fails if the checked-in files differ from what it writes.
 #
 # protoc names the messages' module by the proto's path (typewriter.v1.chat_pb2), which inside our package would
 # be the wrong `typewriter`; the service module's import of it is rewritten to a relative one.
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-OUT="${1:-$ROOT/backend/typewriter/server/grpc_gen}"
+OUT="${1:-$ROOT/backend/typewriter/server/grpc/gen}"
 if [ -z "${PYTHON:-}" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's prometheus and nginx for the `services` tests (tests/test_monitoring.py, tests/test_scale_out.py).
+# Debian's prometheus and nginx for the `services` tests (tests/e2e/test_monitoring.py, tests/e2e/test_scale_out.py).
 # The tests run their own instances (a temp dir, a free port) and never use the packages' system services, so
 # those are kept from starting while the packages install: a policy-rc.d that says "no" (exit 101), put in place
 # for the install only when the machine has none (container images usually do).

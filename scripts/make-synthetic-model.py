@@ -38,7 +38,7 @@ def write_random(out: Path, size: str, seed: int = 0) -> None:
     """A float16 GGUF of `size`'s shape: the embedded file's metadata (tokenizer, template), random weights."""
     sys.path.insert(0, str(ROOT / "backend"))
     from typewriter.weights.gguf_reader import GGUFReader
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.weights.source import embedded_model_path
 
     shape, source = SHAPES[size], GGUFReader(embedded_model_path())
     arch = source.fields["general.architecture"]
@@ -97,9 +97,7 @@ def _add(writer: gguf.GGUFWriter, key: str, value) -> None:
         writer.add_float32(key, value)
     elif isinstance(value, str):
         writer.add_string(key, value)
-    elif isinstance(value, list) and value and isinstance(value[0], str):
-        writer.add_array(key, value)
-    elif isinstance(value, list):
+    elif (isinstance(value, list) and value and isinstance(value[0], str)) or isinstance(value, list):
         writer.add_array(key, value)
     else:
         raise TypeError(f"{key}: cannot write a {type(value).__name__}")

@@ -55,9 +55,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -148,8 +148,9 @@ FAMILIES_OUT = os.path.join(REPO_ROOT, "tests", "golden", "tiny_families.json")
 def tiny_family_dirs(folder: str) -> dict:
     """family -> (Hugging Face directory, weights checksum), written by tests/tiny_model.py."""
     sys.path[:0] = [os.path.join(REPO_ROOT, "backend"), os.path.join(REPO_ROOT, "tests")]
-    import tiny_model as tm
     from pathlib import Path
+
+    import tiny_model as tm
 
     out = {}
     cfg = tm.tiny_config(vocab_size=tm.SPM_VOCAB_SIZE, tie_embeddings=False)
@@ -281,7 +282,7 @@ def main() -> None:
             "reference": "HF transformers AutoModelForCausalLM.from_pretrained(gguf_file=...), float32, eval, CPU",
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "top_k": TOP_K,
             "max_positions": MAX_POSITIONS,
             "positions_rule": "all positions if the prompt has <= 16 tokens, else the first 8 and the last 8",

@@ -10,8 +10,7 @@ import absl.logging
 import pytest
 from tiny_model import random_weights, tiny_config, write_gguf
 
-from typewriter.weights.load import embedded_model_path as find_embedded_model
-
+from typewriter.weights.source import embedded_model_path as find_embedded_model
 
 # absl's handler (TensorFlow installs it) writes to the sys.stderr of the moment it is made, and closes that stream
 # when logging.config.dictConfig (every uvicorn.Config) clears the handlers, unless it is one of the process's own.
@@ -48,14 +47,15 @@ def real_tokenizer(embedded_model_path):
 
 
 @pytest.fixture(scope="session")
-def real_runner(real_weights):
+def real_runner(embedded_model_path):
     """The embedded model's compiled fp32 runner (the file's weights exactly, for the golden logits): one slot, a
     256-token context, buckets compiled on first use.
     Whoever starts an Engine on it shuts that engine down before the module ends: one thread owns a runner."""
-    from typewriter.runtime import build_runner
+    from typewriter.assemble import open_runner
+    from typewriter.config import WeightFormat
+    from typewriter.runners.options import RunnerOptions
 
-    cfg, weights = real_weights
-    return build_runner(cfg, weights, slots=1, max_context=256, weight_format="fp32")
+    return open_runner(embedded_model_path, RunnerOptions(WeightFormat.FP32, 256, slots=1, compile="lazy")).runner
 
 
 # ---- the opt-in `qwen` group: the 0.5B model, when scripts/fetch-qwen-0.5b.sh has put it in its cache ----

@@ -1,4 +1,4 @@
-"""The Docker side of tests/test_docker.py: the engine, the images, and a Compose project on host networking.
+"""The Docker side of tests/e2e/test_docker.py: the engine, the images, and a Compose project on host networking.
 
 `scripts/docker-engine.sh` makes `docker info` answer (starting Debian's dockerd if none runs) and
 `scripts/docker-base-image.sh` makes the Dockerfile's base image exist (pulled, or a stand-in built from Debian's

@@ -98,8 +98,7 @@ def text_of(frames: list[dict]) -> str:
 
 def quadratic_reference(messages, encode, context, default, asked=None):
     """The fitting as it was: the whole history encoded again for every exchange dropped."""
-    from typewriter.engine.request import fit_max_new_tokens
-    from typewriter.text.conversation import FittedPrompt
+    from typewriter.text.conversation import FittedPrompt, fit_max_new_tokens
 
     head = [m for m in messages[:1] if m["role"] == "system"]
     rest = list(messages[len(head):])
@@ -159,7 +158,7 @@ def small_settings(**overrides):
 
     values = dict(system_prompt="Be brief.", max_new_tokens=16, max_new_tokens_cap=64, max_messages=8,
                   max_message_bytes=4096, shutdown_grace_s=2.0, allowed_hosts="testserver")  # TestClient's Host
-    return Settings(**(values | overrides))
+    return Settings.of(**(values | overrides))
 
 
 @contextmanager

@@ -20,7 +20,7 @@ TEST_SETTINGS = dict(port=0, system_prompt="Be brief.", max_new_tokens=16, max_n
 def running(engine_factory, ready: bool = True, **overrides) -> Iterator[tuple[Server, str]]:
     """Serve the app over `engine_factory` (scripted.factory(engine)); yield the server and "127.0.0.1:PORT" once
     it listens, and, with `ready`, once the model has loaded. Stops it on the way out."""
-    settings = Settings(**{**TEST_SETTINGS, **overrides})
+    settings = Settings.of(**{**TEST_SETTINGS, **overrides})
     app = create_app(settings, engine_factory)
     server = Server(uvicorn_config(app, settings, host="127.0.0.1", log_level="warning"), app.state.server)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -1,5 +1,5 @@
-"""The page in a real browser with Playwright standing in for the server, for test_browser_page.py and
-test_browser_lessons.py: no model and no server process.
+"""The page in a real browser with Playwright standing in for the server, for e2e/test_browser_page.py and
+e2e/test_browser_lessons.py: no model and no server process.
 
 Playwright answers the page's requests from the repository (templates/, static/, frontend/) with the server's own
 security headers, strict CSP included, and plays the server's side of the socket with protocol v1 frames
@@ -22,7 +22,6 @@ import pytest
 from playwright.sync_api import Page, WebSocketRoute, sync_playwright
 
 from typewriter.server.app import SECURITY_HEADERS
-
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts"
@@ -147,7 +146,7 @@ def end(rid: str, reason: str = "eos") -> dict:
             "timings": {"queue_ms": 0, "ttft_ms": 80, "total_ms": 900, "tokens_per_s": 33.3}}
 
 
-@pytest.fixture(scope="module")  # one Playwright at a time: each module (and test_browser.py) starts its own
+@pytest.fixture(scope="module")  # one Playwright at a time: each module (and e2e/test_browser.py) starts its own
 def browser():
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium")

@@ -1,5 +1,5 @@
-"""The tutoring page in headless Chromium against a real server, for the resume tests (test_browser_resume.py,
-test_resume_nginx.py); page_harness.py plays the server instead, for the page's own tests.
+"""The tutoring page in headless Chromium against a real server, for the resume tests (e2e/test_browser_resume.py,
+e2e/test_resume_nginx.py); page_harness.py plays the server instead, for the page's own tests.
 
 The page sends no sampling params, so the server's default temperature (0.2) would make every answer different;
 an init script makes its chats greedy (temperature 0) by adding the param to each `chat` frame it sends, and

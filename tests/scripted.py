@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from tiny_model import IM_END, VOCAB_SIZE, byte_token
 
+from typewriter.engine.capacity import Sizing
 from typewriter.engine.engine import Engine
 from typewriter.engine.runner import StepOutput, step_call_by_call
 
@@ -28,6 +29,7 @@ class ChainCompiler:
 
     def __init__(self, runner: ChainRunner):
         self.runner = runner
+        self.warm_up_s = 0.0
         self.compiled_up_to: dict[str, int] = {}  # kind -> the longest length its compiled programs reach
 
     def status(self) -> dict:
@@ -52,6 +54,8 @@ class ChainRunner:
         # scheduling bug (a gap, a stale prefix, a wrong position) fails loudly instead of passing silently.
         self.cache: list[list[int]] = [[] for _ in range(slots)]
         self.compiler = ChainCompiler(self)
+        self.sizing = Sizing(slots, "set")
+        self.step_model = None
 
     def describe(self) -> dict:
         return {"name": "scripted", "weights": "none", "programs": self.compiler.status()}
@@ -206,7 +210,7 @@ class ScriptTokenizer:
     def word(self, word: str) -> int:
         return self.eos + 2 + zlib.crc32(word.encode()) % (self.max_prompt_words - 1)
 
-    def encode(self, text: str) -> list[int]:
+    def encode_text(self, text: str) -> list[int]:
         """An answer's text as pieces, the longest that fits first (ties to the lowest id), for a continuation
         sent as text; text no piece spells is encoded as prompt words."""
         ids, at = [], 0

@@ -14,5 +14,5 @@ from typewriter.config import Settings
 from typewriter.server.main import serve
 
 if __name__ == "__main__":
-    settings = Settings(**{"port": 0, "log_level": "warning", **json.loads(sys.argv[1])})
+    settings = Settings.of(**{"port": 0, "log_level": "warning", **json.loads(sys.argv[1])})
     sys.exit(serve(settings, factory(script_engine())))

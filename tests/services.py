@@ -1,5 +1,5 @@
 """Debian's prometheus and nginx as child processes of a test, each in its own temp dir on a free loopback port,
-and a client that keeps one socket chatting, for the `services` tests (test_monitoring.py, test_scale_out.py).
+and a client that keeps one socket chatting, for the `services` tests (e2e/test_monitoring.py, e2e/test_scale_out.py).
 
 scripts/install-services.sh installs both packages; their system services are never used. Each process runs in
 the foreground, logs to a file in its folder, and is stopped (SIGTERM, then SIGKILL) on the way out, whatever

@@ -1,5 +1,5 @@
 """What the structured-output tests on the embedded model and on Qwen2.5 (test_structured_e2e.py,
-test_qwen_structured.py) ask alike: the server's settings, a quiz schema with bounded strings (so a whole answer
+e2e/test_qwen_structured.py) ask alike: the server's settings, a quiz schema with bounded strings (so a whole answer
 fits its length), and a calculator tool."""
 
 SETTINGS = {"TYPEWRITER_MAX_ACTIVE": "8", "TYPEWRITER_MAX_QUEUE": "32", "TYPEWRITER_MAX_CONTEXT": "1024",
@@ -29,3 +29,14 @@ def sampled_quizzes(client, workers: int) -> list[tuple[str, str]]:
 
     with ThreadPoolExecutor(workers) as pool:
         return list(pool.map(ask, range(RUNS)))
+
+
+# Qwen2.5's way of offering tools, cut down: what matters is that the template takes `tools` and says <tool_call>.
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\nYou may call tools.\n<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}"
+    "</tools>\nReply with <tool_call>\n{\"name\": ..., \"arguments\": ...}\n</tool_call><|im_end|>\n{% endif %}"
+    "{% for m in messages %}{% if m.role == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m.content }}\n"
+    "</tool_response><|im_end|>\n{% elif m.tool_calls %}<|im_start|>assistant\n{% for c in m.tool_calls %}"
+    "<tool_call>\n{{ {'name': c.function.name, 'arguments': c.function.arguments} | tojson }}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n{% else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")

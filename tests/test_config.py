@@ -9,9 +9,9 @@ from typewriter.config import ConfigError, Settings
 
 def test_defaults_serve_loopback_on_8000_with_the_embedded_model():
     s = Settings.from_env({})
-    assert (s.host, s.port, s.model_path) == ("127.0.0.1", 8000, None)
-    assert (s.max_active, s.max_queue, s.max_context) == (None, 32, 2048)  # None: sized at start
-    assert s.max_new_tokens <= s.max_new_tokens_cap < s.max_context
+    assert (s.serving.host, s.serving.port, s.model.model_path) == ("127.0.0.1", 8000, None)
+    assert (s.engine.max_active, s.engine.max_queue, s.engine.max_context) == (None, 32, 2048)  # None: sized at start
+    assert s.answers.default_length <= s.answers.length_cap < s.engine.max_context
 
 
 def test_variables_are_parsed_to_their_field_types():
@@ -20,24 +20,24 @@ def test_variables_are_parsed_to_their_field_types():
         "TYPEWRITER_MODEL_PATH": "/models/x.gguf", "TYPEWRITER_SYSTEM_PROMPT": "  Be terse.  ",
         "TYPEWRITER_REQUEST_TIMEOUT_S": "30", "TYPEWRITER_LOG_LEVEL": "DEBUG",
     })
-    assert (s.port, s.max_active, s.ping_timeout_s) == (9001, 8, 2.5)
-    assert (s.model_path, s.system_prompt) == ("/models/x.gguf", "  Be terse.  ")
-    assert (s.request_timeout_s, s.log_level) == (30.0, "debug")
+    assert (s.serving.port, s.engine.max_active, s.socket.ping_timeout_s) == (9001, 8, 2.5)
+    assert (s.model.model_path, s.answers.system_prompt) == ("/models/x.gguf", "  Be terse.  ")
+    assert (s.engine.request_timeout_s, s.serving.log_level) == (30.0, "debug")
 
 
 def test_none_clears_an_optional_setting():
-    assert Settings.from_env({"TYPEWRITER_REQUEST_TIMEOUT_S": "none"}).request_timeout_s is None
+    assert Settings.from_env({"TYPEWRITER_REQUEST_TIMEOUT_S": "none"}).engine.request_timeout_s is None
 
 
 def test_overrides_win_over_variables_and_none_means_not_given():
     s = Settings.from_env({"TYPEWRITER_PORT": "9001", "TYPEWRITER_HOST": "0.0.0.0"}, port=9002, host=None)
-    assert (s.port, s.host) == (9002, "0.0.0.0")
+    assert (s.serving.port, s.serving.host) == (9002, "0.0.0.0")
 
 
 def test_nothing_is_read_from_the_process_environment_when_a_mapping_is_given(monkeypatch):
     monkeypatch.setenv("TYPEWRITER_PORT", "9999")
-    assert Settings.from_env({}).port == 8000
-    assert Settings.from_env().port == 9999
+    assert Settings.from_env({}).serving.port == 8000
+    assert Settings.from_env().serving.port == 9999
 
 
 @pytest.mark.parametrize(
@@ -76,14 +76,14 @@ def test_an_unknown_override_is_a_programming_error():
 
 def test_settings_are_frozen():
     with pytest.raises(AttributeError):
-        Settings().port = 1  # type: ignore[misc]
+        Settings().serving.port = 1  # type: ignore[misc]
 
 
 def test_answer_length_limits_follow_a_smaller_context_unless_set():
-    small = Settings(max_context=512)
-    assert (small.max_new_tokens_cap, small.max_new_tokens) == (256, 256)
-    assert (Settings().max_new_tokens_cap, Settings().max_new_tokens) == (1024, 512)
-    assert Settings(max_context=512, max_new_tokens=100).max_new_tokens == 100
+    small = Settings.of(max_context=512)
+    assert (small.answers.length_cap, small.answers.default_length) == (256, 256)
+    assert (Settings().answers.length_cap, Settings().answers.default_length) == (1024, 512)
+    assert Settings.of(max_context=512, max_new_tokens=100).answers.default_length == 100
 
 
 def test_the_lite_program_cache_is_on_by_default_beside_the_xla_one_and_off_means_none():
@@ -166,17 +166,17 @@ def test_quiet_compiles_drops_the_loaders_tuning_flag_false_alarm_but_not_a_miss
 
 
 def test_a_true_or_false_setting_reads_the_usual_words():
-    assert [Settings.from_env({"TYPEWRITER_API_KEY_PAGE": w}).api_key_page for w in ("true", "1", "Yes", "off", "0")] \
+    assert [Settings.from_env({"TYPEWRITER_API_KEY_PAGE": w}).access.api_key_page for w in ("true", "1", "Yes", "off", "0")] \
         == [True, True, True, False, False]
 
 
 def test_the_clients_url_variable_beside_the_settings_is_not_refused():
     from typewriter.config import Settings
 
-    assert Settings.from_env({"TYPEWRITER_URL": "http://127.0.0.1:8000", "TYPEWRITER_PORT": "9000"}).port == 9000
+    assert Settings.from_env({"TYPEWRITER_URL": "http://127.0.0.1:8000", "TYPEWRITER_PORT": "9000"}).serving.port == 9000
 
 
 def test_an_empty_system_prompt_means_none_and_an_unset_one_the_tutors():
-    assert Settings.from_env({"TYPEWRITER_SYSTEM_PROMPT": ""}).system_prompt == ""
-    assert Settings.from_env({}).system_prompt is None
-    assert Settings.from_env({"TYPEWRITER_MAX_NEW_TOKENS": ""}).max_new_tokens == Settings().max_new_tokens
+    assert Settings.from_env({"TYPEWRITER_SYSTEM_PROMPT": ""}).answers.system_prompt == ""
+    assert Settings.from_env({}).answers.system_prompt is None
+    assert Settings.from_env({"TYPEWRITER_MAX_NEW_TOKENS": ""}).answers.default_length == Settings().answers.default_length

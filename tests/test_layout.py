@@ -19,7 +19,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "grpc_gen" not in p.parts}
+MODULES = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "gen" not in p.parts}
 
 
 def _imports(name: str) -> set[str]:
@@ -86,8 +86,8 @@ def test_no_module_imports_another_that_imports_it_back():
 
 
 def test_the_import_graph_sees_lazy_imports_and_would_report_a_cycle():
-    """The check above cannot pass by seeing nothing: runtime.py imports the runners inside functions."""
-    assert {"typewriter.runners.lite.load", "typewriter.runners.xla.load"} <= GRAPH["typewriter.runtime"]
+    """The check above cannot pass by seeing nothing: assemble.py imports the runners inside functions."""
+    assert {"typewriter.runners.lite.start", "typewriter.runners.xla.start"} <= GRAPH["typewriter.assemble"]
     GRAPH["typewriter.engine.prefix_cache"].add("typewriter.engine.scheduler")  # a made-up cycle
     try:
         assert _cycles() == [["typewriter.engine.prefix_cache", "typewriter.engine.scheduler"]]
@@ -105,13 +105,18 @@ def _reachable(name: str) -> set[str]:
 
 
 @pytest.mark.parametrize("folder, forbidden", [
-    ("engine", ("typewriter.runners", "typewriter.server", "typewriter.text.tokenizer", "typewriter.runtime")),
-    ("models", ("typewriter.text", "typewriter.runners", "typewriter.engine", "typewriter.server")),
+    ("engine", ("typewriter.runners", "typewriter.server", "typewriter.text.tokenizer", "typewriter.assemble")),
+    ("architecture", ("typewriter.text", "typewriter.runners", "typewriter.engine", "typewriter.server")),
     ("weights", ("typewriter.text", "typewriter.runners", "typewriter.engine", "typewriter.server")),
-    ("runners", ("typewriter.text", "typewriter.server", "typewriter.runtime")),
-    # text may use the request's answer-length rule (engine/request.py), never the engine itself
-    ("text", ("typewriter.runners", "typewriter.server", "typewriter.engine.engine", "typewriter.engine.scheduler")),
+    ("runners", ("typewriter.text", "typewriter.server", "typewriter.assemble")),
+    ("text", ("typewriter.runners", "typewriter.server", "typewriter.engine")),
+    ("config", ("typewriter.",)),  # a leaf: everything may read the settings
     ("client", ("typewriter.server", "typewriter.engine", "typewriter.runners", "typewriter.text")),
+    # the doors share the server's core, never each other (gRPC speaks the socket's frames: socket/pump.py)
+    ("server.socket", ("typewriter.server.openai", "typewriter.server.grpc")),
+    ("server.openai", ("typewriter.server.socket", "typewriter.server.grpc")),
+    ("server.grpc", ("typewriter.server.openai", "typewriter.server.socket.session")),
+    ("server.resume", ("typewriter.server.socket", "typewriter.server.openai", "typewriter.server.grpc")),
 ])
 def test_each_folder_imports_only_what_its_contract_allows(folder, forbidden):
     members = [m for m in MODULES if m == f"typewriter.{folder}" or m.startswith(f"typewriter.{folder}.")]
@@ -152,9 +157,42 @@ def test_no_test_file_imports_another():
     """What several test files share lives in a helper module (helpers.py, page_harness.py, ...), never in a test
     file that pytest also collects."""
     importers = []
-    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             importers += [f"{path.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert importers == []
+
+
+TESTS = Path(__file__).resolve().parent
+ACROSS = ("e2e", "frontend")  # end to end through several modules: browsers, Docker, services, real servers
+PACKAGE_WIDE = {"test_layout.py", "test_bench_scripts.py"}
+
+
+def _unmirrored(test_files: list[Path]) -> list[str]:
+    """Test files (relative to tests/) that name no module: tests/x/y/test_z.py must test backend/typewriter/x/y/
+    z.py (test_z_aspect.py one aspect of it, and a folder's own name its package, as client/test_client.py)."""
+    strays = []
+    for rel in test_files:
+        if rel.parts[0] in ACROSS or (len(rel.parts) == 1 and rel.name in PACKAGE_WIDE):
+            continue
+        folder = PACKAGE.joinpath(*rel.parts[:-1])
+        stem = rel.stem.removeprefix("test_")
+        names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+        names |= {folder.name} if rel.parts[:-1] else set()
+        if not folder.is_dir() or not any(stem == n or stem.startswith(n + "_") for n in names):
+            strays.append(str(rel))
+    return strays
+
+
+def test_tests_mirror_the_package():
+    files = sorted(p.relative_to(TESTS) for p in TESTS.rglob("test_*.py"))
+    assert len(files) > 80 and _unmirrored(files) == []
+
+
+def test_the_mirror_check_would_report_a_test_of_no_module():
+    assert _unmirrored([Path("engine/test_nothing.py"), Path("test_stray.py"), Path("nowhere/test_x.py")]) == [
+        "engine/test_nothing.py", "test_stray.py", "nowhere/test_x.py"]
+    assert _unmirrored([Path("engine/test_scheduler_fairness.py"), Path("server/socket/test_session.py"),
+                        Path("client/test_client.py"), Path("e2e/test_anything.py")]) == []

@@ -25,7 +25,7 @@ from gguf.quants import quantize
 from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as RawTokenizer
 
-from typewriter.models.model_config import ModelConfig
+from typewriter.architecture.model_config import ModelConfig
 from typewriter.weights.gguf_file import permute_rotary
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -1,7 +1,6 @@
-"""The `typewriter` command: generate, chat, bench, loadtest, serve, export and models.
-
-Each subcommand is a module in commands/ with `add_arguments(parser)` and `run(args)`. Building the parser
-imports no TensorFlow (a command's `run` loads it), so `--help` and bad options answer at once.
+"""The `typewriter` command: generate, chat, bench, loadtest, serve, export and models, each a module in commands/
+with `add_arguments(parser)` and `run(args)`. Building the parser imports no TensorFlow, so `--help` and bad
+options answer at once.
 """
 
 from __future__ import annotations
@@ -9,18 +8,28 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Protocol
 
 from .commands import bench, chat, export, generate, loadtest, models, serve
 from .config import ConfigError, xla_cache_dir
 from .errors import TypewriterError
 from .runners.xla.tf_env import prepare_environment, release_stderr
 
-COMMANDS = {
+
+class Command(Protocol):
+    """A subcommand: one module of commands/."""
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+COMMANDS: dict[str, tuple[Command, str]] = {
     "generate": (generate, "stream one answer to stdout"),
     "chat": (chat, "interactive multi-turn chat; Ctrl-C stops an answer, Ctrl-D leaves"),
     "bench": (bench, "measure load, compile, time to first token and decode speed of the engine in-process"),
-    "loadtest": (loadtest, "drive a running server's WebSocket with concurrent chats and measure it"),
-    "serve": (serve, "start the WebSocket chat server"),
+    "loadtest": (loadtest, "drive a running server (its socket or its OpenAI API) with concurrent chats and measure it"),
+    "serve": (serve, "serve the page, the socket, the OpenAI API and (with --grpc-port) gRPC"),
     "export": (export, "write the model as a TensorFlow SavedModel (prefill and decode-step signatures)"),
     "models": (models, "list the model formats, families and tokenizers --model accepts"),
 }
@@ -49,10 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run() -> None:
-    """The `typewriter` command (and `python -m typewriter`): main(), then end the process without Python's
-    shutdown. Compiling runs in TensorFlow's C++ on a background thread that cannot be stopped; finalizing the
-    interpreter while it runs aborts the process (its thread is unwound through C++ frames), which would turn
-    a finished answer or a drained server into exit code 134 and lose the last lines of output."""
+    """main(), then end the process without Python's shutdown: finalizing the interpreter while TensorFlow compiles
+    on a background thread aborts it, turning a finished answer into exit code 134 and losing the last output."""
     code = main()
     sys.stdout.flush()
     sys.stderr.flush()

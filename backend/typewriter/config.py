@@ -1,12 +1,15 @@
-"""Settings: one frozen dataclass, read once from the environment, passed down explicitly.
+"""Settings: frozen dataclasses in groups (serving, model, engine, answers, socket, resume, limits, access), read
+once from the environment, passed down explicitly.
 
-This is the only module that reads the environment. Every field `name` can be set as `TYPEWRITER_<NAME>`
-(for example `TYPEWRITER_MAX_ACTIVE=8`); command-line options arrive as keyword overrides and win.
+This is the only module that reads the environment, and it imports nothing of the package: everything may read
+the settings. Every field `name` can be set as `TYPEWRITER_<NAME>` (for example `TYPEWRITER_MAX_ACTIVE=8`);
+command-line options arrive as keyword overrides and win.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import ipaddress
 import math
 import os
@@ -17,19 +20,44 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from .engine.request import DEFAULT_MAX_NEW_TOKENS
-
 ENV_PREFIX = "TYPEWRITER_"
 XLA_CACHE_VAR = "TYPEWRITER_XLA_CACHE"  # read by xla_cache_dir, before TensorFlow loads
 LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 # Read by clients (the notebook, examples/), not by the server; a shell that sets them may still start one.
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Settings.client_system_prompt
-WEIGHT_FORMATS = ("auto", "fp32", "int8", "int8-lite", "int8-lite-fast")  # see Settings.weights, runners/
-EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/load.py)
+CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Answers.client_system_prompt
+EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/source.py)
 MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+DEFAULT_MAX_NEW_TOKENS = 512  # an answer's length when a chat does not ask (at most the cap, below)
+
+
+# How a model's matrices are held and run (`--weights`): runners/lite/ runs the int8-lite formats, runners/xla/ the others.
+class WeightFormat(enum.StrEnum):
+    AUTO = "auto"  # int8-lite for the Llama family, which is all it runs; fp32 for the others
+    FP32 = "fp32"  # XLA: the file's weights exactly
+    INT8 = "int8"  # XLA: int8 x int8 after a rotation (runners/xla/quantized.py)
+    # LiteRT programs: int8 weights rounded by GPTQ, the rows that need it at 16 bits; -fast keeps every row at 8
+    # bits, faster for a larger KL from fp32 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+    INT8_LITE = "int8-lite"
+    INT8_LITE_FAST = "int8-lite-fast"
+
+    @property
+    def lite(self) -> bool:
+        """Run by int8-lite's programs on LiteRT (else by XLA)."""
+        return self in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST)
+
+    def resolved(self, family: str) -> WeightFormat:
+        """AUTO made concrete for a model `family`; any other format as it is."""
+        if self is not WeightFormat.AUTO:
+            return self
+        return WeightFormat.INT8_LITE if family == "llama" else WeightFormat.FP32
+
+
+WEIGHT_FORMATS = tuple(f.value for f in WeightFormat)
 
 
 class ConfigError(ValueError):
@@ -47,90 +75,14 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True)
-class Settings:
+class Serving:
+    """Where the process listens and how it stops."""
+
     host: str = "127.0.0.1"
     port: int = 8000
     # gRPC (typewriter.v1.Chat, with health and reflection) beside the HTTP server, in the same process and engine:
     # None is off, 0 picks a free port. It listens on `host` too.
     grpc_port: int | None = None
-    model_path: str | None = None  # None: the embedded model
-    # The model's name to clients: /v1/models, the `model` of OpenAI responses, /readyz, the page and the log.
-    # None: default_model_id(model_path), a name without spaces that stays the same across restarts.
-    model_id: str | None = None
-    # How the model's matrices are held and multiplied (WEIGHT_FORMATS). fp32 is the file's weights exactly, in XLA.
-    # int8-lite (runners/lite/) runs int8 matmuls on LiteRT with nothing to compile: faster steps than fp32, ready
-    # sooner, a smaller footprint, and a KL from fp32 below llama.cpp's own on the same file
-    # (docs/measurements/2026-12-03-int8-lite.md, docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
-    # int8-lite-fast keeps every row at 8 bits: faster batched steps for some quality. int8
-    # (runners/xla/quantized.py) is XLA's.
-    # auto: int8-lite for the Llama family, which is all it runs, fp32 for the others (runtime.resolve_format).
-    weights: str = "auto"
-    # The engine: slots decoded together, the bounded wait queue and the KV cache length per slot. More slots give
-    # more students at once, each stream slower (docs/measurements/2026-11-30-batched-decode-and-the-socket.md);
-    # None: as many as this machine carries under the capacity bar, sized at start from measured step times
-    # (engine/capacity.py; int8-lite), or runtime.XLA_SLOTS for XLA's programs.
-    max_active: int | None = None
-    max_queue: int = 32
-    max_context: int = 2048
-    # The most prompt tokens prefilled per step while answers stream, for each request starting (scheduler.py's
-    # step_budget). Within it the scheduler sizes each chunk by measured step times (engine/step_cost.py), so the
-    # budget mostly caps short-context chunks: bench/stall.py kept a running answer's longest gap nearer its bound
-    # with 16 than with 64 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
-    prefill_budget: int = 16
-    # Per request: the default answer length when a chat does not ask, and the most it may ask for.
-    # None: derived from max_context (the cap is at most half of it, the default at most the cap).
-    max_new_tokens: int | None = None
-    max_new_tokens_cap: int | None = None
-    # Deadlines: an answer ends with `timeout` this long after it got its slot, and a chat that waited this long
-    # for a slot ends with `queue_timeout` (None: no deadline). The answer's deadline leaves the longest answer
-    # (1,024 tokens) room even at a slow stream's speed, the queue's room for a full queue behind the slots to move.
-    request_timeout_s: float | None = 300.0
-    queue_timeout_s: float | None = 120.0
-    system_prompt: str | None = None  # None: the tutor's default (tokenizer.DEFAULT_SYSTEM_PROMPT); "": none
-    # A chat that brings its own system message: "refuse" it (error system_prompt_not_allowed), "append" it
-    # after the server's system prompt, or let it "replace" the server's. Refused by default: the tutor's
-    # instructions are the school's, not the page's.
-    client_system_prompt: str = "refuse"
-    # The WebSocket: the largest frame a client may send, messages per chat, and how many events may wait for a
-    # client that is not reading before its request is cancelled.
-    max_message_bytes: int = 256 * 1024
-    max_messages: int = 128
-    send_backlog: int = 256
-    ping_interval_s: float = 20.0
-    ping_timeout_s: float = 20.0
-    # Resume (server/resume.py): a resumable chat whose client went away keeps running, its frames kept, this long
-    # for the client to come back, enough for a phone to change networks; then it is cancelled and its slot freed.
-    # 0: a closed socket cancels its chat at once. Its frames (the whole answer, for a client that missed some)
-    # are bounded per chat, above the longest answer's, and for the whole server.
-    resume_grace_s: float = 60.0
-    resume_buffer_bytes: int = 256 * 1024
-    resume_buffer_total_bytes: int = 64 * 1024 * 1024
-    # An SSE stream that has sent nothing this long (queued, prefilling) gets a comment, so a proxy's idle timeout
-    # (nginx's 60 s default, cloud balancers') never cuts it; None: never.
-    sse_keepalive_s: float | None = 15.0
-    # Abuse limits for a public server: sockets in total and per client address, chats a minute per address.
-    # The address is the socket's peer, or X-Forwarded-For when that peer is one of trusted_proxies (a comma-
-    # separated list of IP addresses; "" trusts none, so the header is ignored).
-    max_connections: int = 512
-    max_connections_per_client: int = 64  # a whole class behind one school's NAT shares an address
-    chats_per_minute: int = 120  # per address, so also per class behind a NAT
-    frames_per_second: int = 20  # per socket, in bursts of up to twice that; past it the socket is closed (1008)
-    trusted_proxies: str = ""
-    # Connections that have not sent a whole request header yet (server/connections.py): each has header_timeout_s
-    # to send one (and a POST its body), and at most max_pending_per_client from one address and
-    # max_pending_connections in all may wait; past a cap the oldest waiting is closed, so a new one gets its turn.
-    header_timeout_s: float = 10.0
-    max_pending_connections: int = 256
-    max_pending_per_client: int = 64
-    # Names the server answers to (the Host header; comma-separated, * for any; "": the loopback names and the
-    # listening address) and pages that may open the socket (Origin; comma-separated like https://tutor.school.org;
-    # "": the page's own origin). See server/origins.py: together they stop DNS rebinding and other sites' pages.
-    allowed_hosts: str = ""
-    allowed_origins: str = ""
-    # With an api_key, the socket and every HTTP route but /healthz and /readyz need `Authorization: Bearer <key>`;
-    # api_key_page lets the page, its files and sockets from an allowed origin in without it (server/auth.py).
-    api_key: str = ""
-    api_key_page: bool = False
     # After SIGTERM or SIGINT: running answers may go on for drain_s (docker stop waits 10 s by default), then
     # every chat still running ends with reason `shutdown`, and the server waits shutdown_grace_s for their `end`.
     drain_s: float = 8.0
@@ -138,86 +90,265 @@ class Settings:
     log_level: str = "info"
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError("port", f"must be a port from 0 to 65535 (0 picks a free one), got {self.port}")
-        if self.grpc_port is not None and not 0 <= self.grpc_port <= 65535:
-            raise ConfigError("grpc_port", f"must be a port from 0 to 65535 (0 picks a free one), got "
-                                           f"{self.grpc_port}")
+        for name in ("port", "grpc_port"):
+            port = getattr(self, name)
+            if port is not None and not 0 <= port <= 65535:
+                raise ConfigError(name, f"must be a port from 0 to 65535 (0 picks a free one), got {port}")
         if self.grpc_port and self.grpc_port == self.port:
             raise ConfigError("grpc_port", f"must differ from the HTTP port ({self.port}), got {self.grpc_port}")
+        _at_least("drain_s", self.drain_s, 0.0)
+        _at_least("shutdown_grace_s", self.shutdown_grace_s, 0.0)
+        _one_of("log_level", self.log_level, LOG_LEVELS)
+
+
+@dataclass(frozen=True)
+class Model:
+    """What is served."""
+
+    model_path: str | None = None  # None: the embedded model
+    # The model's name to clients: /v1/models, the `model` of OpenAI responses, /readyz, the page and the log.
+    # None: default_model_id(model_path), a name without spaces that stays the same across restarts.
+    model_id: str | None = None
+    # How the matrices are held and run: int8-lite has nothing to compile, so it is ready sooner, with faster steps
+    # and a smaller footprint than fp32 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+    weights: WeightFormat = WeightFormat.AUTO
+
+    def __post_init__(self) -> None:
         if self.model_id is None:
             object.__setattr__(self, "model_id", default_model_id(self.model_path))
         elif not MODEL_ID.fullmatch(self.model_id):
             raise ConfigError("model_id", f"must be 1 to 128 characters without spaces (such as SmolLM2-135M-Instruct),"
                                           f" got {self.model_id!r}")
+        _one_of("weights", self.weights, WEIGHT_FORMATS)
+        object.__setattr__(self, "weights", WeightFormat(self.weights))
+
+    @property
+    def id(self) -> str:
+        assert self.model_id is not None  # made in __post_init__
+        return self.model_id
+
+
+@dataclass(frozen=True)
+class Engine:
+    """The engine: slots decoded together, the bounded wait queue, each slot's context, and the deadlines."""
+
+    # More slots give more students at once, each stream slower; None: as many as this machine carries under the
+    # capacity bar, sized at start from measured step times (engine/capacity.py; int8-lite), or XLA's fixed count.
+    max_active: int | None = None
+    max_queue: int = 32
+    max_context: int = 2048
+    # Prompt tokens prefilled per step while answers stream, per request starting; within it chunks are sized by
+    # measured step times (engine/step_cost.py), so it mostly caps short-context chunks.
+    prefill_budget: int = 16
+    # An answer ends with `timeout` this long after it got its slot, and a chat that waited this long for a slot
+    # ends with `queue_timeout` (None: no deadline). The answer's leaves the longest answer room at a slow stream's
+    # speed, the queue's room for a full queue behind the slots to move.
+    request_timeout_s: float | None = 300.0
+    queue_timeout_s: float | None = 120.0
+
+    def __post_init__(self) -> None:
         if self.max_active is not None:
             _at_least("max_active", self.max_active, 1)
         _at_least("max_queue", self.max_queue, 0)
         _at_least("max_context", self.max_context, 16)
         _at_least("prefill_budget", self.prefill_budget, 1)
-        if self.max_new_tokens_cap is None:
-            object.__setattr__(self, "max_new_tokens_cap", max(1, min(1024, self.max_context // 2)))
-        if self.max_new_tokens is None:
-            object.__setattr__(self, "max_new_tokens", min(DEFAULT_MAX_NEW_TOKENS, self.max_new_tokens_cap))
-        _at_least("max_new_tokens", self.max_new_tokens, 1)
-        _at_least("max_new_tokens_cap", self.max_new_tokens_cap, self.max_new_tokens)
-        if self.max_new_tokens_cap >= self.max_context:
-            raise ConfigError("max_new_tokens_cap", f"must be smaller than max_context ({self.max_context}) so a "
-                                                    f"prompt still fits, got {self.max_new_tokens_cap}")
+        for name in ("request_timeout_s", "queue_timeout_s"):
+            _positive_or_none(name, getattr(self, name))
+
+
+@dataclass(frozen=True)
+class Answers:
+    """What every answer gets: its length and the tutor's instructions."""
+
+    # The default answer length when a chat does not ask, and the most it may ask for. None: from max_context (the
+    # cap at most half of it, the default at most the cap); Settings fills them in.
+    max_new_tokens: int | None = None
+    max_new_tokens_cap: int | None = None
+    system_prompt: str | None = None  # None: the tutor's default (tokenizer.DEFAULT_SYSTEM_PROMPT); "": none
+    # A chat that brings its own system message: "refuse" it (error system_prompt_not_allowed), "append" it
+    # after the server's system prompt, or let it "replace" the server's. Refused by default: the tutor's
+    # instructions are the school's, not the page's.
+    client_system_prompt: str = "refuse"
+
+    def __post_init__(self) -> None:
+        _one_of("client_system_prompt", self.client_system_prompt, CLIENT_SYSTEM_PROMPT)
+
+    @property
+    def default_length(self) -> int:
+        assert self.max_new_tokens is not None  # filled in by Settings
+        return self.max_new_tokens
+
+    @property
+    def length_cap(self) -> int:
+        assert self.max_new_tokens_cap is not None  # filled in by Settings
+        return self.max_new_tokens_cap
+
+
+@dataclass(frozen=True)
+class Socket:
+    """The WebSocket: the largest frame a client may send, messages per chat, how many events may wait for a
+    client that is not reading before its chat is cancelled, and pings."""
+
+    max_message_bytes: int = 256 * 1024
+    max_messages: int = 128
+    send_backlog: int = 256
+    ping_interval_s: float = 20.0
+    ping_timeout_s: float = 20.0
+
+    def __post_init__(self) -> None:
         _at_least("max_message_bytes", self.max_message_bytes, 1024)
         _at_least("max_messages", self.max_messages, 1)
         _at_least("send_backlog", self.send_backlog, 1)
-        _at_least("max_connections", self.max_connections, 1)
-        _at_least("max_connections_per_client", self.max_connections_per_client, 1)
-        _at_least("chats_per_minute", self.chats_per_minute, 1)
-        _at_least("frames_per_second", self.frames_per_second, 1)
-        _at_least("max_pending_connections", self.max_pending_connections, 1)
-        _at_least("max_pending_per_client", self.max_pending_per_client, 1)
+        _at_least("ping_interval_s", self.ping_interval_s, 0.0)
+        _at_least("ping_timeout_s", self.ping_timeout_s, 0.0)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Answers that outlive their connection (server/resume/registry.py)."""
+
+    # A resumable chat whose client went away keeps running, its frames kept, this long for the client to come
+    # back, enough for a phone to change networks; then it is cancelled and its slot freed. 0: a closed socket
+    # cancels its chat at once. Its frames are bounded per chat, above the longest answer's, and in total.
+    resume_grace_s: float = 60.0
+    resume_buffer_bytes: int = 256 * 1024
+    resume_buffer_client_bytes: int = 8 * 1024 * 1024  # one client's share, at most the total
+    resume_buffer_total_bytes: int = 64 * 1024 * 1024
+    # An SSE stream that has sent nothing this long (queued, prefilling) gets a comment, so a proxy's idle timeout
+    # (nginx's 60 s default, cloud balancers') never cuts it; None: never.
+    sse_keepalive_s: float | None = 15.0
+
+    def __post_init__(self) -> None:
+        _at_least("resume_grace_s", self.resume_grace_s, 0.0)
+        _at_least("resume_buffer_bytes", self.resume_buffer_bytes, 4096)
+        _at_least("resume_buffer_client_bytes", self.resume_buffer_client_bytes, self.resume_buffer_bytes)
+        _at_least("resume_buffer_total_bytes", self.resume_buffer_total_bytes, self.resume_buffer_bytes)
+        _positive_or_none("sse_keepalive_s", self.sse_keepalive_s)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Abuse limits for a public server (server/limits.py, server/connections.py)."""
+
+    # Sockets in total and per client address, chats a minute per address. The address is the socket's peer, or
+    # X-Forwarded-For when that peer is one of trusted_proxies (a comma-separated list of IP addresses; "" trusts
+    # none, so the header is ignored).
+    max_connections: int = 512
+    max_connections_per_client: int = 64  # a whole class behind one school's NAT shares an address
+    chats_per_minute: int = 120  # per address, so also per class behind a NAT
+    frames_per_second: int = 20  # per socket, in bursts of up to twice that; past it the socket is closed (1008)
+    trusted_proxies: str = ""
+    # Connections that have not sent a whole request header yet: each has header_timeout_s to send one (and a POST
+    # its body), and at most max_pending_per_client from one address and max_pending_connections in all may wait;
+    # past a cap the oldest waiting is closed, so a new one gets its turn.
+    header_timeout_s: float = 10.0
+    max_pending_connections: int = 256
+    max_pending_per_client: int = 64
+
+    def __post_init__(self) -> None:
+        for name in ("max_connections", "max_connections_per_client", "chats_per_minute", "frames_per_second",
+                     "max_pending_connections", "max_pending_per_client"):
+            _at_least(name, getattr(self, name), 1)
         try:
             parse_proxies(self.trusted_proxies)
         except ValueError as e:
             raise ConfigError("trusted_proxies", f"{e}; give IP addresses separated by commas") from None
+        if self.header_timeout_s <= 0:
+            raise ConfigError("header_timeout_s", f"must be greater than 0, got {self.header_timeout_s}")
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may reach the server (server/origins.py, server/auth.py)."""
+
+    # Names the server answers to (the Host header; comma-separated, * for any; "": the loopback names and the
+    # listening address) and pages that may open the socket (Origin; comma-separated like https://tutor.school.org;
+    # "": the page's own origin): together they stop DNS rebinding and other sites' pages.
+    allowed_hosts: str = ""
+    allowed_origins: str = ""
+    # With an api_key, the socket and every HTTP route but /healthz and /readyz need `Authorization: Bearer <key>`;
+    # api_key_page lets the page, its files and sockets from an allowed origin in without it.
+    api_key: str = ""
+    api_key_page: bool = False
+
+    def __post_init__(self) -> None:
         for name in parse_list(self.allowed_hosts):
             if "*" in name and name != "*" and not (name.startswith("*.") and "*" not in name[2:]):
                 raise ConfigError("allowed_hosts", f"{name!r}: a wildcard must be * alone or lead a domain, like "
                                                    "*.school.org")
-        for name in ("ping_interval_s", "ping_timeout_s", "drain_s", "shutdown_grace_s", "resume_grace_s"):
-            _at_least(name, getattr(self, name), 0.0)
-        _at_least("resume_buffer_bytes", self.resume_buffer_bytes, 4096)
-        _at_least("resume_buffer_total_bytes", self.resume_buffer_total_bytes, self.resume_buffer_bytes)
-        if self.header_timeout_s <= 0:
-            raise ConfigError("header_timeout_s", f"must be greater than 0, got {self.header_timeout_s}")
-        for name in ("request_timeout_s", "queue_timeout_s", "sse_keepalive_s"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigError(name, f"must be greater than 0 (or none), got {value}")
-        if self.weights not in WEIGHT_FORMATS:
-            raise ConfigError("weights", f"must be one of {', '.join(WEIGHT_FORMATS)}, got {self.weights!r}")
-        if self.client_system_prompt not in CLIENT_SYSTEM_PROMPT:
-            raise ConfigError("client_system_prompt", f"must be one of {', '.join(CLIENT_SYSTEM_PROMPT)}, got "
-                                                      f"{self.client_system_prompt!r}")
-        if self.log_level not in LOG_LEVELS:
-            raise ConfigError("log_level", f"must be one of {', '.join(LOG_LEVELS)}, got {self.log_level!r}")
+
+
+GROUPS = {"serving": Serving, "model": Model, "engine": Engine, "answers": Answers, "socket": Socket,
+          "resume": Resume, "limits": Limits, "access": Access}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting, in groups. A field `name` of any group is set as `TYPEWRITER_<NAME>`; names are unique
+    across groups, so `Settings.of(max_active=8)` needs no group."""
+
+    serving: Serving = dataclasses.field(default_factory=Serving)
+    model: Model = dataclasses.field(default_factory=Model)
+    engine: Engine = dataclasses.field(default_factory=Engine)
+    answers: Answers = dataclasses.field(default_factory=Answers)
+    socket: Socket = dataclasses.field(default_factory=Socket)
+    resume: Resume = dataclasses.field(default_factory=Resume)
+    limits: Limits = dataclasses.field(default_factory=Limits)
+    access: Access = dataclasses.field(default_factory=Access)
+
+    def __post_init__(self) -> None:
+        answers, context = self.answers, self.engine.max_context
+        cap = answers.max_new_tokens_cap
+        cap = max(1, min(1024, context // 2)) if cap is None else cap
+        length = min(DEFAULT_MAX_NEW_TOKENS, cap) if answers.max_new_tokens is None else answers.max_new_tokens
+        _at_least("max_new_tokens", length, 1)
+        _at_least("max_new_tokens_cap", cap, length)
+        if cap >= context:
+            raise ConfigError("max_new_tokens_cap", f"must be smaller than max_context ({context}) so a prompt "
+                                                    f"still fits, got {cap}")
+        object.__setattr__(self, "answers", dataclasses.replace(answers, max_new_tokens=length,
+                                                                 max_new_tokens_cap=cap))
+
+    @classmethod
+    def of(cls, **values: object) -> Settings:
+        """Settings from flat field names (`max_active=8`), each put in its group; the rest are defaults."""
+        where = _fields()
+        unknown = sorted(k for k in values if k not in where)
+        if unknown:
+            raise TypeError(f"unknown settings: {', '.join(unknown)}")
+        grouped: dict[str, dict[str, object]] = {group: {} for group in GROUPS}
+        for name, value in values.items():
+            grouped[where[name]][name] = value
+        return cls(**{group: GROUPS[group](**fields) for group, fields in grouped.items()})
+
+    def flat(self) -> dict[str, object]:
+        """Every field by its flat name (`Settings.of(**s.flat())` is `s`)."""
+        return {f.name: getattr(getattr(self, group), f.name)
+                for group, kind in GROUPS.items() for f in dataclasses.fields(kind)}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] = os.environ, **overrides: object) -> Settings:
         """Settings from `TYPEWRITER_*` variables, then `overrides` (None means "not given" and is ignored)."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in overrides if k not in fields)
+        where = _fields()
+        unknown = sorted(k for k in overrides if k not in where)
         if unknown:
             raise TypeError(f"unknown settings: {', '.join(unknown)}")
-        known_vars = {_env(name) for name in fields} | {XLA_CACHE_VAR, LITE_CACHE_VAR, *CLIENT_VARS}
+        known_vars = {_env(name) for name in where} | {XLA_CACHE_VAR, LITE_CACHE_VAR, *CLIENT_VARS}
         stray = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in known_vars)
         if stray:
             raise ConfigError(None, f"{stray[0]}: not a setting; known: {', '.join(sorted(known_vars))}")
-        hints = typing.get_type_hints(cls)
         values: dict[str, object] = {}
-        for name in fields:
+        for name, group in where.items():
             raw = environ.get(_env(name))
             if raw is not None:
-                values[name] = _parse(name, raw, hints[name])
+                values[name] = _parse(name, raw, typing.get_type_hints(GROUPS[group])[name])
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        return cls.of(**values)
+
+
+def _fields() -> dict[str, str]:
+    """Each field's flat name -> its group's."""
+    return {f.name: group for group, kind in GROUPS.items() for f in dataclasses.fields(kind)}
 
 
 def _env(name: str) -> str:
@@ -229,12 +360,24 @@ def _at_least(name: str, value: float, low: float) -> None:
         raise ConfigError(name, f"must be at least {low}, got {value}")
 
 
+def _positive_or_none(name: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise ConfigError(name, f"must be greater than 0 (or none), got {value}")
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(name, f"must be one of {', '.join(allowed)}, got {value!r}")
+
+
 def _parse(name: str, raw: str, hint: object) -> object:
     optional = isinstance(hint, types.UnionType) and type(None) in typing.get_args(hint)
-    kind = next(t for t in typing.get_args(hint) if t is not type(None)) if optional else hint
+    kind: typing.Any = next(t for t in typing.get_args(hint) if t is not type(None)) if optional else hint
     text = raw.strip()
     if optional and (text.lower() == "none" or (not text and kind is not str)):
         return None  # unset; an empty text setting stays "" (TYPEWRITER_SYSTEM_PROMPT="": no system prompt)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return text.lower()  # checked against the members by its group
     if kind is str:
         return text.lower() if name == "log_level" else raw
     if kind is bool:
@@ -270,9 +413,8 @@ def parse_list(spec: str) -> tuple[str, ...]:
 
 
 def default_model_id(model_path: str | None) -> str:
-    """The model id when `model_id` is not set: the embedded model's name, else the model file's or folder's
-    name without a `.gguf` ending, each run of spaces made one "-" (`~/models/Qwen2.5 0.5B.gguf` -> `Qwen2.5-0.5B`).
-    It never comes from inside the file: a GGUF's `general.name` is often a training run's label."""
+    """From the file's or folder's name (`~/models/Qwen2.5 0.5B.gguf` -> `Qwen2.5-0.5B`), never from inside the
+    file: a GGUF's `general.name` is often a training run's label."""
     if not model_path:
         return EMBEDDED_MODEL_ID
     name = PurePath(os.path.abspath(os.path.expanduser(model_path))).name
@@ -281,16 +423,14 @@ def default_model_id(model_path: str | None) -> str:
 
 
 def xla_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The folder for compiled XLA programs, so a restart skips most compiling: `TYPEWRITER_XLA_CACHE`, by
-    default `typewriter/xla` in the user's cache folder ($XDG_CACHE_HOME or ~/.cache); None when set to off,
-    none or empty. Read before TensorFlow loads, so it is not a Settings field."""
+    """`TYPEWRITER_XLA_CACHE`, by default in the user's cache folder; None when off. Read before TensorFlow loads,
+    so it is not a Settings field."""
     return _cache_dir(XLA_CACHE_VAR, "xla", environ)
 
 
 def lite_cache_dir(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The folder for int8-lite's programs (runners/lite/programs.py), so a restart skips making them:
-    `TYPEWRITER_LITE_CACHE`, by default `typewriter/lite` in the user's cache folder; None when set to off, none or
-    empty. Every command that loads a model uses it, so like the XLA cache it is not a Settings field."""
+    """`TYPEWRITER_LITE_CACHE`, by default in the user's cache folder; None when off. Every command that loads a
+    model uses it, so it is not a Settings field."""
     return _cache_dir(LITE_CACHE_VAR, "lite", environ)
 
 

@@ -23,7 +23,7 @@ test("while an answer is live the line says so, and a queued one says its place 
 
 test("connecting, warming and reconnecting are offline, with the wait rounded up to whole seconds", () => {
   assert.deepEqual(statusLine({ connection: "connecting", retryInMs: 0 }, null), { text: "Connecting…", state: "offline" });
-  assert.match(statusLine({ connection: "warming", retryInMs: 2000 }, null).text, /getting ready/);
+  assert.match(statusLine({ connection: "warming", retryInMs: 2000 }, null).text, /Getting the tutor ready/);
   assert.deepEqual(statusLine({ connection: "reconnecting", retryInMs: 1200 }, turn("queued", "next")), {
     text: "Connection lost. Reconnecting in 2 s…",
     state: "offline",
@@ -35,14 +35,12 @@ test("connecting, warming and reconnecting are offline, with the wait rounded up
   });
 });
 
-test("while the model loads the line shows the server's progress", () => {
-  const warming = { connection: "warming", retryInMs: 1000, progress: "int8-lite: program 6/32" };
-  assert.deepEqual(statusLine(warming, null), {
-    text: "The tutor is getting ready (loading the model: int8-lite: program 6/32)…",
-    state: "offline",
-  });
+test("while the model loads the line says so in plain words; the server's progress is for developers", () => {
+  const warming = { connection: "warming", retryInMs: 1000, progress: "int8-lite: program 6/32", load: { fraction: 0.1875 } };
+  assert.deepEqual(statusLine(warming, null), { text: "Getting the tutor ready: 18%…", state: "offline" });
   assert.equal(statusLine(warming, turn("waiting")).text, statusLine(warming, null).text);
-  assert.equal(statusLine({ ...warming, progress: "" }, null).text, "The tutor is getting ready (loading the model)…");
+  assert.equal(statusLine(warming, null, true).text, "Getting the tutor ready: 18%… (int8-lite: program 6/32)");
+  assert.equal(statusLine({ ...warming, progress: "", load: {} }, null, true).text, "Getting the tutor ready…");
 });
 
 test("a question held for want of a socket says it is kept and what it waits for; with a socket, nothing", () => {

@@ -3,18 +3,12 @@ importing it loads neither TensorFlow nor the server.
 
     from typewriter.client import Client
 
-    client = Client("http://127.0.0.1:8000")            # api_key=..., timeout=..., retry=True
+    client = Client("http://127.0.0.1:8000")  # api_key=..., timeout=..., retry=True
     for delta in client.chat("What is a prime number?", max_new_tokens=200, temperature=0):
         print(delta, end="", flush=True)
+    talk = client.conversation()  # keeps the history: talk.say("Is 91 prime?").result().text
 
-    talk = client.conversation()                          # multi-turn: keeps the history
-    print(talk.say("Is 91 prime?").result().text)
-    print(talk.say("Why?").result().text)
-
-The async API is the same with `await`: `AsyncClient`, `async for delta in client.chat(...)`,
-`await chat.result()`, `await chat.stop()`. Errors: ChatError (with the protocol's `code`), ServerClosed (with
-the `close_code`), HandshakeRefused (an HTTP status, e.g. 401 for a wrong API key), ConnectFailed (no socket: a
-wrong port or host, a timeout, TLS), ChatTimeout; all are ClientError.
+The async API is the same with `await` (`AsyncClient`). Every error it raises is a ClientError (errors.py).
 """
 
 from .aio import AsyncChat, AsyncClient, AsyncConversation
@@ -24,7 +18,29 @@ from .protocol import DEFAULT_URL, Params, Retry, ws_url
 from .sync import Chat, Client, Conversation
 
 __all__ = [
-    "AsyncChat", "AsyncClient", "AsyncConversation", "Chat", "ChatError", "ChatTimeout", "Client", "ClientError",
-    "ConnectFailed", "Conversation", "DEFAULT_URL", "Ended", "Event", "HandshakeRefused", "Params", "Queued",
-    "Result", "Retry", "ServerClosed", "Started", "Timings", "TokenEvent", "ToolCallEvent", "Usage", "ws_url",
+    "DEFAULT_URL",
+    "AsyncChat",
+    "AsyncClient",
+    "AsyncConversation",
+    "Chat",
+    "ChatError",
+    "ChatTimeout",
+    "Client",
+    "ClientError",
+    "ConnectFailed",
+    "Conversation",
+    "Ended",
+    "Event",
+    "HandshakeRefused",
+    "Params",
+    "Queued",
+    "Result",
+    "Retry",
+    "ServerClosed",
+    "Started",
+    "Timings",
+    "TokenEvent",
+    "ToolCallEvent",
+    "Usage",
+    "ws_url",
 ]

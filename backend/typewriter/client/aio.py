@@ -1,18 +1,4 @@
-"""The async client: one WebSocket, one chat at a time on it (open another client for parallel chats).
-
-    async with AsyncClient("http://127.0.0.1:8000") as client:
-        chat = client.chat("What is a prime number?", max_new_tokens=200)
-        async for delta in chat:          # text deltas as they arrive; chat.events() gives typed events
-            print(delta, end="", flush=True)
-        result = await chat.result()      # the text, reason, usage and timings
-
-        talk = client.conversation()      # keeps the history and sends it each turn
-        print((await talk.say("And what is 7 times 6?").result()).text)
-
-A chat is sent when it is first read. `await chat.stop()` sends the stop frame; reading then goes on until the
-`end` frame (reason `cancelled`), and the text so far is the answer. A chat left unread is stopped when the next
-one starts on this client.
-"""
+"""The async client: one WebSocket, one chat at a time on it; a chat left unread is stopped when the next starts."""
 
 from __future__ import annotations
 
@@ -26,18 +12,29 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from .errors import ChatTimeout, ClientError, ServerClosed
 from .events import Ended, Event, Result, TokenEvent
-from .protocol import (CONNECT_ERRORS, DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers,
-                       checked_params, closed_error, connect_error, decode, encode, messages_of, refused_error, ws_url)
+from .protocol import (
+    CONNECT_ERRORS,
+    DEFAULT_URL,
+    ChatState,
+    History,
+    Message,
+    Params,
+    Retry,
+    auth_headers,
+    checked_params,
+    closed_error,
+    connect_error,
+    decode,
+    encode,
+    messages_of,
+    refused_error,
+    ws_url,
+)
 
 
 class AsyncClient:
-    """A connection to a Typewriter server, opened on first use and again after the server closed it.
-
-    `url`: the server's base URL (http://HOST:PORT) or its socket's (ws://HOST:PORT/ws). `api_key` is sent as
-    `Authorization: Bearer KEY`. `open_timeout`: seconds for the handshake; `timeout`: seconds to wait for each
-    frame (None: wait as long as the server keeps the connection alive). `retry`: a Retry, a number of attempts or
-    True, to retry a chat on `overloaded` and on close 1013; off by default.
-    """
+    """A connection to a Typewriter server, opened on first use and again after the server closed it. `timeout`: per
+    frame (None: as long as the connection lives); `retry`: a Retry, a number of attempts or True."""
 
     def __init__(self, url: str = DEFAULT_URL, *, api_key: str | None = None, open_timeout: float = 10.0,
                  timeout: float | None = None, retry: Retry | int | bool | None = None):
@@ -69,9 +66,8 @@ class AsyncClient:
 
     def chat(self, prompt: str | Sequence[Message], /, *, system: str | None = None, id: str | None = None,
              **params: Unpack[Params]) -> AsyncChat:
-        """A chat about `prompt` (a user message, or a list of {"role", "content"} messages ending with the
-        user's), sent when it is first read."""
-        return self._chat(lambda: messages_of(prompt, system), params, id)
+        """A chat about `prompt`: a user message, or a list of {"role", "content"} messages ending with the user's."""
+        return self._chat(lambda: messages_of(prompt, system), dict(params), id)
 
     async def complete(self, prompt: str | Sequence[Message], /, *, system: str | None = None,
                        **params: Unpack[Params]) -> Result:
@@ -85,15 +81,13 @@ class AsyncClient:
               on_end: Callable[[Result], None] | None = None) -> AsyncChat:
         return AsyncChat(self, chat_id or f"c{next(self._ids)}", messages, checked_params(params), on_end)
 
-    # ---- the socket ----
-
     async def _connection(self) -> ClientConnection:
         if self._ws is None:
             try:
                 self._ws = await connect(self.url, additional_headers=self._headers, open_timeout=self.open_timeout)
             except InvalidStatus as e:
                 raise refused_error(e) from None
-            except CONNECT_ERRORS as e:  # refused, DNS, a timeout, TLS, not a WebSocket server
+            except CONNECT_ERRORS as e:
                 raise connect_error(self.url, e, self.open_timeout) from None
         return self._ws
 
@@ -117,7 +111,6 @@ class AsyncClient:
             raise ChatTimeout(f"no frame from the server within {self.timeout} s; the connection is closed") from None
 
     async def _claim(self, chat: AsyncChat) -> None:
-        """Make `chat` the connection's chat, stopping and reading to its end a chat left unread."""
         previous, self._current = self._current, chat
         if previous is not None and previous is not chat and previous._sent and not previous.done:
             await previous.stop()
@@ -230,14 +223,7 @@ class _Events:
 
 
 class AsyncConversation:
-    """A multi-turn chat: each `say()` sends the history so far plus the new question; once the answer ended
-    (also a stopped, partial one) both are appended to `messages`. A failed turn leaves the history as it was.
-
-        talk = client.conversation(system="You are a patient maths tutor.")
-        async for delta in talk.say("What is a prime number?"):
-            print(delta, end="")
-        answer = await talk.say("Is 91 one?").result()
-    """
+    """Each `say()` sends the history plus the question; both join `messages` once answered (if stopped, partly)."""
 
     def __init__(self, client: AsyncClient, system: str | None = None, **params: Unpack[Params]):
         self.client, self.params = client, dict(params)

@@ -1,18 +1,7 @@
-"""The client's errors: one base class, and one class per way a chat can fail.
-
-    try:
-        result = client.complete("What is a prime number?")
-    except ChatError as e:        # the server refused or ended the chat: e.code is the protocol's code
-        print(e.code, e.message)  # "overloaded", "prompt_too_long", "invalid_request", ...
-    except ServerClosed as e:     # the server closed the socket: e.close_code 1013, 1012, 1008, 1009, ...
-        print(e.close_code, e.reason)
-    except ConnectFailed as e:    # no socket at all: a wrong port or host, a timeout, TLS; e.url says where
-        print(e.reason)
-"""
+"""The client's errors: one base class, ClientError, and one class per way a chat can fail."""
 
 from __future__ import annotations
 
-# WebSocket close codes of protocol v1 (docs/protocol.md, "Close codes").
 CLOSE_UNSUPPORTED_DATA = 1003  # the client sent a binary frame
 CLOSE_POLICY_VIOLATION = 1008  # a cross-origin handshake, or too many frames a second
 CLOSE_MESSAGE_TOO_BIG = 1009  # a frame over the server's max_message_bytes
@@ -47,9 +36,7 @@ class ServerClosed(ClientError):
 
 
 class ConnectFailed(ClientError):
-    """The socket could not be opened: nothing listens at the URL's port, its host name does not resolve, no
-    handshake came within `open_timeout`, TLS failed, or what answered is not a WebSocket server. `url` is the
-    socket's URL; `reason` says which, in words."""
+    """The socket at `url` could not be opened (no listener, no such host, a timeout, TLS); `reason` says which."""
 
     code = "connect_failed"
 

@@ -1,13 +1,4 @@
-"""Typed events mirroring protocol v1's server frames, and the result of a whole chat.
-
-    for event in chat.events():
-        match event:
-            case Queued(position=n):     print(f"waiting, {n} ahead")
-            case Started(prompt_tokens=n): print(f"prompt of {n} tokens")
-            case TokenEvent(text=t):     print(t, end="")
-            case ToolCallEvent(name=n, arguments=a): print(f"calls {n}({a})")
-            case Ended(reason=r, usage=u): print(f"\\n{r}, {u.completion_tokens} tokens")
-"""
+"""Typed events mirroring protocol v1's server frames (match on them), and the result of a whole chat."""
 
 from __future__ import annotations
 
@@ -26,8 +17,7 @@ class Usage:
 
 @dataclass(frozen=True)
 class Timings:
-    """Milliseconds from the engine's clock: waiting for a slot, to the first token, to the end; and the decode
-    speed after the first token."""
+    """Milliseconds waiting for a slot, to the first token and to the end; the decode speed after the first token."""
 
     queue_ms: float
     ttft_ms: float
@@ -45,8 +35,7 @@ class Queued:
 
 @dataclass(frozen=True)
 class Started:
-    """The chat has a slot. `cached_tokens` of the prompt were not computed again; `dropped_messages` of the
-    oldest messages were left out so the conversation fits the model's context."""
+    """The chat has a slot; `dropped_messages` of the oldest messages were left out to fit the model's context."""
 
     id: str
     prompt_tokens: int
@@ -65,8 +54,7 @@ class TokenEvent:
 
 @dataclass(frozen=True)
 class ToolCallEvent:
-    """A call the answer made of one of the chat's tools, whole: `arguments` is JSON text of an object. The calls
-    arrive before `Ended` (whose reason is then `tool_calls`)."""
+    """A whole call of one of the chat's tools (`arguments`: JSON text); calls arrive before `Ended`."""
 
     id: str
     index: int
@@ -110,7 +98,6 @@ class Result:
 
 
 def parse_event(frame: dict[str, Any]) -> Event | None:
-    """The typed event of a `queued`, `start`, `token`, `tool_call` or `end` frame; None for any other type."""
     kind = frame.get("type")
     if kind == "queued":
         return Queued(frame["id"], frame["position"])

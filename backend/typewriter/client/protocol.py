@@ -1,7 +1,5 @@
-"""Protocol v1 from the client's side, without I/O: the socket URL, the chat frame, one chat's state as its frames
-arrive, the retry policy and a conversation's history. The async (aio.py) and sync (sync.py) clients only move
-frames between a socket and these.
-"""
+"""Protocol v1 from the client's side, without I/O, so that the async and sync clients only move frames between a
+socket and these."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
 MAX_RETRY_ATTEMPTS = 20
 MAX_RETRY_DELAY_S = 60.0
 
-# {"role": "system" | "user" | "assistant" | "tool", "content": str}; an assistant's may carry "tool_calls", a
-# tool's "tool_call_id" (OpenAI's shapes, docs/protocol.md)
+# {"role", "content"}, an assistant's with "tool_calls", a tool's with "tool_call_id" (OpenAI's shapes)
 Message = dict[str, Any]
 
 
@@ -50,11 +47,7 @@ FRAME_OPTIONS = ("response_format", "tools", "tool_choice")  # sent beside `para
 
 
 def ws_url(url: str) -> str:
-    """The socket's URL for a server's base URL: http -> ws, https -> wss, and the path /ws unless given.
-
-    >>> ws_url("http://127.0.0.1:8000")
-    'ws://127.0.0.1:8000/ws'
-    """
+    """The socket's URL for a server's base URL: http -> ws, https -> wss, and the path /ws unless given."""
     parts = urlsplit(url)
     if parts.scheme not in SCHEMES or not parts.netloc:
         raise ValueError(f"{url!r}: give the server's address as http://HOST:PORT (or https://, ws://, wss://)")
@@ -67,8 +60,7 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 def checked_params(params: dict[str, Any]) -> dict[str, Any]:
-    """The params to send: known names only (a typo is a TypeError here, not a round trip), None left out,
-    a single stop string as a list."""
+    """Known names only (a typo is a TypeError here, not a round trip), None left out, a stop string as a list."""
     unknown = sorted(set(params) - set(PARAMS))
     if unknown:
         raise TypeError(f"unknown chat parameter {unknown[0]!r}; known: {', '.join(PARAMS)}")
@@ -103,7 +95,6 @@ def decode(text: str | bytes) -> dict[str, Any]:
 
 
 def closed_error(e: ConnectionClosed) -> ServerClosed:
-    """The close frame the server sent (1006 when the connection broke without one)."""
     if e.rcvd is None:
         return ServerClosed(CLOSE_ABNORMAL, "the connection broke")
     return ServerClosed(e.rcvd.code, e.rcvd.reason)
@@ -114,7 +105,6 @@ CONNECT_ERRORS = (OSError, InvalidHandshake, InvalidURI)
 
 
 def connect_error(url: str, e: Exception, open_timeout: float) -> ConnectFailed:
-    """Why the socket at `url` could not be opened, as ConnectFailed with a reason a person can act on."""
     parts = urlsplit(url)
     host, port = parts.hostname, parts.port or (443 if parts.scheme in ("wss", "https") else 80)
     if isinstance(e, ConnectionRefusedError):
@@ -146,10 +136,8 @@ def refused_error(e: InvalidStatus) -> HandshakeRefused:
 
 @dataclass(frozen=True)
 class Retry:
-    """Retry a chat the server turned away before answering: error `overloaded`, or close 1013 (the model is
-    loading, or the server holds its most sockets). `attempts` counts every try, the first included; the n-th
-    retry waits `backoff_s * 2**(n-1)` seconds, at most `max_backoff_s`, less a random part of up to half with
-    `jitter` (so clients turned away together do not come back together)."""
+    """Retry a chat turned away before an answer (`overloaded`, close 1013); `attempts` counts the first try. `jitter`
+    takes up to half off each wait, so that clients turned away together do not come back together."""
 
     attempts: int = 5
     backoff_s: float = 0.5
@@ -165,7 +153,7 @@ class Retry:
 
     def delay(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (1 for the first)."""
-        delay = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
+        delay: float = min(self.max_backoff_s, self.backoff_s * 2 ** (retry - 1))
         return delay * random.uniform(0.5, 1.0) if self.jitter else delay
 
     @staticmethod
@@ -221,8 +209,7 @@ class ChatState:
         return "".join(self.parts)
 
     def feed(self, frame: dict[str, Any]) -> Event | None:
-        """The event of a frame about this chat; None for a frame about something else (a pong, an earlier
-        chat's late frame). An error frame about this chat (or about no chat) is raised as ChatError."""
+        """None for a frame about something else (a pong, an earlier chat's); raises an error frame as ChatError."""
         if frame.get("type") == "error":
             if frame.get("id") not in (self.id, None):
                 return None
@@ -260,8 +247,6 @@ class ChatState:
 
 
 class History:
-    """A conversation's messages so far, for Conversation and AsyncConversation."""
-
     def __init__(self, system: str | None = None, messages: Sequence[Message] = ()):
         self.messages: list[Message] = messages_of(list(messages), system)
 

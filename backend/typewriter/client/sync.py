@@ -1,19 +1,4 @@
-"""The sync client, for scripts and notebooks: the same API as aio.py without `await`.
-
-    with Client("http://127.0.0.1:8000") as client:
-        chat = client.chat("What is a prime number?", max_new_tokens=200)
-        for delta in chat:                # text deltas as they arrive; chat.events() gives typed events
-            print(delta, end="", flush=True)
-            if len(chat.text) > 500:
-                chat.stop()               # the loop ends at the `end` frame (reason `cancelled`)
-        print(chat.result().reason)
-
-        talk = client.conversation()
-        talk.say("What is a prime number?").result()
-        print(talk.say("Is 91 one?").result().text)
-
-`stop()` may also be called from another thread. A chat left unread is stopped when the next one starts.
-"""
+"""The sync client: the same API as aio.py without `await`; `stop()` may also be called from another thread."""
 
 from __future__ import annotations
 
@@ -27,8 +12,24 @@ from websockets.sync.client import ClientConnection, connect
 
 from .errors import ChatTimeout, ClientError, ServerClosed
 from .events import Ended, Event, Result, TokenEvent
-from .protocol import (CONNECT_ERRORS, DEFAULT_URL, ChatState, History, Message, Params, Retry, auth_headers,
-                       checked_params, closed_error, connect_error, decode, encode, messages_of, refused_error, ws_url)
+from .protocol import (
+    CONNECT_ERRORS,
+    DEFAULT_URL,
+    ChatState,
+    History,
+    Message,
+    Params,
+    Retry,
+    auth_headers,
+    checked_params,
+    closed_error,
+    connect_error,
+    decode,
+    encode,
+    messages_of,
+    refused_error,
+    ws_url,
+)
 
 
 class Client:
@@ -65,9 +66,8 @@ class Client:
 
     def chat(self, prompt: str | Sequence[Message], /, *, system: str | None = None, id: str | None = None,
              **params: Unpack[Params]) -> Chat:
-        """A chat about `prompt` (a user message, or a list of {"role", "content"} messages ending with the
-        user's), sent when it is first read."""
-        return self._chat(lambda: messages_of(prompt, system), params, id)
+        """A chat about `prompt`: a user message, or a list of {"role", "content"} messages ending with the user's."""
+        return self._chat(lambda: messages_of(prompt, system), dict(params), id)
 
     def complete(self, prompt: str | Sequence[Message], /, *, system: str | None = None,
                  **params: Unpack[Params]) -> Result:
@@ -81,8 +81,6 @@ class Client:
               on_end: Callable[[Result], None] | None = None) -> Chat:
         return Chat(self, chat_id or f"c{next(self._ids)}", messages, checked_params(params), on_end)
 
-    # ---- the socket ----
-
     def _connection(self) -> ClientConnection:
         if self._ws is None:
             try:
@@ -90,7 +88,7 @@ class Client:
                 self._ws = opening.__enter__()  # held open across calls; close() exits it
             except InvalidStatus as e:
                 raise refused_error(e) from None
-            except CONNECT_ERRORS as e:  # refused, DNS, a timeout, TLS, not a WebSocket server
+            except CONNECT_ERRORS as e:
                 raise connect_error(self.url, e, self.open_timeout) from None
         return self._ws
 
@@ -114,7 +112,6 @@ class Client:
             raise ChatTimeout(f"no frame from the server within {self.timeout} s; the connection is closed") from None
 
     def _claim(self, chat: Chat) -> None:
-        """Make `chat` the connection's chat, stopping and reading to its end a chat left unread."""
         previous, self._current = self._current, chat
         if previous is not None and previous is not chat and previous._sent and not previous.done:
             previous.stop()
@@ -207,14 +204,7 @@ class Chat:
 
 
 class Conversation:
-    """A multi-turn chat: each `say()` sends the history so far plus the new question; once the answer ended
-    (also a stopped, partial one) both are appended to `messages`. A failed turn leaves the history as it was.
-
-        talk = client.conversation(system="You are a patient maths tutor.")
-        for delta in talk.say("What is a prime number?"):
-            print(delta, end="")
-        answer = talk.say("Is 91 one?").result()
-    """
+    """Each `say()` sends the history plus the question; both join `messages` once answered (if stopped, partly)."""
 
     def __init__(self, client: Client, system: str | None = None, **params: Unpack[Params]):
         self.client, self.params = client, dict(params)

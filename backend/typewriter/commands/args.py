@@ -1,16 +1,15 @@
-"""The options several commands share: the model, sampling, and argparse types for counts.
-
-Defaults are never copied here: sampling defaults come from `SamplingParams`, the answer length from
-`request.DEFAULT_MAX_NEW_TOKENS` and engine sizes from the `Settings` dataclass, so help text and behaviour
-change with them.
+"""The options several commands share. Defaults are read from `SamplingParams` and config.py, never copied, so that
+help text and behaviour change with them.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, Settings
-from ..engine.request import DEFAULT_MAX_NEW_TOKENS, SamplingParams, fit_max_new_tokens
+from ..config import DEFAULT_MAX_NEW_TOKENS, EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, ConfigError, Settings
+from ..engine.request import SamplingParams
+from ..errors import InvalidRequest
+from ..text.conversation import fit_max_new_tokens
 
 # The SamplingParams fields that are options; each option's dest is the field's name.
 SAMPLING_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "seed", "stop",
@@ -18,12 +17,11 @@ SAMPLING_OPTIONS = ("max_new_tokens", "temperature", "top_p", "top_k", "repetiti
 
 
 def setting_default(name: str) -> object:
-    """The default of a `Settings` field, as config.py declares it."""
-    return Settings.__dataclass_fields__[name].default
+    """The default of a setting (its flat name), as config.py declares it."""
+    return Settings().flat()[name]
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: an integer of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -46,8 +44,18 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False,
                    help=f"tokens of KV cache per stream (default {context}{context_var})")
     if weights:
         p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None if from_settings else default_weights,
-                       help=f"how the matrices are held: int8 is faster and smaller, fp32 exactly the file's "
+                       help=f"how the matrices are held: int8-lite is the fast one (Llama models; -fast trades "
+                       f"some quality for faster batches), fp32 exactly the file's, XLA's int8 4x fewer bytes than "
+                       f"fp32 but slower for one row; auto is int8-lite where it runs, else fp32 "
                        f"(default {default_weights}{weights_var})")
+
+
+def check_model_arguments(args: argparse.Namespace) -> None:
+    """Refuse, before the model loads, the values `serve` would refuse, naming the option."""
+    try:
+        Settings.of(max_context=args.max_context)
+    except ConfigError as e:
+        raise e.given_as("--max-context") from None
 
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,10 +76,12 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
 
 def sampling_params(args: argparse.Namespace, prompt_tokens: int | None = None,
                     context: int | None = None) -> SamplingParams:
-    """The request's sampling parameters from the options given. Without the prompt's length (to check the
-    values before the model loads) the answer length is as asked or the default; with it, the server's rule
-    `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left."""
+    """Without the prompt's length (checking before the model loads) the answer length is as asked; with it, the
+    server's `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left."""
     given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
+    if prompt_tokens is None and context is not None and (args.max_new_tokens or 0) >= context:
+        raise InvalidRequest("max_new_tokens", f"must be smaller than the context ({context} tokens, --max-context)"
+                                               f" so that a prompt fits, got {args.max_new_tokens}")
     if prompt_tokens is not None and context is not None:
         given["max_new_tokens"] = fit_max_new_tokens(prompt_tokens, context, DEFAULT_MAX_NEW_TOKENS,
                                                      args.max_new_tokens)

@@ -1,7 +1,5 @@
-"""`typewriter bench`: load, compile, time to first token and decode speed of the engine in this process.
-
-Speeds are reported with their peer in the same run (batched against single-stream), since this machine is
-noisy and absolute numbers travel badly.
+"""`typewriter bench`: load, compile, time to first token and decode speed of the engine in this process. Speeds
+are reported beside their peer in the same run (batched against single-stream), since absolute numbers travel badly.
 """
 
 from __future__ import annotations
@@ -10,11 +8,15 @@ import argparse
 import json
 import statistics
 import time
+from typing import TYPE_CHECKING, Any
 
-from ..config import default_model_id
+from ..config import ConfigError, Settings, default_model_id
+from ..engine.request import Event, Finished, GenerationRequest, SamplingParams, Token
 from ..progress import StderrProgress
-from ..engine.request import Finished, GenerationRequest, SamplingParams, Token
-from .args import add_model_arguments, positive_int, setting_default
+from .args import add_model_arguments, check_model_arguments, positive_int
+
+if TYPE_CHECKING:  # the parser imports no numpy
+    from ..engine.engine import Engine
 
 TUTOR_QUESTION = "Can you explain why dividing by a fraction is the same as multiplying by its reciprocal?"
 
@@ -29,13 +31,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime import load
+    from ..assemble import load
 
+    check_model_arguments(args)  # bad values fail before the model loads
+    if args.tokens >= args.max_context:
+        raise ConfigError(None, f"must be smaller than --max-context ({args.max_context}) so that the prompt fits, "
+                                f"got {args.tokens}", "--tokens")
     streams = args.streams
     progress = StderrProgress("bench")
     # The batched run submits its N streams to N slots, so every one finds a slot free and none waits.
     engine, tokenizer, times = load(args.model, slots=streams, max_context=args.max_context, max_queue=0,
-                                    prefill_budget=setting_default("prefill_budget"), progress=progress,
+                                    prefill_budget=Settings().engine.prefill_budget, progress=progress,
                                     weight_format=args.weights)
     try:
         prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])  # the tutor's system prompt
@@ -75,12 +81,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(engine, prompts: list[list[int]], tokens: int, cache_prompt: bool = True) -> list[dict]:
+def _run(engine: Engine, prompts: list[list[int]], tokens: int, cache_prompt: bool = True) -> list[dict[str, Any]]:
     """Run prompts concurrently to exactly `tokens` tokens each; per-stream timings."""
     import queue
 
     params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True, cache_prompt=cache_prompt)
-    events: queue.SimpleQueue = queue.SimpleQueue()
+    events: queue.SimpleQueue[Event] = queue.SimpleQueue()
     stats = {}
     for i, prompt in enumerate(prompts):
         rid = f"bench-{time.perf_counter_ns()}-{i}"

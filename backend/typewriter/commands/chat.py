@@ -7,12 +7,17 @@ import dataclasses
 import queue
 import sys
 import uuid
+from typing import TYPE_CHECKING
 
-from ..text.conversation import fit_conversation
+from ..config import DEFAULT_MAX_NEW_TOKENS, Settings
+from ..engine.request import Event, Finished, GenerationRequest, SamplingParams, Token
 from ..errors import TypewriterError
 from ..progress import StderrProgress
-from ..engine.request import DEFAULT_MAX_NEW_TOKENS, Event, Finished, GenerationRequest, SamplingParams, Token
-from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
+from ..text.conversation import fit_conversation
+from .args import add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params
+
+if TYPE_CHECKING:  # the parser imports no numpy
+    from ..engine.engine import Engine
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,14 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..assemble import load
     from ..config import lite_cache_dir
-    from ..runtime import load
 
-    sampling_params(args)  # bad values fail before the model loads
+    check_model_arguments(args)  # bad values fail before the model loads
+    sampling_params(args, context=args.max_context)
     # One question at a time, and a stopped answer has ended before the next question is sent, so the one
     # slot is always free and nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
-                                prefill_budget=setting_default("prefill_budget"), progress=StderrProgress(),
+                                prefill_budget=Settings().engine.prefill_budget, progress=StderrProgress(),
                                 compile="lazy", weight_format=args.weights,  # only what this request needs
                                 program_cache=lite_cache_dir())
     history: list[dict[str, str]] = []
@@ -60,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
         engine.shutdown()
 
 
-def _answer(engine, prompt_ids: list[int], params: SamplingParams) -> str:
+def _answer(engine: Engine, prompt_ids: list[int], params: SamplingParams) -> str:
     """Stream one answer; returns its text, partial if Ctrl-C stopped it."""
     request = GenerationRequest(uuid.uuid4().hex, prompt_ids, params)
     engine.prepare(request)

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from ..progress import StderrProgress
-from .args import add_model_arguments
+from .args import add_model_arguments, check_model_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,8 +17,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..runtime import export
+    from ..assemble import export
+    from ..runners.xla.export import check_out
 
+    check_model_arguments(args)  # bad values fail before the model loads
+    check_out(args.out)
     started = time.perf_counter()
     out = export(args.model, args.out, args.max_context, StderrProgress("export"))
     print(f"{out} (in {time.perf_counter() - started:.1f} s); serve it with: typewriter serve --model {out}")

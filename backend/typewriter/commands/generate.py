@@ -7,11 +7,13 @@ import json
 import sys
 import time
 import uuid
+from typing import Any
 
+from ..config import Settings
+from ..engine.request import Finished, GenerationRequest, Token
 from ..progress import StderrProgress
 from ..text.conversation import check_question
-from ..engine.request import Finished, GenerationRequest, Token
-from .args import add_model_arguments, add_sampling_arguments, sampling_params, setting_default
+from .args import add_model_arguments, add_sampling_arguments, check_model_arguments, sampling_params
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,15 +25,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..assemble import load
     from ..config import lite_cache_dir
-    from ..runtime import load
 
     check_question(args.prompt, "prompt")  # bad values fail before the model loads
-    sampling_params(args)
+    check_model_arguments(args)
+    sampling_params(args, context=args.max_context)
     t0 = time.perf_counter()
     # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
-                                prefill_budget=setting_default("prefill_budget"), progress=StderrProgress(),
+                                prefill_budget=Settings().engine.prefill_budget, progress=StderrProgress(),
                                 compile="lazy", weight_format=args.weights,  # only what this request needs
                                 program_cache=lite_cache_dir())
     try:
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     return 1
 
 
-def end_line(event: Finished, load_ms: float) -> dict:
+def end_line(event: Finished, load_ms: float) -> dict[str, Any]:
     line = {
         "type": "end",
         "reason": event.reason.value,

@@ -1,15 +1,6 @@
-"""`typewriter loadtest --url URL`: drive a running server's chat endpoint and measure it.
-
-The URL says which front door: `ws://HOST:PORT/ws` is protocol v1 over the socket (through typewriter.client),
-`http://HOST:PORT/v1` the OpenAI-compatible API streamed as server-sent events, so the two can be compared on one
-server. A base URL names its door's usual path (`ws://HOST:PORT` is the socket, `http://HOST:PORT` the OpenAI API);
-a URL that names neither is refused with what to type. N connections each send chats one after another until M
-chats have been sent. Time to first token is from sending the chat to its first text (a `token` frame, or a chunk
-with content); inter-token latency is between consecutive ones (text the server holds back, such as a partial stop
-string, arrives with a later one and so counts in that gap).
-
-Exit codes: 0 every chat ended, 1 some chats failed (the report says how), 2 a bad option, or a URL that leads
-to no server to drive (nothing listens, the name does not resolve, or no chat endpoint answers there).
+"""`typewriter loadtest --url URL`: drive a running server's chat door and measure it. The URL picks the door, the
+socket (ws://) or the OpenAI API streamed (http://), so that the two can be compared on one server. Text the server
+holds back (a partial stop string) counts in the gap before the token that brings it.
 """
 
 from __future__ import annotations
@@ -21,19 +12,23 @@ import json
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import TypewriterError
 from .args import positive_int
+
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue."
 CONNECT_TIMEOUT_S = 10.0
 
 
 class Unreachable(TypewriterError):
-    """The URL leads to no chat endpoint to drive: nothing listens, the host name does not resolve, or what
-    answers is not a Typewriter server's socket or OpenAI API."""
+    """Nothing listens at the URL, its host does not resolve, or what answers is no Typewriter chat door."""
 
     code = "unreachable"
 
@@ -54,9 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def chat_url(text: str) -> str:
-    """An argparse type: the socket's ws(s):// URL or the OpenAI API's http(s):// URL. A base URL gets its door's
-    path (/ws, /v1) and a pasted .../v1/chat/completions is cut back to /v1; any other path is refused with the
-    two URLs it could have meant."""
+    """An argparse type: a base URL gets its door's path (/ws, /v1), a pasted .../v1/chat/completions is cut back to
+    /v1, and any other path is refused with the two URLs it could have meant."""
     parts = urlsplit(text.strip())
     scheme = parts.scheme.lower()
     if scheme not in ("ws", "wss", "http", "https") or not parts.netloc:
@@ -82,8 +76,8 @@ class Results:
     inter_token_s: list[float] = field(default_factory=list)
     completion_tokens: int = 0
     ok: int = 0
-    reasons: Counter = field(default_factory=Counter)
-    errors: Counter = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
     first_error: dict[str, str] = field(default_factory=dict)  # code -> the server's message, to act on
 
     def failed(self, code: str, message: str) -> None:
@@ -102,9 +96,8 @@ def run(args: argparse.Namespace) -> int:
     return 0 if report["ok"] == report["requests"] and not report["errors"] else 1
 
 
-async def measure(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict:
-    """Drive `url` (a URL chat_url accepts) and report; raises Unreachable before any chat when no server is
-    there to drive."""
+async def measure(url: str, concurrency: int, requests: int, prompt: str, max_new_tokens: int) -> dict[str, Any]:
+    """Raises Unreachable before any chat when no server is there to drive."""
     on_socket = url.startswith(("ws://", "wss://"))
     await (_check_socket(url) if on_socket else _check_openai(url))
     results = Results()
@@ -131,9 +124,6 @@ async def measure(url: str, concurrency: int, requests: int, prompt: str, max_ne
     }
 
 
-# ---- the socket, through typewriter.client ----
-
-
 async def _check_socket(url: str) -> None:
     from ..client import AsyncClient, ConnectFailed, HandshakeRefused
 
@@ -144,7 +134,8 @@ async def _check_socket(url: str) -> None:
         raise Unreachable(str(e)) from None
 
 
-async def _socket_worker(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+async def _socket_worker(url: str, numbers: Iterator[int], requests: int, prompt: str, max_new_tokens: int,
+                         results: Results) -> None:
     from ..client import AsyncClient, ChatError, ClientError, Ended, ServerClosed, TokenEvent
 
     async with AsyncClient(url, open_timeout=CONNECT_TIMEOUT_S) as client:  # checked a moment ago
@@ -165,9 +156,6 @@ async def _socket_worker(url, numbers, requests, prompt, max_new_tokens, results
             except ClientError as e:  # the server went away: this connection stops
                 results.failed(e.code, str(e))
                 return
-
-
-# ---- the OpenAI API, streamed ----
 
 
 async def _check_openai(url: str) -> None:
@@ -198,7 +186,8 @@ def _connect_failure(url: str, e: Exception) -> str:
     return str(connect_error(url, deepest or e, CONNECT_TIMEOUT_S))
 
 
-async def _openai_worker(url, numbers, requests, prompt, max_new_tokens, results: Results) -> None:
+async def _openai_worker(url: str, numbers: Iterator[int], requests: int, prompt: str, max_new_tokens: int,
+                         results: Results) -> None:
     import httpx
 
     try:
@@ -209,7 +198,8 @@ async def _openai_worker(url, numbers, requests, prompt, max_new_tokens, results
         results.failed("connect_failed", _connect_failure(url, e))
 
 
-async def _one_completion(http, endpoint: str, prompt: str, max_new_tokens: int, results: Results) -> None:
+async def _one_completion(http: httpx.AsyncClient, endpoint: str, prompt: str, max_new_tokens: int,
+                          results: Results) -> None:
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_new_tokens,
             "stream": True, "stream_options": {"include_usage": True}}
     sent, last = time.perf_counter(), None
@@ -243,9 +233,6 @@ async def _one_completion(http, endpoint: str, prompt: str, max_new_tokens: int,
                 results.completion_tokens += chunk["usage"]["completion_tokens"]
 
 
-# ---- the report ----
-
-
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..1) of a non-empty list."""
     ordered = sorted(values)
@@ -258,7 +245,7 @@ def _summary(seconds: list[float]) -> dict[str, float | None]:
     return {"p50": round(percentile(seconds, 0.5) * 1e3, 2), "p95": round(percentile(seconds, 0.95) * 1e3, 2)}
 
 
-def format_table(report: dict) -> str:
+def format_table(report: dict[str, Any]) -> str:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.1f} ms"
 

@@ -10,7 +10,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..models.families import describe
+    from ..architecture.families import describe
 
     print(describe())
     return 0

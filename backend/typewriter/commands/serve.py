@@ -1,7 +1,5 @@
-"""`typewriter serve`: the options people change most, read into `Settings` (an option wins over its TYPEWRITER_*
-variable, and what neither gives is the Settings default); server/main.py runs the server.
-
-A refused value is named as the user gave it: `--port: ...` for an option, `TYPEWRITER_PORT: ...` for a variable.
+"""`typewriter serve`: the options people change most, read into `Settings` over the TYPEWRITER_* variables; a
+refused value is named as the user gave it (`--port` or `TYPEWRITER_PORT`). server/main.py runs the server.
 """
 
 from __future__ import annotations
@@ -53,7 +51,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..weights import resolve_model_path
+
     settings = settings_from_args(args)  # before uvicorn, Starlette and TensorFlow are imported
+    resolve_model_path(settings.model.model_path)  # a path that is not there, or not a model's: exit 2, not 1 after binding
     from ..server.main import serve
 
     return serve(settings)

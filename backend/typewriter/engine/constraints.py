@@ -1,15 +1,7 @@
-"""Constrained decoding: a JSON Schema, a regular expression or a grammar, applied as a token mask in the step.
+"""Constrained decoding: a JSON Schema, a regular expression or a Lark grammar, applied as a token mask in the step.
 
-llguidance (chosen by measurement on our vocabularies: docs/measurements/2026-12-04-constrained-decoding-libraries.md)
-compiles a constraint into a matcher over the model's tokens; each step the engine asks every constrained answer's
-matcher for the tokens allowed next, all rows in one batched call (`fill_masks`), a row's disallowed logits become
--inf before sampling, and the sampled token moves its matcher on. The matcher reads each token as bytes, as the
-vocabulary spells it (`token_bytes`), so it needs no tokenizer library: a special token and an id past the
-tokenizer's vocabulary get a mark no text contains (0xff is never in UTF-8), which no grammar can match, and the
-ids that end an answer are allowed exactly when the constraint is complete.
-
-Compiled constraints are kept (`Grammars`, least recently used out): a second request with the same schema only
-copies its matcher.
+llguidance (docs/measurements/2026-12-04-constrained-decoding-libraries.md) reads each token as the bytes its
+vocabulary spells, so no tokenizer library is needed; a special token gets a byte mark no text contains.
 """
 
 from __future__ import annotations
@@ -18,25 +10,26 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import llguidance
 import llguidance.numpy as llg_numpy
+
+if TYPE_CHECKING:  # only in llguidance's stubs
+    from llguidance._lib import JsonCompileOptions
 import numpy as np
 
 from ..errors import InvalidRequest
 from .request import Constraint, ConstraintKind
 
-CACHE_SIZE = 128  # compiled constraints kept; each is small (a grammar, not a per-token table)
-_MAX_TOKEN_BYTES = 64  # the longest token the greedy stand-in tokenizer tries (for llguidance's rare re-tokenizing)
-# Answers read like the model writes JSON: ", " and ": " between items, and no free whitespace, which a small
-# model can otherwise fill with newlines until its length runs out.
-_JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+CACHE_SIZE = 128
+_MAX_TOKEN_BYTES = 64
+# No free whitespace: a small model fills it with newlines until its length runs out.
+_JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ",
+                                                "key_separator": ": "}
 
 
 class Vocabulary(Protocol):
-    """What constraints read of a tokenizer: each token's bytes, which ids are special, which end an answer."""
-
     eos_token_ids: frozenset[int]
     special_ids: frozenset[int]
 
@@ -44,7 +37,6 @@ class Vocabulary(Protocol):
 
 
 def grammar_text(constraint: Constraint) -> str:
-    """The constraint as llguidance's grammar: JSON schemas and regexes through its compilers, a grammar as Lark."""
     if constraint.kind is ConstraintKind.JSON_SCHEMA or constraint.kind is ConstraintKind.JSON_OBJECT:
         try:
             return llguidance.LLMatcher.grammar_from_json_schema(constraint.source, defaults=_JSON_OPTIONS)
@@ -56,20 +48,18 @@ def grammar_text(constraint: Constraint) -> str:
 
 
 class Grammars:
-    """Compiles constraints for one model's vocabulary and keeps them. Thread-safe: the server compiles a request's
-    constraint off the event loop before submitting it (so a bad one is refused at once), the engine thread when
-    the request starts; the second finds the first's."""
+    """Thread-safe: the server compiles a constraint before submitting, to refuse a bad one at once, and the engine
+    thread finds it here when the request starts."""
 
     def __init__(self, vocabulary: Vocabulary, vocab_size: int):
         self.vocabulary, self.vocab_size = vocabulary, vocab_size
         self._tokenizer: llguidance.LLTokenizer | None = None  # built on first use: seconds on a big vocabulary
-        self._compiled: OrderedDict[tuple, llguidance.LLMatcher] = OrderedDict()
+        self._compiled: OrderedDict[tuple[str, str], llguidance.LLMatcher] = OrderedDict()
         self._lock = threading.Lock()
         self._executor: llguidance.LLExecutor | None = None
 
     def compile(self, constraint: Constraint) -> llguidance.LLMatcher:
-        """The constraint's compiled matcher (not to be advanced: `start` copies it); InvalidRequest naming the
-        request's field if it does not compile."""
+        """A shared matcher, never to be advanced (`start` copies it); InvalidRequest if it does not compile."""
         key = (constraint.kind, constraint.source)
         with self._lock:
             if key in self._compiled:
@@ -89,7 +79,6 @@ class Grammars:
         return ConstrainedAnswer(self.compile(constraint).deep_copy())
 
     def fill_masks(self, answers: Sequence[ConstrainedAnswer]) -> None:
-        """Each answer's mask of allowed next tokens, computed together (llguidance's thread pool)."""
         if not answers:
             return
         bitmask = np.empty((len(answers), _words(self.vocab_size)), dtype=np.int32)  # [rows, vocab / 32]
@@ -110,14 +99,11 @@ class Grammars:
 
 
 class ConstrainedAnswer:
-    """One answer's place in its constraint."""
-
     def __init__(self, matcher: llguidance.LLMatcher):
         self.matcher = matcher
         self.allowed: np.ndarray | None = None  # [vocab] bool, set by Grammars.fill_masks for the next token
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
-        """The row with every token the constraint does not allow next at -inf (a new array)."""
         if self.allowed is None:
             raise RuntimeError("the constraint's mask was not computed for this step")
         masked = np.where(self.allowed, logits, -np.inf)
@@ -130,13 +116,10 @@ class ConstrainedAnswer:
 
     @property
     def complete(self) -> bool:
-        """The answer so far satisfies the constraint (it may end here)."""
         return self.matcher.is_accepting()
 
 
 class _ByteVocabulary:
-    """The vocabulary as llguidance's TokenizerWrapper reads it: every id's bytes, the special ids marked."""
-
     def __init__(self, vocabulary: Vocabulary, vocab_size: int):
         self.eos_token_id = min(vocabulary.eos_token_ids)
         self.bos_token_id = None
@@ -182,5 +165,4 @@ def _first_line(error: str) -> str:
 
 
 def json_object_schema() -> str:
-    """`json_object` mode: any JSON object."""
     return json.dumps({"type": "object"})

@@ -1,12 +1,6 @@
-"""The engine: one thread owns the model and calls `step()`; callers submit requests from any thread.
-
-`step()` is the whole engine: the scheduler decides (cancellations, deadlines, admission, queue positions, which
-prompt chunks fit the step's budget), the runner computes (the prefill chunks and one batched decode step, in
-one `Runner.step` call: runner.py), each sequence takes its token and says what text is now certain and
-whether it is done, and the events go out. The thread only waits for work and calls
-`step()`; tests call it directly. Events reach each request's `on_event` callback on the engine thread; the
-callback must not block (the server hands them to asyncio with `loop.call_soon_threadsafe`). The engine knows
-nothing about chat templates or sockets.
+"""The engine: one thread owns the model and calls `step()`; callers submit requests from any thread. Events reach
+each request's `on_event` on the engine thread, so the callback must never block (server/chats.py hands them to
+asyncio). The engine knows nothing about chat templates or sockets: requests are token ids.
 """
 
 from __future__ import annotations
@@ -18,23 +12,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
+from .capacity import typical_position
 from .constraints import Grammars
-from .capacity import Sizing
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
-from .runner import PrefillChunk, Runner
-from .scheduler import Chunk, Plan, Scheduler
 from .request_state import RequestState, Status
+from .runner import PrefillChunk, Runner
+from .scheduler import Plan, Scheduler
 
 log = logging.getLogger("typewriter.engine")
 
-# A fault ends only the requests it concerns; this many steps in a row with a failed runner call (copy, prefill
-# chunk or decode) mean the model state itself is broken, and the engine fails as a whole.
+# A fault ends only the requests it concerns; this many faulty steps in a row mean the model state itself is broken.
 MAX_FAULTY_STEPS = 3
 
 
@@ -44,10 +37,10 @@ class EngineFault(RuntimeError):
 
 class EngineState(enum.Enum):
     IDLE = "idle"  # built, no thread yet: `step()` may be driven by hand
-    RUNNING = "running"  # the thread runs steps
-    STOPPING = "stopping"  # shutdown asked: every request ends with `shutdown`
+    RUNNING = "running"
+    STOPPING = "stopping"  # every request ends with `shutdown`
     STOPPED = "stopped"
-    FAILED = "failed"  # thread died or steps kept failing: all requests ended with `error`, no new ones
+    FAILED = "failed"  # for good: every request ended with `error`, and no new ones
 
 
 _NEXT = {
@@ -60,9 +53,6 @@ _NEXT = {
 
 
 class Vocabulary(Spelling, Protocol):
-    """What the engine needs of a tokenizer (text/tokenizer.py's): the ids that end an answer and each token's
-    bytes. It never sees text going in: requests arrive as token ids."""
-
     eos_token_ids: frozenset[int]
 
     def token_bytes(self, token_id: int) -> bytes: ...
@@ -76,45 +66,35 @@ class EngineStats:
 
 @dataclass(frozen=True)
 class StepStats:
-    """What one computing step cost, for an observer (the server's metrics): its seconds on the engine's clock
-    and the rows of its decode step (0 when it only prefilled)."""
-
     seconds: float
-    decode_rows: int
+    decode_rows: int  # 0: the step only prefilled
 
 
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Vocabulary, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
-                 queue_timeout_s: float | None = None, decode_prior: Callable[[int], float] | None = None):
-        """`prefill_budget`: prompt tokens prefilled per step while answers are decoded (with none decoding, a
-        step prefills up to the runner's largest chunk); `queue_timeout_s`: how long a request may wait for a
-        slot (None: as long as it takes); `decode_prior(rows)`: a decode-only step's seconds as measured before
-        serving (the capacity probe), which the scheduler sizes chunks by until it has measured its own."""
+                 queue_timeout_s: float | None = None):
+        """`queue_timeout_s` None: a request waits for a slot as long as it takes."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
         self.model_name = model_name
         self.max_context = runner.max_len
         self.max_active = runner.slots
-        self.sizing: Sizing | None = None  # how the slot count was chosen (runtime.py), for /readyz
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
-                                   decode_prior=decode_prior)
-        self.grammars = Grammars(tokenizer, runner.vocab_size)  # compiled constraints, kept (constraints.py)
+                                   decode_prior=_decode_prior(runner))
+        self.grammars = Grammars(tokenizer, runner.vocab_size)
         self.clock = clock
         self.state = EngineState.IDLE
-        self.steps = 0  # decode steps run, for tests and metrics
-        # Called on the engine thread after each step that ran the model; must be cheap and never block.
-        self.on_step: Callable[[StepStats], None] | None = None
+        self.decode_steps = 0
+        self.on_step: Callable[[StepStats], None] | None = None  # on the engine thread: must never block
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
         self._cancelled: set[str] = set()
-        self._faulty_steps = 0  # consecutive steps with a failed runner call
+        self._faulty_steps = 0
         self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
-
-    # ---- caller side (any thread) ----
 
     def start(self) -> Engine:
         with self._lock:
@@ -128,7 +108,6 @@ class Engine:
 
     @property
     def failed(self) -> bool:
-        """For good: its thread died or its steps kept failing."""
         return self.state is EngineState.FAILED
 
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None:
@@ -137,24 +116,24 @@ class Engine:
             raise InvalidRequest("prompt", "the prompt has no tokens")
         if n + budget > self.max_context:
             raise PromptTooLong(n, budget, self.max_context)
-        if not all(0 <= t < self.vocab_size for t in request.prompt_ids):  # out of range would fail inside XLA
+        if not all(0 <= t < self.vocab_size for t in request.prompt_ids):  # no embedding row; a negative one wraps
             raise InvalidRequest("prompt_ids", f"every token id must be between 0 and {self.vocab_size - 1}")
         start = request.answer_start.ids if request.answer_start else ()
         if not all(isinstance(t, int) and 0 <= t < self.vocab_size for t in start):
             raise InvalidRequest("continue.ids", f"every token id must be between 0 and {self.vocab_size - 1}")
         constraint = request.params.constraint
         answer = self.grammars.start(constraint) if constraint is not None else None  # raises InvalidRequest
-        seq = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock(), answer)
+        state = RequestState(request, on_event, self.tokenizer, self.eos_ids, self.clock(), answer)
         with self._lock:
             if self.state not in (EngineState.IDLE, EngineState.RUNNING):
                 raise EngineStopped(f"the engine is not running ({self.state.value})")
             if self.scheduler.find(request.id):
                 raise InvalidRequest("id", f"a request with id {request.id!r} is already running")
-            self.scheduler.add(seq)  # raises Overloaded
+            self.scheduler.add(state)  # raises Overloaded
             self._lock.notify()
 
     def cancel(self, request_id: str) -> bool:
-        """Ask for a request to end with `cancelled`; it does at the start of the next step."""
+        """The request ends with `cancelled` at the start of the next step."""
         with self._lock:
             if self.scheduler.find(request_id) is None:
                 return False
@@ -167,23 +146,16 @@ class Engine:
             return EngineStats(active=len(self.scheduler.running), queued=len(self.scheduler.waiting))
 
     def prepare(self, request: GenerationRequest) -> None:
-        """Start compiling what this request's answer will need, where the runner compiles (for a caller that
-        serves one at a time)."""
         if (compiler := self.runner.compiler) is not None:
             compiler.prepare_answer(len(request.prompt_ids), request.params.max_new_tokens)
 
-    def describe_runtime(self) -> dict:
-        """The runner's own account of itself (runner.py's `describe`) and how its slots were sized, for
-        /readyz."""
-        sizing = self.sizing or Sizing(self.max_active, "set")
-        return {**self.runner.describe(), "slots": sizing.describe()}
+    def describe_runtime(self) -> dict[str, Any]:
+        return {**self.runner.describe(), "slots": self.runner.sizing.describe()}
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
-        """End every running and waiting request with reason `shutdown`, then stop the thread (and any
-        background compiling)."""
         self.runner.close()
         with self._lock:
-            if self.state is EngineState.IDLE:  # no thread: end them here
+            if self.state is EngineState.IDLE:
                 self._move(EngineState.STOPPING)
                 self._end_all(FinishReason.SHUTDOWN)
                 self._move(EngineState.STOPPED)
@@ -195,7 +167,7 @@ class Engine:
             self._thread.join(timeout)
 
     def stream(self, request: GenerationRequest) -> Iterator[Event]:
-        """Events of one request, for a synchronous caller (the CLI); cancels the request if abandoned."""
+        """For a synchronous caller; cancels the request if abandoned."""
         events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self.submit(request, events.put)
         try:
@@ -207,32 +179,30 @@ class Engine:
         finally:
             self.cancel(request.id)
 
-    # ---- one step ----
-
     def step(self) -> None:
-        """Decide, compute, take each token, emit. Runs on the engine thread (or a test's)."""
+        """Decide, compute, take each token, emit; on the engine thread or a test's."""
         began = self.clock()
         with self._lock:
             cancelled, self._cancelled = self._cancelled, set()
             plan = self.scheduler.schedule(cancelled, self.clock())
-        for seq, reason in plan.ended:
-            self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
-                                     seq.timings(self.clock())))
-        for seq, position in plan.queued:
-            self._emit(seq, Queued(seq.id, position))
-        for seq in plan.admitted:
-            seq.started = self.clock()
-            queue_ms = (seq.started - seq.submitted) * 1000
-            self._emit(seq, Started(seq.id, len(seq.prompt_ids), queue_ms, cached_tokens=seq.reused))
-        faults = 0  # failed runner calls; a sampling or detokenizing fault is one request's and never counts
-        by_slot = {seq.slot: seq for seq in plan.admitted}
+        for request, reason in plan.ended:
+            self._emit(request, Finished(request.id, reason, len(request.prompt_ids), len(request.output_ids),
+                                     request.timings(self.clock())))
+        for request, position in plan.queued:
+            self._emit(request, Queued(request.id, position))
+        for request in plan.admitted:
+            request.started = self.clock()
+            queue_ms = (request.started - request.submitted) * 1000
+            self._emit(request, Started(request.id, len(request.prompt_ids), queue_ms, cached_tokens=request.reused))
+        faults = 0  # failed runner calls; one request's own fault never counts
+        by_slot = {request.slot: request for request in plan.admitted}
         for source, target in plan.copies:
             try:
                 self.runner.copy_slot(source, target)
             except Exception:
                 faults += self._fail([by_slot[target]], "a cache copy")
         chunks, decode = self._runnable(plan)
-        chunks = [c for c in chunks if c.seq.status is not Status.FINISHED]  # not those whose copy failed
+        chunks = [c for c in chunks if c.slot in self.scheduler.running]  # not those whose copy failed
         faults += self._compute(chunks, decode)
         if chunks or decode:
             took = self.clock() - began
@@ -244,91 +214,85 @@ class Engine:
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")
 
-    def _runnable(self, plan: Plan) -> tuple[list[Chunk], list[RequestState]]:
-        """The chunks and decode rows that programs compiled by now can run. The others sit this step out while
-        the programs they need compile in the background, unless nothing could run: then all go, and wait."""
+    def _runnable(self, plan: Plan) -> tuple[list[PrefillChunk], list[RequestState]]:
+        """What compiled programs can run now; the rest sit out while theirs compile, unless nothing could run."""
         if (compiler := self.runner.compiler) is None:
             return plan.chunks, plan.decode
         chunks = [c for c in plan.chunks if compiler.can_run("prefill", c.length, c.start + c.length)]
-        rows = [seq for seq in plan.decode if compiler.can_run("decode", len(plan.decode), seq.num_tokens)]
+        rows = [request for request in plan.decode if compiler.can_run("decode", len(plan.decode), request.num_tokens)]
         if not chunks and not rows:
             return plan.chunks, plan.decode
         return chunks, rows
 
-    def _compute(self, chunks: list[Chunk], batch: list[RequestState]) -> int:
-        """The chunks and the decode rows in one runner call; returns 1 if any of it failed (a failed call ends
-        exactly the requests it concerned), else 0."""
+    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> int:
+        """1 if any of it failed (ending exactly the requests it concerned), else 0."""
         if not chunks and not batch:
             return 0
+        prefilling = [self.scheduler.running[c.slot] for c in chunks]
         try:
-            out = self.runner.step([seq.slot for seq in batch], [seq.output_ids[-1] for seq in batch],
-                                   [seq.num_tokens - 1 for seq in batch],
-                                   [PrefillChunk(c.seq.slot, c.start, c.token_ids, c.last) for c in chunks])
+            out = self.runner.step([request.slot for request in batch], [request.output_ids[-1] for request in batch],
+                                   [request.num_tokens - 1 for request in batch], chunks)
         except Exception:
-            return self._fail([c.seq for c in chunks] + batch, "a step")
+            return self._fail(prefilling + batch, "a step")
         decode_failed = False
         for fault in out.faults:
-            seqs = [chunks[i].seq for i in fault.chunks] + (batch if fault.decode else [])
+            requests = [prefilling[i] for i in fault.chunks] + (batch if fault.decode else [])
             decode_failed |= fault.decode
-            log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in seqs),
+            log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in requests),
                       exc_info=fault.error)
-            self._end_failed(seqs, fault.what)
-        takes = []  # (sequence, its row of logits): first tokens, then the decode rows
-        for chunk, logits in zip(chunks, out.prefilled):
-            if chunk.seq.status is not Status.FINISHED:
+            self._end_failed(requests, fault.what)
+        takes: list[tuple[RequestState, np.ndarray]] = []
+        for chunk, request, logits in zip(chunks, prefilling, out.prefilled):
+            if request.status is not Status.FINISHED:
                 with self._lock:
                     self.scheduler.prefilled(chunk)
-                if chunk.last:
-                    takes.append((chunk.seq, logits))
+                if logits is not None:
+                    takes.append((request, logits))
         if batch and not decode_failed:
-            self.steps += 1
+            self.decode_steps += 1
             takes += zip(batch, out.decoded)
-        self._constrain([seq for seq, _ in takes])
-        for seq, row in takes:
-            if seq.status is not Status.FINISHED:  # not one whose mask failed
-                self._take(seq, row)
+        self._constrain([request for request, _ in takes])
+        for request, row in takes:
+            if request.status is not Status.FINISHED:  # not one whose mask failed
+                self._take(request, row)
         return 1 if out.faults else 0
 
-    def _constrain(self, seqs: list[RequestState]) -> None:
-        """The masks of this step's constrained rows, all in one call; a fault ends those requests only."""
-        constrained = [seq for seq in seqs if seq.constraint is not None]
+    def _constrain(self, requests: list[RequestState]) -> None:
+        constrained = [request for request in requests if request.constraint is not None]
         try:
-            self.grammars.fill_masks([seq.constraint for seq in constrained])
+            self.grammars.fill_masks([request.constraint for request in constrained if request.constraint])
         except Exception:
             self._fail(constrained, "a constraint's mask")
 
-    def _take(self, seq: RequestState, logits: np.ndarray) -> None:
-        """Sample, detokenize and emit one token; a fault here ends only this request."""
+    def _take(self, request: RequestState, logits: np.ndarray) -> None:
         try:
-            token_id = seq.sample(logits)
-            text, reason = seq.take(token_id, self.clock())
+            token_id = request.sample(logits)
+            text, reason = request.take(token_id, self.clock())
         except Exception:
-            self._fail([seq], "sampling or detokenizing")
+            self._fail([request], "sampling or detokenizing")
             return
-        self._emit(seq, Token(seq.id, seq.last_index, token_id, text, seq.logprobs))
+        self._emit(request, Token(request.id, request.last_index, token_id, text, request.logprobs))
         if reason is not None:
-            self._finish(seq, reason)
+            self._finish(request, reason)
 
-    def _fail(self, seqs: list[RequestState], what: str) -> int:
-        """An exception in `what` concerned exactly `seqs`: log it once, and end them. Call from an except
-        block; returns 1, a fault."""
-        log.exception("%s failed for %s; ending only those requests", what, ", ".join(s.id for s in seqs))
-        self._end_failed(seqs, what)
+    def _fail(self, requests: list[RequestState], what: str) -> int:
+        """From an except block: log once and end exactly `requests`; 1, a fault."""
+        log.exception("%s failed for %s; ending only those requests", what, ", ".join(s.id for s in requests))
+        self._end_failed(requests, what)
         return 1
 
-    def _end_failed(self, seqs: list[RequestState], what: str) -> None:
-        """End `seqs` with `error` and forget their slots' cache (possibly half written); every other request
-        goes on."""
-        for seq in seqs:
-            self._finish(seq, FinishReason.ERROR, f"{what} failed on the server", reusable=False)
+    def _end_failed(self, requests: list[RequestState], what: str) -> None:
+        """Their slots' cache is forgotten: it may be half written."""
+        for request in requests:
+            self._finish(request, FinishReason.ERROR, f"{what} failed on the server", reusable=False)
 
-    def _finish(self, seq: RequestState, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
+    def _finish(self, request: RequestState, reason: FinishReason, error: str | None = None, reusable: bool = True) -> None:
         with self._lock:
-            if seq.status is Status.FINISHED:
+            if request.status is Status.FINISHED:
                 return
-            self.scheduler.finish(seq, reusable)
-        self._emit(seq, Finished(seq.id, reason, len(seq.prompt_ids), len(seq.output_ids),
-                                 seq.timings(self.clock()), error))
+            self.scheduler.finish(request, reusable)
+        self._emit(request, Finished(request.id, reason, len(request.prompt_ids), len(request.output_ids),
+                                 request.timings(self.clock()), error))
 
     def _observe(self, stats: StepStats) -> None:
         if (observer := self.on_step) is None:
@@ -339,15 +303,13 @@ class Engine:
             log.exception("the step observer failed; no more step figures")
             self.on_step = None
 
-    def _emit(self, seq: RequestState, event: Event) -> None:
+    def _emit(self, request: RequestState, event: Event) -> None:
         try:
-            seq.on_event(event)
+            request.on_event(event)
         except Exception:  # a broken consumer loses its own request, never the engine
-            log.exception("event callback of request %s failed; cancelling it", seq.id)
+            log.exception("event callback of request %s failed; cancelling it", request.id)
             with self._lock:
-                self._cancelled.add(seq.id)
-
-    # ---- the thread ----
+                self._cancelled.add(request.id)
 
     def _run(self) -> None:
         try:
@@ -356,7 +318,7 @@ class Engine:
         except BaseException as e:  # never die silently: every request, and every later submit, hears of it
             log.exception("engine thread failed")
             with self._lock:
-                self._move(EngineState.FAILED)  # from here submit refuses, so nothing can wait forever
+                self._move(EngineState.FAILED)  # submit refuses from here, so nothing waits forever
                 self._end_all(FinishReason.ERROR, f"{type(e).__name__}: {e}")
             return
         with self._lock:
@@ -364,15 +326,15 @@ class Engine:
             self._move(EngineState.STOPPED)
 
     def _wait_for_work(self) -> bool:
-        """Block until there is something to do; False once shutdown was asked."""
+        """False once shutdown was asked."""
         with self._lock:
-            while self.state is EngineState.RUNNING and not (self.scheduler.sequences() or self._cancelled):
+            while self.state is EngineState.RUNNING and not (self.scheduler.requests() or self._cancelled):
                 self._lock.wait()
             return self.state is EngineState.RUNNING
 
     def _end_all(self, reason: FinishReason, error: str | None = None) -> None:
-        for seq in self.scheduler.sequences():
-            self._finish(seq, reason, error)
+        for request in self.scheduler.requests():
+            self._finish(request, reason, error)
 
     def _move(self, state: EngineState) -> None:
         """Caller holds the lock."""
@@ -382,9 +344,16 @@ class Engine:
 
 
 def _piece(tokenizer: Vocabulary) -> Callable[[int], bytes]:
-    """A token's bytes for prefix_cache.realign: its text's, or for a special token (no text) a mark of its own
-    that no text contains (0xff is never in UTF-8)."""
+    """A special token's bytes are a mark no text contains (0xff is never in UTF-8)."""
     def piece(token_id: int) -> bytes:
         return tokenizer.token_bytes(token_id) or b"\xff%d\xff" % token_id
 
     return piece
+
+
+def _decode_prior(runner: Runner) -> Callable[[int], float] | None:
+    model = runner.step_model
+    if model is None:
+        return None
+    position = typical_position(runner.max_len)
+    return lambda rows: model.step_s(rows, position)

@@ -1,10 +1,5 @@
-"""Log probabilities of a drawn token and its likeliest alternatives, in the distribution it was drawn from.
-
-The same steps as the sampler's (sampling.py), on the same row: the repetition penalty, the constraint's mask (the
-row arrives masked), the temperature, top-k and top-p. So the probabilities of the tokens the sampler could draw sum
-to 1, and a token outside them is never listed. A greedy answer (temperature 0) draws from a point mass: its log
-probabilities are those of the penalised, masked row at temperature 1, which is what a client reading them wants.
-Computed only for requests that ask (`SamplingParams.logprobs`).
+"""Log probabilities in the distribution the sampler drew from (sampling.py's steps on the same row), so a token it
+could not draw is never listed; a greedy answer reports the penalised, masked row at temperature 1.
 """
 
 from __future__ import annotations
@@ -19,8 +14,7 @@ from .sampling import _nucleus, _penalise
 
 def token_logprobs(params: SamplingParams, logits: np.ndarray, history: Sequence[int], token_id: int,
                    top: int) -> TokenLogprobs:
-    """`logits`: the row [vocab] the token was drawn from (masked, not yet penalised); `top`: how many of the
-    likeliest tokens to list."""
+    """`logits`: the row [vocab] the token was drawn from, masked and not yet penalised."""
     ids, logp = distribution(params, logits, history)
     order = np.lexsort((ids, -logp))  # likeliest first; ties to the lower id, as the sampler breaks them
     ids, logp = ids[order], logp[order]
@@ -30,7 +24,6 @@ def token_logprobs(params: SamplingParams, logits: np.ndarray, history: Sequence
 
 
 def distribution(params: SamplingParams, logits: np.ndarray, history: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, log probabilities) of every token the sampler could draw from this row."""
     logits = np.asarray(logits, dtype=np.float64).reshape(-1).copy()
     if params.repetition_penalty != 1.0 and len(history):
         logits = _penalise(logits, history, params.repetition_penalty)

@@ -1,23 +1,7 @@
-"""What each slot's K/V cache holds, so a new request can start from the longest prefix already computed.
-
-A slot keeps the token ids whose K/V it holds after its sequence ends (the prompt and the answer as generated,
-also one that was stopped), until the slot is given to another request; free slots are given out least
-recently used first. A newcomer is placed where the longest prefix of its prompt is cached: in that slot if it
-is free, or in another free slot after copying the cache over when the prefix lives in a busy slot (the tutor's
-system prompt, shared by every student). Pure Python, no tensors.
-
-Tokens match exactly, with one exception: the text of an answer the client sends back need not encode to the
-tokens that were generated (greedy decoding may spell a word in two tokens that encoding writes as one). Given
-each token's bytes (`piece`), a prompt that agrees with a free slot's cache as text past the point where their
-tokens part is rewritten to the cached tokens up to the furthest point where both agree at a token boundary: the
-same text, so the next turn reuses its whole history (a class of 4, traced: a third turn found 346 of its 569
-prompt tokens cached, the 47th answer token spelt otherwise).
-
-What a slot holds belongs to the owner of the request that computed it (a socket, a conversation key: the
-server decides). A request reuses its own owner's tokens as far as they match, and another owner's only as its
-`shared` prefix, all of it or nothing: the tokens every request of the server begins with (its system prompt).
-How many tokens a request finds cached, and so how soon its first token comes, then never depends on another
-owner's text: guessing a classmate's "My student ID is 7138..." finds the same `shared` tokens right or wrong.
+"""What each slot's K/V cache holds, so a new request starts from the longest prefix already computed. Pure Python.
+A request reuses another owner's tokens only as the whole `shared` prefix (the system prompt), so how soon a first
+token comes never reveals another owner's text. A prompt that spells a cached answer in other tokens is rewritten
+to the cached ones (`realign`).
 """
 
 from __future__ import annotations
@@ -30,8 +14,6 @@ MIN_COPY = 16  # a shorter shared prefix is cheaper to recompute than to copy a 
 
 @dataclass(frozen=True)
 class Held:
-    """What a busy slot holds: the ids whose K/V are in it, and whose they are."""
-
     tokens: Sequence[int]
     owner: str | None
 
@@ -53,9 +35,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def usable(prompt: Sequence[int], held: Sequence[int], same_owner: bool, shared: int) -> int:
-    """How many leading tokens of `prompt` a slot holding `held` gives: all that match for the same owner; for
-    another owner `shared` if `held` begins with the prompt's first `shared` tokens, else none, so the answer
-    says nothing about `held` past what every request shares."""
+    """For another owner, `shared` or nothing, so the answer says nothing about `held` past what everyone shares."""
     matched = common_prefix(prompt, held)
     if same_owner:
         return matched
@@ -64,9 +44,8 @@ def usable(prompt: Sequence[int], held: Sequence[int], same_owner: bool, shared:
 
 def realign(prompt: Sequence[int], cached: Sequence[int], start: int,
             piece: Callable[[int], bytes]) -> tuple[int, int] | None:
-    """Where `prompt` and `cached`, equal in their first `start` ids, last agree as text at a boundary of both:
-    (j, k) with the bytes of cached[:j] those of prompt[:k], j > start furthest; None if they part at once.
-    `piece(id)`: a token's bytes, a special token's its own (never equal to text)."""
+    """The furthest (j, k), j > start, where the bytes of cached[:j] are those of prompt[:k]; None if the two part
+    at once. They are equal in their first `start` ids."""
     i = k = start
     ahead_c = ahead_p = b""  # bytes one side has read past the other's
     best = None
@@ -92,26 +71,19 @@ def realign(prompt: Sequence[int], cached: Sequence[int], start: int,
 class PrefixCache:
     def __init__(self, slots: int):
         self._tokens: list[list[int]] = [[] for _ in range(slots)]  # ids held by each free slot
-        self._owners: list[str | None] = [None] * slots  # whose they are
-        self._used = [0] * slots  # when each slot was last released, for least-recently-used order
+        self._owners: list[str | None] = [None] * slots
+        self._used = [0] * slots  # release clock: least recently used first
         self._clock = 0
 
     def release(self, slot: int, tokens: list[int], owner: str | None = None) -> None:
-        """The sequence in `slot` has ended; its cache holds K/V for `tokens`, computed for `owner`."""
         self._clock += 1
         self._tokens[slot], self._owners[slot], self._used[slot] = tokens, owner, self._clock
 
     def place(self, prompt: Sequence[int], free: Sequence[int], busy: Callable[[int], Held],
               busy_slots: Sequence[int], reuse: bool = True, piece: Callable[[int], bytes] | None = None,
               room: int = 0, owner: str | None = None, shared: int = 0) -> Placement:
-        """Where `owner`'s prompt starts: a free slot and how many of its tokens are reused (none unless `reuse`).
-        A prompt that continues one of its owner's conversations goes to that slot; any other takes the least
-        recently used free slot, so it pushes out the conversation least likely to come back. A longer prefix
-        held elsewhere (a busy slot; the shared prefix in another free slot) is copied in when that saves at least
-        MIN_COPY tokens. `busy(slot)` gives what a busy slot holds; another owner's tokens give the first `shared`
-        prompt tokens or none (`usable`). At least one prompt token is always left to compute (it yields the
-        first logits). With `piece` (see `realign`), a prompt may be rewritten to its owner's free slot's tokens of
-        the same text, at most `room` tokens longer."""
+        """A conversation goes on in its own slot, anything else pushes out the least recently used one; one prompt
+        token is always left to compute, for the first logits. A prompt rewritten by `realign` grows at most `room`."""
         target = min(free, key=lambda s: self._used[s])
         if not reuse:
             self._tokens[target] = []
@@ -144,9 +116,7 @@ class PrefixCache:
 
     def _realigned(self, prompt: Sequence[int], matched: dict[int, int], piece: Callable[[int], bytes],
                    room: int) -> tuple[int, list[int], int] | None:
-        """(slot, the prompt rewritten, tokens reused) for the free slot whose cache agrees with the prompt as
-        text the furthest past where their tokens part (`matched`: each free slot's ids in common with the
-        prompt); None where none does."""
+        """(slot, the prompt rewritten, tokens reused) for the free slot that agrees furthest as text."""
         best = None
         for slot, start in matched.items():
             cached = self._tokens[slot]

@@ -1,8 +1,5 @@
-"""What a caller hands the engine and what it gets back.
-
-A request carries prompt token ids (the engine knows nothing about chat templates) and its sampling
-parameters. The engine answers with events: zero or more `Queued`, one `Started`, token deltas, then exactly
-one `Finished`.
+"""What a caller hands the engine (prompt token ids and sampling parameters) and what it gets back: zero or more
+`Queued`, one `Started`, `Token`s, then exactly one `Finished`.
 """
 
 from __future__ import annotations
@@ -11,32 +8,32 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from ..errors import InvalidRequest, PromptTooLong
+from ..config import DEFAULT_MAX_NEW_TOKENS
+from ..errors import InvalidRequest
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     EOS = "eos"
     LENGTH = "length"
     STOP_SEQUENCE = "stop_sequence"
     TIMEOUT = "timeout"
-    QUEUE_TIMEOUT = "queue_timeout"  # waited longer than the queue allows without getting a slot
+    QUEUE_TIMEOUT = "queue_timeout"
     CANCELLED = "cancelled"
     SHUTDOWN = "shutdown"
     ERROR = "error"
-    REPETITION = "repetition"  # the answer was repeating itself (repetition.py)
+    REPETITION = "repetition"
 
 
-class ConstraintKind(str, enum.Enum):
+class ConstraintKind(enum.StrEnum):
     JSON_SCHEMA = "json_schema"  # source: the schema as JSON text
-    JSON_OBJECT = "json_object"  # source: a schema for any object (constraints.json_object_schema)
+    JSON_OBJECT = "json_object"  # source: constraints.json_object_schema()
     REGEX = "regex"
     GRAMMAR = "grammar"  # Lark, in llguidance's dialect (which may embed `%json {...}` schemas)
 
 
 @dataclass(frozen=True)
 class Constraint:
-    """What every answer token must keep the text within (engine/constraints.py). `origin` names the request
-    field it came from, for a refusal (`response_format`, `tools`)."""
+    """`origin`: the request field it came from, named in a refusal."""
 
     kind: ConstraintKind
     source: str
@@ -53,8 +50,6 @@ MAX_CONSTRAINT_LENGTH = 65_536
 MAX_TOP_LOGPROBS = 20  # as OpenAI's API
 MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 128
-DEFAULT_MAX_NEW_TOKENS = 512
-MIN_FITTED_ANSWER = 64  # less room than this left for an answer is prompt_too_long, not a stub answer
 
 
 @dataclass(frozen=True)
@@ -68,15 +63,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     timeout_s: float | None = None  # deadline from the moment generation starts
     ignore_eos: bool = False  # benchmarks only: run to max_new_tokens
-    # False: compute the whole prompt, reusing no cached prefix (benchmarks of an uncached first token; llama.cpp's
-    # server has the same switch). Its K/V are kept for later requests as any prompt's are.
-    cache_prompt: bool = True
-    constraint: Constraint | None = None  # the answer keeps to it (engine/constraints.py)
-    # None: no log probabilities; k: each token's log probability and the k most likely alternatives, in the
-    # distribution the token was drawn from (engine/logprobs.py)
-    logprobs: int | None = None
-    # End an answer that repeats itself over and over (reason `repetition`, engine/repetition.py); off for a client
-    # that wants repetition.
+    cache_prompt: bool = True  # False: reuse no cached prefix (benchmarks of an uncached first token)
+    constraint: Constraint | None = None
+    logprobs: int | None = None  # k: each token's log probability and its k likeliest alternatives
     loop_guard: bool = True
 
     def __post_init__(self) -> None:
@@ -128,27 +117,22 @@ def _check_float(name: str, value: object, low: float, high: float, low_open: bo
         raise InvalidRequest(name, f"must be {bound} and at most {high}, got {value}")
 
 
-def fit_max_new_tokens(prompt_tokens: int, context: int, default: int, asked: int | None = None) -> int:
-    """How many new tokens a request may generate. A length the caller asked for is kept (if it does not fit, the
-    engine refuses it with prompt_too_long); otherwise the default, shrunk to the room the context has left so a
-    long conversation keeps working, but never below MIN_FITTED_ANSWER (or the default, if that is smaller)."""
-    if asked is not None:
-        return asked
-    room = context - prompt_tokens
-    if room >= default:
-        return default
-    if room >= MIN_FITTED_ANSWER:
-        return room
-    raise PromptTooLong(prompt_tokens, min(default, MIN_FITTED_ANSWER), context, asked=False)
+@dataclass(frozen=True)
+class AnswerStart:
+    """An answer begun elsewhere or before a restart, continued as the same assistant turn."""
+
+    ids: tuple[int, ...]
+    text: str | None = None  # what the client shows of them: the ids must stream exactly this (None: unchecked)
 
 
 @dataclass(frozen=True)
-class AnswerStart:
-    """The start of an answer generated earlier (on another server, or before a restart): the request continues
-    it as the same assistant turn instead of beginning a new one."""
+class Share:
+    """Whose service a request is charged to, for the fair scheduler: a client (a student, an API key, an address)
+    within a group (a class), and the group's weight against the other groups'."""
 
-    ids: tuple[int, ...]  # the tokens generated so far, in order
-    text: str | None = None  # what the client shows of them: the ids must stream exactly this (None: unchecked)
+    client: str = ""
+    group: str = ""
+    weight: float = 1.0
 
 
 @dataclass
@@ -156,21 +140,15 @@ class GenerationRequest:
     id: str
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
-    # Continue this answer: its ids follow the prompt, its tokens count against max_new_tokens, and the
-    # generated tokens are numbered after them.
-    answer_start: AnswerStart | None = None
-    # The id of a request submitted before this one with the same prompt (another choice of `n`): this one takes
-    # a slot only once that one's prompt is in the cache, and copies it instead of computing it again.
+    answer_start: AnswerStart | None = None  # its tokens count against max_new_tokens
+    # An earlier request with the same prompt (another choice of `n`): this one waits to copy its cached prompt.
     follows: str | None = None
-    # Whose conversation this is. What a slot caches is reused only by requests of the same owner, except the first
-    # `shared_prefix` prompt tokens (a prefix the same for everyone: the server's system prompt), which any request
-    # whose prompt starts with the same `shared_prefix` tokens may reuse (prefix_cache.py). None is an owner too:
-    # the engine's direct callers (the CLI, benchmarks) share everything among themselves.
+    # A slot's cache is reused only by its owner's requests, but for the first `shared_prefix` tokens, which every
+    # owner shares (prefix_cache.py). None is an owner too: the CLI's and benchmarks'.
     owner: str | None = None
     shared_prefix: int = 0
+    share: Share = field(default_factory=Share)
 
-
-# ---- events, engine thread -> caller ----
 
 
 @dataclass(frozen=True)
@@ -184,12 +162,12 @@ class Started:
     request_id: str
     prompt_tokens: int
     queue_ms: float
-    cached_tokens: int = 0  # prompt tokens whose K/V were already cached (not computed again)
+    cached_tokens: int = 0  # prompt tokens found already cached
 
 
 @dataclass(frozen=True)
 class TokenLogprobs:
-    logprob: float  # of the token drawn
+    logprob: float
     top: tuple[tuple[int, float], ...]  # (token id, log probability), most likely first
 
 
@@ -199,10 +177,9 @@ class Token:
     index: int  # 0-based index of the generated token
     token_id: int
     text: str  # may be "" while text is held back (incomplete character or partial stop sequence)
-    logprobs: TokenLogprobs | None = None  # when the request asked for them
-    # The last Token of an answer that ends by eos, length or stop_sequence carries every held-back character
-    # that belongs to the answer (the eos token itself is reported, with its text ""). Text still held back
-    # when a request is cancelled, times out or is shut down is dropped: it was never shown.
+    logprobs: TokenLogprobs | None = None
+    # The last Token of an answer ending by eos (reported, text ""), length or stop_sequence carries all held-back
+    # text; text held back at a cancel, timeout or shutdown is dropped, as it was never shown.
 
 
 @dataclass(frozen=True)
@@ -220,7 +197,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     timings: Timings
-    error: str | None = None  # set when reason is ERROR
+    error: str | None = None
 
 
 Event = Queued | Started | Token | Finished

@@ -1,13 +1,6 @@
-"""One request's life inside the engine: its status, slot, tokens, and the text pipeline of its answer.
-
-`take(token_id)` is the per-token part of an engine step, testable without a thread or a model: append the
-token, detokenize it, hold back a possible partial stop sequence, and say whether the answer has ended (eos,
-stop sequence, length) and with what final text.
-
-A request that continues an answer begun elsewhere (`AnswerStart`) replays those tokens through the same
-pipeline first, so the detokenizer, the stop matcher, the loop guard and the sampler's random draws are where an
-uninterrupted run's would be: greedy decoding, and a seeded draw, then go on exactly as if the answer had never
-stopped.
+"""One request's life inside the engine; `take` is the per-token part of a step, testable without a thread or model.
+A continued answer (`AnswerStart`) is replayed through the same pipeline first, so greedy and seeded draws go on
+exactly as if it had never stopped.
 """
 
 from __future__ import annotations
@@ -18,13 +11,13 @@ from collections.abc import Callable, Collection
 import numpy as np
 
 from ..errors import InvalidRequest
-from ..text.detokenizer import IncrementalDetokenizer
+from ..text.detokenizer import IncrementalDetokenizer, Spelling
+from ..text.stops import StopMatcher
 from .constraints import ConstrainedAnswer
 from .logprobs import token_logprobs
 from .repetition import LoopGuard
 from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
 from .sampling import Sampler
-from ..text.stops import StopMatcher
 
 
 class Status(enum.Enum):
@@ -43,12 +36,12 @@ _ALLOWED = {
 
 
 class RequestState:
-    def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer,
+    def __init__(self, request: GenerationRequest, on_event: Callable[[Event], None], tokenizer: Spelling,
                  eos_ids: Collection[int], now: float, constraint: ConstrainedAnswer | None = None):
         self.id = request.id
         self.follows = request.follows
-        self.constraint = constraint  # its mask applies before sampling; each token taken moves it on
-        self.logprobs: TokenLogprobs | None = None  # of the token last drawn, when the request asked
+        self.constraint = constraint
+        self.logprobs: TokenLogprobs | None = None
         self.params = request.params
         self.on_event = on_event
         self.status = Status.WAITING
@@ -57,17 +50,17 @@ class RequestState:
         # The model reads an answer's start as prompt: its K/V are prefilled, and its tokens are not generated.
         self.prompt_ids = list(request.prompt_ids) + (list(start.ids) if start else [])
         self.continued = len(start.ids) if start else 0  # answer tokens generated before this request
-        self.owner, self.shared_prefix = request.owner, request.shared_prefix  # whose cache it may reuse
+        self.owner, self.shared_prefix = request.owner, request.shared_prefix
         self.output_ids: list[int] = []
         self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
-        self.reused = 0  # of those, how many were found already cached (prefix reuse)
+        self.reused = 0  # of those, found already cached
         self.eos_ids = eos_ids
         self.sampler = Sampler(request.params)
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
-        # Not for a constrained answer: cut by the guard it would not parse; it ends by its constraint or its length.
+        # Not for a constrained answer: cut short, it would not parse.
         self.loops = LoopGuard() if request.params.loop_guard and request.params.constraint is None else None
-        self.last_position = 0  # the queue position last reported
+        self.last_position = 0
         self.submitted = now
         self.started = 0.0
         self.first_token = 0.0
@@ -90,24 +83,20 @@ class RequestState:
 
     @property
     def computed(self) -> int:
-        """Positions 0..computed-1 of the slot hold this sequence's K/V: the prompt so far while prefilling, then
+        """Positions 0..computed-1 of the slot hold this request's K/V: the prompt so far while prefilling, then
         the prompt and every generated token but the last (it is fed by the next decode step)."""
         if not self.output_ids:
             return self.prefilled
         return self.num_tokens - 1
 
     def cached_ids(self) -> list[int]:
-        """The token ids whose K/V this sequence's slot holds."""
         return (self.prompt_ids + self.output_ids)[: self.computed]
 
     def deadline_passed(self, now: float) -> bool:
         timeout = self.params.timeout_s
         return timeout is not None and self.started > 0 and now - self.started > timeout
 
-    # ---- one token ----
-
     def sample(self, logits: np.ndarray) -> int:
-        """The next token id from this sequence's row of logits [vocab], within its constraint's mask."""
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
         history = self.prompt_ids + self.output_ids
@@ -117,10 +106,8 @@ class RequestState:
         return token_id
 
     def take(self, token_id: int, now: float) -> tuple[str, FinishReason | None]:
-        """Append a generated token. Returns the answer text it makes certain (possibly "") and why the answer
-        ends here, or None if it goes on. The text of the final token carries everything still held back that
-        belongs to the answer, except an unfinished UTF-8 character (dropped); a completed stop sequence and what
-        follows it are never returned."""
+        """The text this token makes certain (maybe "") and why the answer ends here (None: it goes on). A final
+        token's text carries all held back but an unfinished UTF-8 character; never a stop sequence or what follows."""
         self.output_ids.append(token_id)
         if len(self.output_ids) == 1:
             self.first_token = now
@@ -129,7 +116,6 @@ class RequestState:
         return self._pipe(token_id, self.last_index + 1)
 
     def _pipe(self, token_id: int, answer_tokens: int) -> tuple[str, FinishReason | None]:
-        """The text pipeline for the answer's `answer_tokens`-th token."""
         if token_id in self.eos_ids and not self.params.ignore_eos:
             self.detokenizer.flush()  # an unfinished character is dropped, never sent as U+FFFD
             return self.stops.flush(), FinishReason.EOS
@@ -145,8 +131,7 @@ class RequestState:
         return text, None
 
     def _replay(self, start: AnswerStart) -> None:
-        """Take the answer's start as if it had just been generated, dropping its text (the client has it);
-        InvalidRequest if it already ended, or does not stream as `start.text`."""
+        """Its text is dropped (the client has it); InvalidRequest if it ended or does not stream as `start.text`."""
         shown = []
         for n, token_id in enumerate(start.ids, 1):
             if self.constraint is not None:  # the constraint goes on from where the answer is

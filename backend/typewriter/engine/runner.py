@@ -1,22 +1,18 @@
 """What the engine asks of a runner: the one contract both runtimes keep (runners/xla/, runners/lite/).
 
-A runner owns the model's weights and every slot's K/V cache, and is called on the engine thread only. Each step
-the engine hands it the decode rows and prompt chunks the scheduler chose (`step`), after copying any cached
-prefix a newcomer reuses from another slot (`copy_slot`). How the runtime computes them (one call per chunk, or
-every row in one pass over the weights) is its own business.
-
-Abilities that only one runtime has are attributes, never found by `getattr`: `compiler` is the runtime's
-`Compiler` where its programs compile while it serves (XLA), and None where there is nothing to compile
-(int8-lite, whose programs are made at load).
+A runner owns the weights and every slot's K/V cache and is called on the engine thread only. Abilities only one
+runtime has are attributes, never found by `getattr`: `compiler` is None where nothing compiles while serving.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+
+from .capacity import Sizing, StepModel
 
 
 @dataclass(frozen=True)
@@ -26,13 +22,16 @@ class PrefillChunk:
     slot: int
     start: int
     token_ids: Sequence[int]
-    wants_logits: bool = True  # it ends its prompt: its last token's logits give the first answer token
+    wants_logits: bool = True  # it ends its prompt: its last logits give the first answer token
+
+    @property
+    def length(self) -> int:
+        return len(self.token_ids)
 
 
 @dataclass(frozen=True)
 class StepFault:
-    """A call inside a step that failed: `what` it was, which chunks (indices) and whether the decode rows it
-    concerned. The engine ends exactly those requests with `error`; the rest of the step stands."""
+    """A failed call inside a step; the engine ends exactly the requests it concerned and the rest stands."""
 
     what: str
     error: BaseException
@@ -47,11 +46,20 @@ class StepOutput:
     faults: list[StepFault] = field(default_factory=list)
 
 
-def step_call_by_call(runner, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
+class CallByCall(Protocol):
+    @property
+    def vocab_size(self) -> int: ...
+
+    def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
+        ...  # logits [vocab] after the last token
+
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        ...  # logits [rows, vocab]
+
+
+def step_call_by_call(runner: CallByCall, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
                       chunks: Sequence[PrefillChunk]) -> StepOutput:
-    """`Runner.step` for a runner whose calls are separate (`extend` a chunk, `decode` the rows): each chunk in
-    its own call, then the decode rows in one. A call that fails is reported as a fault of the requests it
-    concerns, and the others' results stand."""
+    """`Runner.step` as a call per chunk, then one for the decode rows; a failed call faults its requests only."""
     faults: list[StepFault] = []
     prefilled: list[np.ndarray | None] = []
     for i, chunk in enumerate(chunks):
@@ -71,16 +79,15 @@ def step_call_by_call(runner, slots: Sequence[int], tokens: Sequence[int], posit
 
 
 class Compiler(Protocol):
-    """A runtime whose programs compile in the background while it serves (the XLA runner's)."""
+    warm_up_s: float
 
     def can_run(self, kind: str, n: int, length: int) -> bool:
-        """Whether n decode rows ("decode") or prompt tokens ("prefill") reaching `length` positions run now
-        without waiting for a compile; if not, the program they need compiles next."""
+        """`kind` "decode" or "prefill"; if not compiled yet, the program they need compiles next."""
 
     def prepare_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
-        """Start compiling what one answer of this size will need (for a caller that serves one at a time)."""
+        """For a caller that serves one answer at a time."""
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """{"compiled": n, "total": m, "compiling": [labels]}: the programs built so far."""
 
 
@@ -91,27 +98,28 @@ class Runner(Protocol):
 
     @property
     def max_len(self) -> int:
-        """Positions each slot's cache holds: the context of one conversation."""
+        """Positions each slot's cache holds."""
 
     @property
     def max_chunk(self) -> int:
-        """The most prompt tokens one chunk may carry."""
+        """Most prompt tokens in one chunk."""
 
     @property
     def vocab_size(self) -> int: ...
 
     compiler: Compiler | None
+    sizing: Sizing
+    step_model: StepModel | None  # decode steps measured before serving (int8-lite), else None
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:
-        """One engine step: a decode row per `slots[i]` feeding `tokens[i]` at `positions[i]`, and every prompt
-        chunk. One chunk per slot, and no slot both decodes and prefills. Raises if the whole step failed."""
+        """One chunk per slot, and no slot both decodes and prefills. Raises only if the whole step failed."""
 
     def copy_slot(self, source: int, target: int) -> None:
-        """Slot `target`'s cache becomes a copy of slot `source`'s (a prefix they share)."""
+        """`target`'s cache becomes a copy of `source`'s."""
 
-    def describe(self) -> dict:
-        """What /readyz and the log say of this runtime: its name, weight format and programs."""
+    def describe(self) -> dict[str, Any]:
+        """Its name, weight format and programs, for /readyz and the log."""
 
     def close(self) -> None:
-        """Stop any background work (compiling); the runner is not called again."""
+        """Stop any background compiling; the runner is not called again."""

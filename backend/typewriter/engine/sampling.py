@@ -1,8 +1,5 @@
-"""Choose the next token from one row of logits.
-
-Order: repetition penalty, then greedy argmax (temperature 0) or temperature, top-k, top-p and a seeded draw.
-The penalty applies to greedy decoding too, as in Hugging Face's and llama.cpp's samplers; at 1.0 it is a no-op.
-Everything is vectorised numpy; with top-k or top-p only the candidates are sorted, never the whole vocab.
+"""Choose the next token from one row of logits: repetition penalty, then greedy argmax or temperature, top-k, top-p
+and a seeded draw. The penalty applies to greedy decoding too, as in Hugging Face's and llama.cpp's samplers.
 """
 
 from __future__ import annotations
@@ -22,12 +19,11 @@ class Sampler:
         self.rng = np.random.default_rng(params.seed)  # seed None: fresh OS entropy
 
     def skip(self, tokens: int) -> None:
-        """Advance the random draws past `tokens` sampled elsewhere (one draw each), so a seeded continuation
-        draws what an uninterrupted run would. Greedy decoding never draws: skipping is harmless there."""
+        """Advance past `tokens` sampled elsewhere, so a seeded continuation draws what an uninterrupted run would."""
         self.rng.random(tokens)
 
     def sample(self, logits: np.ndarray, history: Sequence[int]) -> int:
-        """The next token id. `logits` is one row [vocab]; `history` the ids the penalty applies to."""
+        """`logits`: one row [vocab]; `history`: the ids the penalty applies to."""
         p = self.params
         logits = np.asarray(logits, dtype=np.float64).reshape(-1)  # a copy: the caller's row is not touched
         if p.repetition_penalty != 1.0 and len(history):

@@ -1,21 +1,6 @@
-"""How long an engine step takes, learned from the steps so far, so the scheduler can size prompt chunks by
-time rather than by a token count: a step that prefills beside running answers should take at most STALL times a
-step that only decodes (issue 8: a running answer's longest gap at most 3x its steady inter-token time, with room
-for the machine's noise). While several newcomers wait for their first token (a class arriving together) a step
-may take up to the capacity bar's gap instead, if that is longer: beside a few rows, STALL times their short step
-leaves a class arriving together a few tokens a step and its first tokens late, while a gap under the bar is one
-no student sees (docs/measurements/2026-12-04-a-school-sized-model.md). Pure Python, no tensors.
-
-A decode-only step's time is followed as it goes for each count of decode rows (the median of the last few, as
-steady as the inter-token time a stream sees: an average took in the machine's hiccups), and a count not seen yet is
-read off the line through the others: with one figure for every count, the extra rows of a full batch were charged
-to the chunk beside them, and a class arriving together crawled in a few tokens a step
-(docs/measurements/2026-12-04-int8-lite-two-thread-attention.md). What a chunk adds to a step is about `per_token`
-for each of its tokens (the matmuls) plus `per_position` for each cached position each token attends to: two figures
-fit by least squares over the steps that prefilled beside decoding, older steps weighing less, so the fit follows a
-machine whose speed moves and a model of another size. Token counts alone could not serve both ends of a long
-prompt, whose attention grows with its position
-(docs/measurements/2026-12-03-int8-lite-time-sized-chunks-avx512-kernel.md).
+"""How long an engine step takes, learned from the steps so far, so the scheduler sizes prompt chunks by time. A
+chunk's cost is fit per token plus per attended position, as attention grows along a long prompt
+(docs/measurements/2026-12-03-int8-lite-time-sized-chunks-avx512-kernel.md). Pure Python, no tensors.
 """
 
 from __future__ import annotations
@@ -24,9 +9,7 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 
-STALL = 1.75  # the most a step that prefills beside answers may take, in decode-only steps: 2.0 left the
-# machine's hiccups too little room once int8-lite's rows went to 16 bits (bench/stall.py;
-# docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md)
+STALL = 1.75  # a step that prefills beside answers, in decode-only steps (2026-12-04-int8-lite-gptq-16-bit-rows.md)
 INTER_TOKEN_S = 0.100  # the capacity bar: a student's inter-token gap, 95th percentile
 HEADROOM = 0.9  # of the bar: the machine's noise
 COLD_CHUNK = 4  # tokens a chunk gets beside answers until the costs are known
@@ -43,20 +26,18 @@ def attended(start: int, length: int) -> int:
 
 class StepCost:
     def __init__(self, prior: Callable[[int], float] | None = None) -> None:
-        """`prior(rows)`: a decode-only step's seconds as the capacity probe measured it at start (None: not
-        measured), used until the engine has seen decode-only steps of its own, so a class that arrives together
-        on a fresh server is not held to cold chunks while every step prefills."""
+        """`prior(rows)`: a decode-only step's seconds as probed at start, so a fresh server skips cold chunks."""
         self._prior = prior
+        # Per row count, since one figure for every count charged a full batch's rows to the chunk beside them
+        # (docs/measurements/2026-12-04-int8-lite-two-thread-attention.md).
         self._decode: dict[int, deque[float]] = {}  # decode rows -> the last decode-only steps' times
-        self._medians: dict[int, float] = {}  # decode rows -> their median
+        self._medians: dict[int, float] = {}
         self.seen = 0
         self._xx = [0.0, 0.0, 0.0]  # sums of x1 x1, x1 x2, x2 x2 (x1 tokens, x2 thousands of positions)
         self._xy = [0.0, 0.0]
 
     def observe(self, decode_rows: int, chunks: Sequence[tuple[int, int]], seconds: float) -> None:
-        """A step's time, with `decode_rows` answers decoded and `chunks` (start, length) prefilled. A step that
-        prefills with nothing decoding teaches nothing here: it never stalls anyone (and a large chunk alone costs
-        less a token than small ones beside a batch)."""
+        """`chunks`: (start, length). A step with nothing decoding stalls no one, and teaches nothing."""
         if not decode_rows:
             return
         if not chunks:
@@ -69,7 +50,7 @@ class StepCost:
             self._fit(chunks, seconds - decode_s)
 
     def _fit(self, chunks: Sequence[tuple[int, int]], y: float) -> None:
-        """One chunk step into the least-squares fit: `y`, the seconds its chunks added to the step."""
+        """`y`: the seconds the chunks added to the step; older steps weigh less."""
         x1 = float(sum(n for _, n in chunks))
         x2 = sum(attended(s, n) for s, n in chunks) / POSITIONS
         xx, xy = self._xx, self._xy
@@ -79,10 +60,8 @@ class StepCost:
         self.seen += 1
 
     def decode_s(self, rows: int) -> float | None:
-        """A decode-only step's time with `rows` decode rows: the median of the last such steps; for a count not
-        seen yet, the least-squares line through the counts seen (their medians; never falling with more rows),
-        and at least the median of the nearest count below. Before any decode-only step, the prior's figure, or
-        None without one."""
+        """The median of the last such steps (steadier than a mean through the machine's hiccups); for a count not
+        seen yet, the line through those seen, never below the nearest count under it; else the prior's, or None."""
         medians = self._medians
         if not medians:
             return self._prior(rows) if self._prior is not None else None
@@ -103,8 +82,7 @@ class StepCost:
         return (bool(self._medians) or self._prior is not None) and self.seen >= SEEN
 
     def figures(self) -> tuple[float, float]:
-        """(per_token, per_position) in seconds, each at least 0 (a figure that noise made negative is dropped
-        and the other fit alone)."""
+        """(per_token, per_position) seconds; one that noise made negative is dropped and the other fit alone."""
         (a, b, d), (u, v) = self._xx, self._xy
         det = a * d - b * b
         if det > 1e-9 * a * d:
@@ -122,15 +100,13 @@ class StepCost:
         return per_token * length + per_position * attended(start, length)
 
     def allowance_s(self, rows: int, burst: bool = False) -> float:
-        """What the chunks of a step beside `rows` decoding answers may add to it: STALL times a decode-only step,
-        or, in a `burst` (several students waiting for their first token), up to the capacity bar's step."""
+        """`burst`: several students wait for their first token, so a step may take up to the capacity bar's."""
         decode_s = self.decode_s(rows) or 0.0
         stall = (STALL - 1.0) * decode_s
         return max(stall, INTER_TOKEN_S * HEADROOM - decode_s) if burst else stall
 
     def longest(self, start: int, cap: int, allowance_s: float) -> int:
-        """The most tokens (1..cap) a chunk from `start` may have within `allowance_s`: always at least one, so a
-        prompt moves on however slow the step."""
+        """At least one token, so a prompt moves on however slow the step."""
         per_token, per_position = self.figures()
         length = 1
         while length < cap and per_token * (length + 1) + per_position * attended(start, length + 1) <= allowance_s:

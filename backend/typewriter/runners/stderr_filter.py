@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 
+
 class StderrFilter:
     """Between enter() and exit() (nested or from several threads), file descriptor 2 is a pipe whose lines a
     thread passes on to the real stderr at once, less those containing a known notice; outside them stderr is
@@ -16,7 +17,8 @@ class StderrFilter:
         self.drop = tuple(d.encode() for d in drop)
         self.lock = threading.Lock()
         self.depth = 0
-        self.saved = self.thread = None
+        self.saved: int | None = None  # the real stderr, while the pipe stands in for it
+        self.thread: threading.Thread | None = None
 
     def enter(self) -> None:
         with self.lock:
@@ -25,10 +27,10 @@ class StderrFilter:
                 return
             sys.stderr.flush()
             read_end, write_end = os.pipe()
-            self.saved = os.dup(2)
-            self.thread = threading.Thread(target=self._forward, args=(read_end, self.saved), daemon=True,
-                                           name="typewriter-stderr")
-            self.thread.start()
+            self.saved = saved = os.dup(2)
+            self.thread = thread = threading.Thread(target=self._forward, args=(read_end, saved), daemon=True,
+                                                    name="typewriter-stderr")
+            thread.start()
             os.dup2(write_end, 2)
             os.close(write_end)
 
@@ -37,10 +39,12 @@ class StderrFilter:
             self.depth -= 1
             if self.depth:
                 return
+            saved, thread = self.saved, self.thread
+            assert saved is not None and thread is not None
             sys.stderr.flush()
-            os.dup2(self.saved, 2)  # closes the pipe's last write end: the thread drains it and stops
-            self.thread.join(5)
-            os.close(self.saved)
+            os.dup2(saved, 2)  # closes the pipe's last write end: the thread drains it and stops
+            thread.join(5)
+            os.close(saved)
 
     def release(self) -> None:
         """Give fd 2 back now, however many blocks are open (the process is about to end)."""

@@ -1,4 +1,4 @@
-"""The WebSocket chat server (protocol v1): app, per-connection sessions, metrics and the serve command."""
+"""The chat server: one engine behind three doors (socket/, openai/, grpc/)."""
 
 from .app import create_app
 

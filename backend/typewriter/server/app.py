@@ -1,8 +1,8 @@
-"""The Starlette app: health, readiness, metrics, the chat WebSocket, the page that uses it and the OpenAI-style
-HTTP API (openai_api.py)."""
+"""The Starlette app: health, readiness, metrics, the chat socket and its page, and the OpenAI-style HTTP API."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -17,15 +17,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
 from ..config import Settings, parse_list
-from . import protocol as p
-from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .auth import ApiKeyCheck
+from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .limits import client_address, forwarded_https
-from .origins import HostCheck, allowed_hosts, origin_allowed
 from .metrics import CONTENT_TYPE
-from .openai_api import OpenAI
-from .resume import Resumes
-from .session import Session
+from .openai.routes import OpenAI
+from .origins import HostCheck, allowed_hosts, origin_allowed
+from .resume.registry import Resumes
+from .socket import frames as p
+from .socket.session import Session
 
 # The repository root: templates/, static/ and frontend/ live beside backend/ (the package is installed editable).
 WEB_ROOT = Path(__file__).resolve().parents[3]
@@ -43,10 +43,12 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
                web_root: Path = WEB_ROOT) -> Starlette:
     """The app; `app.state.server` is its ServerState. The engine loads on a thread once the lifespan starts."""
     state = ServerState(settings, engine_factory)
-    allowed_origins = parse_list(settings.allowed_origins)
+    allowed_origins = parse_list(settings.access.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
-    resumes = Resumes(settings, state.metrics.registry)  # answers kept for clients that lose their connection
+    resumes = Resumes(settings, state.metrics.registry)
     openai = OpenAI(state, resumes)
+    streams = openai.streams
+    assert streams is not None  # OpenAI keeps streams where it is given the resumes
 
     async def healthz(request: Request) -> Response:
         healthy, body = state.health()
@@ -61,15 +63,14 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
 
     async def index(request: Request) -> Response:
         config = {
-            "protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": settings.model_id,
-            "max_new_tokens": settings.max_new_tokens, "max_new_tokens_cap": settings.max_new_tokens_cap,
-            "max_message_bytes": settings.max_message_bytes, "max_messages": settings.max_messages,
+            "protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": settings.model.id,
+            "max_new_tokens": settings.answers.default_length, "max_new_tokens_cap": settings.answers.length_cap,
+            "max_message_bytes": settings.socket.max_message_bytes, "max_messages": settings.socket.max_messages,
         }
         return templates.TemplateResponse(request, "index.html", {"config": config})
 
     def socket_origin_ok(scope: Scope) -> bool:
-        """The socket's Origin check (origins.py), against the scheme its page was served over: wss, or https at a
-        trusted proxy."""
+        """Against the scheme its page was served over: wss, or https at a trusted proxy."""
         headers = Headers(scope=scope)
         peer = scope["client"][0] if scope.get("client") else None
         https = scope.get("scheme") == "wss" or forwarded_https(peer, headers, state.limits.trusted)
@@ -95,13 +96,17 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         if refused:
             await websocket.close(p.CLOSE_TRY_AGAIN_LATER, refused)
             return
+        left = None
         try:
-            await Session(websocket, state, client, resumes).run()
+            left = await Session(websocket, state, client, resumes).run()
         finally:
-            limits.disconnect(client)
+            if left is not None:
+                left.hold(lambda: limits.disconnect(client))
+            else:
+                limits.disconnect(client)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         state.start_loading()
         yield
         await state.drain()
@@ -116,8 +121,8 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
             Route("/v1/responses", openai.responses, methods=["POST"]),
             Route("/v1/models", openai.models, methods=["GET"]),
-            Route("/v1/stream/{conversation_id}", openai.streams.replay, methods=["GET"]),
-            Route("/v1/stream/{conversation_id}", openai.streams.stop, methods=["DELETE"]),
+            Route("/v1/stream/{conversation_id}", streams.replay, methods=["GET"]),
+            Route("/v1/stream/{conversation_id}", streams.stop, methods=["DELETE"]),
             Route("/v1/{path:path}", openai.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
             Mount("/static", StaticFiles(directory=web_root / "static", check_dir=False), name="static"),
             Mount("/frontend", StaticFiles(directory=web_root / "frontend", check_dir=False), name="frontend"),
@@ -125,17 +130,15 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
         lifespan=lifespan,
     )
     # Each add wraps the app so far: the security headers go on last, so the refusals below carry them too.
-    app.add_middleware(ApiKeyCheck, key=settings.api_key, page_exempt=settings.api_key_page,
+    app.add_middleware(ApiKeyCheck, key=settings.access.api_key, page_exempt=settings.access.api_key_page,
                        origin_ok=socket_origin_ok)
-    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.allowed_hosts, settings.host))
+    app.add_middleware(HostCheck, hosts=allowed_hosts(settings.access.allowed_hosts, settings.serving.host))
     app.add_middleware(SecurityHeaders)
     app.state.server = state
     return app
 
 
 class SecurityHeaders:
-    """Adds a strict Content-Security-Policy (no inline script) and friends to every HTTP response."""
-
     def __init__(self, app: ASGIApp):
         self.app = app
 

@@ -1,9 +1,6 @@
-"""An optional API key (`api_key`) for the socket and every HTTP route but the health probes.
-
-A client sends it as `Authorization: Bearer <key>`; it is compared in constant time. A browser cannot set that
-header on a WebSocket, so with `api_key_page` the page, its files and sockets opened from an allowed origin (see
-origins.py) need no key: the school's own page works, other clients need the key. An `Origin` header can be
-forged by anything that is not a browser, so that exemption only keeps other sites' pages out, not scripts.
+"""An optional API key for the socket and every HTTP route but the probes. With `api_key_page` the page and sockets
+from an allowed origin need none, as a browser cannot set the header on a WebSocket; an `Origin` can be forged by
+anything that is not a browser, so that keeps other sites' pages out, not scripts.
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ def presented_key(headers: dict[bytes, bytes]) -> str | None:
 
 
 class ApiKeyCheck:
-    """Refuses a request without the key: HTTP 401 with a JSON error (the handshake of a socket likewise)."""
-
     def __init__(self, app: ASGIApp, key: str, page_exempt: bool, origin_ok: Callable[[Scope], bool]):
         self.app, self.key, self.page_exempt, self.origin_ok = app, key.encode(), page_exempt, origin_ok
 
@@ -42,7 +37,7 @@ class ApiKeyCheck:
         await JSONResponse(body, status_code=401, headers={"www-authenticate": "Bearer"})(scope, receive, send)
 
     def _exempt(self, scope: Scope) -> bool:
-        path = scope["path"]
+        path: str = scope["path"]
         if path in OPEN_PATHS:
             return True
         if not self.page_exempt:

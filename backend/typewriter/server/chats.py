@@ -1,14 +1,5 @@
-"""A chat handed to the engine, the same for every front door (the socket, OpenAI-style HTTP, gRPC).
-
-`open_chat` does what each of them must before a chat runs: refuse it while the server drains or is not ready,
-count it against its client's rate limit, build its sampling params, apply the system prompt rule, fit the
-conversation into the context and submit it. Every refusal is a `ProtocolError` with a protocol v1 code; each
-front door only translates codes into its own shape (a frame, an HTTP status, a gRPC status).
-
-The engine calls back on its own thread; `ChatStream` hands each event to the event loop with
-`call_soon_threadsafe`, counts it in the metrics, and queues it for the front door to send. A reader that falls
-`send_backlog` events behind has its chat cancelled and further tokens dropped, so memory stays bounded and the
-engine never waits for a client.
+"""A chat handed to the engine, the same for every door. The engine calls back on its own thread; a reader that
+falls `send_backlog` events behind has its chat cancelled, so that memory stays bounded and the engine never waits.
 """
 
 from __future__ import annotations
@@ -20,18 +11,24 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from ..text.conversation import fit_conversation
-from ..errors import TypewriterError
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
-from . import continuation
-from . import protocol as p
-from .lifecycle import Phase, ServerState
+from ..errors import TypewriterError
+from ..text.conversation import fit_conversation
+from ..text.tool_format import ToolFormat
+from .chat_request import Chat, sampling_params
+from .lifecycle import ChatEncoder, Phase, ServerState
 from .owners import shared_length
-from .tool_calls import ToolCallDelta, ToolCallSplitter
+from .refusal import ERROR_CODES, Refusal
+from .resume import continuation
+from .tool_calls import ToolCallDelta, ToolCallDone, ToolCallSplitter
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
+
+StreamItem = Event | ToolCallDelta
 
 
 class StreamState(enum.Enum):
@@ -40,32 +37,31 @@ class StreamState(enum.Enum):
     ENDED = "ended"
 
 
-class Cancel(str, enum.Enum):
-    """Why a front door asked the engine to cancel a chat."""
-
+class Cancel(enum.StrEnum):
     STOP = "stop"
     DISCONNECT = "disconnect"
     BACKLOG = "backlog"
-    ABANDONED = "abandoned"  # a kept chat nobody resumed within resume_grace_s (resume.py)
+    ABANDONED = "abandoned"  # a kept chat nobody resumed within resume_grace_s
     BUFFER = "buffer"  # a kept chat whose frames outgrew resume_buffer_bytes
 
 
 class ChatStream:
-    """One submitted chat, from submission until its front door has handled its `Finished` (or given up)."""
+    """One submitted chat, from submission until its door has handled its `Finished` (or given up)."""
 
-    def __init__(self, server: ServerState, client_id: str, engine_id: str, dropped_messages: int = 0,
-                 choice_ids: list[str] | None = None, splitters: dict[str, ToolCallSplitter] | None = None):
-        """`choice_ids`: the engine ids of every answer (n choices; the first is `engine_id`); `splitters`: per
-        answer, where the chat offers tools (tool_calls.py)."""
-        self.server = server
-        self.client_id, self.engine_id = client_id, engine_id
+    def __init__(self, server: ServerState, chat_id: str, engine_id: str, dropped_messages: int = 0,
+                 choice_ids: list[str] | None = None, splitters: dict[str, ToolCallSplitter] | None = None,
+                 client: str | None = None):
+        """`choice_ids`: the engine ids of every answer, the first `engine_id`; `splitters`: per answer, with tools;
+        `client`: whose running chats it counts in (Limits.start_chats, done by the caller) until it ends."""
+        self.server, self.client = server, client
+        self.chat_id, self.engine_id = chat_id, engine_id
         self.choice_ids = choice_ids or [engine_id]
         self.splitters = splitters or {}
         self._last_token: dict[str, Token] = {}
         self.dropped_messages = dropped_messages  # the oldest messages left out so the conversation fits
-        self.continued: str | None = None  # how the start of an answer it continues was taken (continuation.py)
+        self.continued: str | None = None  # how the start of the answer it continues was taken
         self.state = StreamState.WAITING
-        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self.events: asyncio.Queue[StreamItem] = asyncio.Queue()
         self.submitted_at = time.monotonic()
         self.last_token_at: float | None = None
         self.cancelled: Cancel | None = None
@@ -76,10 +72,10 @@ class ChatStream:
         allowed = {StreamState.WAITING: (StreamState.RUNNING, StreamState.ENDED),
                    StreamState.RUNNING: (StreamState.ENDED,), StreamState.ENDED: ()}
         if state is not self.state and state not in allowed[self.state]:
-            raise RuntimeError(f"chat {self.client_id}: cannot go from {self.state.value} to {state.value}")
+            raise RuntimeError(f"chat {self.chat_id}: cannot go from {self.state.value} to {state.value}")
         self.state = state
 
-    async def next_event(self) -> Event:
+    async def next_event(self) -> StreamItem:
         """The next event; the engine ends every request it accepted, also when it fails, so a `Finished` comes."""
         event = await self.events.get()
         if isinstance(event, Started):
@@ -95,8 +91,7 @@ class ChatStream:
                 self.server.engine.cancel(engine_id)
 
     def shows(self, token: Token) -> bool:
-        """Whether a front door should send this token: tokens still queued behind a stop were produced before
-        it but never shown, and at most one of them is."""
+        """Tokens still queued behind a stop were made before it but never shown, and at most one of them is."""
         if not token.text:
             return False
         if self.cancelled is Cancel.STOP:
@@ -105,21 +100,21 @@ class ChatStream:
         return True
 
     def end(self) -> None:
-        """The front door is done with this chat (its end was sent, or its client is gone). Idempotent."""
+        """The door is done with this chat (its end was sent, or its client is gone). Idempotent."""
         if self.state is not StreamState.ENDED:
             self.move(StreamState.ENDED)
             self.server.stream_closed()
+            if self.client is not None:
+                self.server.limits.end_chats(self.client, len(self.choice_ids))
 
     def choice(self, request_id: str) -> int:
-        """Which of the chat's answers an event is about (0 unless it asked for n > 1)."""
         return self.choice_ids.index(request_id)
 
-    def tool_calls(self, request_id: str) -> list:
-        """The tool calls an answer made (tool_calls.ToolCallDone), complete once its Finished arrived."""
+    def tool_calls(self, request_id: str) -> list[ToolCallDone]:
         splitter = self.splitters.get(request_id)
         return splitter.calls if splitter is not None else []
 
-    def _split(self, event: Event) -> list[Event | ToolCallDelta]:
+    def _split(self, event: Event) -> Sequence[StreamItem]:
         splitter = self.splitters.get(event.request_id)
         if splitter is None:
             return [event]
@@ -130,9 +125,7 @@ class ChatStream:
             return [*splitter.flush(self._last_token.get(event.request_id)), event]
         return [event]
 
-    # ---- engine thread -> event loop ----
-
-    def on_event(self, loop: asyncio.AbstractEventLoop):
+    def on_event(self, loop: asyncio.AbstractEventLoop) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # engine thread: hand over, never block
             try:
                 loop.call_soon_threadsafe(self._deliver, event)
@@ -153,104 +146,105 @@ class ChatStream:
                 metrics.inter_token_latency.observe(now - self.last_token_at)
             self.last_token_at = now
             if self.cancelled in (Cancel.BACKLOG, Cancel.DISCONNECT):
-                return  # nobody will read it
+                return
         elif isinstance(event, Finished):
             metrics.finished(event)
             _log_request(self, event)
         for item in self._split(event):
             self.events.put_nowait(item)
-        if self.events.qsize() > settings.send_backlog and self.cancelled is None:
+        if self.events.qsize() > settings.socket.send_backlog and self.cancelled is None:
             log.warning("chat %s: the client is not reading (%d events waiting); cancelling it",
                         self.engine_id, self.events.qsize())
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: p.Chat, client: str, owner: str) -> ChatStream:
-    """Check, fit and submit `chat` for `client` (the address the limits count) as a turn of `owner`'s
-    conversation (whose cached tokens it may reuse: owners.py); raises ProtocolError."""
+async def open_chat(server: ServerState, chat: Chat, client: str, owner: str) -> ChatStream:
+    """Submit `chat` for `client` (whom the limits count) as a turn of `owner`'s conversation; raises Refusal."""
     if server.phase is Phase.STOPPING:
-        raise p.ProtocolError("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
-    if not server.ready:
-        raise p.ProtocolError("internal", "the server is not accepting chats (its engine stopped); see /readyz",
+        raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
+    engine, tokenizer = server.engine, server.tokenizer
+    if not server.ready or engine is None or tokenizer is None:
+        raise Refusal("internal", "the server is not accepting chats (its engine stopped); see /readyz",
                               chat.id)
-    wait_s = server.limits.allow_chat(client)
+    wait_s = server.limits.allow_chat(client, chat.n)  # each of n choices is a chat
     if wait_s is not None:
-        raise p.ProtocolError("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from "
-                                              f"one address; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
+        raise Refusal("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from one address "
+                                      f"(each of n choices counts); try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s = server.settings
-    params = p.sampling_params(chat, s.max_new_tokens, s.max_new_tokens_cap, s.request_timeout_s)
+    params = sampling_params(chat, s.answers.default_length, s.answers.length_cap, s.engine.request_timeout_s)
     if chat.answer_start is not None and chat.n > 1:
-        raise p.ProtocolError("invalid_request", "continue: an answer is continued as one choice; n must be 1",
+        raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)
-    tool_format = _tool_format(server, chat)
+    tool_format = _tool_format(server, tokenizer, chat)
     tools = chat.tools.for_template() if chat.tools is not None else None
-    if chat.tools is not None and chat.tools.must_call:
+    if chat.tools is not None and tool_format is not None and chat.tools.must_call:
         grammar = tool_format.grammar(chat.tools.offered(), chat.tools.strict)
         params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
-    messages, system = _system_prompt(server, [m.as_dict() for m in chat.messages], chat.id)
+    messages, system = _system_prompt(server, tokenizer, [m.as_dict() for m in chat.messages], chat.id)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]
     try:
         if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work
-            await asyncio.to_thread(server.engine.grammars.compile, params.constraint)
+            await asyncio.to_thread(engine.grammars.compile, params.constraint)
         fitted = await asyncio.to_thread(
-            fit_conversation, messages, lambda m: server.tokenizer.encode_chat(m, system, tools),
-            server.engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"),
-            server.tokenizer.count)
+            fit_conversation, messages, lambda m: tokenizer.encode_chat(m, system, tools),
+            engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"), tokenizer.count)
         params = dataclasses.replace(params, max_new_tokens=fitted.max_new_tokens)
-        splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if chat.tools is not None else None
-        stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters)
+        splitters = {i: ToolCallSplitter(i, tool_format) for i in engine_ids} if tool_format is not None else None
+        if refused := server.limits.start_chats(client, chat.n):
+            raise Refusal("rate_limited", refused, chat.id)
+        stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters, client)
         try:
-            shared = shared_length(server.shared_prefix, fitted.prompt_ids)  # what any owner's cache may give
-            if chat.answer_start is not None:  # one choice (checked above), going on from the answer's start
+            shared = shared_length(server.shared_prefix, fitted.prompt_ids)
+            if chat.answer_start is not None:
                 stream.continued = await continuation.submit(
-                    server, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
-                                              shared_prefix=shared),
+                    engine, tokenizer, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
+                                                         shared_prefix=shared),
                     chat.answer_start, stream.on_event(asyncio.get_running_loop()))
             for n, engine_id in enumerate(engine_ids if chat.answer_start is None else ()):
-                seed = None if params.seed is None else (params.seed + n) % 2**63  # the other choices copy the
-                server.engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,  # first one's prompt
-                                                       dataclasses.replace(params, seed=seed),
-                                                       follows=engine_ids[0] if n else None, owner=owner,
-                                                       shared_prefix=shared),
-                                     stream.on_event(asyncio.get_running_loop()))
+                seed = None if params.seed is None else (params.seed + n) % 2**63
+                engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,
+                                                dataclasses.replace(params, seed=seed),
+                                                follows=engine_ids[0] if n else None, owner=owner,
+                                                shared_prefix=shared),
+                              stream.on_event(asyncio.get_running_loop()))
         except BaseException:
             stream.cancel(Cancel.DISCONNECT)
             stream.end()
             raise
+    except Refusal:
+        raise
     except TypewriterError as e:  # prompt_too_long, overloaded, invalid_request; EngineStopped is internal
-        code = e.code if e.code in p.ERROR_CODES else "internal"
+        code = e.code if e.code in ERROR_CODES else "internal"
         message = str(e) or "the server is shutting down; reconnect later"
-        raise p.ProtocolError(code, message, chat.id) from None
+        raise Refusal(code, message, chat.id) from None
     except Exception:
-        log.exception("chat %s could not be submitted", engine_id)
-        raise p.ProtocolError("internal", "the server could not start this chat; see the server log",
+        log.exception("chat %s could not be submitted", engine_ids[0])
+        raise Refusal("internal", "the server could not start this chat; see the server log",
                               chat.id) from None
     return stream
 
 
-def _tool_format(server: ServerState, chat: p.Chat):
-    """The model's tool format, where the chat offers tools or carries earlier calls; refused for a model whose
-    chat template has none."""
+def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> ToolFormat | None:
+    """None unless the chat offers tools; refuses one that uses tools with a model whose template has none."""
     uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
-    fmt = server.tokenizer.tool_format
+    fmt = tokenizer.tool_format
     if uses_tools and fmt is None:
-        raise p.ProtocolError("not_supported", f"tools: {server.tokenizer.name}'s chat template has no tool format "
-                                               "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 "
-                                               "writes); leave out tools, tool calls and tool messages", chat.id)
-    return fmt
+        raise Refusal("not_supported", f"tools: {server.settings.model.id}'s chat template has no tool format "
+                                       "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 writes); "
+                                       "leave out tools, tool calls and tool messages", chat.id)
+    return fmt if chat.tools is not None else None
 
 
-def _system_prompt(server: ServerState, messages: list[dict[str, str]],
-                   chat_id: str) -> tuple[list[dict[str, str]], str | None]:
-    """The messages and the system prompt to encode them with, by `client_system_prompt`: a client's own
-    system message is refused, appended after the server's, or left to replace it."""
+def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[dict[str, Any]],
+                   chat_id: str) -> tuple[list[dict[str, Any]], str | None]:
+    """By `client_system_prompt`, a client's own system message is refused, appended to the server's, or replaces it."""
     s = server.settings
-    if not messages or messages[0]["role"] != "system" or s.client_system_prompt == "replace":
-        return messages, s.system_prompt
-    if s.client_system_prompt == "refuse":
-        raise p.ProtocolError("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
+    if not messages or messages[0]["role"] != "system" or s.answers.client_system_prompt == "replace":
+        return messages, s.answers.system_prompt
+    if s.answers.client_system_prompt == "refuse":
+        raise Refusal("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
                               "conversation without a system message", chat_id)
-    ours = server.tokenizer.default_system_prompt if s.system_prompt is None else s.system_prompt
+    ours = tokenizer.default_system_prompt if s.answers.system_prompt is None else s.answers.system_prompt
     theirs = messages[0]["content"]
     return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
 
@@ -258,7 +252,7 @@ def _system_prompt(server: ServerState, messages: list[dict[str, str]],
 def _log_request(stream: ChatStream, event: Finished) -> None:
     t = event.timings
     record = {
-        "event": "chat_end", "id": stream.engine_id, "client_id": stream.client_id, "reason": event.reason.value,
+        "event": "chat_end", "id": stream.engine_id, "chat_id": stream.chat_id, "reason": event.reason.value,
         "prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
         "queue_ms": round(t.queue_ms, 1), "ttft_ms": round(t.ttft_ms, 1), "total_ms": round(t.total_ms, 1),
         "tokens_per_s": round(t.tokens_per_s, 2),

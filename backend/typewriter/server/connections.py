@@ -1,16 +1,6 @@
-"""Connections before they are requests, and descriptors running out.
-
-A TCP connection that sends nothing, or half a request header, used to stay open forever and count against no
-limit, so enough of them took every file descriptor and `/healthz` and the students' sockets stopped answering.
-Now each connection must send a whole request header within `header_timeout_s` (also for the next request on a
-kept-alive one), and those still waiting for one are capped per client address and in total: when one more
-arrives, the oldest waiting past a cap is closed, so a new connection, a health probe's, always gets its turn.
-The address is the TCP peer's: before its header nothing else is known (behind a proxy, the proxy's address).
-
-If descriptors run out all the same (a low `ulimit -n`), asyncio logs "socket.accept() out of system resource"
-each time it retries the listening socket, hundreds of thousands of lines a minute; that is logged once an
-interval here, with how many there were. At start-up the soft descriptor limit is raised to what the connection
-caps need, where the hard limit allows, and a warning names the settings when it does not.
+"""Connections before they are requests, and descriptors running out (SECURITY.md). Those still waiting for a
+whole header are capped and timed out, the oldest closed first, so that a silent crowd cannot take every
+descriptor and a health probe always gets its turn.
 """
 
 from __future__ import annotations
@@ -20,13 +10,16 @@ import logging
 import resource
 import time
 from collections.abc import Callable
+from typing import Any
 
 import h11
+from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
 
 log = logging.getLogger("typewriter.server")
 
-LOG_INTERVAL_S = 60.0  # a repeated warning is logged at most this often
+LOG_INTERVAL_S = 60.0
 RESERVED_DESCRIPTORS = 128  # beyond the connections: the model's files, the engine's threads, gRPC, the log
 
 
@@ -35,7 +28,8 @@ class Every:
 
     def __init__(self, interval_s: float = LOG_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
         self.interval_s, self.clock = interval_s, clock
-        self.count, self._last = 0, None
+        self.count = 0
+        self._last: float | None = None
 
     def tick(self) -> int | None:
         """Count one; the count since the last time it was said if it is time to say it again, else None."""
@@ -48,8 +42,7 @@ class Every:
 
 
 class Waiting:
-    """The connections waiting for a request header, oldest first, per client address and in all. Event loop
-    only. `on_drop(reason)` hears of each one closed: `header_timeout`, `pending_per_client`, `pending_total`."""
+    """Connections waiting for a request header. Event loop only; `on_drop(reason)` hears of each one closed."""
 
     def __init__(self, total: int, per_client: int, timeout_s: float, on_drop: Callable[[str], None]):
         self.total, self.per_client, self.timeout_s = total, per_client, timeout_s
@@ -62,7 +55,6 @@ class Waiting:
         return len(self._all)
 
     def wait(self, connection: GuardedH11Protocol, client: str) -> None:
-        """`connection` waits for a request header from now on; the oldest past a cap are closed."""
         self._all[connection] = client
         peers = self._by_client.setdefault(client, {})
         peers[connection] = None
@@ -72,7 +64,7 @@ class Waiting:
             self.drop(next(iter(self._all)), "pending_total")
 
     def done(self, connection: GuardedH11Protocol) -> None:
-        """It no longer waits: its header came, or it closed. Idempotent."""
+        """Idempotent."""
         client = self._all.pop(connection, None)
         if client is None:
             return
@@ -97,15 +89,16 @@ class Waiting:
 
 
 class GuardedH11Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, with a deadline and a place among the `Waiting` while it waits for a request
-    header: from when it opens, and again after each response on a kept-alive connection."""
+    """uvicorn's HTTP/1.1 protocol, with a deadline for each request header, a kept-alive connection's next too."""
 
-    def __init__(self, *args, waiting: Waiting, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None, *, waiting: Waiting):
+        super().__init__(config, server_state, app_state, _loop)
         self.waiting = waiting
         self._deadline: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(  # type: ignore[override]  # as uvicorn's: a Transport, not asyncio's BaseTransport
+            self, transport: asyncio.Transport) -> None:
         super().connection_made(transport)
         self._await_header()
 
@@ -148,21 +141,19 @@ class GuardedH11Protocol(H11Protocol):
 
 
 def guarded_http(waiting: Waiting) -> Callable[..., GuardedH11Protocol]:
-    """The protocol factory for uvicorn.Config's `http`."""
-
-    def protocol(*args, **kwargs) -> GuardedH11Protocol:
-        return GuardedH11Protocol(*args, waiting=waiting, **kwargs)
+    def protocol(config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> GuardedH11Protocol:
+        return GuardedH11Protocol(config, server_state, app_state, _loop, waiting=waiting)
 
     return protocol
 
 
 def log_accept_failures_once_an_interval(loop: asyncio.AbstractEventLoop, interval_s: float = LOG_INTERVAL_S) -> None:
-    """asyncio reports each failed accept of the listening socket (no descriptor left) to the loop's exception
-    handler, up to its backlog (2,048) times a retry, once a second: say it once an interval instead."""
+    """asyncio reports each failed accept to the loop's exception handler, many a second: say it once an interval."""
     failures = Every(interval_s)
     default = loop.get_exception_handler()
 
-    def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if context.get("message") != "socket.accept() out of system resource":
             if default is not None:
                 default(loop, context)
@@ -182,10 +173,10 @@ def descriptor_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-def ensure_descriptors(connections: int, pending: int) -> int:
-    """Raise the soft descriptor limit to what `connections` open sockets and `pending` waiting connections need
-    besides the process's own, where the hard limit allows; warn when it does not. Returns the soft limit."""
-    need = connections + pending + RESERVED_DESCRIPTORS
+def ensure_descriptors(connections: int, pending: int, each: int = 1) -> int:
+    """Raise the soft descriptor limit to what the caps need, `each` descriptors a connection (more with gRPC on),
+    where the hard limit allows, else warn; returns it."""
+    need = (connections + pending) * each + RESERVED_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < need and (hard == resource.RLIM_INFINITY or hard > soft):
         soft = need if hard == resource.RLIM_INFINITY else min(need, hard)

@@ -1,9 +1,5 @@
-"""The server's lifecycle: load the engine off the event loop, report readiness, drain on shutdown.
-
-Loading takes seconds (weights, then the first compiled programs; the rest compile in the background while
-chats are served), so it runs on a thread while /healthz already answers. The phase only changes on the event
-loop, through checked transitions.
-"""
+"""The server's lifecycle: load the engine on a thread while /healthz already answers, report readiness, drain on
+shutdown. The phase changes only on the event loop, through checked transitions."""
 
 from __future__ import annotations
 
@@ -14,30 +10,41 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import Settings, parse_proxies
+from ..engine.request import Constraint, Event, GenerationRequest
 from ..errors import TypewriterError
-from ..engine.request import Event, GenerationRequest
+from ..text.tool_format import ToolFormat
 from .limits import Limits
+from .load_estimate import LoadEstimate
 from .metrics import Metrics
 from .owners import Owners, shared_prefix
+
+if TYPE_CHECKING:  # the engine's own records, named only: the server imports no runtime before it loads one
+    from ..engine.engine import EngineStats, StepStats
 
 log = logging.getLogger("typewriter.server")
 
 
+class GrammarCompiler(Protocol):
+    def compile(self, constraint: Constraint) -> object: ...  # raises InvalidRequest if it does not compile
+
+
 class EngineHandle(Protocol):
-    """What the server needs of `engine.engine.Engine` (structural, so the server never imports a runtime)."""
+    """What the server needs of `engine.engine.Engine`: structural, so that the server never imports a runtime."""
 
     max_context: int
     max_active: int
     max_queue: int
-    on_step: Callable | None  # called on the engine thread with each computing step's StepStats
+    on_step: Callable[[StepStats], None] | None  # called on the engine thread
 
+    @property
+    def grammars(self) -> GrammarCompiler: ...
     def submit(self, request: GenerationRequest, on_event: Callable[[Event], None]) -> None: ...
     def cancel(self, request_id: str) -> bool: ...
-    def stats(self): ...  # .active, .queued
-    def describe_runtime(self) -> dict: ...  # the runner's name, weight format and programs
+    def stats(self) -> EngineStats: ...
+    def describe_runtime(self) -> dict[str, Any]: ...
     @property
     def alive(self) -> bool: ...
     @property
@@ -46,15 +53,18 @@ class EngineHandle(Protocol):
 
 
 class ChatEncoder(Protocol):
-    """What the server needs of `typewriter.text.tokenizer.Tokenizer`: chat messages to prompt ids."""
-
     name: str
     default_system_prompt: str  # what encode_chat uses when it is given system=None
+    tool_format: ToolFormat | None  # how its chat template writes a tool call; None: it has no tools
+    eos_token_ids: frozenset[int]  # the ids that end an answer: not listed among log probabilities
+    special_ids: frozenset[int]  # control tokens: no client's text names them
 
-    def encode_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> list[int]: ...
-    def encode(self, text: str) -> list[int]: ...  # an answer's start, continued from its text
-    def chat_prefix(self, system: str | None = None) -> list[int]: ...  # what every chat's ids begin with
-    def count(self, text: str, limit: int) -> int: ...  # a text's tokens, read no further than past `limit`
+    def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
+                    tools: Sequence[dict[str, Any]] | None = None) -> list[int]: ...
+    def encode_text(self, text: str) -> list[int]: ...  # a client's text: control tokens in it as plain text
+    def chat_prefix(self, system: str | None = None) -> list[int]: ...
+    def count(self, text: str, limit: int) -> int: ...  # reads no further than past `limit`
+    def token_bytes(self, token_id: int) -> bytes: ...
 
 
 Progress = Callable[[str], None]
@@ -62,9 +72,12 @@ EngineFactory = Callable[[Settings, Progress], tuple[EngineHandle, ChatEncoder]]
 
 
 def load_real_engine(settings: Settings, progress: Progress) -> tuple[EngineHandle, ChatEncoder]:
-    from ..runtime import load_engine  # imports TensorFlow: only ever on the loader thread
+    from ..assemble import load_engine  # imports TensorFlow: only ever on the loader thread
 
-    return load_engine(settings, progress)
+    engine: EngineHandle
+    tokenizer: ChatEncoder
+    engine, tokenizer = load_engine(settings, progress)  # annotated above so that mypy holds them to the Protocols
+    return engine, tokenizer
 
 
 class Phase(enum.Enum):
@@ -88,20 +101,20 @@ class ServerState:
         self.phase = Phase.LOADING
         self.engine: EngineHandle | None = None
         self.tokenizer: ChatEncoder | None = None
-        self.owners = Owners()  # whose cached conversation a chat may reuse (owners.py)
-        self.shared_prefix: list[int] = []  # the prompt tokens every chat begins with, known once loaded
+        self.owners = Owners()
+        self.shared_prefix: list[int] = []
         self.progress = "starting"
+        self.load_estimate = LoadEstimate()
         self.error: str | None = None
         self.metrics = Metrics(self._engine_counts)
-        self.limits = Limits(settings.max_connections, settings.max_connections_per_client,
-                             settings.chats_per_minute, parse_proxies(settings.trusted_proxies))
+        self.limits = Limits(settings.limits.max_connections, settings.limits.max_connections_per_client,
+                             settings.limits.chats_per_minute, parse_proxies(settings.limits.trusted_proxies))
         self._factory = engine_factory
         self._ids = itertools.count(1)
         self._in_flight = 0
         self._drained = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def ready(self) -> bool:
@@ -111,32 +124,29 @@ class ServerState:
     def engine_failed(self) -> bool:
         return self.phase is Phase.READY and self.engine is not None and self.engine.failed
 
-    def health(self) -> tuple[bool, dict]:
+    def health(self) -> tuple[bool, dict[str, Any]]:
         """The /healthz body: alive unless the engine has failed for good (a supervisor should restart us)."""
         if self.engine_failed:
             return False, {"status": "engine_failed", "detail": "the engine failed; see the server log"}
         return True, {"status": "ok"}
 
-    def readiness(self) -> tuple[bool, dict]:
-        """The /readyz body: why it is not ready, or the model and the limits a client must respect. A server
-        whose slots and wait queue are all taken answers 503 "full": a balancer's health check (Kubernetes
-        readiness, an active check) then sends new chats to another replica until one frees."""
-        if self.ready:
-            s, engine = self.settings, self.engine
-            stats = engine.stats()
-            body = {
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """The /readyz body. A server whose slots and queue are all taken answers 503 "full", so that a balancer
+        sends new chats to another replica until one frees."""
+        engine, tokenizer = self.engine, self.tokenizer
+        if self.ready and engine is not None and tokenizer is not None:
+            s, stats = self.settings, engine.stats()
+            body: dict[str, Any] = {
                 "status": "ready",
-                "model": s.model_id,
-                "tokenizer": self.tokenizer.name,
+                "model": s.model.id,
+                "tokenizer": tokenizer.name,
                 "limits": {
                     "max_active": engine.max_active, "max_queue": engine.max_queue,
-                    "max_context": engine.max_context, "max_new_tokens": s.max_new_tokens,
-                    "max_new_tokens_cap": s.max_new_tokens_cap, "max_messages": s.max_messages,
-                    "max_message_bytes": s.max_message_bytes,
+                    "max_context": engine.max_context, "max_new_tokens": s.answers.default_length,
+                    "max_new_tokens_cap": s.answers.length_cap, "max_messages": s.socket.max_messages,
+                    "max_message_bytes": s.socket.max_message_bytes,
                 },
                 "load": {"active": stats.active, "queued": stats.queued},
-                # XLA's "programs" may still be compiling in the background: chats are served meanwhile, some
-                # more slowly; int8-lite's were all made at load
                 "runtime": engine.describe_runtime(),
             }
             if stats.active >= engine.max_active and stats.queued >= engine.max_queue:
@@ -148,6 +158,7 @@ class ServerState:
         body = {"status": self.phase.value}
         if self.phase is Phase.LOADING:
             body["progress"] = self.progress
+            body |= self.load_estimate.at(time.monotonic())
         if self.error:
             body["detail"] = self.error
         return False, body
@@ -155,26 +166,25 @@ class ServerState:
     def next_request_id(self) -> str:
         return f"r{next(self._ids)}"
 
-    # ---- loading ----
-
     def start_loading(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        threading.Thread(target=self._load, name="typewriter-loader", daemon=True).start()
+        loop = asyncio.get_running_loop()
+        threading.Thread(target=self._load, args=(loop,), name="typewriter-loader", daemon=True).start()
 
-    def _load(self) -> None:
+    def _load(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             engine, tokenizer = self._factory(self.settings, self._report)
-        except Exception as e:  # the failure is shown on /readyz and in the log; the process decides to exit
+        except Exception as e:  # shown on /readyz; the process decides to exit
             if isinstance(e, TypewriterError):  # a named, actionable error: no traceback
                 log.error("loading the model failed: %s", e)
             else:
                 log.exception("loading the model failed")
-            self._loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
+            loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
         else:
-            self._loop.call_soon_threadsafe(self._loaded, engine, tokenizer)
+            loop.call_soon_threadsafe(self._loaded, engine, tokenizer)
 
     def _report(self, message: str) -> None:
         self.progress = message
+        self.load_estimate.report(message, time.monotonic())
         log.info("loading: %s", message)
 
     def _loaded(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:
@@ -182,11 +192,11 @@ class ServerState:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
         self.engine, self.tokenizer = engine, tokenizer
-        self.shared_prefix = shared_prefix(tokenizer, self.settings.system_prompt)
+        self.shared_prefix = shared_prefix(tokenizer.chat_prefix, self.settings.answers.system_prompt)
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
         log.info("ready: %s, %d slots, queue %d, context %d",
-                 self.settings.model_id, engine.max_active, engine.max_queue, engine.max_context)
+                 self.settings.model.id, engine.max_active, engine.max_queue, engine.max_context)
 
     def _failed(self, message: str) -> None:
         if self.phase is Phase.LOADING:
@@ -198,8 +208,6 @@ class ServerState:
             raise RuntimeError(f"server phase cannot go from {self.phase.value} to {phase.value}")
         self.phase = phase
 
-    # ---- streams in flight, for a graceful shutdown ----
-
     def stream_opened(self) -> None:
         self._in_flight += 1
         self._idle.clear()
@@ -210,21 +218,18 @@ class ServerState:
             self._idle.set()
 
     def begin_drain(self) -> None:
-        """From now on /readyz is 503 and no chat or socket is taken; answers already running go on. Safe to
-        call from a signal handler, and more than once."""
+        """No new chat or socket from now on; running answers go on. Safe from a signal handler, and twice."""
         if self.phase is not Phase.STOPPING:
             self._move(Phase.STOPPING)
             log.info("draining: %d chats running; no new ones", self._in_flight)
 
     async def drain(self, hurry: Callable[[], bool] = lambda: False) -> None:
-        """Stop taking chats, let running answers finish for up to `drain_s` (or until `hurry()`), then end every
-        one still running or queued with reason `shutdown` and wait (bounded) until each has sent its `end`.
-        Only the first call drains; later ones return at once."""
+        """Let running answers finish for up to `drain_s` (or until `hurry()`), then end the rest; drains once."""
         self.begin_drain()
         if self._drained:
             return
         self._drained = True
-        deadline = time.monotonic() + self.settings.drain_s
+        deadline = time.monotonic() + self.settings.serving.drain_s
         while self._in_flight and time.monotonic() < deadline and not hurry():
             try:
                 await asyncio.wait_for(self._idle.wait(), min(0.1, max(0.0, deadline - time.monotonic())))
@@ -232,14 +237,14 @@ class ServerState:
                 pass
         if self._in_flight:
             log.info("drain: %d chats still running after %.1fs; ending them", self._in_flight,
-                     self.settings.drain_s)
+                     self.settings.serving.drain_s)
         if self.engine is not None:
             await asyncio.to_thread(self.engine.shutdown)
         try:
-            await asyncio.wait_for(self._idle.wait(), self.settings.shutdown_grace_s)
+            await asyncio.wait_for(self._idle.wait(), self.settings.serving.shutdown_grace_s)
         except TimeoutError:
             log.warning("shutdown: %d streams did not end within %.1fs", self._in_flight,
-                        self.settings.shutdown_grace_s)
+                        self.settings.serving.shutdown_grace_s)
 
     def _engine_counts(self) -> tuple[int, int]:
         if self.engine is None:

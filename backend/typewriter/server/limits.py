@@ -1,9 +1,5 @@
-"""Abuse limits for a public server: sockets in total and per client address, chats per minute per address,
-frames per second per socket.
-
-All state lives on the event loop (no locks). The client address is the socket's peer, or, when that peer is a
-trusted proxy (`trusted_proxies`), the nearest address in `X-Forwarded-For` that is not one: a client cannot
-forge its way past the limits by sending that header itself.
+"""Abuse limits for a public server, on the event loop only. `X-Forwarded-For` counts only from a trusted proxy, so
+that a client cannot forge its way past the limits by sending that header itself.
 """
 
 from __future__ import annotations
@@ -15,7 +11,6 @@ from collections.abc import Callable, Iterable, Mapping
 
 
 def client_address(peer: str | None, headers: Mapping[str, str], trusted: frozenset[str]) -> str:
-    """Who the limits count: the peer, unless it is a trusted proxy that says whom it forwards for."""
     address = peer or "unknown"
     if address not in trusted:
         return address
@@ -27,8 +22,7 @@ def client_address(peer: str | None, headers: Mapping[str, str], trusted: frozen
 
 
 def forwarded_https(peer: str | None, headers: Mapping[str, str], trusted: frozenset[str]) -> bool:
-    """Whether a trusted proxy says the client reached it over https (its `X-Forwarded-Proto`, the first entry
-    being the client's side); from any other peer the header is ignored."""
+    """From any peer but a trusted proxy, `X-Forwarded-Proto` is ignored."""
     if (peer or "unknown") not in trusted:
         return False
     return headers.get("x-forwarded-proto", "").split(",")[0].strip().lower() == "https"
@@ -42,16 +36,23 @@ def _is_ip(text: str) -> bool:
     return True
 
 
+MISSES_PER_MINUTE = 20  # failed look-ups a client may make: an owner's own mistakes, never a guessing run
+
+
 class Limits:
     def __init__(self, max_connections: int, max_per_client: int, chats_per_minute: int,
-                 trusted_proxies: Iterable[str] = (), clock: Callable[[], float] = time.monotonic):
+                 trusted_proxies: Iterable[str] = (), clock: Callable[[], float] = time.monotonic,
+                 misses_per_minute: int = MISSES_PER_MINUTE):
         self.max_connections, self.max_per_client = max_connections, max_per_client
         self.chats_per_minute = chats_per_minute
+        self.misses_per_minute = misses_per_minute
         self.trusted = frozenset(trusted_proxies)
         self.clock = clock
         self.open: collections.Counter[str] = collections.Counter()
-        self.total = 0  # sum(self.open.values()), kept rather than summed on every connect
+        self.total = 0
+        self.running: collections.Counter[str] = collections.Counter()  # chats at once, kept ones included
         self._chats: dict[str, collections.deque[float]] = {}
+        self._misses: dict[str, collections.deque[float]] = {}
 
     def connect(self, client: str) -> str | None:
         """Count a new socket from `client`; returns why it is refused (and then counts nothing), or None."""
@@ -69,24 +70,61 @@ class Limits:
         if self.open[client] <= 0:
             del self.open[client]
 
-    def allow_chat(self, client: str) -> float | None:
-        """Count a chat from `client` in the last minute; None if allowed, else seconds until one would be."""
+    def allow_chat(self, client: str, n: int = 1) -> float | None:
+        """Count `n` chats (a request's choices each count) from `client` in the last minute; None if allowed,
+        else seconds until they would be."""
+        return _take(self._chats, client, n, self.chats_per_minute, self.clock(), 4 * self.max_connections)
+
+    def missed(self, client: str) -> None:
+        """Count a failed look-up (a resume or stream token that names nothing) from `client`."""
+        _take(self._misses, client, 1, self.misses_per_minute + 1, self.clock(), 4 * self.max_connections)
+
+    def looking_blocked(self, client: str) -> float | None:
+        """Seconds until `client` may look a token up again, after `misses_per_minute` failed look-ups in a
+        minute, else None: guessing is as slow as it is hopeless."""
+        window = self._misses.get(client)
         now = self.clock()
-        window = self._chats.setdefault(client, collections.deque())
         while window and window[0] <= now - 60.0:
             window.popleft()
-        if len(window) >= self.chats_per_minute:
-            return max(0.0, window[0] + 60.0 - now)
-        window.append(now)
-        if len(self._chats) > 4 * self.max_connections:  # forget addresses idle for a minute, boundedly
-            for key in [k for k, w in self._chats.items() if not w or w[-1] <= now - 60.0]:
-                del self._chats[key]
+        if window and len(window) >= self.misses_per_minute:
+            return max(0.0, window[len(window) - self.misses_per_minute] + 60.0 - now)
         return None
+
+    def start_chats(self, client: str, n: int = 1) -> str | None:
+        """Count `n` running chats of `client` (kept ones too, until they end); returns why they are refused, or
+        None. A client holds no more chats at once than sockets, connected or not."""
+        if self.running[client] + n > self.max_per_client:
+            return (f"too many chats at once from your address (at most {self.max_per_client}, kept answers "
+                    "included); wait for one to end")
+        self.running[client] += n
+        return None
+
+    def end_chats(self, client: str, n: int = 1) -> None:
+        self.running[client] -= n
+        if self.running[client] <= 0:
+            del self.running[client]
+
+
+
+def _take(windows: dict[str, collections.deque[float]], client: str, n: int, per_minute: int, now: float,
+          most_clients: int) -> float | None:
+    """Count `n` events of `client` in its sliding minute, or none if they do not fit: seconds until they would."""
+    window = windows.setdefault(client, collections.deque())
+    while window and window[0] <= now - 60.0:
+        window.popleft()
+    if len(window) + n > per_minute:
+        if n > per_minute:
+            return 60.0  # never all at once
+        return max(0.0, window[len(window) + n - per_minute - 1] + 60.0 - now)  # until enough of them expire
+    window.extend([now] * n)
+    if len(windows) > most_clients:  # forget clients idle for a minute, boundedly
+        for key in [k for k, w in windows.items() if not w or w[-1] <= now - 60.0]:
+            del windows[key]
+    return None
 
 
 class FrameRate:
-    """Frames one socket may send: `per_second` on average, in bursts of up to twice that (a token bucket). A
-    chat client sends a frame or two a question; a flood of them is a script."""
+    """Frames one socket may send: `per_second` on average, in bursts of up to twice that (a token bucket)."""
 
     def __init__(self, per_second: float, clock: Callable[[], float] = time.monotonic):
         self.per_second, self.burst = per_second, 2 * per_second

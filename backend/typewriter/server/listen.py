@@ -1,21 +1,16 @@
-"""The listening sockets, bound before anything else starts, and one sentence when a port cannot be had.
-
-`typewriter serve` binds its HTTP port before the app starts (so a port in use stops it at once: no model load,
-no drain) and hands the sockets to uvicorn, which binds them the same way itself: SO_REUSEADDR, one socket per
-address the host name resolves to, IPv6 sockets IPv6 only.
-"""
+"""The listening sockets, bound as uvicorn would before the app starts, so a port in use stops the server before
+the model loads; and one sentence when a port cannot be had."""
 
 from __future__ import annotations
 
 import errno
 import socket
 
-EXIT_CANNOT_LISTEN = 4  # the exit code of a server whose HTTP or gRPC port cannot be bound (docs/deploy.md)
+EXIT_CANNOT_LISTEN = 4  # docs/deploy.md
 
 
 def listen(host: str, port: int) -> list[socket.socket]:
-    """Sockets bound to every address of `host` on `port` (0: one free port, the same for each); raises OSError
-    (socket.gaierror for a host name that does not resolve) with nothing left open."""
+    """One socket per address of `host` (port 0: one free port for all); raises OSError with nothing left open."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     try:
@@ -36,8 +31,7 @@ def listen(host: str, port: int) -> list[socket.socket]:
 
 
 def taken(what: str, host: str, port: int, option: str) -> str | None:
-    """Why `what` on host:port cannot be bound now (see cannot_listen), or None when it can; binds nothing. For a
-    server that binds it itself (gRPC), so a port in use is one line of ours rather than its own log lines."""
+    """None if the port can be bound now; for gRPC, so that a port in use is one line of ours, not its log lines."""
     try:
         for sock in listen(host, port) if port else ():
             sock.close()
@@ -47,7 +41,6 @@ def taken(what: str, host: str, port: int, option: str) -> str | None:
 
 
 def cannot_listen(what: str, host: str, port: int, error: OSError, option: str) -> str:
-    """Why `what` ("port", "gRPC port") cannot be bound, and what to do, in one sentence without the prefix."""
     shown = f"[{host}]" if ":" in host else host
     if isinstance(error, socket.gaierror):
         return f"cannot listen on {shown}: the host name does not resolve ({error.strerror}); check --host"

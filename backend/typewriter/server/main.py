@@ -1,47 +1,50 @@
-"""The chat server under uvicorn, with readiness, dead-socket pings and a graceful shutdown (`typewriter serve`
-parses its options in commands/serve.py)."""
+"""The chat server under uvicorn, with a graceful shutdown (`typewriter serve` parses its options in commands/)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
+from starlette.applications import Starlette
 from websockets.exceptions import InvalidState
 
 from ..config import Settings
+from .access_log import quiet_probes
 from .app import create_app
 from .connections import Waiting, ensure_descriptors, guarded_http, log_accept_failures_once_an_interval
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .listen import EXIT_CANNOT_LISTEN, cannot_listen, listen, taken
 
 if TYPE_CHECKING:
-    from .grpc_server import GrpcServer
+    from uvicorn.server import Protocols
+
+    from .grpc.server import GrpcServer
 
 GRPC_GRACE_S = 1.0
+GRPC_DESCRIPTORS = 3  # a connection to the gRPC port: the client's, the proxy's to gRPC, and gRPC's own end of it
 
 
 def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
-    """Run until SIGTERM or SIGINT, then drain: /readyz turns 503 at once, new sockets and chats are refused,
-    running answers may finish for `drain_s`, then end with reason `shutdown`. Returns 0 after a drain (a second
-    signal cuts it short), 1 if the model failed to load or the engine failed for good (so that a supervisor,
-    Docker's restart policy or Kubernetes, starts a fresh process), EXIT_CANNOT_LISTEN if the HTTP or gRPC port
-    cannot be bound (said in one line; nothing was started)."""
+    """Run until SIGTERM or SIGINT, then drain. Returns 0 after a drain, 1 if the model or the engine failed (so
+    that a supervisor starts a fresh process), EXIT_CANNOT_LISTEN if a port cannot be bound."""
     try:
-        sockets = listen(settings.host, settings.port)
+        sockets = listen(settings.serving.host, settings.serving.port)
     except OSError as e:
-        print(f"typewriter: error: {cannot_listen('port', settings.host, settings.port, e, '--port')}",
+        print(f"typewriter: error: {cannot_listen('port', settings.serving.host, settings.serving.port, e, '--port')}",
               file=sys.stderr, flush=True)
         return EXIT_CANNOT_LISTEN
-    if settings.grpc_port is not None and (why := taken("gRPC port", settings.host, settings.grpc_port,
+    if settings.serving.grpc_port is not None and (why := taken("gRPC port", settings.serving.host, settings.serving.grpc_port,
                                                         "--grpc-port")):
         for sock in sockets:
             sock.close()
         print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
         return EXIT_CANNOT_LISTEN
-    logging.basicConfig(level=settings.log_level.upper(), stream=sys.stderr,
+    logging.basicConfig(level=settings.serving.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory)
     server = Server(uvicorn_config(app, settings), app.state.server)
@@ -55,33 +58,32 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
     return 1 if server.load_failed or server.engine_failed else 0
 
 
-def uvicorn_config(app, settings: Settings, **overrides) -> uvicorn.Config:
+def uvicorn_config(app: Starlette, settings: Settings, **overrides: Any) -> uvicorn.Config:
     metrics = app.state.server.metrics
-    waiting = Waiting(settings.max_pending_connections, settings.max_pending_per_client, settings.header_timeout_s,
+    waiting = Waiting(settings.limits.max_pending_connections, settings.limits.max_pending_per_client, settings.limits.header_timeout_s,
                       lambda reason: metrics.dropped_connections.labels(reason=reason).inc())
-    values = dict(
-        host=settings.host,
-        port=settings.port,
-        ws="websockets-sansio",  # the websockets library's protocol, without its deprecated legacy layer
-        ws_max_size=settings.max_message_bytes,
-        ws_ping_interval=settings.ping_interval_s or None,
-        ws_ping_timeout=settings.ping_timeout_s or None,
-        # uvicorn would trust X-Forwarded-For from loopback and rewrite the client address before the limits see it;
-        # trusted_proxies alone decides whose header counts (limits.client_address).
+    values: dict[str, Any] = dict(
+        host=settings.serving.host,
+        port=settings.serving.port,
+        ws="websockets-sansio",  # without the websockets library's deprecated legacy layer
+        ws_max_size=settings.socket.max_message_bytes,
+        ws_ping_interval=settings.socket.ping_interval_s or None,
+        ws_ping_timeout=settings.socket.ping_timeout_s or None,
+        # uvicorn would trust X-Forwarded-For from loopback; trusted_proxies alone decides whose header counts.
         proxy_headers=False,
-        http=guarded_http(waiting),  # a header timeout, and caps on connections not yet a request (connections.py)
-        log_level=settings.log_level,
+        http=guarded_http(waiting),
+        log_level=settings.serving.log_level,
         lifespan="on",
-        timeout_graceful_shutdown=max(1, round(settings.shutdown_grace_s)),
+        timeout_graceful_shutdown=max(1, round(settings.serving.shutdown_grace_s)),
     )
-    return uvicorn.Config(app, **(values | overrides))
+    config = uvicorn.Config(app, **(values | overrides))  # configures uvicorn's loggers, so it comes first
+    quiet_probes()
+    return config
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, plus: serve gRPC beside it (`grpc_port`; bound first, so a port in use stops it before
-    the model loads), print the URL once bound, exit if the model fails to load, and end every chat with reason
-    `shutdown` before uvicorn closes the sockets (it would otherwise drop them with 1012) and the gRPC server
-    stops."""
+    """uvicorn's server, plus gRPC beside it, an exit when the model fails to load, and every chat ended with
+    reason `shutdown` before uvicorn would drop the sockets with 1012."""
 
     def __init__(self, config: uvicorn.Config, state: ServerState):
         super().__init__(config)
@@ -91,10 +93,11 @@ class Server(uvicorn.Server):
         self.engine_failed = False
         self.grpc_failed = False
 
-    async def startup(self, sockets=None) -> None:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         log_accept_failures_once_an_interval(asyncio.get_running_loop())
-        ensure_descriptors(self.state.settings.max_connections, self.state.settings.max_pending_connections)
-        grpc_port = self.state.settings.grpc_port
+        grpc_port = self.state.settings.serving.grpc_port
+        ensure_descriptors(self.state.settings.limits.max_connections, self.state.settings.limits.max_pending_connections,
+                           1 if grpc_port is None else 1 + GRPC_DESCRIPTORS)
         if grpc_port is not None and not await self._start_grpc(self.config.host, grpc_port):
             self.grpc_failed = self.should_exit = True  # before the lifespan: nothing loads, nothing to drain
             return
@@ -105,8 +108,8 @@ class Server(uvicorn.Server):
                   flush=True)
 
     async def _start_grpc(self, host: str, port: int) -> bool:
-        """Serve gRPC beside HTTP, on its address; False (and one line saying why) when the port cannot be had."""
-        from .grpc_server import GrpcServer  # grpcio is imported only when gRPC is on
+        """False, and one line saying why, when the port cannot be had."""
+        from .grpc.server import GrpcServer  # grpcio is imported only when gRPC is on
 
         why = taken("gRPC port", host, port, "--grpc-port")
         if why is None:
@@ -115,36 +118,35 @@ class Server(uvicorn.Server):
                 bound = await grpc.start(host, port)
             except RuntimeError as e:  # taken in between, or refused for a reason of gRPC's own
                 why = f"gRPC cannot listen on {_shown(host)}:{port} ({e})"
-        if why is not None:
-            print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
-            return False
-        self.grpc = grpc
-        print(f"gRPC on {_shown(host)}:{bound}", flush=True)
-        return True
+            else:
+                self.grpc = grpc
+                print(f"gRPC on {_shown(host)}:{bound}", flush=True)
+                return True
+        print(f"typewriter: error: {why}", file=sys.stderr, flush=True)
+        return False
 
     async def on_tick(self, counter: int) -> bool:
         if self.state.phase is Phase.FAILED:
             print(f"typewriter: error: the model failed to load: {self.state.error}", file=sys.stderr, flush=True)
             self.load_failed = True
             return True
-        if self.state.engine_failed and not self.engine_failed:  # its thread died, or its steps kept failing
+        if self.state.engine_failed and not self.engine_failed:
             print("typewriter: error: the engine failed for good (the log above says how); stopping so that a "
                   "fresh process can take over", file=sys.stderr, flush=True)
             self.engine_failed = True
-            self.should_exit = True  # the usual shutdown: open sockets are closed, the process exits 1
+            self.should_exit = True
         return await super().on_tick(counter)
 
-    def handle_exit(self, sig, frame) -> None:
-        """SIGTERM/SIGINT: stop taking chats now and let the main loop end (then `shutdown` drains). Unlike
-        uvicorn's own handler it does not re-raise the signal afterwards: a drained server exits 0."""
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """Unlike uvicorn's handler this does not re-raise the signal afterwards: a drained server exits 0."""
         self.state.begin_drain()
         if self.should_exit:  # a second signal: no more waiting for running answers
             self.force_exit = True
         self.should_exit = True
 
-    async def shutdown(self, sockets=None) -> None:
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await self.state.drain(hurry=lambda: self.force_exit)
-        if self.grpc is not None:  # its chats have ended; what still runs (a health watch) gets a moment
+        if self.grpc is not None:
             await self.grpc.stop(GRPC_GRACE_S)
         for connection in list(self.server_state.connections):
             _tolerate_closing(connection)
@@ -155,10 +157,9 @@ def _shown(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _tolerate_closing(connection) -> None:
-    """uvicorn's websockets-sansio connection raises InvalidState when shut down just as its client's close
-    frame has come in (the socket is CLOSING; uvicorn only counts its own close as sent), and that exception
-    ended the whole shutdown, so a drained server exited 1. Such a socket is ending anyway: close it."""
+def _tolerate_closing(connection: Protocols) -> None:
+    """uvicorn's websockets-sansio connection raises InvalidState when shut down just as its client's close frame
+    has come in, which would end the whole shutdown; such a socket is ending anyway."""
     shutdown = connection.shutdown
 
     def tolerant() -> None:
@@ -167,4 +168,4 @@ def _tolerate_closing(connection) -> None:
         except InvalidState:
             connection.transport.close()
 
-    connection.shutdown = tolerant
+    connection.shutdown = tolerant  # type: ignore[method-assign]  # uvicorn has no hook: its method is wrapped

@@ -18,8 +18,7 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _INTER_TOKEN_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 _QUEUE_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-# An engine step takes from a few milliseconds (int8-lite, one row) to over a second (XLA, a long prompt chunk beside a
-# full batch) on a 2-core CPU (bench/steps.py; docs/measurements/README.md).
+# From one int8-lite decode row to an XLA prefill chunk beside a full batch (bench/steps.py measures them).
 _STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 5.0)
 _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
@@ -64,7 +63,7 @@ class Metrics:
             buckets=_BATCH_BUCKETS, registry=r)
 
     def step(self, stats: StepStats) -> None:
-        """The engine's step observer (engine thread): two histogram observations, nothing that blocks."""
+        """On the engine thread: nothing here may block."""
         self.step_seconds.observe(stats.seconds)
         if stats.decode_rows:
             self.batch_size.observe(stats.decode_rows)

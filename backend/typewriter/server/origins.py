@@ -1,12 +1,6 @@
-"""Which names the server answers to (the `Host` header) and which pages may open its socket (`Origin`).
-
-A page on another site cannot read the server's HTTP answers, but a WebSocket is not bound by that, so the
-socket checks `Origin`. Comparing it with `Host` alone is passed by DNS rebinding (the attacker's name resolves
-to this server, so `Host` and `Origin` agree) and broken by a proxy that rewrites `Host`. Hence two lists:
-`allowed_hosts` (default: the loopback names and the address the server listens on; "*" for any, "*.example.org"
-for every name under one) is checked on every request by Starlette's `TrustedHostMiddleware`, and
-`allowed_origins` (default: the page's own origin, on a host that passed that check) on the socket's handshake.
-Clients without an `Origin` (command-line tools) are not browsers and are let in.
+"""Which names the server answers to (`Host`) and which pages may open its socket (`Origin`). A WebSocket is not
+bound by the same-origin policy, and comparing `Origin` with `Host` alone is passed by DNS rebinding: hence two
+lists. A client without an `Origin` is not a browser and is let in.
 """
 
 from __future__ import annotations
@@ -23,12 +17,10 @@ from ..config import parse_list
 
 LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
-PASSED = "typewriter.host_passed"  # set in the scope by the app behind the host check, so a refusal is known
+PASSED = "typewriter.host_passed"  # absent from the scope after the check: it refused
 
 
 def allowed_hosts(spec: str, listen_host: str) -> list[str]:
-    """The host names `Host` may carry, as TrustedHostMiddleware reads them (["*"]: any); `spec` is the setting, a
-    comma-separated list. An IPv6 address is written in brackets, as it appears in a Host header."""
     names = parse_list(spec)
     if "*" in names:
         return ["*"]
@@ -60,9 +52,6 @@ def origin_allowed(origin: str | None, host_header: str | None, allowed: Iterabl
 
 
 class HostCheck:
-    """Starlette's TrustedHostMiddleware decides; its refusal (HTTP 400 "Invalid host header") is replaced by one
-    that names the host and the setting to change. No `www.` redirect: a name is listed or it is not."""
-
     def __init__(self, app: ASGIApp, hosts: list[str]):
         self.app = app
         self.check = TrustedHostMiddleware(self._passed, allowed_hosts=hosts, www_redirect=False)

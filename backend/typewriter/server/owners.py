@@ -1,13 +1,6 @@
-"""Whose conversation a chat continues, for the prefix cache (engine/prefix_cache.py): a chat reuses the cached
-tokens of its own owner's earlier turns, and of anyone else's only the prefix every chat shares, the server's
-system prompt. So nothing a client sees (`cached_tokens`, how soon its first token comes) depends on another
-student's text.
-
-A socket is an owner: a student's turns on the page reuse each other. The OpenAI-style API and gRPC carry one
-chat per request, so each request is its own owner unless it sends back the conversation key the server gave
-with an earlier answer (`typewriter-conversation`, a header or metadata). A key is signed with a secret made at
-start-up: one the server did not issue (made up, or another server's) starts a new conversation, so no client
-can name another's.
+"""Whose conversation a chat continues: the prefix cache reuses only its owner's turns and the shared system
+prompt, so that nothing a client sees depends on another student's text. Conversation keys are signed with a
+start-up secret, so that no client can name another's conversation.
 """
 
 from __future__ import annotations
@@ -17,22 +10,21 @@ import hmac
 import itertools
 import logging
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..engine.prefix_cache import common_prefix
 
 log = logging.getLogger("typewriter.server")
 
-CONVERSATION_KEY = "typewriter-conversation"  # the HTTP header and the gRPC metadata key, both ways
+CONVERSATION_KEY = "typewriter-conversation"
 
 
 class Owners:
-    def __init__(self):
+    def __init__(self) -> None:
         self._secret = secrets.token_bytes(32)
         self._sockets = itertools.count(1)
 
     def socket(self) -> str:
-        """A new socket's owner: never one an earlier socket had."""
         return f"socket:{next(self._sockets)}"
 
     def conversation(self, key: str | None) -> tuple[str, str]:
@@ -48,17 +40,15 @@ class Owners:
         return hmac.new(self._secret, nonce.encode(), hashlib.sha256).hexdigest()[:32]
 
 
-def shared_prefix(tokenizer, system: str | None) -> list[int]:
-    """What every chat with the server's own system prompt `system` begins with (lifecycle.ChatEncoder's
-    `chat_prefix`); nothing if the template will not say."""
+def shared_prefix(chat_prefix: Callable[[str | None], Sequence[int]], system: str | None) -> list[int]:
+    """What every chat with the server's system prompt begins with; nothing if the template will not say."""
     try:
-        return list(tokenizer.chat_prefix(system))
-    except Exception:  # a template that refuses a chat of one user message: nothing is shared across owners
+        return list(chat_prefix(system))
+    except Exception:
         log.warning("the chat template would not render a one-message chat; no prefix is shared between chats",
                     exc_info=True)
         return []
 
 
 def shared_length(prefix: Sequence[int], prompt: Sequence[int]) -> int:
-    """`prefix`'s length if `prompt` begins with it (its shared part), else 0 (it shares nothing)."""
     return len(prefix) if common_prefix(prefix, prompt) == len(prefix) else 0

@@ -1,9 +1,5 @@
-"""`response_format`, `tools` and `tool_choice`, in OpenAI's shapes, read for every front door (the socket and gRPC
-take the same objects as the OpenAI API; docs/openai.md, docs/protocol.md).
-
-`response_format` becomes the engine's `Constraint` here. Tools are checked here but become a prompt and a
-constraint only in `open_chat` (chats.py), which knows the model: its chat template describes them, and its tool
-format (text/tool_format.py) says what a call looks like. Every refusal is an `InvalidRequest` naming the field.
+"""`response_format`, `tools` and `tool_choice`, in OpenAI's shapes, read for every door. Tools are only checked
+here: they become a prompt and a constraint in `open_chat` (chats.py), which knows the model's template.
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function and sch
 
 @dataclass(frozen=True)
 class Tools:
-    """The functions a chat offers the model, and whether it must call one: `choice` is "auto", "required" or
-    "function" (then `forced` names it); "none" offers none (`parse_tools` returns None)."""
+    """`choice` is "auto", "required" or "function" (then `forced` names it); "none" gives no Tools at all."""
 
     functions: tuple[dict[str, Any], ...]  # {"name", "description"?, "parameters"?}, OpenAI's function objects
     choice: str
@@ -41,7 +36,6 @@ class Tools:
         return tuple(f for f in self.functions if self.forced in (None, f["name"]))
 
     def for_template(self) -> list[dict[str, Any]]:
-        """As chat templates take them (OpenAI's request shape)."""
         return [{"type": "function", "function": f} for f in self.functions]
 
 
@@ -94,7 +88,7 @@ def parse_tools(tools: object, tool_choice: object, flat: bool = False) -> Tools
     names = [f["name"] for f in functions]
     if len(set(names)) < len(names):
         raise InvalidRequest("tools", "two tools have the same name")
-    strict = all([f.pop("strict") for f in functions])  # a list: every function loses its flag
+    strict = all([f.pop("strict") for f in functions])  # noqa: C419 (a list: every function loses its flag)
     choice, forced = _choice(tool_choice, names, flat)
     if choice == "none":
         return None
@@ -145,7 +139,7 @@ def _choice(value: object, names: list[str], flat: bool) -> tuple[str, str | Non
     return "function", name
 
 
-def _flag(spec: dict, key: str, where: str, default: bool = False) -> bool:
+def _flag(spec: dict[str, Any], key: str, where: str, default: bool = False) -> bool:
     value = spec.get(key, default)
     if value is None:
         return default
@@ -154,7 +148,7 @@ def _flag(spec: dict, key: str, where: str, default: bool = False) -> bool:
     return value
 
 
-def _schema_text(schema: dict, strict: bool) -> str:
+def _schema_text(schema: dict[str, Any], strict: bool) -> str:
     """Strict: a schema keyword the engine cannot enforce is refused. Not strict: it is ignored (`lenient`)."""
     options = schema.get("x-guidance", {})
     if not isinstance(options, dict):

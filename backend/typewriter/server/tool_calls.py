@@ -1,10 +1,5 @@
-"""A chat with tools: its answer's tokens split into text and tool calls, for every front door.
-
-`ChatStream` (chats.py) runs each answer of a chat with tools through a `ToolCallSplitter`: a `Token` keeps only
-the text that is not a call (text/tool_format.py holds back what may become one), and each call arrives as
-`ToolCallDelta` events: the first with its id and name, the next ones with pieces of its arguments' JSON, as
-OpenAI streams `delta.tool_calls`. The OpenAI API sends them as they come; the socket and gRPC send each call
-whole (`calls`) before the end.
+"""A chat with tools: its answer's tokens split into text and tool calls, for every door. Calls arrive as
+`ToolCallDelta`s the way OpenAI streams `delta.tool_calls`; the socket and gRPC send each call whole (`calls`).
 """
 
 from __future__ import annotations
@@ -14,13 +9,13 @@ import uuid
 from dataclasses import dataclass
 
 from ..engine.request import Token
-from ..text.tool_format import CallArguments, CallStarted, TextPiece, ToolCallParser, ToolFormat
+from ..text.tool_format import CallArguments, CallStarted, Piece, TextPiece, ToolCallParser, ToolFormat
 
 
 @dataclass(frozen=True)
 class ToolCallDelta:
     request_id: str
-    index: int  # the call's place in this answer
+    index: int
     call_id: str
     name: str | None  # in the call's first delta only
     arguments: str  # the next piece of its arguments' JSON text ("" in the first delta)
@@ -44,7 +39,6 @@ class ToolCallSplitter:
         return self._events(token, self.parser.push(token.text))
 
     def flush(self, last: Token | None = None) -> list[Token | ToolCallDelta]:
-        """What was held back, at the end of the answer (as a text-only token after `last`, and call deltas)."""
         template = last or Token(self.request_id, 0, -1, "")
         return self._events(template, self.parser.flush())
 
@@ -53,7 +47,7 @@ class ToolCallSplitter:
         return [ToolCallDone(call_id, c["name"], c["arguments"]) for call_id, c in zip(self.call_ids,
                                                                                       self.parser.calls)]
 
-    def _events(self, token: Token, pieces) -> list[Token | ToolCallDelta]:
+    def _events(self, token: Token, pieces: list[Piece]) -> list[Token | ToolCallDelta]:
         text = "".join(p.text for p in pieces if isinstance(p, TextPiece))
         out: list[Token | ToolCallDelta] = [dataclasses.replace(token, text=text)] if text else []
         for piece in pieces:

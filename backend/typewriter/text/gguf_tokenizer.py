@@ -1,13 +1,6 @@
-"""A GGUF file's `tokenizer.ggml.*` metadata rebuilt as a `tokenizers.Tokenizer` (no torch, no sentencepiece).
-
-Two tokenizer models occur in the files this engine reads, named by `tokenizer.ggml.model`:
-- `gpt2`: byte-level BPE (SmolLM2, Qwen2, Llama-3): the vocab, the merges, and llama.cpp's pre-tokenizer regexes
-  chosen by `tokenizer.ggml.pre`;
-- `llama`: SentencePiece BPE with byte fallback (TinyLlama, Llama-2, Mistral, Phi-3): the vocab and each piece's
-  score. llama.cpp merges the adjacent pair whose joined piece scores highest; the same order is a BPE merge list
-  ranked by that score, which is how transformers converts these tokenizers too (`SentencePieceExtractor`).
-  Spaces become "▁", and one "▁" is put before the text and after each special token, as llama.cpp does
-  (`tokenizer.ggml.add_space_prefix`); characters not in the vocab are spelt as `<0xNN>` byte tokens.
+"""A GGUF file's `tokenizer.ggml.*` metadata rebuilt as a `tokenizers.Tokenizer` (no torch, no sentencepiece):
+`gpt2` is byte-level BPE with llama.cpp's pre-tokenizer regexes; `llama` is SentencePiece BPE with byte fallback,
+whose merges are ranked by the joined piece's score, as llama.cpp and transformers' `SentencePieceExtractor` do.
 """
 
 from __future__ import annotations
@@ -24,8 +17,7 @@ from ..errors import ModelFormatError
 # GGUF `tokenizer.ggml.token_type` values (gguf.TokenType).
 _CONTROL, _USER_DEFINED = 3, 4
 
-# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), keyed by `tokenizer.ggml.pre`. Each regex splits the text
-# in turn; a piece that no regex matches is kept as its own piece, as `Split(..., "isolated")` does.
+# llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), keyed by `tokenizer.ggml.pre`, applied in turn.
 _GPT2_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _LLAMA3_REGEX = (
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -38,8 +30,8 @@ _QWEN2_REGEX = (
 PRE_TOKENIZER_REGEXES: dict[str, tuple[str, ...]] = {
     "gpt-2": (_GPT2_REGEX,),
     # StarCoder-style: every digit is its own piece, then the GPT-2 regex.
-    **{name: (r"\p{N}", _GPT2_REGEX) for name in ("smollm", "starcoder", "refact", "codeshell")},
-    **{name: (_LLAMA3_REGEX,) for name in ("llama3", "llama-bpe", "smaug-bpe")},
+    **dict.fromkeys(("smollm", "starcoder", "refact", "codeshell"), (r"\p{N}", _GPT2_REGEX)),
+    **dict.fromkeys(("llama3", "llama-bpe", "smaug-bpe"), (_LLAMA3_REGEX,)),
     "qwen2": (_QWEN2_REGEX,),
 }
 TOKENIZER_MODELS = ("gpt2", "llama")
@@ -68,7 +60,7 @@ def raw_tokenizer_from_gguf(path: str | Path, fields: Mapping[str, Any]) -> RawT
     return raw
 
 
-def _byte_level_bpe(path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
+def _byte_level_bpe(path: str | Path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
     pre = fields.get("tokenizer.ggml.pre")
     if pre not in PRE_TOKENIZER_REGEXES:
         raise ModelFormatError(f"{path}: tokenizer.ggml.pre {pre!r} is not a known pre-tokenizer (known: "
@@ -83,7 +75,7 @@ def _byte_level_bpe(path, fields: Mapping[str, Any], tokens: list[str]) -> RawTo
     return raw
 
 
-def _sentencepiece_bpe(path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
+def _sentencepiece_bpe(path: str | Path, fields: Mapping[str, Any], tokens: list[str]) -> RawTokenizer:
     scores: list[float] | None = fields.get("tokenizer.ggml.scores")
     if scores is None or len(scores) != len(tokens):
         raise ModelFormatError(f"{path}: tokenizer.ggml.scores is missing or differs in length from the tokens; "
@@ -106,8 +98,7 @@ def _sentencepiece_bpe(path, fields: Mapping[str, Any], tokens: list[str]) -> Ra
 
 
 def sentencepiece_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
-    """Every split of a piece into two pieces of the vocab, best-scoring joined piece first (ties: lower ids of
-    the joined piece, then of its two halves)."""
+    """Best-scoring joined piece first; ties to the lower ids of the joined piece, then of its halves."""
     ids = {t: i for i, t in enumerate(tokens)}
     ranked: list[tuple[float, int, int, int, str, str]] = []
     for n, (piece, score) in enumerate(zip(tokens, scores)):

@@ -1,8 +1,5 @@
-"""Stop sequences over streamed text.
-
-`StopMatcher.push` returns only text that can no longer turn out to be part of a stop sequence. A tail that is
-the beginning of some stop sequence is held back until it either completes the stop (then it and everything after
-it is dropped) or stops matching (then it is released). Held text is at most the longest stop minus one character.
+"""Stop sequences over streamed text: a tail that may begin a stop sequence is held back (at most the longest stop
+less one character) until it completes the stop, and is dropped with all after it, or stops matching.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ class StopMatcher:
         return "" if self.stopped else text
 
     def _partial_stop_length(self, text: str) -> int:
-        """Length of the longest tail of `text` that some stop sequence starts with."""
         longest = max((len(s) for s in self._stops), default=1)
         for n in range(min(len(text), longest - 1), 0, -1):
             tail = text[-n:]

@@ -1,5 +1,4 @@
-"""How a tokenizer spells each token in bytes: what the incremental detokenizer reads, with no tokenizer library
-behind it (the engine streams text through it without importing transformers)."""
+"""How a tokenizer spells each token in bytes, so the engine streams text without importing transformers."""
 
 from __future__ import annotations
 
@@ -8,8 +7,6 @@ from enum import Enum
 
 
 class LeadingSpace(Enum):
-    """What `decode` does to the start of a text, beyond joining its tokens' bytes."""
-
     KEEP = "keep"  # byte-level BPE: " Paris" stays " Paris"
     STRIP_ONE = "strip_one"  # SentencePiece with a Strip decoder: one space at the start of the text is dropped
     FIRST_TOKEN = "first_token"  # the Metaspace decoder: the first token's "▁"s are dropped, not made spaces
@@ -17,8 +14,7 @@ class LeadingSpace(Enum):
 
 @dataclass(frozen=True)
 class TokenText:
-    """Each token's bytes, as the tokenizer's decoder spells them; `first_table`: the first (non-special) token's
-    bytes where they differ (LeadingSpace.FIRST_TOKEN), else None."""
+    """`first_table`: the first non-special token's bytes where they differ (LeadingSpace.FIRST_TOKEN)."""
 
     table: list[bytes]
     leading_space: LeadingSpace

@@ -1,13 +1,6 @@
-"""Text <-> token ids, and the model's own chat template.
-
-A `Tokenizer` is built either from a GGUF file's `tokenizer.ggml.*` metadata (byte-level BPE or SentencePiece BPE,
-rebuilt as a `tokenizers.Tokenizer` by gguf_tokenizer.py, without torch) or from a Hugging Face directory
-(`tokenizer.json` and friends). Chat messages are rendered by transformers' `apply_chat_template` with the
-template that ships with the model. Each token's bytes, as the tokenizer's decoder spells them, are worked out
-once at load (`TokenText`), so the incremental detokenizer can stream any tokenizer kind loaded here.
-
-The engine never sees text: it receives the ids from `encode_chat` and returns ids that `IncrementalDetokenizer`
-turns back into text.
+"""Text <-> token ids, and the model's own chat template, from a GGUF file (gguf_tokenizer.py) or a Hugging Face
+directory. Each token's bytes are worked out once at load (`TokenText`), so the detokenizer can stream any kind
+loaded here; the engine never sees text.
 """
 
 from __future__ import annotations
@@ -22,11 +15,11 @@ from tokenizers import Tokenizer as RawTokenizer
 from transformers import PreTrainedTokenizerFast
 
 from ..errors import ModelFormatError
+from .plain_text import PlainText
 from .token_text import LeadingSpace, TokenText
 from .tool_format import ToolFormat, tool_format
 
-# The tutor's instructions; what each model follows of them is measured by bench/tutor_answers.py
-# (docs/measurements/2026-12-04-tutor-answers.md).
+# What each model follows of it: docs/measurements/2026-12-04-tutor-answers.md.
 DEFAULT_SYSTEM_PROMPT = (
     "You are a patient, encouraging tutor for students. Always answer in the language the student writes in. "
     "Explain ideas step by step in plain language, check that the student understands before moving on, and ask "
@@ -40,8 +33,7 @@ END_OF_TURN_TOKENS = (
     "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<|endoftext|>", "<end_of_turn>", "<|return|>", "<EOT>",
 )
 
-# For a model that ships no chat template (GPT-2, DistilGPT-2): a plain transcript the model continues after
-# "Tutor:". Such a model was never trained on turns, so its answers are continuations, not instructions followed.
+# For a model that ships no chat template (GPT-2): a transcript it continues after "Tutor:".
 PLAIN_CHAT_TEMPLATE = (
     "{% for message in messages %}{% if message['role'] == 'system' %}{{ message['content'] + '\n\n' }}"
     "{% elif message['role'] == 'user' %}{{ 'Student: ' + message['content'] + '\n\n' }}"
@@ -51,20 +43,17 @@ PLAIN_CHAT_TEMPLATE = (
 
 
 class _Shared:
-    """Hands transformers our tokenizer itself where it would deep-copy it: the copy is a round trip through
-    the whole tokenizer's JSON, most of a large vocabulary's load, and neither side changes the tokenizer (the
-    encodings are the same either way: tests/test_tokenizer.py)."""
+    """Hands transformers our tokenizer where it would deep-copy it, a JSON round trip that is most of a large
+    vocabulary's load; neither side changes it."""
 
     def __init__(self, raw: RawTokenizer):
         self.raw = raw
 
-    def __deepcopy__(self, memo) -> RawTokenizer:
+    def __deepcopy__(self, memo: dict[int, object]) -> RawTokenizer:
         return self.raw
 
 
 class Tokenizer:
-    """A loaded tokenizer: `encode`/`decode`, chat rendering, and the ids that end a turn."""
-
     def __init__(
         self,
         raw: RawTokenizer,
@@ -79,10 +68,9 @@ class Tokenizer:
     ):
         self.raw = raw
         self.name = name
-        self.plain_chat = chat_template is None  # PLAIN_CHAT_TEMPLATE stands in
-        # How the model writes tool calls, if its template takes tools in a format we read (tool_format.py)
+        self.plain_chat = chat_template is None
         self.tool_format: ToolFormat | None = tool_format(chat_template)
-        self.hf = PreTrainedTokenizerFast(
+        self.hf = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' own
             tokenizer_object=_Shared(raw),
             bos_token=bos_token,
             eos_token=eos_token,
@@ -99,15 +87,13 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             i for i, tok in raw.get_added_tokens_decoder().items() if tok.special
         )
-        # Built now: a tokenizer the detokenizer cannot stream is refused at load, not on the first token.
         self.token_text: TokenText = _spell_tokens(raw, self.special_ids, name)
-
-    # ---- loading ----
+        self.plain = PlainText(self.hf)
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
         path = Path(path)
-        if (path / "saved_model.pb").is_file():  # from `typewriter export`: the tokenizer's files are inside
+        if (path / "saved_model.pb").is_file():  # `typewriter export` puts the tokenizer's files inside
             from ..weights.saved_model import SavedModelDir
 
             exported = SavedModelDir(path)
@@ -131,7 +117,7 @@ class Tokenizer:
 
         get = fields.get
         raw = raw_tokenizer_from_gguf(path, fields)
-        tokens: list[str] = get("tokenizer.ggml.tokens")
+        tokens: list[str] = get("tokenizer.ggml.tokens") or []
 
         def token(key: str) -> str | None:
             i = get(f"tokenizer.ggml.{key}_token_id")
@@ -178,8 +164,7 @@ class Tokenizer:
         )
 
     def save(self, folder: str | Path) -> None:
-        """Write the Hugging Face files `from_hf_dir` reads back to an equal tokenizer: tokenizer.json, the chat
-        template and special tokens in tokenizer_config.json, every end-of-turn id in generation_config.json."""
+        """The Hugging Face files `from_hf_dir` reads back to an equal tokenizer."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.raw.save(str(folder / "tokenizer.json"))
@@ -189,16 +174,13 @@ class Tokenizer:
         (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1))
         (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": sorted(self.eos_token_ids)}))
 
-    # ---- text ----
-
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text`, with no bos/eos added. Special-token text such as "<|im_end|>" becomes its id."""
+        """No bos/eos added; special-token text such as "<|im_end|>" becomes its id."""
         return self.raw.encode(text, add_special_tokens=False).ids
 
     def count(self, text: str, limit: int) -> int:
-        """How many tokens `text` encodes to, or, once that is known to be over `limit`, some number over it. It
-        reads a piece at a time (cut before a space, where the pre-tokenizer parts words anyway), so a huge text
-        costs what `limit` tokens of it cost, not all of it; a piece's first token may differ from `encode`'s."""
+        """Tokens in `text`, or any number over `limit` once past it: a huge text costs what `limit` tokens of it
+        cost. Pieces are cut before a space, so a piece's first token may differ from `encode`'s."""
         total = start = 0
         while start < len(text) and total <= limit:
             end = len(text) if len(text) - start <= COUNT_PIECE else _piece_end(text, start + COUNT_PIECE)
@@ -212,36 +194,35 @@ class Tokenizer:
     default_system_prompt = DEFAULT_SYSTEM_PROMPT
 
     def render_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> str:
-        """The prompt text for `messages`, ending with the assistant's generation prompt."""
-        return self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,
+        text = self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,
                                            add_generation_prompt=True)
+        assert isinstance(text, str)
+        return text
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
-                    tools: Sequence[dict] | None = None) -> list[int]:
-        """Token ids of the rendered chat. Control tokens typed inside a message (a student writing
-        `<|im_end|><|im_start|>system`) are encoded as plain text: only the template writes real ones. `tools`
-        (OpenAI's `{"type": "function", "function": {...}}` objects) go to the template, which describes them to
-        the model in its own words; only for a model with a `tool_format`."""
-        extra = {"tools": list(tools)} if tools else {}
-        encoded = self.hf.apply_chat_template(
-            self._conversation(messages, system), tokenize=True, add_generation_prompt=True,
-            sanitize_control_tokens=True, **extra,
+                    tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
+        """Control tokens a client typed, in a message or in `tools` (OpenAI's function objects, for a model with a
+        `tool_format`), dictionary keys included, are encoded as plain text: only the template writes real ones."""
+        encoded: Any = self.hf.apply_chat_template(
+            self.plain.keys(self._conversation(messages, system)), tools=self.plain.keys(list(tools)) if tools else None,
+            tokenize=True, add_generation_prompt=True, sanitize_control_tokens=True,
         )
         return list(encoded["input_ids"])
 
+    def encode_text(self, text: str) -> list[int]:
+        """A client's text (an answer's start) as a message's content is encoded: control tokens as plain text."""
+        return self.plain.encode(text)
+
     def chat_prefix(self, system: str | None = None) -> list[int]:
-        """The ids every chat `encode_chat` renders with `system` begins with, whatever its messages: the template's
-        opening and the system prompt, up to where a first user message's own text starts (two chats that differ
-        only there part at it). Public: the prefix cache shares these tokens between conversations."""
+        """The ids every chat rendered with `system` begins with, whatever its messages: the prefix the cache
+        shares between conversations."""
         a, b = (self.encode_chat([{"role": "user", "content": text}], system) for text in ("a", "b"))
         n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         return a[:n]
 
     def _conversation(self, messages: Sequence[dict[str, Any]], system: str | None) -> list[dict[str, Any]]:
-        """The messages, with a system prompt first unless they bring their own: `system`, or the tutor's
-        DEFAULT_SYSTEM_PROMPT when it is None (this is the one place that default is chosen); "" means none.
-        A tool call's arguments arrive as JSON text (OpenAI's shape); templates write them with `tojson`, so they
-        go in as the object they spell."""
+        """`system` None: DEFAULT_SYSTEM_PROMPT, chosen here only; "": none. Tool-call arguments go in as objects:
+        templates write them with `tojson`."""
         messages = [_arguments_as_objects(m) for m in messages]
         if system is None:
             system = DEFAULT_SYSTEM_PROMPT
@@ -249,11 +230,8 @@ class Tokenizer:
             messages.insert(0, {"role": "system", "content": system})
         return messages
 
-    # ---- bytes, for incremental detokenization ----
-
     def token_bytes(self, token_id: int) -> bytes:
-        """The bytes token `token_id` contributes to `decode(..., skip_special_tokens=True)`; b"" for specials.
-        See `token_text.leading_space` for what decode does to the start of the text."""
+        """What the token adds to `decode(..., skip_special_tokens=True)`; b"" for specials."""
         return self.token_text.table[token_id]
 
 
@@ -270,12 +248,11 @@ def _arguments_as_objects(message: dict[str, Any]) -> dict[str, Any]:
     return {**message, "tool_calls": objects}
 
 
-COUNT_PIECE = 4096  # characters `count` encodes at a time
+COUNT_PIECE = 4096  # characters
 
 
 def _piece_end(text: str, end: int) -> int:
-    """Where a piece of `text` ending near `end` is cut: before the last whitespace within its last 256
-    characters that starts a word, else at `end`."""
+    """Before the last word within 256 characters of `end`, where the pre-tokenizer parts words anyway."""
     for i in range(end, max(end - 256, 1), -1):
         if text[i - 1].isspace() and not text[i].isspace():
             return i - 1
@@ -288,10 +265,10 @@ _SUPPORTED_DECODERS = ("ByteLevel; SentencePiece-style: Sequence[Replace('▁', 
 
 
 def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> TokenText:
-    """Reads the decoder's description and spells every token's text out in bytes; a decoder whose output the
-    stream could not reproduce token by token is refused here, at load, not on the first answer."""
-    # the decoder's own JSON: the whole tokenizer's (to_str) is slow to write and parse for this
-    decoder = json.loads(raw.decoder.__getstate__()) if raw.decoder is not None else {"type": "none"}
+    """A decoder the stream could not follow token by token is refused here, at load, not on the first answer."""
+    # the decoder's own JSON: the whole tokenizer's (to_str) is slow to write and parse
+    decoder: dict[str, Any] = (json.loads(raw.decoder.__getstate__()) if raw.decoder is not None
+                               else {"type": "none"})
     steps = decoder["decoders"] if decoder["type"] == "Sequence" else [decoder]
     kinds = [step["type"] for step in steps]
     vocab = [(i, token) for token, i in raw.get_vocab(with_added_tokens=True).items() if i not in special_ids]
@@ -302,16 +279,16 @@ def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> 
                                 f"(supported: {_SUPPORTED_DECODERS})")
 
     if kinds == ["ByteLevel"]:
-        # each alphabet character to the byte it stands for, as a latin-1 character: translate, then encode; any
-        # other character fails the encoding (those up to 255 are sent past latin-1 first)
-        to_latin1 = {ord(c): b for b, c in _bytes_to_unicode().items()}
+        # Each alphabet character becomes its byte as latin-1; any other fails the encoding (those up to 255 map
+        # to U+FFFF first).
+        to_latin1: dict[int, int | str] = {ord(c): b for b, c in _bytes_to_unicode().items()}
         to_latin1 |= {c: "\uffff" for c in range(256) if c not in to_latin1}
         table = [b""] * size
         for i, token in vocab:
             try:
                 table[i] = token.translate(to_latin1).encode("latin-1")
-            except UnicodeEncodeError:  # as tokenizers' ByteLevel decoder does: a token outside the alphabet
-                table[i] = token.encode("utf-8")  # stays UTF-8
+            except UnicodeEncodeError:  # outside the alphabet: UTF-8, as tokenizers' ByteLevel decoder does
+                table[i] = token.encode("utf-8")
         return TokenText(table, LeadingSpace.KEEP)
 
     if kinds == ["Metaspace"]:
@@ -361,11 +338,12 @@ def _bytes_to_unicode() -> dict[int, str]:
     return mapping
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        read: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return read
     except (OSError, ValueError) as e:
         raise ModelFormatError(f"{path}: cannot be read as JSON ({e})") from e
 

@@ -1,10 +1,6 @@
-"""How a model writes a tool call, read off its chat template: the grammar that forces one, and the parser that
-finds calls in the streamed answer.
-
-The tools reach the model through its own template (`Tokenizer.encode_chat(..., tools=)`), so a model's answer
-follows the format it was trained on. One format is known: Hermes-style, which Qwen2.5, Hermes and many others
-use: each call is `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`. A template that takes tools in
-another format, or none, has no `ToolFormat`, and a request with tools is refused for it.
+"""How a model writes a tool call, read off its chat template: the grammar that forces one and the parser that finds
+calls in the streamed answer. Only Hermes-style `<tool_call>` is known; a template with another format has no
+`ToolFormat`, and a request with tools is refused for it.
 """
 
 from __future__ import annotations
@@ -13,20 +9,20 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-# What a call's JSON looks like when it is forced (constraints.py's JSON options, kept the same inside the call).
+# As engine/constraints.py's JSON options, so a forced call reads like any forced JSON.
 _JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True)
 class ToolFormat:
     name: str
-    open: str  # before each call's JSON
-    close: str  # after it
+    open: str
+    close: str
 
-    def grammar(self, tools: Sequence[dict], strict: bool = True) -> str:
-        """A Lark grammar (llguidance's dialect) whose every sentence is one call of one of `tools` (OpenAI's
-        function objects: name, parameters), its arguments valid for that tool's parameters."""
+    def grammar(self, tools: Sequence[dict[str, Any]], strict: bool = True) -> str:
+        """A Lark grammar (llguidance's dialect) whose every sentence is one valid call of one of `tools`."""
         calls = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
                   "properties": {"name": {"const": t["name"]},
                                  "arguments": t.get("parameters") or {"type": "object"}}} for t in tools]
@@ -39,7 +35,6 @@ HERMES = ToolFormat("hermes", "<tool_call>\n", "\n</tool_call>")
 
 
 def tool_format(chat_template: str | None) -> ToolFormat | None:
-    """The format a chat template writes tool calls in, or None when it takes no tools or writes them otherwise."""
     if chat_template and re.search(r"\btools\b", chat_template) and "<tool_call>" in chat_template:
         return HERMES
     return None
@@ -59,26 +54,25 @@ class CallStarted:
 @dataclass(frozen=True)
 class CallArguments:
     index: int
-    text: str  # the next piece of the arguments' JSON text
+    text: str  # the next piece of the arguments' JSON
 
 
 Piece = TextPiece | CallStarted | CallArguments
 
 
 class ToolCallParser:
-    """Splits a streamed answer into text and tool calls, sending only what can no longer change: text that may be
-    the start of a call's opening is held back, and so are a call's last characters that may be its closing.
-    A call's name is sent as soon as it is read, then its arguments piece by piece, as OpenAI streams them."""
+    """Splits a streamed answer into text and tool calls, holding back what may be a call's opening or closing; a
+    call's name goes out once read, then its arguments piece by piece, as OpenAI streams them."""
 
     _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
     def __init__(self, fmt: ToolFormat):
         self.open, self.close = fmt.open.strip(), fmt.close.strip()
-        self.calls: list[dict] = []  # {"name", "arguments"} of each call, as it completes
-        self._text = ""  # answer text not yet sent (outside a call)
-        self._call: str | None = None  # the current call's text after its opening, while inside one
-        self._args_at: int | None = None  # where its arguments start in `_call`, once its name was read
-        self._sent = 0  # characters of its arguments already sent
+        self.calls: list[dict[str, str]] = []  # {"name", "arguments"}, as each completes
+        self._text = ""  # outside a call, not yet sent
+        self._call: str | None = None  # after the opening, while inside a call
+        self._args_at: int | None = None  # set once the name was read
+        self._sent = 0
 
     def push(self, text: str) -> list[Piece]:
         out: list[Piece] = []
@@ -106,8 +100,7 @@ class ToolCallParser:
         return out
 
     def flush(self) -> list[Piece]:
-        """The answer ended: held-back text is text; a call cut short ends with what it had if its name went out,
-        and is dropped if not (it was never shown as a call)."""
+        """A call cut short ends with what it had if its name went out, else is dropped: it was never shown."""
         if self._call is not None:
             return self._complete(self._call) if self._args_at is not None else []
         rest, self._text = self._text, ""
@@ -115,6 +108,7 @@ class ToolCallParser:
 
     def _partial_call(self) -> list[Piece]:
         out: list[Piece] = []
+        assert self._call is not None
         if self._args_at is None:
             head = self._HEAD.match(self._call)
             if head is None:
@@ -144,7 +138,9 @@ class ToolCallParser:
         args = body[self._args_at:].rstrip()
         args = args[:-1] if args.endswith("}") else args  # the call object's closing brace
         out: list[Piece] = [CallArguments(len(self.calls), args[self._sent:])] if len(args) > self._sent else []
-        name = json.loads(f'"{self._HEAD.match(body).group(1)}"')
+        head = self._HEAD.match(body)
+        assert head is not None  # it matched this call's start when its name was read
+        name = json.loads(f'"{head.group(1)}"')
         self.calls.append({"name": name, "arguments": args.rstrip()})
         return out
 
@@ -154,7 +150,6 @@ def _text(text: str) -> list[Piece]:
 
 
 def _partial_suffix(text: str, marker: str) -> int:
-    """Length of the longest tail of `text` that `marker` starts with."""
     for n in range(min(len(text), len(marker) - 1), 0, -1):
         if marker.startswith(text[-n:]):
             return n

@@ -1,10 +1,7 @@
-"""Weight import: a declarative name table per family and source format (models/), checked shape by shape.
-
-`load_weights(path)` returns a ModelConfig and a dict of float32 numpy arrays under canonical names
-(PyTorch `[out, in]` layout, Q and K rows in the Hugging Face rotate-half order) from a GGUF file or a
-Hugging Face model directory.
+"""Weight import: a declarative name table per family and source format (architecture/), checked shape by shape,
+into float32 arrays under canonical names ([out, in], Q and K rows in Hugging Face's rotate-half order).
 """
 
-from .load import load_weights, resolve_model_path
+from .source import load_weights, resolve_model_path
 
 __all__ = ["load_weights", "resolve_model_path"]

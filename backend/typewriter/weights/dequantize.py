@@ -1,8 +1,6 @@
 """GGUF tensor data to float32. llama.cpp's 32-value block types that small models use most (Q4_0, Q4_1, Q5_0,
-Q5_1, Q8_0: the embedded model is Q4_1 with a Q8_0 embedding, Qwen2.5's 0.5B mostly Q5_0) are done here in a few
-passes over the whole tensor; gguf-py
-does the rest, row by row, which is slower on those three (docs/measurements/2026-12-02-start-up-and-memory.md).
-The values are the same bit for bit (tests/test_weights.py).
+Q5_1, Q8_0) are done here in a few passes over the whole tensor, where gguf-py goes row by row, slower
+(docs/measurements/2026-12-02-start-up-and-memory.md); gguf-py does the rest. The values are the same bit for bit.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize as gguf_dequantize
-
 
 
 def _half(blocks: np.ndarray, at: int) -> np.ndarray:

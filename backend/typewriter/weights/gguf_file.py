@@ -1,20 +1,19 @@
-"""Read a GGUF file of any family in models/families.py: its ModelConfig and its tensors, dequantized to float32.
-
-The file is memory-mapped (gguf_reader.py); a tensor is dequantized (dequantize.py) only when asked for.
-llama.cpp's converter stores the Q and K projections of `llama` models permuted for its interleaved
-rotary layout; we undo that so every source reaches the model in Hugging Face's rotate-half order.
+"""Read a GGUF file of any family in architecture/families.py: its ModelConfig and its tensors, dequantized to
+float32 only when asked for. llama.cpp stores the Q and K projections of `llama` models permuted for its
+interleaved rotary layout; that is undone, so every source reaches the model in rotate-half order.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from ..architecture.families import GGUF_ARCHITECTURES, family_of_gguf
+from ..architecture.model_config import ModelConfig
 from ..errors import ModelFormatError
-from ..models.families import GGUF_ARCHITECTURES, family_of_gguf
-from ..models.model_config import ModelConfig
 from .dequantize import dequantize
 from .gguf_reader import GGUFReader
 
@@ -35,17 +34,18 @@ class GGUFFile:
         self.fields = self.reader.fields
         self.tensors = self.reader.tensors
         self.arch = self.field("general.architecture")
-        self.family = family_of_gguf(self.arch)
-        if self.family is None:
+        family = family_of_gguf(self.arch)
+        if family is None:
             raise ModelFormatError(
                 f"{self.path.name}: architecture {self.arch!r} is not supported "
                 f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
             )
+        self.family: str = family
 
-    def field(self, key: str, default=None):
+    def field(self, key: str, default: Any = None) -> Any:
         return self.fields.get(key, default)
 
-    def required(self, key: str):
+    def required(self, key: str) -> Any:
         if key not in self.fields:
             raise KeyError(key)  # load_weights names it
         return self.fields[key]
@@ -56,7 +56,7 @@ class GGUFFile:
         dim = int(self.required(f"{a}.embedding_length"))
         vocab = self.field(f"{a}.vocab_size") or len(self.fields["tokenizer.ggml.tokens"])
         if self.family == "gpt2":
-            from ..models import gpt2_names
+            from ..architecture import gpt2_names
 
             return gpt2_names.gguf_config(self, int(vocab))
         head_dim = int(self.field(f"{a}.attention.key_length", 0) or dim // n_heads)
@@ -81,7 +81,7 @@ class GGUFFile:
     def max_position(self) -> int:
         context = int(self.field(f"{self.arch}.context_length", 2048))
         window = self.field(f"{self.arch}.attention.sliding_window") if self.family == "phi3" else None
-        return min(context, int(window)) if window else context  # see models/phi3_names.py
+        return min(context, int(window)) if window else context  # see architecture/phi3_names.py
 
     def check_rope(self, head_dim: int) -> None:
         """Plain RoPE over the whole head is what the model computes; a file asking for more is refused here,

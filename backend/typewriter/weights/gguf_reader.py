@@ -1,10 +1,7 @@
-"""The GGUF container: its metadata and where each tensor lies, read in one pass over the header.
-
-gguf-py's `GGUFReader` makes a numpy view for every part of every field, which took seconds for the embedded
-model's 100,000 tokenizer strings and merges, a large part of the server's start. This reads the same header with
-`struct` in a small fraction of that and memory-maps the tensors, so nothing is read until a tensor is asked for
-(docs/measurements/2026-12-02-start-up-and-memory.md).
-Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md (version 2 and 3).
+"""The GGUF container: its metadata and where each tensor lies, read in one pass over the header with `struct` and
+the tensors memory-mapped, where gguf-py's reader makes a numpy view per field part, a large part of a start
+(docs/measurements/2026-12-02-start-up-and-memory.md). Format: https://github.com/ggml-org/ggml/blob/master/docs/gguf.md
+(versions 2 and 3).
 """
 
 from __future__ import annotations
@@ -46,10 +43,10 @@ _LENGTH = struct.Struct("<Q")
 
 
 class _Cursor:
-    def __init__(self, buf, offset: int = 0):
+    def __init__(self, buf: memoryview, offset: int = 0):
         self.buf, self.at = buf, offset
 
-    def scalar(self, fmt: str):
+    def scalar(self, fmt: str) -> Any:
         value = struct.unpack_from("<" + fmt, self.buf, self.at)[0]
         self.at += struct.calcsize(fmt)
         return value
@@ -63,8 +60,7 @@ class _Cursor:
         return text
 
     def strings(self, n: int) -> list[str]:
-        """`n` strings in a row: `string` n times, in one loop (a large vocabulary's tokens and merges, one call
-        at a time, were most of a warm start's file parse)."""
+        """`string` n times in one loop: a vocabulary's tokens one call at a time were most of the parse."""
         buf, at, end, length = self.buf, self.at, len(self.buf), _LENGTH.unpack_from
         out: list[str] = []
         append = out.append

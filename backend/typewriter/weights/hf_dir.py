@@ -1,17 +1,18 @@
-"""Read a Hugging Face model directory of any family in models/families.py: config.json and *.safetensors
+"""Read a Hugging Face model directory of any family in architecture/families.py: config.json and *.safetensors
 (memory-mapped)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
 
+from ..architecture.families import HF_ARCHITECTURES, family_of_hf
+from ..architecture.model_config import ModelConfig
 from ..errors import ModelFormatError
-from ..models.families import HF_ARCHITECTURES, family_of_hf
-from ..models.model_config import ModelConfig
 
 SUPPORTED_ARCHITECTURES = set(HF_ARCHITECTURES)
 
@@ -29,16 +30,17 @@ class HFDirectory:
         if not isinstance(self.raw, dict):
             raise ModelFormatError(f"{cfg_path}: expected a JSON object, got {type(self.raw).__name__}")
         archs = self.raw.get("architectures") or [self.raw.get("model_type", "?")]
-        self.family = family_of_hf(archs)
-        if self.family is None:
+        family = family_of_hf(archs)
+        if family is None:
             raise ModelFormatError(
                 f"{self.path.name}: architecture {archs[0]!r} is not supported "
                 f"(supported: {', '.join(sorted(SUPPORTED_ARCHITECTURES))})"
             )
+        self.family: str = family
         files = sorted(self.path.glob("*.safetensors"))
         if not files:
             raise ModelFormatError(f"{self.path}: no *.safetensors weights (PyTorch .bin files are not read)")
-        self.where: dict[str, tuple[np.memmap, dict]] = {}
+        self.where: dict[str, tuple[np.memmap, dict[str, Any]]] = {}
         for f in files:
             self.where |= read_safetensors_index(f)
         self.arch = next(a for a in archs if a in SUPPORTED_ARCHITECTURES)
@@ -46,7 +48,7 @@ class HFDirectory:
     def config(self) -> ModelConfig:
         c = self.raw
         if self.family == "gpt2":
-            from ..models import gpt2_names
+            from ..architecture import gpt2_names
 
             return gpt2_names.hf_config(self.path.name, c)
         rope = check_rope(self.path, c)
@@ -71,7 +73,7 @@ class HFDirectory:
     def max_position(self) -> int:
         context = int(self.raw.get("max_position_embeddings", 2048))
         window = self.raw.get("sliding_window") if self.family == "phi3" else None
-        return min(context, int(window)) if window else context  # see models/phi3_names.py
+        return min(context, int(window)) if window else context  # see architecture/phi3_names.py
 
     def has(self, name: str) -> bool:
         return name in self.where
@@ -88,7 +90,7 @@ class HFDirectory:
         return raw.view(_DTYPES[dtype]).astype(np.float32).reshape(shape)
 
 
-def check_rope(path: Path, c: dict) -> dict:
+def check_rope(path: Path, c: dict[str, Any]) -> dict[str, Any]:
     """The RoPE parameters (transformers 5's `rope_parameters`, else {}), refused unless plain RoPE over the
     whole head: the model implements no scaling (linear, dynamic, YaRN, LongRoPE, llama3) nor a partial rotary."""
     for key in ("rope_scaling", "rope_parameters"):
@@ -106,7 +108,7 @@ def check_rope(path: Path, c: dict) -> dict:
 _DTYPES = {"F32": np.float32, "F16": np.float16}
 
 
-def read_safetensors_index(path: Path) -> dict[str, tuple[np.memmap, dict]]:
+def read_safetensors_index(path: Path) -> dict[str, tuple[np.memmap, dict[str, Any]]]:
     """Map each tensor name to the file's bytes after the header and its entry (dtype, shape, offsets).
 
     The safetensors library checks the whole header first (its length against the file, the JSON, every dtype,

@@ -1,22 +1,20 @@
-"""Read a SavedModel written by `typewriter export` (runners/xla/export.py): its manifest, its weights and its tokenizer.
-
-The weights are read straight from the SavedModel's variables checkpoint, without loading its graphs: the
-engine compiles its own programs (with as many slots and as long a context as the server asks for), so only the
-tensors are needed, and reading them this way takes a fraction of a second. They are stored as the Transformer
-holds them (fused QKV and gate/up matrices, [in, out]); `canonical` turns them back into the canonical layout.
+"""Read a SavedModel written by `typewriter export` (runners/xla/export.py): its manifest, its weights and its
+tokenizer. The weights come straight from the variables checkpoint, without loading the graphs, as the engine
+compiles its own programs; `canonical` turns the Transformer's fused layout back into the canonical one.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from ..architecture.families import LLAMA_BLOCK
+from ..architecture.llama_names import expected_shapes
+from ..architecture.model_config import ModelConfig
 from ..errors import ModelFormatError
-from ..models.families import LLAMA_BLOCK
-from ..models.model_config import ModelConfig
-from ..models.llama_names import expected_shapes
 
 FORMAT = "typewriter.saved_model"
 VERSION = 1  # bump when the manifest, the variables' layout or the signatures change
@@ -55,7 +53,8 @@ class SavedModelDir:
                                    "again") from None
         if cfg.family not in LLAMA_BLOCK:  # `canonical` inverts the Llama block's variables only
             raise ModelFormatError(f"{self.path}: an exported {cfg.family} model cannot be loaded back yet (supported: "
-                                   "the llama family); serve its GGUF file or Hugging Face directory instead")
+                                   "the llama and phi3 families); serve its GGUF file or Hugging Face directory "
+                                   "instead")
         return cfg
 
     def weights(self, cfg: ModelConfig) -> dict[str, np.ndarray]:
@@ -73,7 +72,7 @@ class SavedModelDir:
             if name not in stored:
                 raise ModelFormatError(f"{self.path}: variable {name} is missing; export the model again")
             try:
-                return reader.get_tensor(stored[name])
+                return np.asarray(reader.get_tensor(stored[name]))
             except unreadable as e:
                 raise ModelFormatError(f"{self.path}: variable {name} cannot be read ({type(e).__name__}: {e}); "
                                        "export the model again") from None
@@ -85,7 +84,7 @@ class SavedModelDir:
         return weights
 
 
-def canonical(cfg: ModelConfig, get) -> dict[str, np.ndarray]:
+def canonical(cfg: ModelConfig, get: Callable[[str], np.ndarray]) -> dict[str, np.ndarray]:
     """Canonical [out, in] tensors from the Transformer's own variables (runners/xla/model.py), `get(name)` reading
     `model/<attribute path>`: the inverse of what Transformer.__init__ does to them."""
     q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim

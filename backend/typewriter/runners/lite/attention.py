@@ -1,12 +1,7 @@
 """RoPE, the K/V cache and attention on the host between a layer's TensorFlow Lite programs: by the C kernel
-(attention.c through kernel.py) where it builds, which gives a token the same bits decoded or in any chunk, else
-in numpy (below), where chunks are bitwise invariant but a decode row is not the same bits as that token in a chunk.
-
-The cache never crosses into TensorFlow Lite (copying it into a program's inputs each step cost more than the
-matmuls at long contexts): only a layer's qkv rows come out of one program and its attention output goes into
-the next. Each row reads only its own slot's positions so far (a chunk: in whole tiles), so a short conversation
-never pays for the whole cache, and the programs never compute a padded row: they are resized to the rows a call
-has.
+(kernel.py) where it builds, which gives a token the same bits decoded or in any chunk, else in numpy, where only
+chunks are bitwise invariant. The cache never crosses into TensorFlow Lite, and a row reads only its own slot's
+positions so far (docs/measurements/2026-12-03-int8-lite.md).
 
 Shapes: n rows, t chunk tokens, h query heads, k kv heads, g = h // k, e head dim, s cached positions.
 """
@@ -17,34 +12,27 @@ import mmap
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import numpy.typing as npt
 
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel, Rows
 
-# A chunk's attention works in tiles of this many cached positions, and multiplies one query row at a time
-# against a tile: OpenBLAS's last bits depend on a product's shape and on where a row sits in it
+# One query row by one tile at a time: OpenBLAS's last bits depend on a product's shape
 # (docs/measurements/2026-12-03-int8-lite-time-sized-chunks-avx512-kernel.md).
 TILE = 128
-# A decode step splits its rows between two threads (numpy leaves the GIL in its matmuls) once they read at least
-# this many cached positions in all; below it the hand-off costs more than it saves
-# (docs/measurements/2026-12-03-int8-lite.md).
+# Cached positions a decode step reads before a second thread pays for its hand-off (2026-12-03-int8-lite.md).
 SPLIT_POSITIONS = 2048
 
 class HostCache:
-    """The K/V cache of every slot and layer, and attention over it: by the compiled kernel (kernel.py) when there
-    is one, else in numpy. The kernel reads float16 keys stored in tiles of kernel.TILE positions, each
-    channel-major ([slots, k, padded / 16, e, 16]: one load holds a channel's keys of 8 positions) and float16
-    values [slots, k, padded, e]; numpy reads float32, both [slots, k, padded, e]."""
+    """The kernel reads float16 keys in channel-major tiles [slots, k, padded / 16, e, 16] and float16 values
+    [slots, k, padded, e]; numpy reads float32, both [slots, k, padded, e]."""
 
     def __init__(self, cfg: ModelConfig, slots: int, max_len: int, kernel: Kernel | None = None, threads: int = 2):
-        """`threads`: 2 lets a step's attention use a second thread (the kernel's own helper, or numpy's in a
-        thread pool) once it has enough work."""
         self.cfg, self.slots, self.max_len, self.kernel, self.threads = cfg, slots, max_len, kernel, threads
         self._helper = ThreadPoolExecutor(1, thread_name_prefix="typewriter-attention")
         padded = -(-max_len // TILE) * TILE  # whole tiles; the pages past max_len are never written
         k, e = cfg.n_kv_heads, cfg.head_dim
-        # A kernel tile of 16 positions is 2 KiB for a 64-channel head: a page holds two, written as they fill.
         key_shape = (slots, k, padded // KERNEL_TILE, e, KERNEL_TILE) if kernel else (slots, k, padded, e)
         dtype = np.float16 if kernel else np.float32  # the kernel reads float16: half the bytes a step
         self.k = [_untouched_zeros(key_shape, dtype) for _ in range(cfg.n_layers)]
@@ -54,7 +42,7 @@ class HostCache:
         self.cos, self.sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
         self._heads, self._rope = (cfg.n_heads, k, e), (self.cos, self.sin)
 
-    def _split(self, qkv: np.ndarray, positions: np.ndarray):
+    def _split(self, qkv: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """qkv [n, (h + 2k) * e] -> q [n, h, e], k [n, k, e] with RoPE at `positions` [n], v [n, k, e]."""
         cfg, n = self.cfg, qkv.shape[0]
         heads = cfg.n_heads + cfg.n_kv_heads
@@ -66,7 +54,7 @@ class HostCache:
     def decode(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """One token per row at (slot, position), attending to its slot's positions 0..position -> [n, h * e]."""
         cfg = self.cfg
-        if self.kernel:  # the same bits as this token in a prompt chunk
+        if self.kernel:
             return self._by_kernel(layer, qkv, slots, positions)
         q, k, v = self._split(qkv, positions)
         keys, values = self.k[layer], self.v[layer]
@@ -94,8 +82,7 @@ class HostCache:
         return out.reshape(n, -1)
 
     def extend(self, layer: int, qkv: np.ndarray, slot: int, start: int) -> np.ndarray:
-        """A prompt chunk of t tokens at slot positions start..start+t-1, each attending to the slot's positions
-        up to its own -> [t, h * e]."""
+        """A prompt chunk of t tokens at positions start.., each attending up to its own -> [t, h * e]."""
         cfg, t = self.cfg, qkv.shape[0]
         if t == 0:
             return np.empty((0, cfg.n_heads * cfg.head_dim), np.float32)
@@ -111,25 +98,22 @@ class HostCache:
         q = q.reshape(t, cfg.n_kv_heads, cfg.groups, cfg.head_dim) * np.float32(cfg.head_dim**-0.5)
         return _attend(q, keys[slot], values[slot], positions).reshape(t, -1)  # heads in q's order
 
-    def rows(self, slots, positions) -> Rows:
-        """A step's rows for `attend` (kernel only): token i of slot slots[i] at positions[i], in the order of the
-        qkv rows each layer gives. Made once a step: the per-layer calls then cost one C call each."""
+    def rows(self, slots: npt.ArrayLike, positions: npt.ArrayLike) -> Rows:
+        """Kernel only: made once a step, so each layer's `attend` is one C call."""
         rows = Rows(slots, positions, self._heads, self.k[0], self.v[0])
         if rows.count:
             np.maximum.at(self.filled, rows.slots, rows.positions + 1)
         return rows
 
     def attend(self, layer: int, qkv: np.ndarray, rows: Rows) -> np.ndarray:
-        """Layer `layer`'s qkv rows [n, (h + 2k) * e] for `rows` (from `rows`): RoPE, the cache writes and
-        attention, by the kernel -> [n, h * e]."""
+        """qkv [n, (h + 2k) * e] -> [n, h * e]: RoPE, the cache writes and attention, by the kernel."""
+        assert self.kernel is not None, "rows and attend are the kernel's way (numpy's: decode and extend)"
         return self.kernel.layer(qkv, rows, self._heads, self._rope, self.k[layer], self.v[layer], self.threads)
 
     def _by_kernel(self, layer: int, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
-        """Decode rows and chunk tokens alike: token i of slot slots[i] at positions[i] -> [n, h * e]."""
         return self.attend(layer, np.ascontiguousarray(qkv, np.float32), self.rows(slots, positions))
 
     def copy_slot(self, source: int, target: int) -> None:
-        """Every position of slot `source` written so far into slot `target` (a shared prefix)."""
         n = self.filled[source]
         key_tiles = -(-n // KERNEL_TILE) if self.kernel else n  # the keys' third axis: tiles or positions
         for keys, values in zip(self.k, self.v):
@@ -142,29 +126,23 @@ class HostCache:
         return sum(a.nbytes for a in self.k + self.v)
 
 
-def _untouched_zeros(shape, dtype=np.float32) -> np.ndarray:
-    """A zero array in its own anonymous mapping: its pages take memory only once written, 4 KiB at a time.
-    numpy's own large zeros ask for transparent huge pages, so that the first write to a slot's row made 2 MiB
-    resident, and one decode step of every slot the whole cache (docs/measurements/2026-12-03-int8-lite.md)."""
+def _untouched_zeros(shape: tuple[int, ...], dtype: npt.DTypeLike = np.float32) -> np.ndarray:
+    """Pages take memory only once written, 4 KiB at a time, where numpy's large zeros ask for huge pages
+    (docs/measurements/2026-12-03-int8-lite.md)."""
     count = int(np.prod(shape))
     return np.frombuffer(mmap.mmap(-1, max(count * np.dtype(dtype).itemsize, 1)), dtype, count=count).reshape(shape)
 
 
 def _balanced_half(positions: np.ndarray) -> int:
-    """The row that splits the rows' cached positions most evenly in two."""
     work = np.cumsum(positions + 1)
     return int(np.clip(np.searchsorted(work, work[-1] / 2), 1, len(positions) - 1))
 
 
 def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """A chunk's tokens at `positions` [t], each attending to its slot's positions up to its own: q [t, k, g, e]
-    (scaled) against the slot's keys/values [k, padded, e] -> [t, k, g, e].
-
-    A token's result is the same bits in a chunk of any size at any start: the int8 rows of the next program turn
-    a last-bit difference into another rounding now and then, and with it another greedy answer (the same prompt
-    asked again, all but its last token reused, answered differently). So every product is one row by one tile
-    of TILE positions; positions past a token's own weigh exactly 0; and what the softmax and the values add up
-    is added within each tile, then tile after tile, so the tiles past a token's own add exactly nothing."""
+    """q [t, k, g, e] (scaled) at `positions` [t] against keys/values [k, padded, e] -> [t, k, g, e]. A token gets
+    the same bits in any chunk, else the next program's int8 rows may round it into another greedy answer: one row
+    by one tile per product, sums within a tile then tile after tile
+    (docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md)."""
     t, k, g, e = q.shape
     rows, tiles = t * g, int(positions[-1]) // TILE + 1
     block = np.ascontiguousarray(q.transpose(1, 0, 2, 3).reshape(k, rows, 1, 1, e))  # rows in (token, group) order
@@ -178,13 +156,12 @@ def _attend(q: np.ndarray, keys: np.ndarray, values: np.ndarray, positions: np.n
     by_tile = scores.reshape(k, rows, tiles, 1, TILE)
     total = np.cumsum(by_tile.sum(axis=-1)[..., 0], axis=-1)[..., -1]  # each tile's sum, then tile after tile
     weighted = by_tile @ values[:, :tiles * TILE].reshape(k, 1, tiles, TILE, e)  # [k, rows, tiles, 1, e]
-    out = np.cumsum(weighted[:, :, :, 0], axis=2)[:, :, -1] / total[..., None]  # tile after tile, in order
+    out: np.ndarray = np.cumsum(weighted[:, :, :, 0], axis=2)[:, :, -1] / total[..., None]  # tile after tile, in order
     return out.reshape(k, t, g, e).transpose(1, 0, 2, 3)
 
 
 def _few_scores(q: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """A decode row's scores, q [k, g, e] against keys [k, s, e] -> [k, g, s], as keys @ q^T transposed: OpenBLAS
-    multiplies a few rows by the transposed keys slowly
+    """q [k, g, e], keys [k, s, e] -> [k, g, s], as keys @ q^T: OpenBLAS is slow at a few rows by transposed keys
     (docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md)."""
     return np.ascontiguousarray((keys @ q.transpose(0, 2, 1)).transpose(0, 2, 1))
 
@@ -200,8 +177,7 @@ def _rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
 
 
 def _exp(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Softmax's numerator in place and its denominator [..., 1]: the caller divides the few values it
-    weights with, not the many weights (one pass less over the scores)."""
+    """Softmax's numerator in place and its denominator [..., 1]: the caller divides the few values, not the weights."""
     scores -= scores.max(axis=-1, keepdims=True)
     np.exp(scores, out=scores)
     return scores, scores.sum(axis=-1, keepdims=True)

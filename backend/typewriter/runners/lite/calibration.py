@@ -1,10 +1,6 @@
-"""What gptq.py rounds by: the second moment E[x^T x] of each int8-lite matrix's inputs on a calibration text
-(calibration.txt, a tutoring dialogue; bench/quality.py measures on another text).
-
-The text's tokens run through the folded model (layers.py) in numpy a layer at a time, as the programs are made.
-Each matrix is rounded as soon as its inputs are known, and the rounded matrix carries the text on (GPTQ's own
-order), so a later matrix is rounded against what the earlier rounding left it. Attention here is plain numpy over
-the few hundred tokens, with the programs' RMSNorm and the same RoPE; it only has to be close, not the same bits.
+"""What gptq.py rounds by: E[x^T x] of each int8-lite matrix's inputs on a calibration text (calibration.txt). The
+text runs through the folded model in numpy a layer at a time, each matrix rounded as soon as its inputs are known,
+so a later one is rounded against what the earlier rounding left (GPTQ's order); attention need only be close.
 """
 
 from __future__ import annotations
@@ -14,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from . import gptq
 from .attention import _rope
+from .layers import Layer
 
 TEXT = Path(__file__).with_name("calibration.txt")
-# Calibration tokens: fewer rounded about as well, and time grows with them
-# (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+# Time grows with the tokens; fewer rounded about as well (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
 MAX_TOKENS = 512
 
 Matrix = tuple[np.ndarray, np.ndarray]  # int8 [in, out], float32 scale [out]
@@ -32,11 +28,13 @@ def text() -> str:
 
 
 def _norm(x: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)  # the programs' RMSNorm (its weight folded)
+    """The programs' RMSNorm (its weight folded into the matrix that reads it)."""
+    normed: np.ndarray = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+    return normed
 
 
 def _moment(x: np.ndarray) -> np.ndarray:
-    return gptq.moment(x)  # the blocks GPTQ reads
+    return gptq.moment(x)
 
 
 def _times(x: np.ndarray, m: Matrix) -> np.ndarray:
@@ -48,7 +46,6 @@ class Calibration:
     """The calibration tokens' residual stream x~ [n, d] (rotated, as the programs hold it)."""
 
     def __init__(self, cfg: ModelConfig, embeddings: np.ndarray, ids: list[int]):
-        """embeddings: layers.RotationFolder.embeddings(), [v, d]; ids: the text's token ids (at most MAX_TOKENS used)."""
         ids = list(ids)[:min(MAX_TOKENS, cfg.max_position)]
         if not ids:
             raise ValueError("calibration needs at least one token")
@@ -60,13 +57,11 @@ class Calibration:
         self.mask = np.triu(np.full((n, n), -np.inf, np.float32), 1)
 
     def stream_moment(self) -> np.ndarray:
-        """E[x^T x] of the normed stream (the diagonal blocks gptq.py reads): what a layer's qkv, and the logits,
-        read."""
+        """What a layer's qkv, and the logits, read."""
         return _moment(_norm(self.x, self.cfg.norm_eps))
 
-    def run_layer(self, layer: dict, down_block: np.ndarray, round_: Round) -> None:
-        """Carry the stream through one layer whose "qkv" is rounded already; rounds its "o", "gate", "up" and
-        "down" in place (float [in, out] -> int8 Matrix) as their inputs become known."""
+    def run_layer(self, layer: Layer, down_block: np.ndarray, round_: Round) -> None:
+        """`layer`'s "qkv" is rounded already; its "o", "gate", "up" and "down" are rounded in place here."""
         cfg, n = self.cfg, len(self.x)
         h, k, e = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         qkv = _times(_norm(self.x, cfg.norm_eps), layer["qkv"])

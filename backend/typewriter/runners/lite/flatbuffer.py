@@ -1,33 +1,31 @@
-"""A TensorFlow Lite program written directly as a flatbuffer, with TensorFlow's own schema classes.
-
-`tf.lite.TFLiteConverter` is far slower per program than writing the few ops a decoder layer needs
-(docs/measurements/2026-12-01-weight-formats.md). Every tensor is float32 except the int8 weights (one scale per
-output channel), which FULLY_CONNECTED multiplies by float inputs that XNNPACK quantizes to 8 bits a row as it goes.
-
-Rows at 8 bits cost int8-lite most of its distance from fp32 once the weights are rounded well (gptq.py), so
-`int8_matmul(..., two_pass=True)` sends each row twice (`_two_pass`): as XNNPACK rounds it, and that rounding's
-error, which XNNPACK rounds to 8 bits of its own: the sum is the row to about 16 bits. For the program to know
-XNNPACK's rounding, the row is made symmetric by two extra channels, +-m = +-1.001 max|x|, with zero weights:
-XNNPACK's per-row range is then [-m, m], its step 2m / 255 and its zero point the rounding of -0.5, 0 or -1
-(xnn_f32_qd8_asymmetric_quantization_params); |x| < m keeps every element of x off the clamp either way. It costs
-the matmul twice the rows and the program some small ops (layers.py says where it pays).
+"""A TensorFlow Lite program written directly as a flatbuffer with the schema classes LiteRT ships: the converter is
+far slower per program than writing the few ops a decoder layer needs (docs/measurements/2026-12-01-weight-formats.md).
+Everything is float32 but the int8 weights, which FULLY_CONNECTED multiplies by rows XNNPACK rounds to 8 bits;
+`two_pass` sends a row and its rounding error, about 16 bits in all
+(docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
+
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from ai_edge_litert.schema_py_generated import QuantizationParametersT
 
 
-def _schema():
-    from ai_edge_litert import schema_py_generated as schema  # TensorFlow Lite's schema, as LiteRT ships it
-
-    return schema
+def _schema() -> ModuleType:
+    return importlib.import_module("ai_edge_litert.schema_py_generated")
 
 
 class ProgramBuilder:
-    """One subgraph under construction; each method adds an op and returns its output tensor's index.
-
-    The first dimension of every activation is `rows`, which the interpreter may resize later."""
+    """Each method adds an op and returns its output tensor's index. Every activation's first dimension is `rows`,
+    which the interpreter may resize."""
 
     def __init__(self, rows: int):
         s = self.s = _schema()
@@ -41,9 +39,8 @@ class ProgramBuilder:
         self.inputs: list[int] = []
         self._two_passes: dict[int, int] = {}  # x -> _two_pass(x)
 
-    # ---- tensors ----
-
-    def _tensor(self, shape, kind, data: np.ndarray | None = None, quantization=None) -> int:
+    def _tensor(self, shape: Sequence[int], kind: int, data: np.ndarray | None = None,
+                quantization: QuantizationParametersT | None = None) -> int:
         t = self.s.TensorT()
         t.shape, t.type, t.name = list(shape), kind, f"t{len(self.graph.tensors)}"
         t.buffer, t.quantization = 0, quantization
@@ -61,7 +58,7 @@ class ProgramBuilder:
         self.inputs.append(index)
         return index
 
-    def const(self, value) -> int:
+    def const(self, value: npt.ArrayLike) -> int:
         value = np.asarray(value)
         kinds = {np.dtype(np.float32): self.s.TensorType.FLOAT32, np.dtype(np.int32): self.s.TensorType.INT32}
         return self._tensor(value.shape, kinds[value.dtype], value)
@@ -69,9 +66,8 @@ class ProgramBuilder:
     def shape(self, tensor: int) -> list[int]:
         return list(self.graph.tensors[tensor].shape)
 
-    # ---- ops ----
-
-    def _op(self, code: int, inputs, shape, options_type=None, options=None) -> int:
+    def _op(self, code: int, inputs: Sequence[int], shape: Sequence[int], options_type: int | None = None,
+            options: object = None) -> int:
         if code not in self._codes:
             c = self.s.OperatorCodeT()
             c.builtinCode, c.deprecatedBuiltinCode, c.version = code, min(code, 127), 1
@@ -96,8 +92,8 @@ class ProgramBuilder:
         return self._reduce(self.s.BuiltinOperator.MEAN, self.reshape(both, [2, -1, out]), 0, [rows, out])
 
     def _two_pass(self, x: int) -> int:
-        """x [rows, in] -> [2 * rows, in + 2]: x with the channels +-m (m = 1.001 max|x|), then what XNNPACK's
-        8-bit rounding of that row leaves out. Made once for any matrices that read the same x."""
+        """x [rows, in] -> [2 * rows, in + 2]: x with channels +-m (m = 1.001 max|x|), which makes XNNPACK's rounding
+        symmetric and so known here, then what that rounding leaves out."""
         if x in self._two_passes:
             return self._two_passes[x]
         s, b = self.s, self.s.BuiltinOperator
@@ -132,8 +128,7 @@ class ProgramBuilder:
         """x [rows, in] @ (q * scale), rows at 8 bits as XNNPACK rounds them (asymmetric, one scale a row)."""
         s = self.s
         quant = s.QuantizationParametersT()
-        # numpy arrays, not lists: the generated Pack writes a list element by element in Python (a vocabulary's
-        # worth of scales took seconds), an array in one copy
+        # Arrays, not lists: the generated Pack writes a list element by element in Python, an array in one copy.
         quant.scale, quant.zeroPoint = np.asarray(scale, np.float32), np.zeros(len(scale), np.int64)
         quant.quantizedDimension = 0
         w = self._tensor(q.shape[::-1], s.TensorType.INT8, np.ascontiguousarray(q.T), quant)  # [out, in]

@@ -1,61 +1,54 @@
 """GPTQ rounding (Frantar et al., 2022) of a matrix to int8 with one scale per output column, as
-rotation.quantize_int8 stores it, but rounded so that the matrix's outputs on real inputs move least.
-
-Rounding each weight to its nearest step leaves an error per input channel that the rows then add up. GPTQ rounds
-one input channel at a time and moves the channels not yet rounded to make up for the error so far, weighted by
-H = E[x^T x] of the matrix's inputs (calibration.py measures it): the same format and speed, a smaller error.
-
-Here the inputs are taken in groups of GROUP channels, each group rounded on its own (H's blocks on its diagonal,
-the only part of H computed), all groups at once: whole-matrix GPTQ needs H^-1 of 1,536 channels and a Python step per channel, too slow for a
-start-up budget of a few seconds for the whole model. What the groups give up:
-docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md.
+rotation.quantize_int8 stores it, but moving the channels not yet rounded to make up for the error so far, weighted
+by H = E[x^T x] of the inputs (calibration.py). Groups of GROUP channels round on their own, all at once, to fit
+start-up's budget (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...models.rotation import INT8_MAX
+from ..rotation import INT8_MAX
 
-# H + DAMP * mean(diag H) * I: a few hundred calibration rows leave H singular, and a heavier damping leans towards
-# round-to-nearest, which generalised better to text unlike the calibration's
-# (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+if TYPE_CHECKING:
+    from .kernel import Kernel
+
+# H + DAMP * mean(diag H) * I: a few hundred calibration rows leave H singular, and leaning towards round-to-nearest
+# generalises better to other text (the study above).
 DAMP = 0.1
 GROUP = 64
 
 
-SUB_BLOCK = 16  # channels rounded one by one before their error moves the rest of the group in one product
+SUB_BLOCK = 16
 
 
 def group_width(n: int, group: int = GROUP) -> int:
-    """The group width for n input channels: a width with no such divisor rounds in smaller groups (1:
-    round-to-nearest)."""
+    """A width with no such divisor rounds in smaller groups (1: round-to-nearest)."""
     return math.gcd(n, group)
 
 
 def moment(x: np.ndarray, group: int = GROUP) -> np.ndarray:
-    """E[x^T x]'s blocks on its diagonal, [n / g, g, g] for inputs x [rows, n]: all that `quantize` reads, so the
-    rest (most of it for a wide matrix) is never computed."""
+    """x [rows, n] -> E[x^T x]'s diagonal blocks [n / g, g, g]: all `quantize` reads."""
     rows, n = x.shape
     g = group_width(n, group)
     xg = np.ascontiguousarray(x.reshape(rows, n // g, g).transpose(1, 2, 0))  # [groups, g, rows]
-    return xg @ xg.transpose(0, 2, 1) / rows
+    blocks: np.ndarray = xg @ xg.transpose(0, 2, 1) / rows  # [groups, g, g]
+    return blocks
 
 
 def quantize(w: np.ndarray, h: np.ndarray, damp: float = DAMP, group: int = GROUP,
-             kernel=None) -> tuple[np.ndarray, np.ndarray]:
-    """w [in, out], h the inputs' second moment: [in, in], or its diagonal blocks [in / g, g, g] as `moment`
-    gives them -> (int8 [in, out], float32 scale [out]), w ~ q * scale, each column's scale its largest |w| / 127
-    (as rotation.quantize_int8). Every column is rounded on its own, so a matrix may be rounded a slice of columns
-    at a time. `kernel`: kernel.py's Kernel, whose C loop (gptq.c) rounds on two threads; None: numpy."""
+             kernel: Kernel | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """w [in, out], h [in, in] or `moment`'s blocks -> (int8 [in, out], float32 scale [out]) as
+    rotation.quantize_int8. Columns round independently, so a matrix may go a slice at a time. `kernel` None: numpy."""
     n, out = w.shape
     g = group_width(n, group)
     scale = np.abs(w).max(axis=0).astype(np.float32) / INT8_MAX
     scale[scale == 0] = 1.0  # an all-zero column stays zero
     inv_scale = 1.0 / scale
-    w = np.array(w, dtype=np.float32, order="C").reshape(n // g, g, out)  # a copy, updated as channels are rounded
+    w = np.array(w, dtype=np.float32, order="C").reshape(n // g, g, out)  # a copy, updated as channels round
     if h.ndim == 2:
         h = np.stack([h[i:i + g, i:i + g] for i in range(0, n, g)])
     blocks = np.array(h, dtype=np.float64)  # [groups, g, g]
@@ -71,8 +64,7 @@ def quantize(w: np.ndarray, h: np.ndarray, damp: float = DAMP, group: int = GROU
     if kernel is not None:
         kernel.gptq(w, np.ascontiguousarray(u), scale, inv_scale.astype(np.float32), q)
         return q.reshape(n, out), scale
-    # GPTQ's lazy batches: within a sub-block the channels are rounded one by one, each moving the sub-block's
-    # others; the sub-block's errors then move the rest of the group in one matrix product.
+    # GPTQ's lazy batches: one by one within a sub-block, whose errors then move the rest of the group in one product.
     errors = np.empty((n // g, min(SUB_BLOCK, g), out), np.float32)
     for b0 in range(0, g, SUB_BLOCK):
         b1 = min(b0 + SUB_BLOCK, g)

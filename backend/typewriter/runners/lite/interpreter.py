@@ -7,9 +7,14 @@ import ctypes
 import functools
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..stderr_filter import StderrFilter
+
+if TYPE_CHECKING:
+    from ai_edge_litert.interpreter import Interpreter
 
 log = logging.getLogger("typewriter.lite")
 MADV_DONTNEED = 4  # Linux: drop the pages from this process; a file's are read again from it if touched
@@ -19,10 +24,8 @@ _LITE_NOTICES = ("Created TensorFlow Lite XNNPACK delegate for CPU",)
 _lite_filter = StderrFilter(_LITE_NOTICES)
 
 
-def lite_interpreter(program: bytes | Path, threads: int):
-    """A LiteRT (TensorFlow Lite) interpreter of a flatbuffer (its bytes, or a file LiteRT maps), XNNPACK on
-    `threads` threads, without its notices. LiteRT is tf.lite.Interpreter's successor (deprecated since TensorFlow
-    2.20), and imports in a small fraction of TensorFlow's time
+def lite_interpreter(program: bytes | Path, threads: int) -> Interpreter:
+    """LiteRT, not tf.lite, imports in a fraction of TensorFlow's time
     (docs/measurements/2026-12-03-int8-lite-one-pass-litert-program-cache.md)."""
     from ai_edge_litert.interpreter import Interpreter
 
@@ -37,10 +40,8 @@ def lite_interpreter(program: bytes | Path, threads: int):
 
 
 def release_mapped(folder: Path) -> int:
-    """Drop from this process the pages of every file mapped from `folder` (LiteRT maps each program's file);
-    returns the bytes of mappings released. XNNPACK copies most weights into its own packed layout when an
-    interpreter is allocated, so the file's copy would stay resident for nothing; a page read again later (a
-    weight XNNPACK reads in place) comes back from the file, unchanged."""
+    """Bytes released. XNNPACK packs most weights into its own copy, so the file's would stay resident for nothing;
+    a page read again later comes back from the file."""
     madvise = _madvise()
     if madvise is None:
         return 0
@@ -56,7 +57,7 @@ def release_mapped(folder: Path) -> int:
 
 
 @functools.cache
-def _madvise():
+def _madvise() -> Callable[[int, int, int], int] | None:
     try:
         madvise = ctypes.CDLL("libc.so.6", use_errno=True).madvise
     except (OSError, AttributeError):  # not glibc: the pages stay, nothing breaks

@@ -1,12 +1,7 @@
-"""int8-lite's kernels, called through ctypes (which lets go of the GIL for the call): attention (attention.c),
-and GPTQ's rounding loop while the programs are made (gptq.c), in one library.
-
-The library is named by a hash of the sources and the compiler flags, `kernels-<hash>.so`. `load` takes the one
-built beside the sources ahead of time (`python -m typewriter.runners.lite.kernel`: the container image's way,
-which needs no compiler at run time), else builds one with the machine's `cc` into `kernels/` of the program cache
-on first use. Where it cannot be built or run (no C compiler, a CPU without AVX2, FMA and F16C), `load` says why
-once in the log and returns None: attention runs in numpy (attention.py), slower at long contexts, and GPTQ's loop
-too (gptq.py), slower to make the programs.
+"""int8-lite's kernels, attention (attention.c) and GPTQ's rounding loop (gptq.c), in one library called through
+ctypes, which lets go of the GIL. `load` takes the one built beside the sources ahead of time (the container
+image's), else builds one with `cc`; where neither can be (no compiler, no AVX2, FMA and F16C) it logs why and
+returns None, and numpy does the work, slower.
 """
 
 from __future__ import annotations
@@ -23,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 log = logging.getLogger("typewriter.lite")
 SOURCE_DIR = Path(__file__).parent
-SOURCES = ("attention.c", "gptq.c")  # one library: attention for every step, GPTQ's loop while programs are made
+SOURCES = ("attention.c", "gptq.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-pthread")
 TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
 _P = ctypes.c_void_p
@@ -60,8 +56,8 @@ class Kernel:
         self.wide = bool(self.library.typewriter_wide())
 
     def split_from(self, rows_positions: int | None) -> None:
-        """Share a call with the helper thread from this much work (rows times the positions each reads, in all)
-        rather than from attention.c's SPLIT_WORK (None: from SPLIT_WORK again): for tests and measurements."""
+        """For tests and measurements: the work (rows times positions) from which a call is shared with the helper
+        thread; None: attention.c's SPLIT_WORK."""
         rows_positions = -1 if rows_positions is None else rows_positions
         self.library.typewriter_set_split_work(rows_positions)
 
@@ -96,10 +92,9 @@ class Kernel:
 
     def attend(self, q: np.ndarray, slots: np.ndarray, positions: np.ndarray, keys: np.ndarray,
                values: np.ndarray, threads: int = 1) -> np.ndarray:
-        """q [t, k, g, e] (RoPE'd, scaled; float32, contiguous): token i of slot slots[i] at positions[i] (int64),
-        attending to its slot's positions up to its own; keys [slots, k, padded / TILE, e, TILE] and values
-        [slots, k, padded, e] (float16, contiguous) -> [t, k, g, e]. `threads` 2: a call with enough work to share
-        (attention.c's SPLIT_WORK) computes part of its rows on the kernel's helper thread, the same bits."""
+        """q [t, k, g, e] (RoPE'd, scaled; float32): token i of slot slots[i] at positions[i] (int64); keys
+        [slots, k, padded / TILE, e, TILE] and values [slots, k, padded, e] (float16) -> [t, k, g, e]. `threads` 2:
+        enough work is shared with the kernel's helper thread, to the same bits."""
         t, k, g, e = q.shape
         q, slots, positions = _checked(q.reshape(t, -1), slots, positions, keys, values, k * g * e, k, e)
         q = q.reshape(t, k, g, e)
@@ -111,9 +106,8 @@ class Kernel:
 
     def gptq(self, w: np.ndarray, u: np.ndarray, scale: np.ndarray, inv_scale: np.ndarray, q: np.ndarray,
              threads: int = 2) -> None:
-        """GPTQ's rounding loop (gptq.c) over w [groups, g, out] float32 (updated in place) with u [groups, g, g]
-        float32, scale and inv_scale [out] float32, into q [groups, g, out] int8; the columns split between
-        `threads` threads (ctypes lets go of the GIL)."""
+        """w [groups, g, out] float32 (updated in place), u [groups, g, g] float32, scale and inv_scale [out] float32
+        -> q [groups, g, out] int8; the columns split between `threads` threads."""
         groups, g, out = w.shape
         for a in (w, u, scale, inv_scale, q):
             if not a.flags.c_contiguous:
@@ -137,13 +131,13 @@ class Kernel:
 
 
 class Rows:
-    """A step's rows for `Kernel.layer`, made once and used for every layer: token i of slot slots[i] at
-    positions[i] (int64, contiguous, kept alive here while C reads them), and the scratch their q goes through."""
+    """A step's rows for `Kernel.layer`, made once for every layer; it keeps the arrays alive while C reads them."""
 
-    def __init__(self, slots, positions, heads: tuple[int, int, int], keys: np.ndarray, values: np.ndarray):
+    def __init__(self, slots: npt.ArrayLike, positions: npt.ArrayLike, heads: tuple[int, int, int], keys: np.ndarray,
+                 values: np.ndarray):
         h, k, e = heads
         self.slots, self.positions = np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(positions, np.int64)
-        _check_caches(keys, values, k, e)  # every layer's caches have the same layout
+        _check_caches(keys, values, k, e)
         if self.slots.shape != self.positions.shape or self.slots.ndim != 1:
             raise ValueError(f"{self.slots.shape} slots and {self.positions.shape} positions do not match")
         self.count = len(self.slots)
@@ -161,8 +155,8 @@ def _status(status: int, e: int) -> None:
         raise IndexError("a slot or position is outside the cache (or past its RoPE angles)")
 
 
-def _checked(rows: np.ndarray, slots, positions, keys: np.ndarray, values: np.ndarray, width: int, k: int,
-             e: int):
+def _checked(rows: np.ndarray, slots: npt.ArrayLike, positions: npt.ArrayLike, keys: np.ndarray, values: np.ndarray,
+             width: int, k: int, e: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The arrays as C reads them; the C side refuses a slot or position outside the cache (-3)."""
     rows = np.ascontiguousarray(rows, np.float32)
     slots, positions = np.ascontiguousarray(slots, np.int64), np.ascontiguousarray(positions, np.int64)
@@ -182,17 +176,17 @@ def _check_caches(keys: np.ndarray, values: np.ndarray, k: int, e: int) -> None:
 
 @functools.cache
 def load(folder: str | None) -> Kernel | None:
-    """The kernel: the one built beside its source (the container image has it, see `main`), else one built into
-    `folder` (None: a temporary folder) unless already there; None where it cannot be."""
+    """`folder` None: build in a temporary folder. None where there is no kernel."""
     reason = _cpu_lacks()
     if reason is None and (beside := _library(SOURCE_DIR)).exists():
         return Kernel(beside)
     if reason is None and shutil.which("cc") is None:
         reason = "no C compiler (cc) on PATH, and none built beside attention.c"
     if reason is None:
-        temporary = None if folder else tempfile.mkdtemp(prefix="typewriter-kernel-")
+        home = folder or tempfile.mkdtemp(prefix="typewriter-kernel-")
+        temporary = None if folder else home
         try:
-            path = _library(Path(folder or temporary) / "kernels")
+            path = _library(Path(home) / "kernels")
             if not path.exists():
                 _compile(path)
             return Kernel(path)
@@ -216,7 +210,6 @@ def _cpu_lacks() -> str | None:
 
 
 def _library(folder: Path) -> Path:
-    """Where the library of these sources and these flags is kept in `folder`."""
     sources = b"".join((SOURCE_DIR / name).read_bytes() for name in SOURCES)
     return folder / f"kernels-{hashlib.sha256(sources + ' '.join(FLAGS).encode()).hexdigest()[:16]}.so"
 
@@ -228,8 +221,7 @@ def _compile(path: Path) -> None:
         subprocess.run(["cc", *FLAGS, "-o", str(staging), *(str(SOURCE_DIR / name) for name in SOURCES), "-lm"],
                        capture_output=True, text=True, check=True, timeout=120)
         os.replace(staging, path)  # whole or not there: two processes building at once both succeed
-        # built from older sources (attention-*.so: before GPTQ joined the library): a running server keeps its
-        # mapping, and a later start of that version builds its own again
+        # Older builds go: a running server keeps its mapping, and that version rebuilds its own.
         for older in [*path.parent.glob("kernels-*.so"), *path.parent.glob("attention-*.so")]:
             if older != path:
                 older.unlink(missing_ok=True)
@@ -241,11 +233,10 @@ def _compile(path: Path) -> None:
 
 
 def main() -> None:
-    """`python -m typewriter.runners.lite.kernel`: build the library beside attention.c (the Dockerfile's build stage,
-    so the image needs no compiler)."""
+    """Build the library beside attention.c, so the container image needs no compiler."""
     path = _library(SOURCE_DIR)
     _compile(path)
-    Kernel(path)  # it loads
+    Kernel(path)
     print(path)
 
 

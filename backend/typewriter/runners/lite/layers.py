@@ -1,49 +1,36 @@
 """A Llama-family decoder's matmuls as TensorFlow Lite programs with int8 weights, one program per layer.
 
-XNNPACK quantizes each input row to 8 bits on the fly, and one scale per row loses what a few large channels leave
-to the rest (runners/xla/quantized.py; docs/measurements/2026-12-01-weight-formats.md). So the whole residual
-stream is kept rotated, x~ = x @ R for the orthogonal R of quantized.Rotation, and every rotation is folded into the
-weights
-(as QuaRot does): RMSNorm commutes with R (it keeps each row's norm), so its weight moves into the next matrix,
-W' = R^T diag(g) W; matrices that write the stream get W @ R. V is rotated inside each head, so the attention
-output arrives rotated and the output projection takes that back; only the down projection's input is rotated
-as it runs (a Hadamard inside blocks of 64, two reshapes and a small float matmul).
-
-Programs (rows resizable): `first` x~ -> qkv of layer 0; `layer i` (x~, attention output) -> (x~ after the
-layer, qkv of layer i + 1), the last one x~ alone; `logits` x~ -> logits. They take the matrices already rounded,
-(int8 [in, out], scale [out]) pairs: programs.py rounds them (gptq.py, or to nearest).
-
-With `two_pass` (int8-lite; int8-lite-fast has none) the matrices q/k/v, o and down and the logits take their rows
-to about 16 bits (flatbuffer.py); gate and up stay at XNNPACK's 8 bits. Of the layers' matrices, those three gained
-the most quality (bench/quality.py) for the step time they cost
-(docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md); the logits' rows took a 0.5B model with a 151,936-row
-vocabulary to within a few percent of llama.cpp's KL from fp32 (docs/measurements/2026-12-04-a-school-sized-model.md).
+XNNPACK rounds each input row to 8 bits with one scale, which a few large channels spoil for the rest, so the
+residual stream is kept rotated (x~ = x @ R) and every rotation folded into the weights, as QuaRot does; only the
+down projection's input is rotated as it runs (docs/measurements/2026-12-01-weight-formats.md). With `two_pass`,
+q/k/v, o, down and the logits take their rows to about 16 bits
+(docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
-from ...models.rotation import Rotation
-from ...weights.load import WeightReader
+from ...architecture.model_config import ModelConfig
+from ...weights.source import WeightReader
+from ..rotation import Rotation
 from .flatbuffer import ProgramBuilder
 
-# Rows of a vocabulary-sized matrix folded at once: the whole of a 150k-token vocabulary in float32 is over
-# 500 MB for a 0.5B model, a slice of this many a few tens of MB.
+# Rows of a vocabulary-sized matrix folded at once: all of it in float32 would be hundreds of MB.
 CHUNK_ROWS = 16384
+
+# "qkv", "o", "gate", "up", "down": float [in, out], replaced in place by (int8 [in, out], float32 scale [out]) once
+# rounded; "bqkv" where the model has q/k/v biases.
+Layer = dict[str, Any]
 
 
 class RotationFolder:
-    """Folds the rotations into the weights, one layer at a time (so only a layer or two of rotated float copies
-    exist at once): `layer(i)` gives layer i's matrices [in, out] q/k/v joined, o, gate, up, down (and the qkv
-    bias); `output()` the logits matrix; `embeddings()` the rotated embedding rows (float16). Each rotation is
-    applied by blocks (models/rotation.py), not as a dense matrix."""
+    """A layer at a time, so only a layer or two of rotated float copies exist at once."""
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray]):
-        """`weights`: the canonical tensors, a dict or a WeightReader that reads each only when it is needed."""
         self.cfg, self.weights = cfg, weights
         self.stream = Rotation.of(cfg.dim)
         self.head = Rotation.of(cfg.head_dim).inner  # a Hadamard inside each head
@@ -53,7 +40,7 @@ class RotationFolder:
         """R^T diag(g) W for a matrix W [d, out] that reads a norm's output."""
         return self.stream.numpy(np.ascontiguousarray((g[:, None] * w).T)).T
 
-    def layer(self, i: int) -> dict:
+    def layer(self, i: int) -> Layer:
         cfg = self.cfg
         # asarray: the file's float32 arrays are read, never copied
         w = {k.split(".", 2)[2]: np.asarray(self.weights[k], np.float32) for k in self.weights
@@ -73,8 +60,7 @@ class RotationFolder:
         return layer
 
     def output(self, columns: int = CHUNK_ROWS) -> Iterator[tuple[int, int, np.ndarray]]:
-        """The logits matrix [d, v] a slice of columns at a time: (start, stop, its columns [d, stop - start]).
-        A vocabulary's worth at once, in float32 and rotated, would be several copies of hundreds of MB."""
+        """The logits matrix [d, v] a slice at a time: (start, stop, its columns [d, stop - start])."""
         name = "tok_embeddings" if self.cfg.tie_embeddings else "output"
         norm = np.asarray(self.weights["norm"], np.float32)
         for start in range(0, self.cfg.vocab_size, columns):
@@ -82,7 +68,7 @@ class RotationFolder:
             yield start, stop, self._into(_rows(self.weights, name, start, stop).T, norm)
 
     def embeddings(self, rows: int = CHUNK_ROWS) -> np.ndarray:
-        """The rotated embedding rows [v, d], float16, made a slice of rows at a time."""
+        """The rotated embedding rows [v, d], float16."""
         out = np.empty((self.cfg.vocab_size, self.cfg.dim), np.float16)
         for start in range(0, self.cfg.vocab_size, rows):
             stop = min(start + rows, self.cfg.vocab_size)
@@ -91,15 +77,13 @@ class RotationFolder:
 
 
 def _rows(weights: Mapping[str, np.ndarray], name: str, start: int, stop: int) -> np.ndarray:
-    """Rows start..stop-1 of a 2-D tensor as float32, read alone where the weights are a WeightReader."""
     if isinstance(weights, WeightReader):
         return np.asarray(weights.rows(name, start, stop), np.float32)
     return np.asarray(weights[name][start:stop], np.float32)
 
 
 def _blocks_times(block: np.ndarray, m: np.ndarray) -> np.ndarray:
-    """diag(block, block, ...)^T @ m for m [times * b, out], as one matrix product (a stack of small ones went
-    through numpy's loop, several times slower)."""
+    """diag(block, block, ...)^T @ m for m [times * b, out], as one product: a stack of small ones is far slower."""
     b, out = block.shape[0], m.shape[1]
     times = m.shape[0] // b
     side = m.reshape(times, b, out).transpose(1, 0, 2).reshape(b, times * out)  # [b, times * out]
@@ -109,24 +93,25 @@ def _blocks_times(block: np.ndarray, m: np.ndarray) -> np.ndarray:
 def _times_blocks(m: np.ndarray, block: np.ndarray) -> np.ndarray:
     """m @ diag(block, block, ...) for m [n, times * b]."""
     b = block.shape[0]
-    return (np.ascontiguousarray(m).reshape(-1, b) @ block).reshape(m.shape)
+    product: np.ndarray = np.ascontiguousarray(m).reshape(-1, b) @ block
+    return product.reshape(m.shape)
 
 
 def _int8(p: ProgramBuilder, x: int, w: tuple[np.ndarray, np.ndarray], two_pass: bool = False) -> int:
     return p.int8_matmul(x, *w, two_pass=two_pass)
 
 
-def _qkv(p: ProgramBuilder, cfg: ModelConfig, x: int, layer: dict, two_pass: bool) -> int:
+def _qkv(p: ProgramBuilder, cfg: ModelConfig, x: int, layer: Layer, two_pass: bool) -> int:
     y = _int8(p, p.rms(x, cfg.norm_eps), layer["qkv"], two_pass)
     return p.add(y, p.const(layer["bqkv"])) if "bqkv" in layer else y
 
 
-def first_program(cfg: ModelConfig, layer0: dict, two_pass: bool = True, rows: int = 1) -> bytes:
+def first_program(cfg: ModelConfig, layer0: Layer, two_pass: bool = True, rows: int = 1) -> bytes:
     p = ProgramBuilder(rows)
     return p.finish([_qkv(p, cfg, p.input(cfg.dim), layer0, two_pass)])
 
 
-def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_block: np.ndarray,
+def layer_program(cfg: ModelConfig, layer: Layer, following: Layer | None, down_block: np.ndarray,
                   two_pass: bool = True, rows: int = 1) -> bytes:
     """A layer's program; `following` is the next layer's folded weights (None for the last layer)."""
     p = ProgramBuilder(rows)
@@ -136,8 +121,8 @@ def layer_program(cfg: ModelConfig, layer: dict, following: dict | None, down_bl
     gate, up = _int8(p, n, layer["gate"]), _int8(p, n, layer["up"])
     act = p.mul(p.mul(gate, p.sigmoid(gate)), up)  # SiLU(gate) * up, [rows, hidden]
     b = down_block.shape[0]
-    act = p.reshape(p.matmul(p.reshape(act, [-1, b]), down_block), [-1, cfg.hidden_dim])  # rotated
-    # inside blocks of b: [rows * hidden / b, b] -> [rows, hidden]
+    # rotated inside blocks of b: [rows * hidden / b, b] -> [rows, hidden]
+    act = p.reshape(p.matmul(p.reshape(act, [-1, b]), down_block), [-1, cfg.hidden_dim])
     x = p.add(h, _int8(p, act, layer["down"], two_pass))
     if following is None:
         return p.finish([x])

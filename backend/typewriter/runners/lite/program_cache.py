@@ -1,13 +1,7 @@
-"""int8-lite's program cache: a restart maps the programs made before instead of reading the weights, folding
-them and writing the programs, most of a load (docs/measurements/2026-12-03-int8-lite.md).
-
-An entry is a folder named by `cache_key`: the model file's path, size and modification time, the model's config
-and FORMAT_VERSION, so a changed file or a changed program layout is a miss, never a stale program. Its manifest
-holds each file's SHA-256, checked before the entry is used: a damaged entry (a flipped bit on disk, a truncated
-copy) is made again, never served. An entry is made in a staging folder and renamed into place, so a reader sees a
-whole entry or none, and two servers starting together both succeed. An unreadable, partial or damaged entry is a
-miss (logged), never an error. Saving an entry removes the same file's older ones and those of model files that
-are gone.
+"""int8-lite's program cache: a restart maps the programs made before instead of folding the weights again
+(docs/measurements/2026-12-03-int8-lite.md). An entry is keyed by the model file, its config and FORMAT_VERSION,
+renamed into place whole, and its files' digests checked before use, so a damaged, partial or stale entry is a
+miss (logged), never an error.
 """
 
 from __future__ import annotations
@@ -25,18 +19,16 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
 from . import gptq
 from .calibration import text as calibration_text
 from .programs import ProgramSet
 
 log = logging.getLogger("typewriter.lite")
-# Bump when what layers.py, flatbuffer.py or gptq.py write changes: every older entry becomes a miss (GPTQ's
-# settings and the calibration text are in the key too).
-FORMAT_VERSION = 5  # 2: GPTQ rounding; 3: rows to 16 bits; 4: files made in place, digests; 5: the logits too
+FORMAT_VERSION = 5  # bump when what layers.py, flatbuffer.py or gptq.py write changes
 STALE_STAGING_S = 3600  # a staging folder this old belongs to no save still running
 MANIFEST = "manifest.json"
-OLD_MANIFEST = "source.json"  # before FORMAT_VERSION 4: read only to remove such entries
+OLD_MANIFEST = "source.json"  # read only to remove entries from before FORMAT_VERSION 4
 
 
 def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str) -> str:
@@ -48,14 +40,12 @@ def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str) -> str:
 
 
 class ProgramCache:
-    """Program sets by cache key under `root` (None: no cache: every load is a miss, and a set is made in a
-    temporary folder that is gone once the runner has mapped it)."""
+    """`root` None: no cache; programs are made in a temporary folder, gone once the runner has mapped them."""
 
-    def __init__(self, root: str | os.PathLike | None):
+    def __init__(self, root: str | os.PathLike[str] | None):
         self.root = Path(root) if root else None
 
     def load(self, key: str, n_layers: int) -> ProgramSet | None:
-        """The entry's programs, if it holds every file its manifest lists, each with its digest."""
         if self.root is None or not (entry := self.root / key).is_dir():
             return None
         programs = ProgramSet(entry, n_layers)
@@ -74,15 +64,13 @@ class ProgramCache:
         return programs
 
     def discard(self, key: str) -> None:
-        """Remove an entry that turned out unusable."""
         if self.root is not None:
             shutil.rmtree(self.root / key, ignore_errors=True)
 
     @contextlib.contextmanager
     def making(self, key: str) -> Iterator[Path]:
-        """A new folder to make `key`'s programs in: a staging folder beside the entries, or a temporary one
-        without a cache (or where the cache cannot be written). Removed on the way out unless `save` moved it
-        into place: map its files before then."""
+        """A staging folder, or a temporary one where there is no writable cache; removed on the way out unless
+        `save` moved it into place, so map its files before then."""
         folder = None
         if self.root is not None:
             try:
@@ -98,11 +86,8 @@ class ProgramCache:
             shutil.rmtree(folder, ignore_errors=True)
 
     def save(self, key: str, programs: ProgramSet, model_file: Path, weight_format: str) -> ProgramSet:
-        """Move programs made in `making(key)`'s folder into place as the entry `key`, with a manifest of their
-        digests; returns them where they are now. Best effort: a cache that cannot be written is logged and the
-        programs stay where they were made. Entries made before for the same model file and format (the file
-        changed since, or the program layout did) and those whose model file is gone are removed, as each holds a
-        model's programs (docs/configuration.md, "Caches")."""
+        """Best effort: a cache that cannot be written is logged and the programs stay where made. Older entries of
+        the same model file and format, and those whose model file is gone, are removed (docs/configuration.md)."""
         if self.root is None or programs.folder.parent != self.root:
             return programs
         target = self.root / key
@@ -120,6 +105,8 @@ class ProgramCache:
         return ProgramSet(target, programs.n_layers)
 
     def _remove_older(self, key: str, model_file: Path, weight_format: str) -> None:
+        if self.root is None:
+            return
         for entry in self.root.iterdir():
             if entry.name.startswith(".") and _age_s(entry) > STALE_STAGING_S:  # a save that was killed midway
                 shutil.rmtree(entry, ignore_errors=True)
@@ -130,7 +117,7 @@ class ProgramCache:
                 written = json.loads(manifest.read_text())
                 source, made_as = written["model_file"], written.get("format", weight_format)  # older: no format
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                continue  # not ours to judge
+                continue
             if source == str(model_file.resolve()) and made_as == weight_format:
                 log.info("removing the int8-lite programs %s, made before %s changed", entry, model_file.name)
                 shutil.rmtree(entry, ignore_errors=True)
@@ -140,7 +127,6 @@ class ProgramCache:
 
 
 def _digest(path: Path) -> str:
-    """SHA-256 of a file, read in blocks."""
     sha = hashlib.sha256()
     with open(path, "rb") as f:
         while block := f.read(1 << 22):

@@ -1,7 +1,6 @@
-"""int8-lite's programs, made from the weights (layers.py) a layer at a time and written as they are made: one
-TensorFlow Lite flatbuffer per layer, one before the first and one for the logits, beside the rotated embedding
-rows. The runner maps these files rather than reading them, so only what it touches stays resident, and
-program_cache.py keeps the folder for the next start.
+"""int8-lite's programs, made from the weights (layers.py) a layer at a time and written as they are made, beside
+the rotated embedding rows. The runner maps these files rather than reading them, so only what it touches stays
+resident, and program_cache.py keeps the folder for the next start.
 """
 
 from __future__ import annotations
@@ -10,22 +9,24 @@ import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ...models.model_config import ModelConfig
-from ...models.rotation import quantize_int8
+from ...architecture.model_config import ModelConfig
+from ..rotation import quantize_int8
 from . import gptq
 from .calibration import Calibration
 from .layers import RotationFolder, first_program, layer_program, logits_program
+
+if TYPE_CHECKING:
+    from .kernel import Kernel
 
 EMBEDDINGS = "embeddings.npy"
 
 
 @dataclass(frozen=True)
 class ProgramSet:
-    """One model's int8-lite programs: files in `folder`, what the runner maps and the cache keeps."""
-
     folder: Path
     n_layers: int
 
@@ -45,19 +46,17 @@ class ProgramSet:
 
     def embeddings(self) -> np.ndarray:
         """The rotated embedding rows [v, d] float16, mapped read-only: a step reads only its tokens' rows."""
-        return np.load(self.folder / EMBEDDINGS, mmap_mode="r")
+        rows: np.ndarray = np.load(self.folder / EMBEDDINGS, mmap_mode="r")
+        return rows
 
 
 def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: Path,
                   progress: Callable[[int, int], None] = lambda done, total: None,
-                  calibration: list[int] | None = None, two_pass: bool = True, kernel=None) -> ProgramSet:
-    """Fold the weights a layer at a time into programs written to `folder` (which must exist);
-    `progress(done, total)` after each program. `weights` may be read lazily (a WeightReader): each tensor is read
-    once, when its layer is folded. `calibration`: the token ids of calibration.text(), to round the matrices by
-    GPTQ (gptq.py) on them; None rounds each weight to its nearest step (KL from fp32 about twice as large:
-    docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
-    `two_pass`: q/k/v, o and down take their rows to 16 bits (layers.py; int8-lite), else 8 (int8-lite-fast).
-    `kernel`: kernel.py's Kernel, whose C loop rounds by GPTQ on two threads (None: numpy's, slower)."""
+                  calibration: list[int] | None = None, two_pass: bool = True,
+                  kernel: Kernel | None = None) -> ProgramSet:
+    """`weights` may be a WeightReader: each tensor is read once, when its layer is folded. `calibration`:
+    calibration.text()'s ids, to round by GPTQ; None rounds to nearest, further from fp32
+    (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md). `two_pass` False: int8-lite-fast."""
     programs = ProgramSet(Path(folder), cfg.n_layers)
     gptq_round = functools.partial(gptq.quantize, kernel=kernel)
     total = cfg.n_layers + 2
@@ -85,10 +84,11 @@ def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: P
             for kind in ("o", "gate", "up", "down"):
                 layer[kind] = quantize_int8(layer[kind])
         following = rotations.layer(i + 1) if i + 1 < cfg.n_layers else None
-        if following:
+        if following is not None:
             following["qkv"] = rounder()(following["qkv"])
         programs.layer(i).write_bytes(layer_program(cfg, layer, following, rotations.down_block, two_pass))
-        layer = following
+        if following is not None:
+            layer = following
         progress(i + 1, total)
     programs.logits.write_bytes(logits_program(cfg, _by_columns(cfg, rotations, rounder()), two_pass))
     progress(total, total)
@@ -97,8 +97,7 @@ def make_programs(cfg: ModelConfig, weights: Mapping[str, np.ndarray], folder: P
 
 def _by_columns(cfg: ModelConfig, rotations: RotationFolder,
                 round_: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The logits matrix rounded a slice of columns at a time: each column's scale and rounding are its own (and
-    GPTQ's moment is the same for all), so the result is the whole matrix's."""
+    """Columns round independently, so rounding a slice at a time gives the whole matrix's result."""
     q, scale = np.empty((cfg.dim, cfg.vocab_size), np.int8), np.empty(cfg.vocab_size, np.float32)
     for start, stop, columns in rotations.output():
         q[:, start:stop], scale[start:stop] = round_(columns)

@@ -1,11 +1,6 @@
 """The `int8-lite` runner: one TensorFlow Lite interpreter per layer (int8 matmuls, XNNPACK), attention and the
-K/V cache on the host between them (attention.py).
-
-Each engine step is one pass of the programs (`step`): the decode rows and the prompt chunks go through each
-layer's program together, so a step reads the weights once however many prompts it prefills. There is nothing to
-compile (`compiler` is None): the programs are made or read from the cache at load (load.py), and each call
-resizes them to its own rows (a few milliseconds, only when the row count changes), so no call pays for padding
-rows. The calls run on the engine thread.
+K/V cache on the host between them (attention.py). Each engine step is one pass of the programs, so the weights are
+read once however many prompts it prefills; each call resizes them to its own rows, so none pays for padding.
 """
 
 from __future__ import annotations
@@ -16,29 +11,26 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
-from ...engine.runner import PrefillChunk, StepOutput
-from ...models.model_config import ModelConfig
+from ...architecture.model_config import ModelConfig
+from ...config import WeightFormat
+from ...engine.capacity import Sizing, StepModel
+from ...engine.runner import PrefillChunk, Runner, StepOutput
 from .attention import HostCache
+from .interpreter import lite_interpreter, release_mapped
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel
 from .kernel import load as load_kernel
-from .interpreter import lite_interpreter, release_mapped
 from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
-FORMAT = "int8-lite"
-# int8-lite-fast: every row at 8 bits, faster batched steps for a larger KL from fp32
-# (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
-FAST = "int8-lite-fast"
-FORMATS = (FORMAT, FAST)
+FORMATS = tuple(f for f in WeightFormat if f.lite)
 
 
 class _Interpreter:
-    """One interpreter and its inputs and outputs, resized to `rows` when a call has another count."""
-
     def __init__(self, program: Path, threads: int):
         self.it = lite_interpreter(program, threads)
         self.inputs = [d["index"] for d in self.it.get_input_details()]
@@ -59,25 +51,21 @@ class _Interpreter:
         return [self.it.get_tensor(index) for index in self.outputs]
 
 
-class LiteRunner:
-    """The engine's `Runner` (engine/runner.py) over int8-lite programs."""
-
+class LiteRunner(Runner):
     compiler = None  # nothing compiles while it serves
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray] | None, slots: int, max_len: int,
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
-                 programs: ProgramSet | None = None, kernel: Kernel | None | str = "auto",
-                 calibration: list[int] | None = None, weight_format: str = FORMAT):
-        """From the model's `weights` (its programs are then made in a temporary folder), or from `programs` made
-        before (program_cache.py). `kernel`: the attention kernel (kernel.py), "auto" for one built in a temporary
-        folder, None for numpy's attention.
-        `calibration`: token ids to round the weights by (programs.make_programs; None: to nearest).
-        `weight_format`: FORMAT or FAST (which rows go to 16 bits, layers.py); with `programs`, what they were
-        made as."""
+                 programs: ProgramSet | None = None, kernel: Kernel | Literal["auto"] | None = "auto",
+                 calibration: list[int] | None = None,
+                 weight_format: WeightFormat = WeightFormat.INT8_LITE):
+        """From `weights` (programs made in a temporary folder) or from `programs` made before, as `weight_format`.
+        `kernel` "auto": one built in a temporary folder; None: numpy's attention."""
+        weight_format = WeightFormat(weight_format)
         if cfg.family != "llama":
             raise ValueError(f"the {weight_format} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
         if weight_format not in FORMATS:
-            raise ValueError(f"LiteRunner runs {' and '.join(FORMATS)}, not {weight_format!r}")
+            raise ValueError(f"LiteRunner runs {' and '.join(f.value for f in FORMATS)}, not {weight_format.value!r}")
         t0 = time.perf_counter()
         self.weight_format = weight_format
         self.cfg, self._max_chunk = cfg, max_chunk
@@ -85,9 +73,11 @@ class LiteRunner:
             kernel = load_kernel(None)
         with contextlib.ExitStack() as made_here:
             if programs is None:  # made in a folder that is gone once its files are mapped
+                if weights is None:
+                    raise ValueError("LiteRunner is made from the model's weights or from its programs: neither given")
                 folder = Path(made_here.enter_context(tempfile.TemporaryDirectory(prefix="typewriter-lite-")))
                 programs = make_programs(cfg, weights, folder, lambda i, n: report_progress(progress, i, n),
-                                         calibration, two_pass=weight_format == FORMAT, kernel=kernel)
+                                         calibration, two_pass=weight_format is WeightFormat.INT8_LITE, kernel=kernel)
             self.programs = programs
             self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped
             self.first = _Interpreter(programs.first, threads)
@@ -99,6 +89,8 @@ class LiteRunner:
                         "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
             kernel = None
         self.cache = HostCache(cfg, slots, max_len, kernel, threads)
+        self.sizing = Sizing(slots, "set")  # start.py sizes it for this machine
+        self.step_model: StepModel | None = None
         log.info("%s programs ready in %.1fs", weight_format, time.perf_counter() - t0)
 
     @property
@@ -118,20 +110,17 @@ class LiteRunner:
         return self._max_chunk
 
     def reset_cache(self, slots: int) -> None:
-        """A fresh, empty K/V cache of `slots` slots (before serving: after the capacity probe, whose writes it
-        drops, and with the slot count the probe chose)."""
+        """Before serving: drops the capacity probe's writes."""
         cache = self.cache
         self.cache = HostCache(self.cfg, slots, cache.max_len, cache.kernel, cache.threads)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, object]:
         attention = "kernel" if self.cache.kernel else "numpy"
-        return {"name": "int8-lite", "weights": self.weight_format, "attention": attention,
+        return {"name": "int8-lite", "weights": self.weight_format.value, "attention": attention,
                 "programs": {"made_at_load": len(self.layers) + 2}}
 
     def close(self) -> None:
         pass  # nothing runs in the background
-
-    # ---- calls ----
 
     def _forward(self, token_ids: Sequence[int], attend: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
         """The residual stream [n, d] after every layer, for tokens whose attention `attend(layer, qkv)` gives."""
@@ -139,20 +128,18 @@ class LiteRunner:
         (qkv,) = self.first(x)
         for i, layer in enumerate(self.layers):
             out = layer(x, attend(i, qkv))
-            x, qkv = out[0], (out[1] if len(out) > 1 else None)
+            x = out[0]
+            if len(out) > 1:  # the next layer's qkv (the last layer gives x alone)
+                qkv = out[1]
         return x
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:
-        """One engine step in one pass of the programs, so the weights are read once for all of it: a decode row
-        per `slots[i]` (feeding `tokens[i]` at `positions[i]`) and every prompt chunk, each written at positions
-        start.. after its slot's cached ones. A chunk that does not want its logits (it does not end its prompt)
-        costs the logits program no row, and, as the count changes, no resize. One chunk per slot, and no slot
-        both decodes and prefills. A failure fails the whole step: it raises."""
+        """A chunk that does not end its prompt costs the logits program no row. A failure fails the whole step."""
         n = len(slots)
-        slots, positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
-        if n and positions.max() >= self.max_len:
-            raise ValueError(f"position {positions.max()} is past the cache's {self.max_len}")
+        decode_slots, decode_positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
+        if n and decode_positions.max() >= self.max_len:
+            raise ValueError(f"position {decode_positions.max()} is past the cache's {self.max_len}")
         spans, end = [], n
         for chunk in chunks:
             self._check_chunk(chunk.start, len(chunk.token_ids))
@@ -160,37 +147,37 @@ class LiteRunner:
             end += len(chunk.token_ids)
 
         if self.cache.kernel:  # every row in one call a layer, its slots and positions made once
-            rows = self.cache.rows(np.concatenate([slots, *(np.full(b - a, slot) for slot, _, a, b in spans)]),
-                                   np.concatenate([positions, *(np.arange(start, start + b - a)
-                                                                for _, start, a, b in spans)]))
+            rows = self.cache.rows(np.concatenate([decode_slots, *(np.full(b - a, slot) for slot, _, a, b in spans)]),
+                                   np.concatenate([decode_positions, *(np.arange(start, start + b - a)
+                                                                       for _, start, a, b in spans)]))
 
             def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
                 return self.cache.attend(layer, qkv, rows)
         else:
             def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
-                parts = [self.cache.decode(layer, qkv[:n], slots, positions)] if n else []
+                parts = [self.cache.decode(layer, qkv[:n], decode_slots, decode_positions)] if n else []
                 parts += [self.cache.extend(layer, qkv[a:b], slot, start) for slot, start, a, b in spans]
                 return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
         x = self._forward([*tokens, *(t for chunk in chunks for t in chunk.token_ids)], attend)
         wanted = [i for i, chunk in enumerate(chunks) if chunk.wants_logits]
-        rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
-        logits = self.logits(x[rows])[0] if rows else np.zeros((0, self.vocab_size), np.float32)
+        logit_rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
+        logits = self.logits(x[logit_rows])[0] if logit_rows else np.zeros((0, self.vocab_size), np.float32)
         prefilled: list[np.ndarray | None] = [None] * len(spans)
         for k, i in enumerate(wanted):
             prefilled[i] = logits[n + k]
         return StepOutput(logits[:n], prefilled)
 
     def extend(self, slot: int, start: int, token_ids: Sequence[int], all_logits: bool = False) -> np.ndarray:
-        """Write `token_ids` into `slot` at positions start.., after the cached positions 0..start-1; returns the
-        logits [v] after the last of them (with all_logits, [n, v] after each)."""
+        """Logits [v] after the last token; with all_logits, [n, v] after each."""
         if not all_logits:
-            return self.step([], [], [], [PrefillChunk(slot, start, token_ids)]).prefilled[0]
+            logits = self.step([], [], [], [PrefillChunk(slot, start, token_ids)]).prefilled[0]
+            assert logits is not None
+            return logits
         self._check_chunk(start, len(token_ids))
         return self.logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)))[0]
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v]."""
         return self.step(slots, tokens, positions).decoded
 
     def _check_chunk(self, start: int, n: int) -> None:
@@ -198,12 +185,11 @@ class LiteRunner:
             raise ValueError(f"positions {start}..{start + n - 1} run past the cache's {self.max_len}")
 
     def copy_slot(self, source: int, target: int) -> None:
-        """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
         self.cache.copy_slot(source, target)
 
 
 def report_progress(progress: Callable[[str], None], done: int, total: int) -> None:
     if done == 0:
-        progress(f"{FORMAT}: rotating the weights")
+        progress("int8-lite: rotating the weights")
     elif done % max(1, total // 5) == 0 or done == total:
-        progress(f"{FORMAT}: program {done}/{total}")
+        progress(f"int8-lite: program {done}/{total}")

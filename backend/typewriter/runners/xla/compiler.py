@@ -1,11 +1,6 @@
-"""The XLA runner's programs: the decoder's entry points compiled per shape bucket, on demand or in the background.
-
-A program is one compiled function: a prefill chunk of t tokens over an attention length, a decode step of b rows
-over an attention length, or the cache copy. Compiling every bucket takes minutes, so a server
-compiles a few, starts serving, and compiles the rest on a background thread (`compile_in_background`). A call
-uses the best program already compiled that can serve it (a bigger batch or attention length, or several calls
-of a smaller one), and waits only when none can; the program it lacked compiles next. Compiling may run on any
-thread.
+"""The XLA runner's programs: the decoder's entry points compiled per shape bucket. Compiling every bucket takes
+minutes, so a server compiles a few, starts serving and compiles the rest in the background; a call uses the best
+program already compiled that can serve it, and waits only when none can. Compiling may run on any thread.
 """
 
 from __future__ import annotations
@@ -35,7 +30,6 @@ CompileProgress = Callable[[int, int, str], None]  # (programs compiled, of tota
 
 
 def power_of_two_buckets(low: int, high: int) -> tuple[int, ...]:
-    """low, 2*low, ... up to and always including high."""
     out, n = [], low
     while n < high:
         out.append(n)
@@ -58,13 +52,11 @@ def bucket(buckets: Sequence[int], n: int) -> int:
 
 
 class ProgramCompiler:
-    """Every program of one model's runner, and which are compiled; the runner's `Compiler`
-    (engine/runner.py)."""
+    """The runner's `Compiler` (engine/runner.py)."""
 
     _instances = itertools.count()  # names each runner's programs apart (see program_names)
 
     def __init__(self, model: Transformer, chunk_buckets: Sequence[int], batch_buckets: Sequence[int]):
-        """Attention lengths are the cache's segment ends (`model.cache.bounds`)."""
         if max(chunk_buckets) > model.max_chunk or max(batch_buckets) != model.cache.slots:
             raise ValueError("batch buckets must end at the cache's slot count, chunks within the model's max_chunk")
         self.model = model
@@ -74,7 +66,7 @@ class ProgramCompiler:
         self._instance = next(ProgramCompiler._instances)
         self._programs = self._order()
         self._fns: dict[ProgramKey, tf.types.experimental.GenericFunction] = {}
-        self._ready: set[ProgramKey] = set()  # compiled
+        self._ready: set[ProgramKey] = set()
         self._building: set[ProgramKey] = set()
         self._queue: list[ProgramKey] = []  # what the background thread compiles, next first
         self._background = False  # a thread compiles the queue: calls make do with what is compiled meanwhile
@@ -82,11 +74,11 @@ class ProgramCompiler:
         self.on_demand: Callable[[str], None] | None = None  # told when a call must compile its own program
         self._closed = False
         self._cond = threading.Condition()  # guards the sets, the queue and _fns
+        self.warm_up_s = 0.0
 
     def programs(self) -> list[ProgramKey]:
-        """Every program, most useful first: per attention length, shortest first, one-row decode, a middle
-        chunk and a full batch (enough to serve anything of that length), then the other sizes; the cache copy
-        (prefix reuse) right after the first length's."""
+        """Most useful first: per attention length, shortest first, the three that serve anything of that length,
+        then the other sizes."""
         return list(self._programs)
 
     def _order(self) -> tuple[ProgramKey, ...]:
@@ -101,54 +93,52 @@ class ProgramCompiler:
         return tuple(dict.fromkeys(order))
 
     def first_programs(self) -> list[ProgramKey]:
-        """What a server compiles before it reports ready: one-row decode and a middle prefill chunk at the
-        shortest attention length. Everything else can wait for the background (or a call that needs it). The
-        prefill program alone could serve decode rows too (`_serving`) and be ready sooner; not the default yet
+        """Before ready. The prefill program alone could serve decode rows too and be ready sooner
         (docs/measurements/2026-12-02-start-up-and-memory.md)."""
         return list(self._programs[:2])
 
-    def extend_fn(self, t: int, kv_len: int):
+    def extend_fn(self, t: int, kv_len: int) -> tf.types.experimental.GenericFunction:
         return self.fn(("prefill", t, kv_len))
 
-    def decode_fn(self, b: int, kv_len: int):
+    def decode_fn(self, b: int, kv_len: int) -> tf.types.experimental.GenericFunction:
         return self.fn(("decode", b, kv_len))
 
-    def fn(self, key: ProgramKey):
+    def fn(self, key: ProgramKey) -> tf.types.experimental.GenericFunction:
         with self._cond:
             if key not in self._fns:
                 self._fns[key] = self._make(key)
             return self._fns[key]
 
-    def _make(self, key: ProgramKey):
+    def _make(self, key: ProgramKey) -> tf.types.experimental.GenericFunction:
         fn = self._function(key)
         # Each program is its own tf.function, traced once; TensorFlow counts them as one function (one Python
         # code object) traced again and again, and would log a "retracing" warning for every few.
         fn._omit_frequent_tracing_warning = True
         return fn
 
-    def _function(self, key: ProgramKey):
-        # autograph=False: the model's Python branches are on static shapes, and converting its source took more
-        # than half of tracing a decode program (docs/measurements/2026-12-02-start-up-and-memory.md)
+    def _function(self, key: ProgramKey) -> tf.types.experimental.GenericFunction:
+        # autograph=False: the model's branches are on static shapes, and converting its source was most of tracing
+        # (docs/measurements/2026-12-02-start-up-and-memory.md).
         kind, size, kv_len = key
         model, i32 = self.model, tf.int32
         if kind == "copy":
             return tf.function(model.cache.copy_slot, jit_compile=True, reduce_retracing=False, autograph=False,
                                input_signature=[tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
         if kind == "prefill":
-            def prefill_chunk(tokens, start, length, slot):
+            def prefill_chunk(tokens: tf.Tensor, start: tf.Tensor, length: tf.Tensor, slot: tf.Tensor) -> tf.Tensor:
                 return model.extend(tokens, start, length, slot, kv_len)
 
             return tf.function(prefill_chunk, jit_compile=True, reduce_retracing=False, autograph=False,
                                input_signature=[tf.TensorSpec([1, size], i32), tf.TensorSpec([], i32),
                                                 tf.TensorSpec([], i32), tf.TensorSpec([], i32)])
 
-        def decode_step(tokens, positions, slots):
+        def decode_step(tokens: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor) -> tf.Tensor:
             return model.decode(tokens, positions, slots, kv_len)
 
         return tf.function(decode_step, jit_compile=True, autograph=False,
                            input_signature=[tf.TensorSpec([size], i32)] * 3)
 
-    def _idle_args(self, key: ProgramKey) -> tuple:
+    def _idle_args(self, key: ProgramKey) -> tuple[np.ndarray | np.int32, ...]:
         """Arguments that compile and run a program without touching any slot's cache: slot `slots` and position
         max_len are out of bounds, and XLA drops those writes."""
         kind, size, _ = key
@@ -166,14 +156,12 @@ class ProgramCompiler:
         return {names[k[0]].format(*k[1:]): f.experimental_get_tracing_count() for k, f in fns.items()
                 if f.experimental_get_tracing_count()}
 
-    # ---- compiling ----
-
     def compiled(self, key: ProgramKey) -> bool:
         with self._cond:
             return key in self._ready
 
     def compile(self, key: ProgramKey) -> None:
-        """Compile one program now (if another thread is compiling it, wait for that)."""
+        """If another thread is compiling it, wait for that."""
         with self._cond:
             while key in self._building:
                 self._cond.wait()
@@ -211,14 +199,12 @@ class ProgramCompiler:
                     progress(done, len(keys), name)
 
     def warmup(self, progress: CompileProgress | None = None, threads: int = 2) -> None:
-        """Compile every program now, so no call ever waits for XLA."""
         self.compile_all(self._programs, progress, threads)
 
     def compile_in_background(self, progress: CompileProgress | None = None,
                               keys: Sequence[ProgramKey] | None = None) -> threading.Thread:
-        """Compile `keys` (default: every program) not compiled yet, one at a time on a daemon thread, in that
-        order except that one a call is waiting for, or had to make do without, goes next. Called again while
-        that thread runs, it queues more for the same thread. `close()` stops it after the program it is on."""
+        """One at a time on a daemon thread, in order, except that one a call waits for goes next. Called again, it
+        queues more for the same thread."""
         total = len(self._programs)
         with self._cond:
             queued = self._queue + [k for k in (self._programs if keys is None else keys) if k not in self._ready]
@@ -254,31 +240,25 @@ class ProgramCompiler:
             return self._thread
 
     def prepare_answer(self, prompt_tokens: int, max_new_tokens: int) -> None:
-        """For one request served alone (the CLI): compile in the background the one-row decode programs for
-        every length its answer may reach, so it never stops mid-answer for one."""
+        """The one-row decode programs for every length the answer may reach, so it never stops for one."""
         longest = bucket(self.kv_buckets, min(self.model.cache.max_len, prompt_tokens + max_new_tokens))
         keys = [("decode", 1, s) for s in self.kv_buckets if s <= longest]
         if not all(self.compiled(k) for k in keys):
             self.compile_in_background(keys=keys)
 
-    def status(self) -> dict:
-        """For /readyz and the log: how many programs are compiled, and which are compiling now."""
+    def status(self) -> dict[str, int | list[str]]:
         with self._cond:
             return {"compiled": len(self._ready), "total": len(self._programs),
                     "compiling": sorted(label(k) for k in self._building)}
 
     def close(self) -> None:
-        """Stop background compiling (after the program it is on)."""
         with self._cond:
             self._closed = True
             self._queue.clear()
 
     def choose(self, kind: str, sizes: Sequence[int], n: int, kv_len: int) -> ProgramKey:
-        """The program to run n rows or tokens over kv_len positions: its own bucket if compiled; while the
-        background compiles, the compiled one of that kind that needs the fewest calls (then the shortest
-        attention, then the smallest size), or for decode rows, when no decode program is compiled, a prefill
-        program (a one-token chunk per row); its own goes next in the queue. Otherwise its own bucket, compiled
-        now."""
+        """Its own bucket if compiled; while the background compiles, the compiled one needing the fewest calls, its
+        own queued next; else its own, compiled now."""
         exact = (kind, bucket(sizes, n), kv_len)
         with self._cond:
             if exact in self._ready:
@@ -298,8 +278,6 @@ class ProgramCompiler:
         return served
 
     def can_run(self, kind: str, n: int, length: int) -> bool:
-        """Whether n rows (decode) or tokens (prefill) reaching `length` positions can run without waiting for
-        a compile (always, unless the background compiles); if not, the program they need is compiled next."""
         kv_len = bucket(self.kv_buckets, length)
         with self._cond:
             if not self._background or self._serving(kind, kv_len):

@@ -1,14 +1,13 @@
-"""`typewriter export`: any model we load, written as a TensorFlow SavedModel with two signatures.
+"""`typewriter export`: a model of the Llama block (llama, phi3) written as a TensorFlow SavedModel whose two
+XLA-compiled signatures read and write one sequence's K/V cache, held as variables, so a TensorFlow tool can
+generate with them alone:
 
-- `prefill(tokens [1, chunk] int32, start [] int32, length [] int32) -> logits [1, vocab]`: a prompt chunk
-  (padded past `length`) written to the cache at positions start..start+length-1; the logits after its last
-  real token. A longer prompt is several calls.
+- `prefill(tokens [1, chunk] int32, start [] int32, length [] int32) -> logits [1, vocab]`: a prompt chunk (padded
+  past `length`) written at positions start..; the logits after its last real token.
 - `decode_step(token [1] int32, position [] int32) -> logits [1, vocab]`: one generated token.
 
-Both are XLA-compiled and read and write one sequence's K/V cache, which the SavedModel holds as variables
-(`max_context` positions), so a TensorFlow tool can generate with them alone. `typewriter --model DIR` reads only
-the weights and builds its own engine (weights/saved_model.py). Beside them, in assets.extra/typewriter/: the
-manifest (format version, model config, signature sizes) and the tokenizer with its chat template.
+The manifest and the tokenizer go in assets.extra/typewriter/; `typewriter --model DIR` reads only the weights
+(weights/saved_model.py).
 """
 
 from __future__ import annotations
@@ -18,32 +17,45 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ... import __version__
+from ...architecture.families import LLAMA_BLOCK
+from ...architecture.model_config import ModelConfig
 from ...errors import ExportError
-from ...models.model_config import ModelConfig
-from ...weights.saved_model import EXTRA, FORMAT, LLAMA_BLOCK, MANIFEST, TOKENIZER, VERSION
+from ...weights.saved_model import EXTRA, FORMAT, MANIFEST, TOKENIZER, VERSION
 from .tf_env import import_tensorflow
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from .model import Transformer
 
 PREFILL_CHUNK = 64  # the prefill signature's chunk: the engine's own middle chunk size
 
 
+class ExportedTokenizer(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def save(self, folder: Path) -> None:
+        """Write its files into `folder`."""
+
+
 def check_out(out: Path) -> None:
-    """Before anything is loaded: `out` must be a new or empty folder."""
+    """Before anything is loaded."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"{out}: already exists and is not an empty folder; choose another --out or remove it")
 
 
-def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenizer, path: Path, out: Path,
-                      max_context: int, progress: Callable[[str], None] = lambda _: None) -> Path:
-    """The model read from `path` (its config, weights and tokenizer, whose `save(folder)` and `name` it uses)
-    as a SavedModel in `out`."""
+def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenizer: ExportedTokenizer, path: Path,
+                      out: Path, max_context: int, progress: Callable[[str], None] = lambda _: None) -> Path:
     check_out(out)
     if cfg.family not in LLAMA_BLOCK:
-        raise ExportError(f"{path}: a {cfg.family} model cannot be exported yet (supported: the llama family); "
-                          "serve its GGUF file or Hugging Face directory instead")
+        raise ExportError(f"{path}: a {cfg.family} model cannot be exported yet (supported: the llama and phi3 "
+                          "families); serve its GGUF file or Hugging Face directory instead")
     max_context = min(max_context, cfg.max_position)
     chunk = min(PREFILL_CHUNK, max_context)
     tf = import_tensorflow()
@@ -51,7 +63,7 @@ def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenize
 
     model = Transformer(cfg, weights, slots=1, max_len=max_context, max_chunk=chunk)
     del weights
-    module = _Signatures(tf, model, chunk)
+    module = _Signatures(model, chunk)
     progress(f"writing the SavedModel to {out}")
     try:
         tf.saved_model.save(module, str(out), signatures={"prefill": module.prefill,
@@ -69,23 +81,26 @@ def write_saved_model(cfg: ModelConfig, weights: dict[str, np.ndarray], tokenize
     return out
 
 
-def _Signatures(tf, model, chunk: int):
+def _Signatures(model: Transformer, chunk: int) -> tf.Module:
+    import tensorflow as tf  # imported already (import_tensorflow)
+
     kv_len = model.cache.max_len
 
-    class Signatures(tf.Module):
-        def __init__(self):
+    # tf.Module and tf.function are Any: TensorFlow ships no type information
+    class Signatures(tf.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
             super().__init__(name="typewriter")
             self.model = model
 
-        @tf.function(jit_compile=True, input_signature=[
+        @tf.function(jit_compile=True, input_signature=[  # type: ignore[untyped-decorator]
             tf.TensorSpec([1, chunk], tf.int32, "tokens"), tf.TensorSpec([], tf.int32, "start"),
             tf.TensorSpec([], tf.int32, "length")])
-        def prefill(self, tokens, start, length):
+        def prefill(self, tokens: tf.Tensor, start: tf.Tensor, length: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"logits": self.model.extend(tokens, start, length, tf.constant(0), kv_len)}
 
-        @tf.function(jit_compile=True, input_signature=[
+        @tf.function(jit_compile=True, input_signature=[  # type: ignore[untyped-decorator]
             tf.TensorSpec([1], tf.int32, "token"), tf.TensorSpec([], tf.int32, "position")])
-        def decode_step(self, token, position):
+        def decode_step(self, token: tf.Tensor, position: tf.Tensor) -> dict[str, tf.Tensor]:
             return {"logits": self.model.decode(token, position[None], tf.constant([0]), kv_len)}
 
     return Signatures()

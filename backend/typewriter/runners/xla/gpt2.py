@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from . import native_ops
-from .model import Transformer, layer_weights, dims
+from .model import Layer, Transformer, dims, layer_weights
 from .quantized import dense
 
 
@@ -39,7 +39,7 @@ class GPT2Transformer(Transformer):
         mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
         return (x - mean) * native_ops.rsqrt(variance + self.cfg.norm_eps) * weight + bias
 
-    def _qkv(self, layer: dict, x: tf.Tensor, positions: tf.Tensor):
+    def _qkv(self, layer: Layer, x: tf.Tensor, positions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         cfg = self.cfg
         b, t = dims(x)[:2]
         h = self._layer_norm(x, layer["attention_norm"], layer["attention_norm_bias"])
@@ -47,10 +47,10 @@ class GPT2Transformer(Transformer):
         q, k, v = (tf.reshape(part, [b, t, cfg.n_heads, cfg.head_dim]) for part in tf.split(qkv, 3, axis=-1))
         return q, k, v  # each [b, t, h, e]
 
-    def _attention_output(self, layer: dict, attended: tf.Tensor) -> tf.Tensor:
+    def _attention_output(self, layer: Layer, attended: tf.Tensor) -> tf.Tensor:
         return dense(attended, layer["wo"]) + layer["bo"]
 
-    def _mlp(self, layer: dict, x: tf.Tensor) -> tf.Tensor:
+    def _mlp(self, layer: Layer, x: tf.Tensor) -> tf.Tensor:
         h = self._layer_norm(x, layer["ffn_norm"], layer["ffn_norm_bias"])
         h = native_ops.gelu_tanh(dense(h, layer["w_up"]) + layer["b_up"])  # [b, t, hidden]
         return dense(h, layer["w_down"]) + layer["b_down"]

@@ -1,13 +1,7 @@
-"""A Llama-family decoder in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU, tied or untied output.
-
-Other families (models/families.py) subclass `Transformer` (gpt2.py) and override the block's pieces (`_hold`,
-`_embed`, `_qkv`, `_attention_output`, `_mlp`, `_logits`); `load.build_model(cfg, ...)` builds the class of
-`cfg.family`. The cache and
-the entry points are shared, and the pieces are Python called while tracing: a family costs no work per step.
-
-The model is a pure function of its weights and its KV cache; it knows nothing of tokens as text, of requests
-or of compilation (compiler.py compiles its two entry points per bucket). Weights arrive as canonical float32
-arrays in [out, in] layout with Q/K rows in rotate-half order (see weights/).
+"""The Llama block (the llama and phi3 families) in TensorFlow: grouped-query attention, RoPE, RMSNorm, SwiGLU,
+tied or untied output; another block subclasses `Transformer` and overrides its pieces (gpt2.py). A pure function
+of its weights and K/V cache: it knows nothing of text, requests or compiling. Weights arrive canonical: float32
+[out, in], Q/K rows in rotate-half order (weights/).
 
 Shapes: b batch, t new positions, s cached positions, d model dim, h query heads, k kv heads,
 g = h // k query heads per kv head, e head dim, v vocab.
@@ -15,33 +9,34 @@ g = h // k query heads per kv head, e head dim, v vocab.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import ParamSpec, TypeAlias, cast
+
 import numpy as np
 import tensorflow as tf
 
+from ...architecture.model_config import ModelConfig
+from ...config import WeightFormat
 from . import native_ops
 from .host_memory import variable, zeros_variable
-from ...models.model_config import ModelConfig
-from .quantized import columns, dense, matrix
+from .quantized import Matrix, columns, dense, matrix
 
-
-# A decode step reads every slot's cache in place (no copy, but idle slots too) once its rows are at least this
-# share of the slots, and otherwise copies out its own rows' slots: bench/steps.py found in place the faster from
-# half the slots (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
+# From this share of the slots a decode step reads every slot's cache in place rather than copying out its own
+# (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
 IN_PLACE_SHARE = 0.5
 
+Segments: TypeAlias = "tuple[list[tf.Variable], list[tf.Variable]]"  # a layer's K and V segments (KVCache.layer)
+Layer: TypeAlias = dict[str, Matrix]  # a layer's weights by name: matrices, and float32 norms and biases
+P = ParamSpec("P")
 
-class KVCache(tf.Module):
-    """Static K/V buffers for `slots` independent sequences of up to `max_len` positions, updated in place.
 
-    Each layer's positions are split into segments that end at `bounds` (the runner's attention lengths), one
-    variable [slots, k, segment, e] each: attention over the first n segments hands XLA's matmul the variables
-    themselves, where a slice or gather of one big buffer costs a copy (XLA:CPU's is a single-threaded loop, several
-    times slower than the matmul that reads it: docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md).
-    Writes outside every segment (a padded chunk's tail past max_len, a padding row's slot or position) are dropped:
-    XLA's scatter skips out-of-bounds updates.
-    """
+class KVCache(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow ships no type information
+    """One variable [slots, k, segment, e] per segment ending at `bounds`, so XLA's matmul reads whole variables
+    without the copy a slice costs (docs/measurements/2026-12-01-chunked-prefill-and-prefix-reuse.md). Writes
+    outside every segment (padding) are dropped: XLA's scatter skips out-of-bounds updates."""
 
-    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, bounds=None, dtype=tf.float32):
+    def __init__(self, cfg: ModelConfig, slots: int, max_len: int, bounds: Sequence[int] | None = None,
+                 dtype: tf.DType = tf.float32):
         super().__init__(name="kv_cache")
         bounds = tuple(sorted(bounds or (max_len,)))
         if bounds[-1] != max_len or bounds[0] <= 0:
@@ -63,14 +58,12 @@ class KVCache(tf.Module):
         return [(j, min(end, kv_len) - start) for j, (start, end) in enumerate(zip(self.starts, self.bounds))
                 if start < kv_len]
 
-    def layer(self, i: int, kv_len: int) -> tuple[list[tf.Variable], list[tf.Variable]]:
-        """Layer i's K and V segments that the first kv_len positions use, the `segments` argument of the methods
-        below. Only these become a program's parameters: a variable handed to a layer's function is an argument of
-        every call, used or not."""
+    def layer(self, i: int, kv_len: int) -> Segments:
+        """Only the segments kv_len uses: a variable handed to a layer's function is an argument of every call."""
         n = len(self.used(kv_len))
         return self.k[i][:n], self.v[i][:n]
 
-    def write(self, segments, slots: tf.Tensor, positions: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
+    def write(self, segments: Segments, slots: tf.Tensor, positions: tf.Tensor, k: tf.Tensor, v: tf.Tensor,
               kv_len: int) -> None:
         """slots, positions [n]; k, v [n, k, e]: each row's K/V at (slot, position)."""
         ks, vs = segments
@@ -88,37 +81,35 @@ class KVCache(tf.Module):
                 ks[j].scatter_nd_update(index, k)
                 vs[j].scatter_nd_update(index, v)
 
-    def gather(self, segments, slots: tf.Tensor, kv_len: int):
+    def gather(self, segments: Segments, slots: tf.Tensor, kv_len: int) -> tuple[list[tf.Tensor], ...]:
         """A copy of the first kv_len positions of each slot in `slots` [b]: lists of [b, k, segment, e]."""
         return tuple([tf.gather(var[j], slots)[:, :, :n] for j, n in self.used(kv_len)] for var in segments)
 
-    def every_slot(self, segments, kv_len: int):
+    def every_slot(self, segments: Segments, kv_len: int) -> tuple[list[tf.Tensor], ...]:
         """The first kv_len positions of every slot: the variables themselves (no copy) for whole segments."""
-        def read(var, n):
+        def read(var: tf.Variable, n: int) -> tf.Tensor:
             return var if n == var.shape[2] else var[:, :, :n]
 
         return tuple([read(var[j], n) for j, n in self.used(kv_len)] for var in segments)
 
     def copy_slot(self, source: tf.Tensor, target: tf.Tensor) -> None:
-        """Every cached position of slot `source` into slot `target` (a shared prefix, computed once)."""
         for buffers in (self.k, self.v):
             for layer in buffers:
                 for var in layer:
                     var.scatter_nd_update([[target]], tf.gather(var, [source]))  # gather: see extend
 
 
-class Transformer(tf.Module):
-    """The Llama block; a family with another block subclasses it (gpt2.py) and `load.build_model` picks the
-    class of a config's family."""
+class Transformer(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow ships no type information
+    """The Llama block; start.build_model picks a subclass for a family with another block (gpt2.py)."""
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, np.ndarray], slots: int, max_len: int,
-                 max_chunk: int = 1, kv_buckets=None, weight_format: str = "fp32"):
-        """`max_chunk`: the longest padded prefill chunk that `extend` will be given (its positions may run that
-        far past max_len); `kv_buckets`: the attention lengths that calls will ask for (the cache's segments);
-        `weight_format`: how the matrices are held (quantized.FORMATS; norms and biases stay float32)."""
+                 max_chunk: int = 1, kv_buckets: Sequence[int] | None = None,
+                 weight_format: WeightFormat = WeightFormat.FP32):
+        """`max_chunk`: the longest padded chunk `extend` gets (its positions may run that far past max_len);
+        `kv_buckets`: the attention lengths calls will ask for."""
         super().__init__(name="transformer")
         self.cfg = cfg
-        self.weight_format = weight_format
+        self.weight_format = WeightFormat(weight_format)
         self.max_chunk = max(1, max_chunk)
         self.cache = KVCache(cfg, slots, max_len, kv_buckets)
         self._hold(weights)
@@ -127,20 +118,18 @@ class Transformer(tf.Module):
         """A float32 weight, held as it is (norms, biases, embeddings)."""
         return variable(x, name, np.float32)
 
-    def _mat(self, x: np.ndarray, name: str):
+    def _mat(self, x: np.ndarray, name: str) -> Matrix:
         """A matrix [in, out] in the model's weight format."""
         return matrix(x, name, self.weight_format)
 
     def _hold(self, weights: dict[str, np.ndarray]) -> None:
-        """The block's weights as variables, each in the layout its matmul reads."""
         cfg, var, mat = self.cfg, self._var, self._mat
-        # Stored [d, v]: XLA's CPU matmul is slower with a transposed operand once b > 1
-        # (docs/measurements/2026-11-30-repetition-penalty-and-model-code-layouts.md). Tied, it is
-        # the embedding table too (its columns), so the largest matrix is held once.
+        # [d, v]: XLA's CPU matmul is slower with a transposed operand; tied, it is the embedding table too
+        # (docs/measurements/2026-11-30-repetition-penalty-and-model-code-layouts.md).
         self.output = mat(weights["tok_embeddings" if cfg.tie_embeddings else "output"].T, "output")  # [d, v]
         self.tok_embeddings = None if cfg.tie_embeddings else var(weights["tok_embeddings"], "tok_embeddings")
         self.norm = var(weights["norm"], "norm")
-        self.layers = []
+        self.layers: list[Layer] = []
         for i in range(cfg.n_layers):
             w = layer_weights(weights, i)
             layer = {
@@ -160,8 +149,6 @@ class Transformer(tf.Module):
         self.rope_cos = tf.constant(np.cos(angles), tf.float32)
         self.rope_sin = tf.constant(np.sin(angles), tf.float32)
 
-    # ---- building blocks ----
-
     def _embed(self, tokens: tf.Tensor, positions: tf.Tensor) -> tf.Tensor:
         """tokens [...] -> [..., d]; `positions` (of tokens' shape) serve families with learned positions."""
         if self.tok_embeddings is not None:
@@ -179,7 +166,7 @@ class Transformer(tf.Module):
         x1, x2 = tf.split(x, 2, axis=-1)
         return tf.concat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
-    def _qkv(self, layer: dict, x: tf.Tensor, positions: tf.Tensor):
+    def _qkv(self, layer: Layer, x: tf.Tensor, positions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         cfg = self.cfg
         b, t = dims(x)[:2]
         qkv = dense(self._rms_norm(x, layer["attention_norm"]), layer["wqkv"])  # [b, t, (h + 2k) * e]
@@ -192,7 +179,7 @@ class Transformer(tf.Module):
         v = tf.reshape(v, [b, t, cfg.n_kv_heads, cfg.head_dim])  # [b, t, k, e]
         return q, k, v
 
-    def _attend(self, q: tf.Tensor, keys: list, values: list, mask: tf.Tensor) -> tf.Tensor:
+    def _attend(self, q: tf.Tensor, keys: list[tf.Tensor], values: list[tf.Tensor], mask: tf.Tensor) -> tf.Tensor:
         """q [b, t, h, e]; keys, values: segments [b, k, s_j, e] that together hold s positions; mask [b, t, s]
         (True = may attend) -> [b, t, h * e]. Scores are taken per segment and joined for one softmax."""
         cfg = self.cfg
@@ -207,10 +194,10 @@ class Transformer(tf.Module):
         out = tf.transpose(tf.reshape(out, [b, cfg.n_kv_heads, cfg.groups, t, cfg.head_dim]), [0, 3, 1, 2, 4])
         return tf.reshape(out, [b, t, cfg.n_heads * cfg.head_dim])
 
-    def _attention_output(self, layer: dict, attended: tf.Tensor) -> tf.Tensor:
+    def _attention_output(self, layer: Layer, attended: tf.Tensor) -> tf.Tensor:
         return dense(attended, layer["wo"])  # [b, t, d]
 
-    def _mlp(self, layer: dict, x: tf.Tensor) -> tf.Tensor:
+    def _mlp(self, layer: Layer, x: tf.Tensor) -> tf.Tensor:
         gate, up = tf.split(dense(self._rms_norm(x, layer["ffn_norm"]), layer["w_gate_up"]), 2, axis=-1)
         return dense(native_ops.silu(gate) * up, layer["w_down"])
 
@@ -225,14 +212,9 @@ class Transformer(tf.Module):
 
     def extend(self, tokens: tf.Tensor, start: tf.Tensor, length: tf.Tensor, slot: tf.Tensor, kv_len: int,
                all_logits: bool = False) -> tf.Tensor:
-        """A prefill chunk: tokens [1, t] (padded past `length`) written to `slot` at positions start..start+t-1,
-        each attending to every cached position of the slot before it, the chunk's own included. kv_len is a
-        static bucket at least start + length; start + t may run past max_len (those writes are dropped).
-
-        Returns the logits at position start + length - 1 [1, v], or at every chunk position [1, t, v] with
-        all_logits. Positions at or past start + length hold padding; no real position attends to them, and
-        later chunks or decode steps overwrite them.
-        """
+        """tokens [1, t] (padded past `length`) at positions start.. of `slot` -> logits [1, v] after the last real
+        token, or [1, t, v] with all_logits. kv_len is a static bucket of at least start + length; padding
+        positions are never attended to and are overwritten later."""
         t = tokens.shape[1]
         positions = start + tf.range(t)  # [t]
         mask = (tf.range(kv_len)[None, :] <= positions[:, None])[None]  # causal over the cache [1, t, s]
@@ -244,7 +226,8 @@ class Transformer(tf.Module):
             return self._logits(x)
         return self._logits(tf.gather(x, [length - 1], axis=1)[:, 0])
 
-    def _extend_layer(self, layer: dict, segments, x, positions, slot, mask, kv_len: int) -> tf.Tensor:
+    def _extend_layer(self, layer: Layer, segments: Segments, x: tf.Tensor, positions: tf.Tensor, slot: tf.Tensor,
+                      mask: tf.Tensor, kv_len: int) -> tf.Tensor:
         q, k, v = self._qkv(layer, x, positions[None])
         self.cache.write(segments, tf.fill(tf.shape(positions), slot), positions, k[0], v[0], kv_len)
         # gather, not `[slot]`: a sliced variable index would be a compile-time constant, one XLA program per slot
@@ -256,13 +239,8 @@ class Transformer(tf.Module):
         return x + self._mlp(layer, x)
 
     def decode(self, tokens: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor, kv_len: int) -> tf.Tensor:
-        """One step for b sequences: tokens [b] at positions [b] in slots [b] -> logits [b, v].
-
-        Attention reads only the first kv_len cached positions (a static bucket above every real position). A
-        padding row has slot `slots` (the cache's count) and position max_len: its writes are dropped and its
-        logits are garbage. A few rows gather their own slots' cache; many rows attend over every slot's cache
-        in place, which costs less than copying theirs (see KVCache).
-        """
+        """tokens, positions, slots [b] -> logits [b, v]. A padding row has slot `slots` (the cache's count) and
+        position max_len: its writes are dropped and its logits are garbage."""
         b, n_slots = tokens.shape[0], self.cache.slots
         if b >= IN_PLACE_SHARE * n_slots:  # row r is slot slots[r]: one-hot maps rows to slots and back
             rows = tf.cast(slots[:, None] == tf.range(n_slots)[None], tf.float32)  # [b, n_slots], padding: none
@@ -277,7 +255,8 @@ class Transformer(tf.Module):
             x = body(layer, self.cache.layer(i, kv_len), x, positions, slots, rows, mask, kv_len)
         return self._logits(x[:, 0])
 
-    def _decode_layer(self, layer: dict, segments, x, positions, slots, rows, mask, kv_len: int) -> tf.Tensor:
+    def _decode_layer(self, layer: Layer, segments: Segments, x: tf.Tensor, positions: tf.Tensor, slots: tf.Tensor,
+                      rows: tf.Tensor, mask: tf.Tensor, kv_len: int) -> tf.Tensor:
         """rows: the one-hot [b, n_slots] of an in-place step, or the slots [b] that a gathering step reads."""
         q, k, v = self._qkv(layer, x, positions[:, None])
         self.cache.write(segments, slots, positions, k[:, 0], v[:, 0], kv_len)
@@ -292,7 +271,7 @@ class Transformer(tf.Module):
         return x + self._mlp(layer, x)
 
 
-def dims(x: tf.Tensor) -> list:
+def dims(x: tf.Tensor) -> list[int | tf.Tensor]:
     """x's dimensions, each a Python int where the shape is static (every compiled program's is), else a tensor:
     static reshapes leave TensorFlow's constant folding nothing to evaluate before XLA sees the graph."""
     return [d if d is not None else tf.shape(x)[i] for i, d in enumerate(x.shape.as_list())]
@@ -303,17 +282,14 @@ def _joined_t(*parts: np.ndarray) -> np.ndarray:
     return np.concatenate([p.T for p in parts], axis=1)
 
 
-def _layer_body(layer_fn):
-    """What each layer calls while an entry point is traced: one traced function that every layer calls with its
-    own variables, so tracing costs one layer's ops, not n_layers' (XLA inlines the calls;
-    docs/measurements/2026-12-02-start-up-and-memory.md). A new one per trace keeps each program's graph, and so its
-    compile-cache key, the same whatever was traced before it. Run eagerly (a reference run), the layer is called as
-    it is."""
+def _layer_body(layer_fn: Callable[P, tf.Tensor]) -> Callable[P, tf.Tensor]:
+    """One traced function every layer calls, so tracing costs one layer's ops; a new one per trace keeps each
+    program's compile-cache key the same (docs/measurements/2026-12-02-start-up-and-memory.md)."""
     if tf.executing_eagerly():
         return layer_fn
     body = tf.function(layer_fn, autograph=False)
     body._omit_frequent_tracing_warning = True  # one per trace, by design: not TensorFlow's "retracing" case
-    return body
+    return cast("Callable[P, tf.Tensor]", body)  # a tf.function is called as the function it traces
 
 
 def layer_weights(weights: dict[str, np.ndarray], i: int) -> dict[str, np.ndarray]:

@@ -1,11 +1,7 @@
-"""Names for traced TensorFlow functions that do not depend on what the process did before tracing them.
-
-TensorFlow names each traced function `__inference_<name>_<n>`, with n taken from one process-wide counter that
-every traced function, graph tensor and eager tensor advances. XLA's persistent compile cache keys a program by
-that name (in the cluster signature, and in the HLO module whose hash is the other half of the key), so the same
-program traced after another history (compiles in another order, requests served in between) missed the cache
-and compiled again on every start. Inside `stable_names(prefix)`, functions traced on this thread are named from
-the prefix and their order within that one trace, which the code alone decides.
+"""Names for traced TensorFlow functions that do not depend on what the process did before tracing them: XLA's
+persistent compile cache keys a program by its name, which TensorFlow takes from a process-wide counter, so the
+same program traced after another history missed the cache (docs/measurements/2026-12-01-xla-disk-cache.md).
+Inside `stable_names(prefix)`, functions traced on this thread are named from the prefix and their order.
 """
 
 from __future__ import annotations
@@ -13,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from tensorflow.python.eager.polymorphic_function import concrete_function
 
 _scope = threading.local()
-_tensorflow_name = concrete_function._inference_name
+_tensorflow_name: Callable[[str], str] = concrete_function._inference_name
 
 
 def _inference_name(name: str) -> str:

@@ -1,32 +1,26 @@
 """Weight formats of the model's matrices: fp32, or int8 with one scale per output column (`Int8Matrix`).
 
-An int8 matmul quantizes its input too, one scale per row (llama.cpp also quantizes activations to 8 bits), and
-multiplies int8 by int8 into int32: that is XLA's fast CPU dot, where int8 weights cast to float first, or
-blockwise scales (llama.cpp's), ran several times slower than fp32 at the model's shapes. A one-row input is padded
-to two rows: XLA's one-row int8 dot is a slow loop (docs/measurements/2026-12-01-weight-formats.md).
-
-One scale per row loses what a few large channels leave to the rest (bench/quality.py on bench/data/heldout.txt).
-So both sides are rotated first (as QuaRot does): x @ w = (x @ R) @ (R^T @ w) for an
-orthogonal R, which spreads a large channel over all of them. R = A (x) H, a random orthogonal A over blocks and
-a Hadamard H inside each block of up to 64 channels, costs two small matmuls a call and recovers most of what the
-rows lost (docs/measurements/2026-12-01-weight-formats.md).
-
-Only the model (and its families) imports this; which format a matrix gets is the caller's choice (`matrix(..., fmt)`).
+An int8 matmul rounds its input rows to int8 too, one scale a row, for XLA's fast CPU dot; a one-row input is
+padded to two, as XLA's one-row int8 dot is a slow loop. A few large channels spoil a row's scale for the rest,
+so both sides are rotated first, x @ w = (x @ R) @ (R^T @ w), as QuaRot does
+(docs/measurements/2026-12-01-weight-formats.md).
 """
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
 import tensorflow as tf
 
+from ...config import WeightFormat
+from ..rotation import INT8_MAX, Rotation, quantize_int8
 from . import native_ops
-from ...config import WEIGHT_FORMATS as FORMATS
 from .host_memory import variable
-from ...models.rotation import INT8_MAX, Rotation, quantize_int8
 
-class Int8Matrix(tf.Module):
-    """A [in, out] matrix w held rotated, R^T @ w (see Rotation), as int8 values and a float32 scale per output
-    column."""
+
+class Int8Matrix(tf.Module):  # type: ignore[misc]  # tf.Module is Any: TensorFlow ships no type information
+    """w [in, out] held rotated, R^T @ w, as int8 values and a float32 scale per output column."""
 
     def __init__(self, w: np.ndarray, name: str):
         super().__init__(name=name)
@@ -41,16 +35,21 @@ class Int8Matrix(tf.Module):
         return self.q.shape
 
 
-def matrix(w: np.ndarray, name: str, fmt: str):
+FORMATS = (WeightFormat.FP32, WeightFormat.INT8)  # the formats XLA runs
+Matrix: TypeAlias = "tf.Variable | Int8Matrix"  # a matrix [in, out] as `matrix` holds it: fp32, or int8
+
+
+def matrix(w: np.ndarray, name: str, fmt: WeightFormat) -> Matrix:
     """w [in, out] in the weight format `fmt` (one of FORMATS)."""
-    if fmt == "int8":
+    fmt = WeightFormat(fmt)
+    if fmt is WeightFormat.INT8:
         return Int8Matrix(w, name)
-    if fmt == "fp32":
+    if fmt is WeightFormat.FP32:
         return variable(w, name, np.float32)
-    raise ValueError(f"unknown weight format {fmt!r}; one of {', '.join(FORMATS)}")
+    raise ValueError(f"XLA runs {' and '.join(f.value for f in FORMATS)}, not {fmt.value!r}")
 
 
-def dense(x: tf.Tensor, w) -> tf.Tensor:
+def dense(x: tf.Tensor, w: Matrix) -> tf.Tensor:
     """x [..., in] @ w [in, out] -> [..., out] float32, for either format."""
     if not isinstance(w, Int8Matrix):
         return tf.matmul(x, w)
@@ -69,7 +68,7 @@ def dense(x: tf.Tensor, w) -> tf.Tensor:
     return tf.reshape(y, tf.concat([lead, [w.shape[1]]], axis=0))
 
 
-def columns(w, index: tf.Tensor) -> tf.Tensor:
+def columns(w: Matrix, index: tf.Tensor) -> tf.Tensor:
     """Columns `index` [...] of w [in, out] as float32 [in, ...] (the tied embedding table's rows)."""
     if not isinstance(w, Int8Matrix):
         return tf.gather(w, index, axis=1)

@@ -1,11 +1,6 @@
-"""The XLA runtime's runner: the decoder's entry points (model.py) run as programs compiled per shape bucket.
-
-A prefill chunk extends one slot's sequence by up to `max_chunk` prompt tokens, padded to a chunk bucket, and
-attends over the slot's first kv_len cached positions (a length bucket): a long prompt is prefilled over several
-calls, and a prompt whose prefix is already cached starts after it. A decode step runs any b sequences at once
-(padded to a batch bucket), each over its own slot's first kv_len cached positions, so a short conversation
-never pays for the whole cache. Each call runs the best program compiled so far (compiler.py). The calls run on
-the engine thread.
+"""The XLA runtime's runner: the decoder's entry points (model.py) run as programs compiled per shape bucket, each
+call on the best program compiled so far (compiler.py). A row or chunk attends over only its slot's first kv_len
+cached positions, so a short conversation never pays for the whole cache.
 """
 
 from __future__ import annotations
@@ -14,17 +9,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...engine.runner import PrefillChunk, StepOutput, step_call_by_call
+from ...config import WeightFormat
+from ...engine.capacity import Sizing, StepModel
+from ...engine.runner import CallByCall, PrefillChunk, Runner, StepOutput, step_call_by_call
 from .compiler import ProgramCompiler, ProgramKey, bucket
 from .model import Transformer
 
 
-class XlaRunner:
-    """The engine's `Runner` (engine/runner.py) over one compiled model; `compiler` holds its programs."""
-
+class XlaRunner(Runner, CallByCall):
     def __init__(self, model: Transformer, chunk_buckets: Sequence[int], batch_buckets: Sequence[int]):
         self.model = model
         self.compiler = ProgramCompiler(model, chunk_buckets, batch_buckets)
+        self.sizing = Sizing(model.cache.slots, "set")
+        self.step_model: StepModel | None = None  # XLA's steps are not measured before serving
 
     @property
     def slots(self) -> int:
@@ -39,29 +36,24 @@ class XlaRunner:
         return self.model.cfg.vocab_size
 
     @property
-    def weight_format(self) -> str:
+    def weight_format(self) -> WeightFormat:
         return self.model.weight_format
 
     @property
     def max_chunk(self) -> int:
         return self.compiler.chunk_buckets[-1]
 
-    def describe(self) -> dict:
-        return {"name": "xla", "weights": self.weight_format, "programs": self.compiler.status()}
+    def describe(self) -> dict[str, object]:
+        return {"name": "xla", "weights": self.weight_format.value, "programs": self.compiler.status()}
 
     def close(self) -> None:
-        """Stop background compiling (after the program it is on)."""
         self.compiler.close()
-
-    # ---- calls ----
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:
         return step_call_by_call(self, slots, tokens, positions, chunks)
 
     def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
-        """Write `token_ids` (at most max_chunk) into `slot` at positions start.., after the cached positions
-        0..start-1; returns the logits [v] after the last of them."""
         n, compiler = len(token_ids), self.compiler
         key = compiler.choose("prefill", compiler.chunk_buckets, n, bucket(compiler.kv_buckets, start + n))
         return self._extend(key, slot, start, token_ids)
@@ -73,17 +65,16 @@ class XlaRunner:
             tokens = np.zeros([1, t], np.int32)
             tokens[0, :len(piece)] = piece
             logits = fn(tokens, np.int32(start + i), np.int32(len(piece)), np.int32(slot))
-        return logits.numpy()[0]
+        last: np.ndarray = logits.numpy()[0]
+        return last
 
     def copy_slot(self, source: int, target: int) -> None:
-        """Slot `target`'s cache becomes a copy of slot `source`'s (for a prefix they share)."""
         key = ("copy", 1, self.max_len)
         self.compiler.compile_on_demand(key)
         self.compiler.fn(key)(np.int32(source), np.int32(target))
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
-        """One decode step for the sequences in `slots`, each feeding its token at its position -> logits [n, v].
-        The batch is padded to a bucket with rows of no slot, whose writes the model drops."""
+        """The batch is padded to a bucket with rows of no slot, whose writes the model drops."""
         n, compiler = len(tokens), self.compiler
         key = compiler.choose("decode", compiler.batch_buckets, n,
                               bucket(compiler.kv_buckets, int(max(positions)) + 1))
@@ -91,7 +82,7 @@ class XlaRunner:
             return np.stack([self._extend(key, int(slot), int(pos), [int(token)])
                              for slot, token, pos in zip(slots, tokens, positions)])
         fn, b = compiler.fn(key), key[1]
-        out = []
+        out: list[np.ndarray] = []
         for i in range(0, n, b):  # one call, unless only a smaller batch is compiled yet
             rows = slice(i, min(n, i + b))
             m = rows.stop - rows.start

@@ -1,18 +1,16 @@
-"""TensorFlow's process environment, and TensorFlow without its harmless C++ notices on the terminal.
-
-`prepare_environment` sets TensorFlow's own variables before it loads (its C++ log level, the XLA disk cache).
-TensorFlow 2.21 also logs a oneDNN notice from C++ before its log level applies: `import_tensorflow` filters
-stderr at the file descriptor while importing, dropping the lines known to be notices and passing the rest on.
-`quiet_compiles` does the same around compiling, for the line each read of the XLA disk cache logs.
-Nothing here imports TensorFlow until `import_tensorflow` is called.
+"""TensorFlow's process environment, and TensorFlow without its harmless C++ notices on the terminal: stderr is
+filtered at the file descriptor while it imports and compiles. Nothing here imports TensorFlow until
+`import_tensorflow` is called.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Iterator, MutableMapping
+from types import ModuleType
 
 from ..stderr_filter import StderrFilter
 
@@ -24,14 +22,9 @@ _NOTICES = (
 )
 
 
-# TensorFlow's XLA disk cache reads each entry first as a text-format proto, then, when that fails, as the binary
-# proto it wrote (ReadTextOrBinaryProto): protobuf logs the failed text parse as an error every time, and the
-# entry then loads. absl adds its notice before its first log line.
-# And on AMD Zen 4/5, XLA 2.21's loader (cpu_aot_loader.cc) logs an error per cached program, for every feature the
-# program was compiled with that the host's feature list lacks: LLVM's tuning flags "+prefer-no-gather" and
-# "+prefer-no-scatter" are among the compile features but never among a host's. Later XLA skips features named
-# "prefer-*" and "fast-*" in that check, as this filter does; a missing instruction set (a cache folder copied from
-# another kind of machine) is still reported.
+# Each read of the XLA disk cache logs a failed text parse before the binary one loads, and on some CPUs an LLVM
+# tuning flag the host's feature list never has; a missing instruction set is still reported
+# (docs/measurements/2026-12-01-xla-disk-cache.md).
 _CACHE_READ_NOTICES = (
     "Error parsing text-format tensorflow.XlaSerializedCacheEntry",
     "All log messages before absl::InitializeLog() is called are written to STDERR",
@@ -41,8 +34,7 @@ _CACHE_READ_NOTICES = (
 
 
 def prepare_environment(xla_cache: str | None, environ: MutableMapping[str, str] = os.environ) -> None:
-    """Before TensorFlow is imported: keep its C++ chatter off the terminal and, with `xla_cache` (a folder), keep
-    compiled XLA programs there so a later start skips most compiling."""
+    """Before TensorFlow is imported. `xla_cache`: a folder that keeps compiled programs for a later start."""
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # not "PyTorch was not found": we never use it
     flags = environ.get("TF_XLA_FLAGS", "")
@@ -58,16 +50,16 @@ def prepare_environment(xla_cache: str | None, environ: MutableMapping[str, str]
         environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={xla_cache}".strip()
 
 
-def import_tensorflow():
+def import_tensorflow() -> ModuleType:
+    """TensorFlow, without the notices its import prints (it ships no type information: its attributes are Any)."""
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
     notices = StderrFilter(_NOTICES)
     notices.enter()
     try:
-        import tensorflow as tf
+        return importlib.import_module("tensorflow")
     finally:
         notices.exit()
-    return tf
 
 
 _compile_filter = StderrFilter(_CACHE_READ_NOTICES)

@@ -1,0 +1,148 @@
+"""Open an int8-lite runner for a model: its programs from the cache when the cache holds this file's, else made
+from the weights (rounded by GPTQ on the calibration text) and saved for the next start; its slots sized by the
+step times measured on this machine (kept beside the cached programs, so a warm start measures nothing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from ...architecture.model_config import ModelConfig
+from ...config import WeightFormat
+from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Sizing, StepModel, size_slots
+from ...errors import ModelFormatError
+from ...weights.source import Source, weight_reader
+from ..options import Encode, Progress, RunnerOptions
+from .calibration import text as calibration_text
+from .kernel import load as load_kernel
+from .program_cache import ProgramCache, cache_key
+from .programs import ProgramSet, make_programs
+from .runner import FORMATS, LiteRunner, report_progress
+
+log = logging.getLogger("typewriter.lite")
+# Longer chunks cost no less a token, and each program keeps buffers for the most rows it ran
+# (docs/measurements/2026-12-03-int8-lite.md).
+MAX_CHUNK = 64
+CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
+PROBE_VERSION = 2  # how they were measured: a kept measurement of another version is measured again
+
+
+def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
+                progress: Progress = lambda _: None) -> LiteRunner:
+    """int8-lite's one way in. `encode` spells the calibration text in the model's own tokens; the slots are sized
+    for this machine unless `options.slots` sets them. A model directory (not one file) is never cached."""
+    weight_format = options.weights
+    if not weight_format.lite:
+        raise ValueError(f"int8-lite runs {' and '.join(f.value for f in FORMATS)}, not {weight_format.value!r}")
+    if cfg.family != "llama":
+        raise ModelFormatError(f"the {weight_format.value} weight format runs Llama-family models; {cfg.name} is "
+                               f"{cfg.family}: use --weights fp32 or auto")
+    path, program_cache = source.path, options.program_cache
+    slots = options.slots or MOST_SLOTS  # sized down below
+    cache = ProgramCache(program_cache if path.is_file() else None)
+    key = cache_key(path, cfg, weight_format.value) if cache.root else "uncached"
+    runner = None
+    if programs := cache.load(key, cfg.n_layers):
+        progress(f"int8-lite: programs from {program_cache}")
+        try:
+            runner = _runner(cfg, slots, options, progress, programs)
+        except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
+            log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
+            progress("int8-lite: the cached programs did not load; making them again")
+            cache.discard(key)
+    if runner is None:
+        with cache.making(key) as folder:
+            made = make_programs(cfg, weight_reader(source)[1], folder, lambda i, n: report_progress(progress, i, n),
+                                 calibration_ids(encode), two_pass=weight_format is WeightFormat.INT8_LITE,
+                                 kernel=load_kernel(program_cache))
+            programs = cache.save(key, made, path, weight_format.value)
+            runner = _runner(cfg, slots, options, progress, programs)
+    kept = runner.programs.folder if cache.root is not None else None
+    if options.slots is not None:
+        runner.sizing = Sizing(options.slots, "set")
+        runner.step_model = fit_step_model(runner, kept, measure_now=False)
+        return runner
+    progress("int8-lite: sizing the slots by step time")
+    runner.step_model = model = fit_step_model(runner, kept)
+    assert model is not None
+    kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
+    runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
+    runner.reset_cache(sizing.slots)
+    progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
+    return runner
+
+
+def _runner(cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Progress,
+            programs: ProgramSet) -> LiteRunner:
+    max_context = min(options.max_context, cfg.max_position)
+    return LiteRunner(cfg, None, slots=slots, max_len=max_context, max_chunk=min(MAX_CHUNK, max_context),
+                      progress=progress, programs=programs, kernel=load_kernel(options.program_cache),
+                      weight_format=options.weights)
+
+
+def calibration_ids(encode: Encode) -> list[int]:
+    return encode(calibration_text())
+
+
+def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True
+                   ) -> StepModel | None:
+    """Read from `folder` (a cache entry) when measured there on a CPU like this one, else probed now (the caller's
+    `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`."""
+    known = folder / CAPACITY if folder is not None else None
+    cpu = _cpu_signature()
+    if known is not None and known.is_file():
+        try:
+            saved = json.loads(known.read_text())
+            if saved["cpu"] == cpu and saved.get("probe") == PROBE_VERSION:
+                return StepModel(**saved["model"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # measured again, and written over
+    if not measure_now:
+        return None
+
+    def measure(probes: Sequence[tuple[int, int]]) -> list[float]:
+        times: list[list[float]] = [[] for _ in probes]
+        for _ in range(rounds):  # in turns, so a moment of noise touches every probe or few of one
+            for i, (rows, position) in enumerate(probes):
+                slots, tokens, positions = list(range(rows)), [1] * rows, [position] * rows
+                runner.step(slots, tokens, positions)  # untimed: a new row count resizes the programs' buffers
+                t0 = time.perf_counter()
+                runner.step(slots, tokens, positions)
+                times[i].append(time.perf_counter() - t0)
+        return [min(t) for t in times]  # the machine's noise only adds
+
+    model = StepModel.fit(measure, runner.max_len, rows=max(2, min(PROBE_ROWS, runner.slots)))
+    if known is not None:
+        try:
+            known.write_text(json.dumps({"cpu": cpu, "probe": PROBE_VERSION, "model": dataclasses.asdict(model)}))
+        except OSError:
+            pass  # measured again at the next start
+    return model
+
+
+def _cpu_signature() -> str:
+    """What the step times depend on besides the model: the CPU's name, its flags and how many it has."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        info = ""
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
+    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
+    return f"{name}|{os.cpu_count()}|{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
+
+
+def _available_memory() -> int | None:
+    """MemAvailable from /proc/meminfo, in bytes; None where it cannot be read."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

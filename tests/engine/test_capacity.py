@@ -1,0 +1,105 @@
+"""The slot count sized from measured step times: the step model read off probe steps, the most slots under the
+capacity bar (and in memory), and a load that sizes them, keeps the measurement beside its cached programs and
+shows the choice on /readyz's runtime."""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+import pytest
+
+from typewriter import assemble
+from typewriter.engine.capacity import (
+    HEADROOM,
+    INTER_TOKEN_S,
+    MOST_SLOTS,
+    P95_STEPS,
+    PROBE_ROWS,
+    StepModel,
+    size_slots,
+    typical_position,
+)
+
+BUDGET = INTER_TOKEN_S * HEADROOM / P95_STEPS
+
+
+def test_the_step_model_is_read_off_probe_steps_of_one_and_many_rows_at_two_positions():
+    truth = StepModel(fixed_s=0.004, per_row_s=0.0007, per_row_position_s=2e-6)
+    seen = []
+
+    def measure(probes):
+        seen.extend(probes)
+        return [truth.step_s(rows, position) for rows, position in probes]
+
+    fit = StepModel.fit(measure)
+    assert {rows for rows, _ in seen} == {1, PROBE_ROWS} and len(set(seen)) == len(seen) == 4  # asked at once
+    for got, want in zip((fit.fixed_s, fit.per_row_s, fit.per_row_position_s),
+                         (truth.fixed_s, truth.per_row_s, truth.per_row_position_s)):
+        assert got == pytest.approx(want, rel=1e-6)
+
+
+def test_the_slots_are_the_most_rows_whose_step_leaves_room_for_a_prefill_under_the_bar():
+    model = StepModel(fixed_s=0.005, per_row_s=0.001, per_row_position_s=1e-6)
+    sizing = size_slots(model, 2048, kv_bytes_per_token=100_000, available_bytes=None)
+    position = typical_position(2048)
+    assert model.step_s(sizing.slots, position) <= BUDGET < model.step_s(sizing.slots + 1, position)
+    assert sizing.sized_by == "measured step time" and sizing.step_ms == pytest.approx(
+        model.step_s(sizing.slots, position) * 1000)
+    fast = size_slots(StepModel(0.001, 1e-6, 0.0), 2048, 1, None)
+    assert fast.slots == MOST_SLOTS  # never more than the most
+    slow = size_slots(StepModel(0.5, 0.01, 0.0), 2048, 1, None)
+    assert slow.slots == 1  # one student, however slow: a server that serves no one helps no one
+
+
+def test_memory_caps_the_slots_when_their_caches_would_not_fit():
+    model = StepModel(0.001, 1e-5, 0.0)
+    roomy = size_slots(model, 2048, kv_bytes_per_token=50_000, available_bytes=64 * 2**30)
+    tight = size_slots(model, 2048, kv_bytes_per_token=50_000, available_bytes=2 * 2**30)
+    assert roomy.slots == MOST_SLOTS and tight.sized_by == "memory"
+    assert tight.slots * 2048 * 50_000 <= 0.5 * 2 * 2**30 < (tight.slots + 1) * 2048 * 50_000
+
+
+def test_a_load_sizes_its_slots_keeps_the_measurement_and_a_set_count_wins(tiny_gguf, tmp_path):
+    cache = tmp_path / "lite"
+
+    def load(slots):
+        said = []
+        engine, _, _ = assemble.load(tiny_gguf, slots=slots, max_context=64, max_queue=2, prefill_budget=8,
+                                    weight_format="int8-lite", program_cache=str(cache), progress=said.append)
+        try:
+            return engine.max_active, engine.describe_runtime()["slots"], said
+        finally:
+            engine.shutdown()
+
+    slots, described, said = load(None)
+    assert 1 <= slots <= MOST_SLOTS and described["count"] == slots
+    assert described["sized_by"] in ("measured step time", "memory") and described["decode_step_ms"] > 0
+    assert any(f"{slots} slots" in line for line in said)
+    (measured,) = cache.glob("*/capacity.json")
+    stored = json.loads(measured.read_text())
+    assert set(stored["model"]) == {"fixed_s", "per_row_s", "per_row_position_s"}
+    stamp = measured.stat().st_mtime_ns
+    again, _, _ = load(None)
+    assert again == slots and measured.stat().st_mtime_ns == stamp  # a warm start measures nothing
+    set_count, described, _ = load(3)
+    assert set_count == 3 and described == {"count": 3, "sized_by": "set"}
+
+
+def test_the_probe_takes_its_steps_in_turns_and_keeps_each_probes_fastest(monkeypatch):
+    from typewriter.runners.lite import start as lite_load
+
+    class Runner:
+        slots, max_len = 64, 2048
+        calls: ClassVar[list[tuple[int, int]]] = []
+
+        def step(self, slots, tokens, positions):
+            self.calls.append((len(slots), positions[0]))
+
+    clock = iter(range(10_000))  # every timed step takes 1 s
+    monkeypatch.setattr(lite_load.time, "perf_counter", lambda: next(clock))
+    runner = Runner()
+    lite_load.fit_step_model(runner, None, rounds=3)
+    probes = list(dict.fromkeys(runner.calls))
+    assert len(probes) == 4 and runner.calls == [p for p in probes for _ in range(2)] * 3  # in turns, each twice
+    assert lite_load.fit_step_model(runner, None, measure_now=False) is None  # nothing kept, nothing measured

@@ -1,0 +1,74 @@
+"""assemble.py assembles: for a model and a weight format it picks a runner, hands it what it asks for, and starts
+an engine that describes that runner truthfully (what /readyz shows)."""
+
+from __future__ import annotations
+
+import pytest
+from tiny_model import gpt2_config, random_gpt2_weights, tiny_config, write_gpt2_gguf
+
+from typewriter import assemble
+from typewriter.config import Settings, WeightFormat
+from typewriter.errors import ModelFormatError
+from typewriter.runners.lite.runner import LiteRunner
+from typewriter.runners.options import RunnerOptions
+from typewriter.runners.xla.runner import XlaRunner
+
+
+def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
+    assert Settings().model.weights == "auto"
+    assert WeightFormat(Settings().model.weights).resolved(tiny_config().family) is WeightFormat.INT8_LITE
+    assert WeightFormat.AUTO.resolved(gpt2_config().family) is WeightFormat.FP32
+    assert WeightFormat.FP32.resolved(tiny_config().family) is WeightFormat.FP32
+
+
+def _load(path, weight_format, tmp_path, compile="start"):
+    return assemble.load(path, slots=2, max_context=64, max_queue=2, prefill_budget=8, compile=compile,
+                        weight_format=weight_format, program_cache=str(tmp_path / "lite"))
+
+
+def test_int8_lite_is_described_as_what_it_is_programs_made_at_load_and_nothing_to_compile(tiny_gguf, tmp_path):
+    engine, _, _ = _load(tiny_gguf, "auto", tmp_path)
+    try:
+        assert isinstance(engine.runner, LiteRunner) and engine.runner.compiler is None
+        described = engine.describe_runtime()
+    finally:
+        engine.shutdown()
+    assert described["name"] == described["weights"] == "int8-lite"
+    assert described["programs"] == {"made_at_load": tiny_config().n_layers + 2}
+    assert described["attention"] in ("kernel", "numpy")
+
+
+def test_xla_is_described_with_its_programs_compiled_so_far_of_all(tiny_gguf, tmp_path):
+    engine, _, times = _load(tiny_gguf, "fp32", tmp_path, compile="start")
+    try:
+        assert isinstance(engine.runner, XlaRunner) and engine.runner.compiler is not None
+        described = engine.describe_runtime()
+    finally:
+        engine.shutdown()
+    assert (described["name"], described["weights"]) == ("xla", "fp32")
+    programs = described["programs"]
+    assert 2 <= programs["compiled"] <= programs["total"] and set(programs) == {"compiled", "total", "compiling"}
+    assert times.compile_s > 0
+
+
+def test_another_family_at_auto_runs_on_xla(tmp_path):
+    path = write_gpt2_gguf(tmp_path / "gpt2.gguf", gpt2_config(), random_gpt2_weights(gpt2_config()))
+    engine, tokenizer, _ = _load(path, "auto", tmp_path, compile="lazy")
+    try:
+        assert engine.describe_runtime()["name"] == "xla" and tokenizer.name
+    finally:
+        engine.shutdown()
+    assert not (tmp_path / "lite").exists()  # nothing of int8-lite's was made or kept
+
+
+def test_open_runner_opens_the_runtime_of_the_format_asked_for(tiny_gguf, tmp_path):
+    """Tests, benchmarks and the server open a runner the one way (assemble.open_runner)."""
+    def opened(path, fmt):
+        return assemble.open_runner(path, RunnerOptions(fmt, 32, slots=1, program_cache=str(tmp_path / "lite"),
+                                                        compile="lazy")).runner
+
+    assert isinstance(opened(tiny_gguf, WeightFormat.INT8_LITE), LiteRunner)
+    assert isinstance(opened(tiny_gguf, WeightFormat.FP32), XlaRunner)
+    gpt2 = write_gpt2_gguf(tmp_path / "gpt2.gguf", gpt2_config(), random_gpt2_weights(gpt2_config()))
+    with pytest.raises(ModelFormatError, match="int8-lite weight format runs Llama-family models"):
+        opened(gpt2, WeightFormat.INT8_LITE)
