@@ -37,14 +37,17 @@ class Reader:
 
             self.llm = open_model(path, n_ctx=MAX_LEN, logits_all=True)
         elif fmt.startswith("int8-lite"):
-            from typewriter.runners.lite.runner import FAST, FORMAT, LiteRunner
+            from typewriter.config import WeightFormat
+            from typewriter.runners.lite.runner import LiteRunner
 
+            fast = fmt == WeightFormat.INT8_LITE_FAST.value
             self.runner = LiteRunner(cfg, weights, slots=1, max_len=MAX_LEN, max_chunk=CHUNK,
                                      calibration=None if fmt == NEAREST else calibration,
-                                     weight_format=FAST if fmt == FAST else FORMAT)
+                                     weight_format=WeightFormat.INT8_LITE_FAST if fast else WeightFormat.INT8_LITE)
         else:
             import tensorflow as tf
-            from typewriter.runners.xla.load import build_model
+
+            from typewriter.runners.xla.start import build_model
 
             model = build_model(cfg, weights, slots=1, max_len=MAX_LEN, max_chunk=CHUNK, weight_format=fmt)
             self.extend = tf.function(lambda tokens, start, length: model.extend(
@@ -113,14 +116,15 @@ def main() -> int:
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
-    from typewriter.runtime import calibration_ids, read_model
+    from typewriter.assemble import read_model
+    from typewriter.runners.lite.start import calibration_ids
     from typewriter.text.tokenizer import DEFAULT_SYSTEM_PROMPT
 
     answers = json.loads(args.answers.read_text())
     path = answers["model"]
     cfg, weights, tokenizer = read_model(Path(path))
     seqs = sequences(answers, args.server, args.per_language, tokenizer, DEFAULT_SYSTEM_PROMPT)
-    calibration = calibration_ids(tokenizer)
+    calibration = calibration_ids(tokenizer.encode)
     formats = args.formats.split(",")
     reference = Reader("fp32", cfg, weights, calibration, path)
     readers = [Reader(fmt, cfg, weights, calibration, path) for fmt in formats]

@@ -95,14 +95,17 @@ def _plain(written: str, language: str) -> float:
 
 # Common words of one language that the other rarely writes (words both write, such as "a", "no", "total", are
 # left out).
-_SPANISH = frozenset(
-    "de la que el en y los se del las por un para con una es su al lo como más pero sus le ya este porque esta "
-    "entre cuando muy sin sobre también me hasta hay donde desde todo nos durante todos uno les ni eso esto qué "
-    "unos otro otra él tanto esa estos mucho ella estar estas algo tiene son cada cuántos cuántas entonces "
-    "primero paso respuesta tenemos ahora vamos".split())
-_ENGLISH = frozenset(
-    "the and of to is in that it for you with as are this be on have we so each how many what there they she "
-    "he has then first step answer now let's let was were will which by from can do if".split())
+_SPANISH = frozenset([
+    "de", "la", "que", "el", "en", "y", "los", "se", "del", "las", "por", "un", "para", "con", "una", "es", "su",
+    "al", "lo", "como", "más", "pero", "sus", "le", "ya", "este", "porque", "esta", "entre", "cuando", "muy", "sin",
+    "sobre", "también", "me", "hasta", "hay", "donde", "desde", "todo", "nos", "durante", "todos", "uno", "les",
+    "ni", "eso", "esto", "qué", "unos", "otro", "otra", "él", "tanto", "esa", "estos", "mucho", "ella", "estar",
+    "estas", "algo", "tiene", "son", "cada", "cuántos", "cuántas", "entonces", "primero", "paso", "respuesta",
+    "tenemos", "ahora", "vamos"])
+_ENGLISH = frozenset([
+    "the", "and", "of", "to", "is", "in", "that", "it", "for", "you", "with", "as", "are", "this", "be", "on",
+    "have", "we", "so", "each", "how", "many", "what", "there", "they", "she", "he", "has", "then", "first", "step",
+    "answer", "now", "let's", "let", "was", "were", "will", "which", "by", "from", "can", "do", "if"])
 _WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 _LEFT_OUT = re.compile(r"```.*?```|\$\$.*?\$\$|\$[^$\n]*\$|\\\(.*?\\\)|\\\[.*?\\\]|`[^`]*`", re.DOTALL)
 
