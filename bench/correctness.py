@@ -45,6 +45,8 @@ PUBLISHED = {
     "smollm2-135m": "1.4% (GSM8K 5-shot, lighteval: the SmolLM2-135M-Instruct model card's evaluation table)",
     "qwen2.5-coder-0.5b": "none found for the 0.5B-Instruct (searched: the Qwen2.5-Coder technical report, "
                           "arXiv 2409.12186, and the model card)",
+    "qwen2.5-coder-1.5b": "none found for the 1.5B-Instruct (searched: the Qwen2.5-Coder technical report, "
+                          "arXiv 2409.12186, and the model card)",
 }
 
 
