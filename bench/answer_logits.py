@@ -35,7 +35,7 @@ class Reader:
         if fmt == "llama.cpp":
             from llama_cpp_peer import open_model
 
-            self.llm = open_model(path, n_ctx=MAX_LEN, logits_all=True)
+            self.llm = open_model(path, n_ctx=MAX_LEN, logits_all=True, threads=1)  # a busy machine: no spinning
         elif fmt.startswith("int8-lite"):
             from typewriter.config import WeightFormat
             from typewriter.runners.lite.runner import LiteRunner
