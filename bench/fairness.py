@@ -28,7 +28,8 @@ Scenarios, each with 16 slots (our --max-active 16, llama-server -np 16):
                  student gets the whole server)
 
 Our server has no switch to turn fairness off, so (e)'s comparison is llama-server on the same GGUF file. Both
-answer greedily with no repetition penalty. The load average is sampled every 5 s while the scenarios run and
+answer greedily with no repetition penalty. On a busy machine give llama-server `--threads 1`: with 2 threads on 2
+shared cores its threads spin-wait for each other and one answer can take minutes. The load average is sampled every 5 s while the scenarios run and
 reported with them: on a shared 2-core machine the other processes move every number.
 """
 
@@ -313,18 +314,22 @@ def one(server: str, rep: int, scenario: Scenario, make_chat, args: argparse.Nam
 def rows(results: list[dict]) -> list[dict]:
     """The five figures per server, each a list over repeats, with its target and whether every repeat met it."""
 
-    def values(server: str, scenario: str, key: str, sub: str | None = None) -> list[float]:
-        out = []
+    def by_repeat(server: str, scenario: str, key: str, sub: str | None = None) -> dict[int, float]:
+        out = {}
         for r in results:
             if r["server"] == server and r["scenario"] == scenario:
                 v = r[key][sub] if sub else r[key]
                 if v is not None:
-                    out.append(v)
+                    out[r["repeat"]] = v
         return out
 
+    def values(server: str, scenario: str, key: str, sub: str | None = None) -> list[float]:
+        return list(by_repeat(server, scenario, key, sub).values())
+
     def pairs(server: str, key: str, sub: str | None = None) -> list[float]:
-        base, heavy = values(server, "class-15", key, sub), values(server, "heavy", key, sub)
-        return [round(h / b, 3) for b, h in zip(base, heavy) if b]
+        """heavy / class-15 within each repeat (a repeat missing either is left out)."""
+        base, heavy = by_repeat(server, "class-15", key, sub), by_repeat(server, "heavy", key, sub)
+        return [round(heavy[k] / base[k], 3) for k in sorted(base) if base[k] and k in heavy]
 
     table = []
     for server in ("ours", "llama-server"):
@@ -346,10 +351,10 @@ def rows(results: list[dict]) -> list[dict]:
     for row in table:
         ok = row.pop("ok")
         row["met"] = None if ok is None or not row["values"] or row["server"] != "ours" else all(map(ok, row["values"]))
-    ours_alone = next(r for r in table if r["row"] == "e" and r["server"] == "ours")["values"]
-    peer_alone = next(r for r in table if r["row"] == "e" and r["server"] == "llama-server")["values"]
-    if ours_alone and peer_alone:
-        ratio = [round(o / p, 3) for o, p in zip(ours_alone, peer_alone) if p]
+    ours_alone = by_repeat("ours", "alone", "tokens_per_s")
+    peer_alone = by_repeat("llama-server", "alone", "tokens_per_s")
+    ratio = [round(ours_alone[k] / peer_alone[k], 3) for k in sorted(ours_alone) if peer_alone.get(k)]
+    if ratio:
         table.append({"row": "e", "server": "ours", "figure": "one student alone, ours / llama-server tokens/s",
                       "target": "work-conserving (no fairness cost)", "values": ratio, "met": None})
     return [r for r in table if r["values"]]
