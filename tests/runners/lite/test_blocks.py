@@ -16,7 +16,7 @@ from typewriter.engine.request import FinishReason, GenerationRequest, SamplingP
 from typewriter.engine.runner import PrefillChunk
 from typewriter.runners.lite.blocks import Blocks, BlocksKernel, blocks_of, rounded_to_q8
 from typewriter.runners.lite.kernel import load as load_kernel
-from typewriter.runners.lite.runner import LiteRunner
+from typewriter.runners.lite.runner import BLOCK_ROWS, LiteRunner
 from typewriter.runners.xla.model import Transformer
 from typewriter.weights import load_weights
 from typewriter.weights.source import open_source, weight_reader
@@ -147,7 +147,7 @@ def quantized(request, tmp_path_factory):
                       quant=request.param)
     cfg, weights = load_weights(path)
     _, reader = weight_reader(open_source(path)[0])
-    runner = LiteRunner(cfg, reader, 3, 400, 64, weight_format=WeightFormat.Q4_BLOCKS)
+    runner = LiteRunner(cfg, reader, 3, 400, 64, weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=8)
     return cfg, Transformer(cfg, weights, slots=1, max_len=64), runner
 
 
@@ -217,6 +217,7 @@ def test_the_engine_answers_greedily_as_the_kernel_decodes_alone(tiny_gguf):
         reference = LiteRunner(runner.cfg, reader, slots=1, max_len=64, max_chunk=64, calibration=None,
                                weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=64)  # every row by the kernel
         ids = tokenizer.encode("or")  # a prompt of a few tokens: the kernel's steps from its first
+        assert len(ids) <= BLOCK_ROWS and runner.blocks_rows == BLOCK_ROWS
         greedy = SamplingParams(max_new_tokens=10, temperature=0.0, repetition_penalty=1.0)
         rec = Recorder()
         engine.submit(GenerationRequest("raw", ids, greedy), rec)

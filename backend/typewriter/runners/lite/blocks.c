@@ -34,7 +34,10 @@
 
 #define BLOCK 32
 #define LANES 16
-#define ROW_TILE 8     /* rows computed together against one unpacked block */
+/* Rows computed together against one unpacked block: more would share each unpacking, but past these the
+   registers run out and a row costs several times more (docs/measurements/2026-12-05-gguf-blocks-kernel.md). */
+#define ROW_TILE 4     /* AVX-512: 32 registers */
+#define ROW_TILE256 2  /* AVX2: 16 */
 #define CHUNK_GROUPS 4 /* groups a thread takes at a time */
 #define SPIN 2000
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
@@ -196,7 +199,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
     const int lanes = lanes_of(c, g);
     for (int half = 0; half < 2 && 8 * half < lanes; half++) {
         const uint8_t *p = c->packed + g * nb * bb + 32 * half;
-        __m256 f[ROW_TILE];
+        __m256 f[ROW_TILE256];
         for (int r = 0; r < rt; r++) f[r] = _mm256_setzero_ps();
         const __m256i low = _mm256_set1_epi8(0x0F);
         for (int64_t b = 0; b < nb; b++, p += bb) {
@@ -255,26 +258,17 @@ void typewriter_blocks_set_wide(int on) {
     else wide = 0;
 }
 
-#define TILES(fn)                                                                            \
-    switch (rt) {                                                                             \
-        case 1: fn(c, g, r0, 1); break; case 2: fn(c, g, r0, 2); break;                       \
-        case 3: fn(c, g, r0, 3); break; case 4: fn(c, g, r0, 4); break;                       \
-        case 5: fn(c, g, r0, 5); break; case 6: fn(c, g, r0, 6); break;                       \
-        case 7: fn(c, g, r0, 7); break; default: fn(c, g, r0, 8); break;                      \
-    }
-
 static VNNI void group_wide(const Call *c, int64_t g) {
     for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE) {
-        const int rt = c->rows - r0 < ROW_TILE ? c->rows - r0 : ROW_TILE;
-        TILES(group512)
+        switch (c->rows - r0) {
+            case 1: group512(c, g, r0, 1); break; case 2: group512(c, g, r0, 2); break;
+            case 3: group512(c, g, r0, 3); break; default: group512(c, g, r0, 4); break;
+        }
     }
 }
 
 static void group_narrow(const Call *c, int64_t g) {
-    for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE) {
-        const int rt = c->rows - r0 < ROW_TILE ? c->rows - r0 : ROW_TILE;
-        TILES(group256)
-    }
+    for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE256) c->rows - r0 == 1 ? group256(c, g, r0, 1) : group256(c, g, r0, 2);
 }
 
 static void work(Call *c) {

@@ -32,10 +32,10 @@ from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
 FORMATS = tuple(f for f in WeightFormat if f.lite)
-# q4-blocks: steps of at most this many rows run in blocks.c. At one and two rows it is several times faster than
-# LiteRT's int8 GEMM a matrix, at 8 about level, past that slower
-# (docs/measurements/2026-12-05-4-bit-weights-research.md, section 4).
-BLOCK_ROWS = 8
+# q4-blocks: steps of at most this many rows run in blocks.c. Its block scales cost it instructions a row that
+# LiteRT's int8 GEMM does not pay, so from three rows on the programs' step is the faster
+# (docs/measurements/2026-12-05-gguf-blocks-kernel.md).
+BLOCK_ROWS = 2
 
 
 class _Interpreter:
