@@ -33,7 +33,7 @@ from .programs import ProgramSet, make_programs
 log = logging.getLogger("typewriter.lite")
 FORMATS = tuple(f for f in WeightFormat if f.lite)
 # q4-blocks: steps of at most this many rows run in blocks.c. Its block scales cost it instructions a row that
-# LiteRT's int8 GEMM does not pay, so from three rows on the programs' step is the faster
+# LiteRT's int8 GEMM does not pay, so past this the programs' step is the faster
 # (docs/measurements/2026-12-05-gguf-blocks-kernel.md).
 BLOCK_ROWS = 2
 
