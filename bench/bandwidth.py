@@ -184,6 +184,7 @@ def main() -> None:
             parser.error("--measure needs --model")
         sys.path.insert(0, str(HERE))
         from single_stream import llama, ours
+
         from typewriter.commands.bench import TUTOR_QUESTION
         from typewriter.text.tokenizer import Tokenizer
 
