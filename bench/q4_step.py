@@ -31,7 +31,7 @@ def open_runner(path: Path):
     from typewriter.runners.options import RunnerOptions
 
     opened = assemble(path, RunnerOptions(WeightFormat.INT8_LITE, max_context=2048, slots=1,
-                                          program_cache=str(lite_cache_dir())))
+                                          program_cache=lite_cache_dir()))
     return opened.cfg, opened.runner
 
 
