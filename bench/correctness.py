@@ -75,7 +75,8 @@ def our_server(model: str, weights: str | None, slots: int, context: int) -> Ser
         argv += ["--weights", weights]
     # the benchmark sends the tutor's system prompt itself, as it must to llama-server, and every request comes
     # from loopback, where the per-client limits would count them all as one student
-    env = {"TYPEWRITER_CLIENT_SYSTEM_PROMPT": "replace", "TYPEWRITER_REQUEST_TIMEOUT_S": "none",
+    env = {"TYPEWRITER_CLIENT_SYSTEM_PROMPT": "replace", "TYPEWRITER_API_SYSTEM_PROMPT": "replace",
+           "TYPEWRITER_REQUEST_TIMEOUT_S": "none",
            "TYPEWRITER_QUEUE_TIMEOUT_S": "none", "TYPEWRITER_MAX_CONNECTIONS_PER_CLIENT": "100000",
            "TYPEWRITER_CHATS_PER_MINUTE": "100000"}
     return Server(f"typewriter-{weights or 'auto'}", argv, port, "/readyz", env)
