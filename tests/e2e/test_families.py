@@ -74,31 +74,42 @@ def test_two_students_at_once_get_the_answers_the_engine_gives_one_at_a_time(mak
     settings = {"TYPEWRITER_MODEL_PATH": str(model), "TYPEWRITER_MAX_CONTEXT": "128", "TYPEWRITER_MAX_ACTIVE": "2",
                 "TYPEWRITER_SYSTEM_PROMPT": SYSTEM, "TYPEWRITER_PREFILL_BUDGET": "128"}
     with real_server(settings, tmp_path / "server.log") as base:
-        answers: dict[int, str] = {}
-        # Both sockets open before either sends: on a fast machine the tiny model answers in a few milliseconds,
-        # less than a connection's set-up, so one student could finish before the other's chat arrived
-        both_open = threading.Barrier(len(QUESTIONS), timeout=60)
-
-        def student(i: int) -> None:
-            with connect(base.replace("http", "ws") + "/ws") as ws:
-                both_open.wait()
-                ws.send(json.dumps({"type": "chat", "id": f"s{i}", "params": PARAMS,
-                                    "messages": [{"role": "user", "content": QUESTIONS[i]}]}))
-                text, frame = [], {"type": ""}
-                while frame["type"] not in ("end", "error"):
-                    frame = json.loads(ws.recv(timeout=120))
-                    text.append(frame.get("text", ""))
-                assert frame["type"] == "end", frame
-                answers[i] = "".join(text)
-
-        threads = [threading.Thread(target=student, args=(i,)) for i in range(len(QUESTIONS))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(180)
-        metrics = http_get(f"{base}/metrics")[1]
-    assert all(expected) and [answers.get(i) for i in range(len(QUESTIONS))] == expected
-    steps = float(re.search(r"^typewriter_engine_batch_size_count (\S+)$", metrics, re.M).group(1))
-    single = float(re.search(r'^typewriter_engine_batch_size_bucket\{le="1.0"\} (\S+)$', metrics, re.M).group(1))
-    assert steps > single, "no decode step carried both students: the test did not batch"
+        # A tiny model's answers are a few tokens and may still not overlap (the second chat's frame can arrive
+        # after the first answer ended): the pair is asked again, each time checked, until a step carried both
+        for _ in range(5):
+            assert ask_together(base) == expected
+            metrics = http_get(f"{base}/metrics")[1]
+            steps = float(re.search(r"^typewriter_engine_batch_size_count (\S+)$", metrics, re.M).group(1))
+            single = float(re.search(r'^typewriter_engine_batch_size_bucket\{le="1.0"\} (\S+)$', metrics,
+                                     re.M).group(1))
+            if steps > single:
+                break
+    assert steps > single, "no decode step carried both students in five tries: the test did not batch"
     assert "Traceback" not in (tmp_path / "server.log").read_text()
+
+
+def ask_together(base: str) -> list[str | None]:
+    """Every question at once, one socket a student; the answers in the questions' order."""
+    answers: dict[int, str] = {}
+    # Both sockets open before either sends: on a fast machine the tiny model answers in a few milliseconds,
+    # less than a connection's set-up, so one student could finish before the other's chat arrived
+    both_open = threading.Barrier(len(QUESTIONS), timeout=60)
+
+    def student(i: int) -> None:
+        with connect(base.replace("http", "ws") + "/ws") as ws:
+            both_open.wait()
+            ws.send(json.dumps({"type": "chat", "id": f"s{i}", "params": PARAMS,
+                                "messages": [{"role": "user", "content": QUESTIONS[i]}]}))
+            text, frame = [], {"type": ""}
+            while frame["type"] not in ("end", "error"):
+                frame = json.loads(ws.recv(timeout=120))
+                text.append(frame.get("text", ""))
+            assert frame["type"] == "end", frame
+            answers[i] = "".join(text)
+
+    threads = [threading.Thread(target=student, args=(i,)) for i in range(len(QUESTIONS))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+    return [answers.get(i) for i in range(len(QUESTIONS))]
