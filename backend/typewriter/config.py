@@ -169,6 +169,10 @@ class Answers:
     # after the server's system prompt, or let it "replace" the server's. Refused by default: the tutor's
     # instructions are the school's, not the page's.
     client_system_prompt: str = "refuse"
+    # Offer the tutor the server's own calculator (server/calculator.py) where the model's template takes tools: a
+    # socket chat, or a /v1 request without tools of its own. Off by default until it raises accuracy on the maths
+    # problems without loops or slower answers (docs/measurements/2026-12-05-calculator.md).
+    calculator: bool = False
 
     def __post_init__(self) -> None:
         _one_of("client_system_prompt", self.client_system_prompt, CLIENT_SYSTEM_PROMPT)

@@ -29,6 +29,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("typewriter_requests", "Chats that ended, by finish reason.", ["reason"], registry=r)
+        self.tool_steps = Counter("typewriter_tool_steps", "Calculator steps the server ran, by outcome: ok or the "
+                                  "refusal's code.", ["outcome"], registry=r)
         self.rejected = Counter(
             "typewriter_rejected_requests", "Frames answered with an error, by error code.", ["code"], registry=r)
         self.time_to_first_token = Histogram(

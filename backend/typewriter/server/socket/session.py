@@ -114,7 +114,7 @@ class Session(Reader):
         self._check_idle(chat.id)
         self._opening = chat.id
         try:
-            stream = await open_chat(self.server, chat, self.client, self.owner)
+            stream = await open_chat(self.server, chat, self.client, self.owner, shows_steps=True)
         finally:
             self._opening = None
         self.stream = stream

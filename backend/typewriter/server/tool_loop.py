@@ -1,0 +1,143 @@
+"""An answer that may use the server's calculator (calculator.py), run as parts: engine requests one after another.
+When a part ends by itself having called the calculator, each call is evaluated and shown as a step, the call and its
+result join the conversation, and the next part goes on from there; the owner's slot still holds the conversation,
+so only the call and its result are computed again, where the slot is still free.
+
+To its door the parts are one answer: one `Queued`/`Started` at most, token indices that keep counting, the steps
+between the text, and one `Finished` whose usage sums the parts. It is bounded over all parts: MAX_STEPS calculations,
+the chat's `max_new_tokens` and its deadline. A stop or a disconnect ends it between parts as within one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from ..engine.request import Finished, FinishReason, GenerationRequest, Queued, Started, Timings, Token
+from ..errors import EngineStopped, TypewriterError
+from ..text.tool_format import ToolFormat
+from .calculator import MAX_STEPS, ToolStep, call_arguments, over_limit, step
+from .tool_calls import ToolCallDone, ToolCallSplitter
+
+log = logging.getLogger("typewriter.server")
+
+NATURAL = (FinishReason.EOS, FinishReason.STOP_SEQUENCE)  # a part that ended of itself, not cut short
+Item = Queued | Started | Token | Finished | ToolStep
+Encode = Callable[[list[dict[str, Any]]], list[int]]  # a conversation as the prompt, system prompt and tool included
+
+
+class Answer(Protocol):
+    """What the loop needs of its chat (chats.py's ChatStream)."""
+
+    @property
+    def cancelled(self) -> object: ...  # None while nobody asked it to end
+
+    def put(self, items: Sequence[Item]) -> None: ...  # on to the door
+    def submit(self, request: GenerationRequest) -> None: ...  # to the engine, its events back through `take`
+
+
+class ToolLoop:
+    def __init__(self, answer: Answer, fmt: ToolFormat, first: GenerationRequest, messages: list[dict[str, Any]],
+                 encode: Encode, context: int, next_id: Callable[[], str], shared: Callable[[list[int]], int]):
+        """`first`: the first part's request, whose id the door knows; `messages`: its conversation as fitted to the
+        context; `shared`: how much of a prompt every owner shares (the system prompt's tokens)."""
+        self.answer, self.fmt, self.first = answer, fmt, first
+        self.request_id = self.engine_id = first.id  # the door's id; the part running now
+        self.messages, self.encode, self.context = list(messages), encode, context
+        self.next_id, self.shared = next_id, shared
+        self.parts: list[Finished] = []
+        self.steps = 0
+        self.began = time.monotonic()
+        self.started_at: float | None = None  # when the first part got its slot: the deadline counts from there
+        self.task: asyncio.Task[None] | None = None
+        self._new_part()
+
+    def _new_part(self) -> None:
+        self.splitter = ToolCallSplitter(self.request_id, self.fmt)
+        self.text: list[str] = []  # the part's text outside its calls
+        self.last: Token | None = None
+
+    def take(self, event: Queued | Started | Token | Finished) -> list[Item]:
+        """What one engine event of the running part becomes for the door; on the event loop."""
+        if event.request_id != self.engine_id:
+            return []
+        if isinstance(event, (Queued, Started)):
+            if isinstance(event, Started) and self.started_at is None:
+                self.started_at = time.monotonic()
+            return [] if self.parts else [dataclasses.replace(event, request_id=self.request_id)]
+        if isinstance(event, Token):
+            self.last = dataclasses.replace(event, request_id=self.request_id,
+                                            index=event.index + sum(p.completion_tokens for p in self.parts))
+            return self._shown(self.splitter.split(self.last))
+        shown = self._shown(self.splitter.flush(self.last))
+        self.parts.append(event)
+        calls = self.splitter.calls
+        if not calls or event.reason not in NATURAL or self.answer.cancelled is not None or self.steps >= MAX_STEPS:
+            return [*shown, self._end(event.reason, event.error)]
+        steps = [step(self.request_id, self.steps + i, call) if self.steps + i < MAX_STEPS else
+                 over_limit(self.request_id, self.steps + i, call) for i, call in enumerate(calls)]
+        self.steps += len(steps)
+        self.task = asyncio.get_running_loop().create_task(self._next_part(calls, steps),
+                                                           name=f"tool-loop-{self.request_id}")
+        return [*shown, *steps]
+
+    def _shown(self, items: Sequence[object]) -> list[Item]:
+        """The text around calls; the calls themselves are the server's, never the client's."""
+        tokens = [item for item in items if isinstance(item, Token)]
+        self.text += [t.text for t in tokens]
+        return list(tokens)
+
+    async def _next_part(self, calls: list[ToolCallDone], steps: list[ToolStep]) -> None:
+        try:
+            await self._submit_next(calls, steps)
+        except Exception:  # a bug: the answer ends, named, rather than hanging
+            log.exception("chat %s: its next part after a calculator step could not start", self.request_id)
+            self.answer.put([self._end(FinishReason.ERROR, "the answer could not go on after a calculator step")])
+
+    async def _submit_next(self, calls: list[ToolCallDone], steps: list[ToolStep]) -> None:
+        self.messages += [
+            {"role": "assistant", "content": "".join(self.text).strip(), "tool_calls": [
+                {"id": c.call_id, "type": "function", "function": {"name": c.name,
+                                                                    "arguments": call_arguments(c.arguments)}}
+                for c in calls]},
+            *({"role": "tool", "content": s.for_model(), "tool_call_id": c.call_id} for c, s in zip(calls, steps))]
+        prompt = await asyncio.to_thread(self.encode, self.messages)
+        params = self.first.params
+        room = min(params.max_new_tokens - sum(p.completion_tokens for p in self.parts), self.context - len(prompt))
+        left_s = None if params.timeout_s is None else \
+            params.timeout_s - (time.monotonic() - (self.started_at or self.began))
+        if self.answer.cancelled is not None:
+            self.answer.put([self._end(FinishReason.CANCELLED)])
+        elif room < 1:
+            self.answer.put([self._end(FinishReason.LENGTH)])
+        elif left_s is not None and left_s <= 0:
+            self.answer.put([self._end(FinishReason.TIMEOUT)])
+        else:
+            self.engine_id = self.next_id()  # before the submit: a stop from here on reaches the new part
+            self._new_part()
+            request = dataclasses.replace(self.first, id=self.engine_id, prompt_ids=prompt, follows=None,
+                                          answer_start=None, shared_prefix=self.shared(prompt),
+                                          params=dataclasses.replace(params, max_new_tokens=room, timeout_s=left_s))
+            try:
+                self.answer.submit(request)
+            except EngineStopped:
+                self.answer.put([self._end(FinishReason.SHUTDOWN)])
+            except TypewriterError as e:  # overloaded: the wait queue is full
+                self.answer.put([self._end(FinishReason.ERROR, str(e))])
+
+    def _end(self, reason: FinishReason, error: str | None = None) -> Finished:
+        """The answer's one `Finished`: every part's tokens, and timings from its submission to now."""
+        parts = self.parts
+        if len(parts) == 1 and reason is parts[0].reason:  # one part: the engine's own figures
+            return dataclasses.replace(parts[0], request_id=self.request_id)
+        completion = sum(p.completion_tokens for p in parts)
+        decode_s = sum(max(0.0, p.timings.total_ms - p.timings.ttft_ms) for p in parts) / 1000
+        first = parts[0].timings
+        timings = Timings(queue_ms=first.queue_ms, ttft_ms=first.ttft_ms,
+                          total_ms=(time.monotonic() - self.began) * 1000,
+                          tokens_per_s=max(0, completion - len(parts)) / decode_s if decode_s > 0 else 0.0)
+        return Finished(self.request_id, reason, sum(p.prompt_tokens for p in parts), completion, timings, error)
