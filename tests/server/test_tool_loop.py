@@ -162,3 +162,28 @@ def test_on_v1_a_step_is_a_paragraph_of_the_content_streamed_or_whole():
     assert choice["finish_reason"] == "stop" and whole["usage"]["completion_tokens"] == len(ROUNDS[0]) + len(ANSWER) + 2
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == expected
     assert response["output"][0]["content"][0]["text"] == expected
+
+
+def test_a_step_goes_to_its_own_socket_only_and_a_resumed_chat_sends_it_again():
+    engine = calling_engine([[*THINK, *call_pieces("12 * 7")], ["x "] * 20], step_s=0.02)
+
+    async def talk(address: str) -> tuple[list[dict], list[dict], list[dict]]:
+        async with connect(f"ws://{address}/ws") as other:
+            async with connect(f"ws://{address}/ws") as first:
+                await first.send(chat(resumable=True))
+                before: list[dict] = []
+                while not before or before[-1]["type"] != "tool_step":
+                    before.append(json.loads(await asyncio.wait_for(first.recv(), 10)))
+            token, seen = before[0]["resume_token"], max(f["index"] for f in before if f["type"] == "token")
+            async with connect(f"ws://{address}/ws") as again:
+                await again.send(json.dumps({"type": "resume", "id": "q1", "token": token, "from": seen + 1}))
+                after = await until_terminal_async(again)
+            await other.send(json.dumps({"type": "ping"}))
+            others = [json.loads(await asyncio.wait_for(other.recv(), 10))]
+        return before, after, others
+
+    with running(engine, calculator=True) as (_, address):
+        before, after, others = asyncio.run(talk(address))
+    assert others == [{"type": "pong"}]  # nothing of another socket's chat
+    assert [f["type"] for f in after[:2]] == ["resumed", "tool_step"] and after[1] == before[-1]
+    assert text(before) + text(after) == "Let me work it out." + "x " * 20 and after[-1]["reason"] == "eos"
