@@ -68,6 +68,17 @@ def test_a_call_is_evaluated_shown_as_a_step_and_the_answer_goes_on_in_the_same_
     assert second_prefill[0][1] >= len(first.prompt_ids) - 1
 
 
+def test_a_call_written_in_a_json_block_as_qwen_coder_writes_it_is_a_step_too():
+    fence = ["```", "json", "\n{\n", '  "name": "calculator",\n', '  "arguments": {"expression": "1234 * 5678"}\n',
+             "}\n", "```"]
+    engine = calling_engine([["Let me.\n", *fence], [" It is 7006652."]])
+    with running(engine, calculator=True) as (_, address):
+        frames = asyncio.run(ask(address, chat()))
+    (step,) = [f for f in frames if f["type"] == "tool_step"]
+    assert (step["expression"], step["result"]) == ("1234 * 5678", "7006652")
+    assert text(frames) == "Let me.\n It is 7006652."  # the block was the call: never shown
+
+
 def test_a_refused_calculation_is_a_named_step_and_the_model_hears_why():
     engine = calling_engine([[*THINK, *call_pieces("5 / (2 - 2)")], ["Oops."]])
     with running(engine, calculator=True) as (_, address):

@@ -7,7 +7,15 @@ import json
 
 import pytest
 
-from typewriter.text.tool_format import HERMES, CallArguments, CallStarted, TextPiece, ToolCallParser, tool_format
+from typewriter.text.tool_format import (
+    FENCED_JSON,
+    HERMES,
+    CallArguments,
+    CallStarted,
+    TextPiece,
+    ToolCallParser,
+    tool_format,
+)
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 * (3 + {4})"}}\n</tool_call>'
 
@@ -62,3 +70,30 @@ def test_the_forced_grammar_names_each_tool_and_its_parameters():
     schema = json.loads(call.removeprefix("call: %json "))
     assert [c["properties"]["name"]["const"] for c in schema["anyOf"]] == ["a", "b"]
     assert schema["x-guidance"]["lenient"] is True
+
+
+def fenced(text: str, step: int) -> tuple[str, list]:
+    parser, pieces = ToolCallParser(FENCED_JSON, frozenset({"calculator"})), []
+    for i in range(0, len(text), step):
+        pieces += parser.push(text[i:i + step])
+    pieces += parser.flush()
+    assert not any(isinstance(p, (CallStarted, CallArguments)) for p in pieces[:-2])  # nothing streams early
+    return "".join(p.text for p in pieces if isinstance(p, TextPiece)), parser.calls
+
+
+FENCED_CALL = '```json\n{\n  "name": "calculator",\n  "arguments": {\n    "expression": "1234 * 5678"\n  }\n}\n```'
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_a_call_of_a_named_tool_in_a_json_block_is_read_whole_and_any_other_block_is_text(step):
+    assert fenced(f"Let me.\n{FENCED_CALL}", step) == (
+        "Let me.\n", [{"name": "calculator", "arguments": '{"expression": "1234 * 5678"}'}])
+    other = '```json\n{"name": "Ada", "arguments": [1]}\n```\n```json\n{"age": 3}\n```\n```python\nx = 1\n```'
+    assert fenced(f"A record: {other} done", step) == (f"A record: {other} done", [])
+    assert fenced('```json\n{"name": "calculator", "argu', step) == ('```json\n{"name": "calculator", "argu', [])
+
+
+def test_a_call_nested_past_the_json_reader_is_text_not_an_error():
+    deep = "<tool_call>" + "[" * 5000 + "</tool_call>"
+    assert parse(deep, 1000)[:2] == (deep, [])
+    assert fenced("```json\n" + "[" * 5000 + "\n```", 1000)[0].startswith("```json\n[[[")

@@ -14,14 +14,15 @@ import asyncio
 import dataclasses
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..engine.request import Finished, FinishReason, GenerationRequest, Queued, Started, Timings, Token
 from ..errors import EngineStopped, TypewriterError
-from ..text.tool_format import ToolFormat
-from .calculator import MAX_STEPS, ToolStep, call_arguments, over_limit, step
-from .tool_calls import ToolCallDone, ToolCallSplitter
+from ..text.tool_format import FENCED_JSON, TextPiece, ToolCallParser, ToolFormat
+from .calculator import MAX_STEPS, NAME, ToolStep, call_arguments, over_limit, step
+from .tool_calls import ToolCallDone
 
 log = logging.getLogger("typewriter.server")
 
@@ -38,6 +39,32 @@ class Answer(Protocol):
 
     def put(self, items: Sequence[Item]) -> None: ...  # on to the door
     def submit(self, request: GenerationRequest) -> None: ...  # to the engine, its events back through `take`
+
+
+class CallReader:
+    """A part's text with the calculator's calls taken out: calls in the template's format, and calls of the
+    calculator in a ```json block, as Qwen2.5-Coder models write them unforced (any other block is text)."""
+
+    def __init__(self, fmt: ToolFormat):
+        self.parsers = [ToolCallParser(fmt), ToolCallParser(FENCED_JSON, frozenset({NAME}))]
+        self.ids: list[str] = []
+
+    def push(self, text: str) -> str:
+        for parser in self.parsers:
+            text = "".join(p.text for p in parser.push(text) if isinstance(p, TextPiece))
+        return text
+
+    def flush(self) -> str:
+        text = ""
+        for parser in self.parsers:
+            text = "".join(p.text for p in [*parser.push(text), *parser.flush()] if isinstance(p, TextPiece))
+        return text
+
+    @property
+    def calls(self) -> list[ToolCallDone]:
+        found = [call for parser in self.parsers for call in parser.calls]
+        self.ids += [f"call_{uuid.uuid4().hex[:24]}" for _ in range(len(found) - len(self.ids))]
+        return [ToolCallDone(i, c["name"], c["arguments"]) for i, c in zip(self.ids, found)]
 
 
 class ToolLoop:
@@ -57,7 +84,7 @@ class ToolLoop:
         self._new_part()
 
     def _new_part(self) -> None:
-        self.splitter = ToolCallSplitter(self.request_id, self.fmt)
+        self.reader = CallReader(self.fmt)
         self.text: list[str] = []  # the part's text outside its calls
         self.last: Token | None = None
 
@@ -72,10 +99,10 @@ class ToolLoop:
         if isinstance(event, Token):
             self.last = dataclasses.replace(event, request_id=self.request_id,
                                             index=event.index + sum(p.completion_tokens for p in self.parts))
-            return self._shown(self.splitter.split(self.last))
-        shown = self._shown(self.splitter.flush(self.last))
+            return self._shown(self.last, self.reader.push(event.text))
+        shown = self._shown(self.last or Token(self.request_id, 0, -1, ""), self.reader.flush())
         self.parts.append(event)
-        calls = self.splitter.calls
+        calls = self.reader.calls
         if not calls or event.reason not in NATURAL or self.answer.cancelled is not None or self.steps >= MAX_STEPS:
             return [*shown, self._end(event.reason, event.error)]
         steps = [step(self.request_id, self.steps + i, call) if self.steps + i < MAX_STEPS else
@@ -85,11 +112,12 @@ class ToolLoop:
                                                            name=f"tool-loop-{self.request_id}")
         return [*shown, *steps]
 
-    def _shown(self, items: Sequence[object]) -> list[Item]:
-        """The text around calls; the calls themselves are the server's, never the client's."""
-        tokens = [item for item in items if isinstance(item, Token)]
-        self.text += [t.text for t in tokens]
-        return list(tokens)
+    def _shown(self, token: Token, text: str) -> list[Item]:
+        """The token with the text around calls; the calls themselves are the server's, never the client's."""
+        if not text:
+            return []
+        self.text.append(text)
+        return [dataclasses.replace(token, text=text)]
 
     async def _next_part(self, calls: list[ToolCallDone], steps: list[ToolStep]) -> None:
         try:
