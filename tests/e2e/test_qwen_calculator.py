@@ -13,9 +13,9 @@ from websockets.sync.client import connect
 pytestmark = [pytest.mark.qwen, pytest.mark.e2e, pytest.mark.slow]
 
 WAIT_S = 120
-# The 0.5B calls the calculator only when the question asks for it: with the tutor's prompt and a word problem it
-# works the sums out itself (docs/measurements/2026-12-05-calculator.md).
-QUESTION = "Use the calculator tool to compute 1234 * 5678."
+# The 0.5B calls the calculator only when the question names it and the expression: with the tutor's prompt and a
+# word problem it works the sums out itself (docs/measurements/2026-12-05-calculator.md).
+QUESTION = "Call the calculator with the expression 1234 * 5678."
 
 
 @pytest.fixture(scope="module")

@@ -79,6 +79,15 @@ def test_a_call_written_in_a_json_block_as_qwen_coder_writes_it_is_a_step_too():
     assert text(frames) == "Let me.\n It is 7006652."  # the block was the call: never shown
 
 
+def test_a_part_ends_where_its_call_is_complete_so_a_made_up_result_is_never_shown():
+    engine = calling_engine([["Let me.", *call_pieces("12 * 7"), " It will print ", "999", " surely."] + ["."] * 30,
+                             [" It is 84."]], step_s=0.01)
+    with running(engine, calculator=True) as (_, address):
+        frames = asyncio.run(ask(address, chat()))
+    assert text(frames) == "Let me. It is 84." and frames[-1]["reason"] == "eos"
+    assert frames[-1]["usage"]["completion_tokens"] < 30  # the first part was cut, not run to its end
+
+
 def test_a_refused_calculation_is_a_named_step_and_the_model_hears_why():
     engine = calling_engine([[*THINK, *call_pieces("5 / (2 - 2)")], ["Oops."]])
     with running(engine, calculator=True) as (_, address):

@@ -20,9 +20,10 @@ FUNCTION: dict[str, Any] = {
     "name": NAME,
     "description": "Exact arithmetic. Call it for every calculation with numbers instead of working it out yourself, "
                    "then use its result.",
+    # No example expression: the 0.5B copied one into its calls instead of its own numbers.
     "parameters": {"type": "object", "required": ["expression"], "properties": {"expression": {
-        "type": "string", "description": "one arithmetic expression with + - * / ^, parentheses, decimals, % and "
-                                        "sqrt(), such as (48 - 12) / 4"}}},
+        "type": "string", "description": "one arithmetic expression of numbers with + - * / ^, parentheses, % and "
+                                        "sqrt()"}}},
 }
 STEP_ERRORS = ("not_a_call", "step_limit")  # besides text/calculator.py's ERROR_CODES
 

@@ -129,6 +129,11 @@ class ChatStream:
             return [*splitter.flush(self._last_token.get(event.request_id)), event]
         return [event]
 
+    def cut(self, engine_id: str) -> None:
+        """End one part of the answer (tool_loop.py) where a call is complete; the answer goes on."""
+        if self.server.engine is not None:
+            self.server.engine.cancel(engine_id)
+
     def submit(self, request: GenerationRequest) -> None:
         """A next part of the answer (tool_loop.py), its events delivered as the first part's are."""
         assert self.server.engine is not None  # a chat is only opened while the engine runs

@@ -1,7 +1,8 @@
 """An answer that may use the server's calculator (calculator.py), run as parts: engine requests one after another.
-When a part ends by itself having called the calculator, each call is evaluated and shown as a step, the call and its
-result join the conversation, and the next part goes on from there; the owner's slot still holds the conversation,
-so only the call and its result are computed again, where the slot is still free.
+A part ends where a call is complete (a model that writes on after it would make up the result), or by itself; then
+each of its calls is evaluated and shown as a step, the calls and their results join the conversation, and the next
+part goes on from there. The owner's slot still holds the conversation, so only the calls and their results are
+computed again, where the slot is still free.
 
 To its door the parts are one answer: one `Queued`/`Started` at most, token indices that keep counting, the steps
 between the text, and one `Finished` whose usage sums the parts. It is bounded over all parts: MAX_STEPS calculations,
@@ -39,6 +40,7 @@ class Answer(Protocol):
 
     def put(self, items: Sequence[Item]) -> None: ...  # on to the door
     def submit(self, request: GenerationRequest) -> None: ...  # to the engine, its events back through `take`
+    def cut(self, engine_id: str) -> None: ...  # end that part within a step (the answer is not cancelled)
 
 
 class CallReader:
@@ -48,6 +50,10 @@ class CallReader:
     def __init__(self, fmt: ToolFormat):
         self.parsers = [ToolCallParser(fmt), ToolCallParser(FENCED_JSON, frozenset({NAME}))]
         self.ids: list[str] = []
+
+    @property
+    def found(self) -> int:
+        return sum(len(parser.calls) for parser in self.parsers)
 
     def push(self, text: str) -> str:
         for parser in self.parsers:
@@ -87,6 +93,7 @@ class ToolLoop:
         self.reader = CallReader(self.fmt)
         self.text: list[str] = []  # the part's text outside its calls
         self.last: Token | None = None
+        self.cutting = False  # a call is complete: the part's later tokens are never shown
 
     def take(self, event: Queued | Started | Token | Finished) -> list[Item]:
         """What one engine event of the running part becomes for the door; on the event loop."""
@@ -97,14 +104,23 @@ class ToolLoop:
                 self.started_at = time.monotonic()
             return [] if self.parts else [dataclasses.replace(event, request_id=self.request_id)]
         if isinstance(event, Token):
+            if self.cutting:
+                return []
             self.last = dataclasses.replace(event, request_id=self.request_id,
                                             index=event.index + sum(p.completion_tokens for p in self.parts))
-            return self._shown(self.last, self.reader.push(event.text))
-        shown = self._shown(self.last or Token(self.request_id, 0, -1, ""), self.reader.flush())
+            shown = self._shown(self.last, self.reader.push(event.text))
+            if self.reader.found:
+                self.cutting = True
+                self.answer.cut(self.engine_id)
+            return shown
+        shown = [] if self.cutting else self._shown(self.last or Token(self.request_id, 0, -1, ""), self.reader.flush())
         self.parts.append(event)
         calls = self.reader.calls
-        if not calls or event.reason not in NATURAL or self.answer.cancelled is not None or self.steps >= MAX_STEPS:
-            return [*shown, self._end(event.reason, event.error)]
+        stopped = self.answer.cancelled is not None
+        ended = event.reason in NATURAL or (self.cutting and event.reason is FinishReason.CANCELLED and not stopped)
+        if not calls or not ended or stopped or self.steps >= MAX_STEPS:
+            reason = FinishReason.EOS if ended and event.reason is FinishReason.CANCELLED else event.reason
+            return [*shown, self._end(reason, event.error)]
         steps = [step(self.request_id, self.steps + i, call) if self.steps + i < MAX_STEPS else
                  over_limit(self.request_id, self.steps + i, call) for i, call in enumerate(calls)]
         self.steps += len(steps)
