@@ -170,8 +170,8 @@ class Answers:
     # instructions are the school's, not the page's.
     client_system_prompt: str = "refuse"
     # Offer the tutor the server's own calculator (server/calculator.py) where the model's template takes tools: a
-    # socket chat, or a /v1 request without tools of its own. Off by default until it raises accuracy on the maths
-    # problems without loops or slower answers (docs/measurements/2026-12-05-calculator.md).
+    # socket chat, or a /v1 request without tools of its own. Off: the 0.5B and the 1.5B never called it on maths
+    # problems, and its tools section made their answers slower (docs/measurements/2026-12-05-calculator.md).
     calculator: bool = False
 
     def __post_init__(self) -> None:
