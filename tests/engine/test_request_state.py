@@ -3,10 +3,11 @@ the per-token half of an engine step, tested without an engine, a thread or a mo
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from tiny_model import IM_END, byte_token
 
-from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.engine.request import AnswerStart, FinishReason, GenerationRequest, SamplingParams
 from typewriter.engine.request_state import RequestState, Status
 from typewriter.text.tokenizer import Tokenizer
 
@@ -53,6 +54,40 @@ def test_the_length_limit_ends_the_answer_with_every_held_character(tokenizer):
     seq = sequence(tokenizer, max_new_tokens=3, stop=("cz",))
     assert take_text(seq, "abc") == [("a", None), ("b", None), ("c", FinishReason.LENGTH)]
     assert seq.output_ids == [byte_token(b) for b in b"abc"]
+
+
+def penalised_pick(tokenizer, prompt: list[int], said: list[int], a: int, b: int, **request) -> int:
+    """The greedy choice between `a` (logit 1.5) and `b` (1.0) at penalty 2 once the answer has said `said`."""
+    params = SamplingParams(temperature=0.0, repetition_penalty=2.0)
+    seq = RequestState(GenerationRequest("s", prompt, params, **request), lambda event: None, tokenizer,
+                       tokenizer.eos_token_ids, now=0.0)
+    for token in said:
+        seq.take(token, now=1.0)
+    logits = np.zeros(tokenizer.vocab_size, np.float32)
+    logits[a], logits[b] = 1.5, 1.0
+    return seq.sample(logits)
+
+
+def test_the_repetition_penalty_weighs_the_answers_words_not_the_prompts(tokenizer):
+    """The question's numbers, names and language are what an answer should reuse: a word the prompt holds is not
+    penalised, the same word once the answer has said it is (1.5 / 2 < 1.0)."""
+    a, b = byte_token(ord("a")), byte_token(ord("b"))
+    assert penalised_pick(tokenizer, [a, a], [], a, b) == a
+    assert penalised_pick(tokenizer, [a, a], [a], a, b) == b
+
+
+def test_the_repetition_penalty_leaves_digits_and_symbols_alone(tokenizer):
+    """A worked sum repeats its digits, operators and spaces by nature: said before, they are not penalised."""
+    for said in "7", "=", " ", "$":
+        a, b = byte_token(ord(said)), byte_token(ord("b"))
+        assert penalised_pick(tokenizer, [a], [a, a], a, b) == a, said
+
+
+def test_a_continued_answers_start_counts_as_its_own_words_for_the_penalty(tokenizer):
+    """Resumed elsewhere, an answer is penalised as the uninterrupted one would be: its start is answer, not
+    prompt, though it is prefilled with the prompt."""
+    a, b = byte_token(ord("a")), byte_token(ord("b"))
+    assert penalised_pick(tokenizer, [b], [], a, b, answer_start=AnswerStart((a,))) == b
 
 
 def test_timings_count_from_submission_and_the_decode_rate_after_the_first_token(tokenizer):

@@ -78,6 +78,7 @@ class Engine:
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
+        _ = tokenizer.token_text.wordy  # the repetition penalty's words: worked out here, not on a first request
         self.model_name = model_name
         self.max_context = runner.max_len
         self.max_active = runner.slots

@@ -56,6 +56,12 @@ class RequestState:
         self.reused = 0  # of those, found already cached
         self.eos_ids = eos_ids
         self.sampler = Sampler(request.params)
+        # The repetition penalty weighs the answer's own words (those it continues included), not the prompt's, which
+        # an answer should reuse (the question's numbers, names, language), nor its digits and symbols, which a
+        # worked sum repeats by nature: weighing either made maths answers wrong
+        # (docs/measurements/2026-12-05-tutor-correctness.md).
+        self._wordy = tokenizer.token_text.wordy
+        self.penalised: list[int] = [t for t in (start.ids if start else ()) if self._is_word(t)]
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
         # Not for a constrained answer: cut short, it would not parse.
@@ -99,7 +105,7 @@ class RequestState:
     def sample(self, logits: np.ndarray) -> int:
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
-        history = self.prompt_ids + self.output_ids
+        history = self.penalised
         token_id = self.sampler.sample(logits, history)
         if self.params.logprobs is not None:
             self.logprobs = token_logprobs(self.params, logits, history, token_id, self.params.logprobs)
@@ -109,11 +115,16 @@ class RequestState:
         """The text this token makes certain (maybe "") and why the answer ends here (None: it goes on). A final
         token's text carries all held back but an unfinished UTF-8 character; never a stop sequence or what follows."""
         self.output_ids.append(token_id)
+        if self._is_word(token_id):
+            self.penalised.append(token_id)
         if len(self.output_ids) == 1:
             self.first_token = now
         if self.constraint is not None:
             self.constraint.consume(token_id)
         return self._pipe(token_id, self.last_index + 1)
+
+    def _is_word(self, token_id: int) -> bool:
+        return not 0 <= token_id < self._wordy.size or bool(self._wordy[token_id])
 
     def _pipe(self, token_id: int, answer_tokens: int) -> tuple[str, FinishReason | None]:
         if token_id in self.eos_ids and not self.params.ignore_eos:
