@@ -16,6 +16,7 @@ Bytes a step reads (weights once, plus the K/V cache at `--position` and one emb
   small float32 block. K/V float16.
 - llama.cpp: every tensor of the GGUF file as stored, but the token embeddings (one row) unless they are also the
   output matrix. K/V float16 (its default).
+- q4-blocks (runners/lite/blocks.c), the same bytes as `blocks exact` below.
 - candidates in bench/c/q4_matmul.c's block formats (32 weights a block, float16 scales): `blocks exact`, each
   matrix in the format that holds the file's own blocks exactly (Q4_0 as Q4, 18 bytes a block; Q4_1 and Q4_K as
   Q4M with a minimum, 20; 5-, 6- and 8-bit types as Q8, 34); `q4m + q8 logits`, every layer matrix at 20 and the
@@ -100,7 +101,7 @@ def _huge_page_kib() -> int:
 
 def step_bytes(path: Path, position: int) -> dict:
     """Bytes one decode step reads in each format, for the GGUF model at `path`, at `position` cached positions."""
-    from typewriter.weights.load import open_source, read_config
+    from typewriter.weights.source import open_source, read_config
 
     src, _ = open_source(path)
     cfg = read_config(src)
@@ -141,6 +142,7 @@ def step_bytes(path: Path, position: int) -> dict:
         "q4m + q8 logits": (q4m_layers, blocks(d, v, Q8)),
         "q4 + q8 logits": (q4_layers, blocks(d, v, Q8)),
     }
+    formats["q4-blocks"] = formats["blocks exact"]  # the runtime format that runs them (runners/lite/blocks.py)
     out = {"model": cfg.name, "config": {"dim": d, "hidden": f, "vocab": v, "layers": cfg.n_layers,
                                          "heads": cfg.n_heads, "kv_heads": cfg.n_kv_heads, "head_dim": e},
            "position": position, "kv_bytes": kv, "formats": {}}
@@ -182,6 +184,7 @@ def main() -> None:
             parser.error("--measure needs --model")
         sys.path.insert(0, str(HERE))
         from single_stream import llama, ours
+
         from typewriter.commands.bench import TUTOR_QUESTION
         from typewriter.text.tokenizer import Tokenizer
 

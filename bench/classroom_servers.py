@@ -99,7 +99,7 @@ def typewriter_server(max_active: int | None, max_queue: int, max_context: int, 
     # none, nor deadlines); the students send the tutor's system prompt themselves, as llama-server needs
     unlimited = {"TYPEWRITER_MAX_CONNECTIONS_PER_CLIENT": "100000", "TYPEWRITER_CHATS_PER_MINUTE": "100000",
                  "TYPEWRITER_REQUEST_TIMEOUT_S": "none", "TYPEWRITER_QUEUE_TIMEOUT_S": "none",
-                 "TYPEWRITER_CLIENT_SYSTEM_PROMPT": "replace"}
+                 "TYPEWRITER_CLIENT_SYSTEM_PROMPT": "replace", "TYPEWRITER_API_SYSTEM_PROMPT": "replace"}
     return Server("typewriter", argv, port, "/readyz", unlimited)
 
 

@@ -1,5 +1,5 @@
 """What constrained rows add to the engine's decode step: 16 answers decoded together, of which 0, 4 or 16 keep to a
-JSON Schema (their masks computed in one llguidance call, applied before sampling), the step times read from the
+JSON Schema (each row's mask computed on a worker thread beside the forward pass, applied before sampling), the step times read from the
 engine's own observer (`Engine.on_step`). The configurations alternate, so a busy machine slows them alike.
 
     .venv/bin/python bench/constrained_steps.py [--model PATH] [--rounds 3] [--tokens 96]

@@ -125,6 +125,7 @@ class Patched:
 
 def lite_logits(cfg, weights, ids: list[int], calibration: list[int], variant: str) -> np.ndarray:
     from quality import CHUNK
+
     from typewriter.runners.lite.runner import LiteRunner
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
@@ -145,16 +146,18 @@ def main() -> None:
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
     from quality import compare, llama_logits, our_logits
+
     from typewriter.runners.xla.tf_env import prepare_environment
 
     prepare_environment(None)
-    from typewriter.runtime import calibration_ids, read_model
-    from typewriter.weights.load import embedded_model_path
+    from typewriter.assemble import read_model
+    from typewriter.runners.lite.start import calibration_ids
+    from typewriter.weights.source import embedded_model_path
 
     path = Path(args.model) if args.model else embedded_model_path()
     cfg, weights, tokenizer = read_model(path)
     ids = tokenizer.encode((HERE / "data" / "heldout.txt").read_text())
-    calibration = calibration_ids(tokenizer)
+    calibration = calibration_ids(tokenizer.encode)
     reference = our_logits(cfg, weights, ids, "fp32")
     rows = {}
     for variant in args.variants.split(","):

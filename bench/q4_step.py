@@ -26,15 +26,13 @@ HERE = Path(__file__).resolve().parent
 
 
 def open_runner(path: Path):
-    from typewriter.config import lite_cache_dir
-    from typewriter.runners.lite.load import open_runner as open_lite
-    from typewriter.runtime import _tokenizer
-    from typewriter.weights.load import open_source, read_config, weight_reader
+    from typewriter.assemble import open_runner as assemble
+    from typewriter.config import WeightFormat, lite_cache_dir
+    from typewriter.runners.options import RunnerOptions
 
-    source, _ = open_source(path)
-    cfg = read_config(source)
-    return cfg, open_lite(path, cfg, lambda: weight_reader(source)[1], _tokenizer(path, source).encode, slots=1,
-                          max_context=2048, weight_format="int8-lite", program_cache=lite_cache_dir())
+    opened = assemble(path, RunnerOptions(WeightFormat.INT8_LITE, max_context=2048, slots=1,
+                                          program_cache=lite_cache_dir()))
+    return opened.cfg, opened.runner
 
 
 class Timed:
@@ -90,7 +88,8 @@ def main() -> None:
     sys.path.insert(0, str(HERE))
     import numpy as np
     from q4_kernels import LAYER, MODELS, _c_chain, _lite_chain, timed
-    from typewriter.weights.load import resolve_model_path
+
+    from typewriter.weights.source import resolve_model_path
 
     cfg, runner = open_runner(resolve_model_path(args.model))
     name = args.shapes or {576: "135m", 896: "0.5b", 1536: "1.5b"}[cfg.dim]

@@ -10,7 +10,9 @@ KL(fp32 || format) mean and p99 (nats), top-1 agreement with fp32, and perplexit
     .venv/bin/python bench/quality.py --model "$(scripts/fetch-qwen-0.5b.sh)" --formats fp32,int8-lite
 
 int8-lite is measured as the server makes it (GPTQ on runners/lite/calibration.txt); `int8-lite-nearest` rounds each
-weight to its nearest step instead (as before GPTQ).
+weight to its nearest step instead (as before GPTQ). q4-blocks is measured on its blocks kernel, the path of a
+student's decode steps, for every position (the kernel computes each row alone, so a prefilled row is what the same
+token decoded would give); its batched steps are int8-lite's.
 """
 
 from __future__ import annotations
@@ -35,22 +37,33 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 NEAREST = "int8-lite-nearest"  # int8-lite rounded to nearest, as before GPTQ: this bench's label, not a format
 
 
-def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | None = None) -> np.ndarray:
+def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | None = None,
+               path: Path | None = None) -> np.ndarray:
     """Logits at every position of `ids` [n, v] from our model in weight format `fmt`, prefilled in chunks
-    (int8-lite rounded by GPTQ on the token ids `calibration`, as the server rounds it)."""
+    (int8-lite rounded by GPTQ on the token ids `calibration`, as the server rounds it; q4-blocks from the blocks
+    of the file at `path`)."""
     import tensorflow as tf
 
-    from typewriter.runners.lite.runner import FAST
-    from typewriter.runners.lite.runner import FORMAT as LITE
+    from typewriter.config import WeightFormat
     from typewriter.runners.xla.start import build_model
 
     max_len = -(-len(ids) // CHUNK) * CHUNK
-    if fmt in (LITE, FAST, NEAREST):
+    if fmt == WeightFormat.Q4_BLOCKS:
+        from typewriter.runners.lite.runner import LiteRunner
+        from typewriter.weights.source import open_source, weight_reader
+
+        _, reader = weight_reader(open_source(path)[0])  # the file's own blocks, not the float32 copy
+        runner = LiteRunner(cfg, reader, slots=1, max_len=max_len, max_chunk=CHUNK, calibration=None,
+                            weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=CHUNK)
+        return np.concatenate([runner.extend(0, start, ids[start:start + CHUNK], all_logits=True)
+                               for start in range(0, len(ids), CHUNK)])
+    if fmt in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST, NEAREST):
         from typewriter.runners.lite.runner import LiteRunner
 
         runner = LiteRunner(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK,
                             calibration=None if fmt == NEAREST else calibration,
-                            weight_format=FAST if fmt == FAST else LITE)
+                            weight_format=WeightFormat.INT8_LITE_FAST if fmt == WeightFormat.INT8_LITE_FAST
+                            else WeightFormat.INT8_LITE)
         return np.concatenate([runner.extend(0, start, ids[start:start + CHUNK], all_logits=True)
                                for start in range(0, len(ids), CHUNK)])
     model = build_model(cfg, weights, slots=1, max_len=max_len, max_chunk=CHUNK, weight_format=fmt)
@@ -104,7 +117,8 @@ def main() -> None:
     reference = our_logits(cfg, weights, ids, "fp32")
     rows = {}
     for fmt in args.formats.split(","):
-        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt, calibration_ids(tokenizer.encode))
+        logits = reference if fmt == "fp32" else our_logits(cfg, weights, ids, fmt, calibration_ids(tokenizer.encode),
+                                                             path)
         rows[f"typewriter {fmt}"] = compare(reference, logits, ids)
         print(json.dumps({"model": f"typewriter {fmt}", **rows[f"typewriter {fmt}"]}), flush=True)
     if not args.no_peer:

@@ -6,7 +6,7 @@ token computed (`ttft_uncached_ms`: ours with `cache_prompt=False`, llama.cpp af
 with all but the last token cached (`ttft_ms`: our prefix cache, llama.cpp's own prefix reuse).
 
     .venv/bin/python bench/single_stream.py [--formats fp32,int8] [--tokens 128] [--model F.gguf]
-        [--json artifacts/single.json]
+        [--peer-threads 2] [--json artifacts/single.json]
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ def main() -> None:
     parser.add_argument("--formats", default="fp32,int8")
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--model", help="a GGUF file (default: the embedded model)")
+    parser.add_argument("--peer-threads", type=int, default=2,
+                        help="llama.cpp's threads (default %(default)s; 1 where other work holds a core, as its "
+                             "2-thread decode waits at a barrier after every op)")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args()
     sys.path.insert(0, str(HERE))
@@ -71,7 +74,7 @@ def main() -> None:
 
     path = Path(args.model) if args.model else embedded_model_path()
     prompt = Tokenizer.from_gguf(path).encode_chat([{"role": "user", "content": TUTOR_QUESTION}])
-    rows = {"llama.cpp (llama-cpp-python)": llama(str(path), prompt, args.tokens)}
+    rows = {"llama.cpp (llama-cpp-python)": llama(str(path), prompt, args.tokens, args.peer_threads)}
     for fmt in args.formats.split(","):
         rows[f"typewriter {fmt}"] = ours(fmt, args.tokens, args.model)
     peer = rows["llama.cpp (llama-cpp-python)"]

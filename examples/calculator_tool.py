@@ -1,7 +1,7 @@
 """A calculator tool answers an arithmetic question: the model writes the expression as a tool call (its arguments
 always match the tool's schema: the engine keeps them so), this script computes it, and the model answers with
-the result. Needs a model whose chat template takes tools, such as Qwen2.5 (scripts/fetch-qwen-0.5b.sh); the
-embedded SmolLM2 has none, and the server refuses tools for it (`not_supported`).
+the result. Any model calls it (the embedded SmolLM2's template has no tools: it gets the server's generic format),
+but the arithmetic needs one such as Qwen2.5 (scripts/fetch-qwen-0.5b.sh).
 
     typewriter serve --model "$(scripts/fetch-qwen-0.5b.sh)" &
     python examples/calculator_tool.py "What is 37 times 91, plus 15?"

@@ -15,7 +15,8 @@
  * An answer survives a dropped connection (reconnect.js): the socket reopens, the answer resumes where the screen
  * stopped, and the status line says "reconnecting" meanwhile; the turn fails only after several failed attempts.
  * The socket's URL names the open chat (`?conversation=`), so a balancer sends a conversation to the replica that
- * holds its cache and its kept answer.
+ * holds its cache and its kept answer. A reload mid-answer finds it again: what resuming needs is saved in this
+ * tab's sessionStorage at each token (resume.js), and the reloaded page shows the text it had and resumes the rest.
  */
 
 import { ChatList } from "./chatlist.js";
@@ -28,13 +29,15 @@ import { Notice } from "./notice.js";
 import { Pacer, wholeWords } from "./pacing.js";
 import { isTerminal, newId } from "./protocol.js";
 import { resumableChat } from "./reconnect.js";
-import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, stopTurn } from "./state.js";
+import { answerToResume, clearAnswer, loadAnswer, saveAnswer } from "./resume.js";
+import { applyMessage, emptyState, fitToLimits, isLive, messagesFor, resumeTurn, stopTurn } from "./state.js";
 import { heldText, statusLine } from "./status.js";
 import { AnswerClock } from "./timing.js";
 import { Connection } from "./transport.js";
 import { TurnView } from "./view.js";
 
 /** @typedef {import("./state.js").Turn} Turn */
+/** @typedef {import("./resume.js").SavedAnswer} SavedAnswer */
 
 /** @param {string} id */
 const byId = (id) => /** @type {HTMLElement} */ (document.getElementById(id));
@@ -55,6 +58,15 @@ const developer = developerMode(location.search, localStorage);
 /** @param {unknown} n */
 const limit = (n) => (typeof n === "number" && n > 0 ? n : Infinity);
 const encoder = new TextEncoder();
+/** Where the live answer's resume token and progress wait for a reload (resume.js says why not localStorage); null
+ * where the browser gives the page none (then a reload cannot resume). */
+const tabStorage = (() => {
+  try {
+    return sessionStorage;
+  } catch {
+    return null;
+  }
+})();
 /** With reduced motion the answer appears a word at a time, with no blinking caret (style.css). */
 const reducedMotion = matchMedia("(prefers-reduced-motion: reduce)");
 /** @type {import("./render.js").Extras} */
@@ -151,10 +163,14 @@ function updateComposer() {
   jumpButton.hidden = follow || !writing;
 }
 
-/** @param {Turn} turn */
-async function answer(turn) {
+/**
+ * Ask for the turn's answer and show it as it comes; or, given what a reloaded page saved of it, resume it.
+ * @param {Turn} turn
+ * @param {SavedAnswer | null} [saved]  its chat frame and progress, its text already on screen
+ */
+async function answer(turn, saved = null) {
   const clock = new AnswerClock(performance.now()); // the question was sent just now
-  const view = addView(turn);
+  const view = views.get(turn) ?? addView(turn);
   const pacer = new Pacer();
   const controller = new AbortController();
   live = { turn, controller, pacer };
@@ -166,6 +182,7 @@ async function answer(turn) {
   let ended = false;
   /** The figures, once the chat has ended and its first character is on screen (or never will be). */
   const settleStats = () => {
+    if (saved) return; // resumed after a reload: the page saw neither its question go nor its first token come
     if (!ended || turn.stats || (clock.shownAt === null && !pacer.done && !controller.signal.aborted)) return;
     commit(turn, { ...turn, stats: clock.summary() });
     persist();
@@ -192,13 +209,19 @@ async function answer(turn) {
 
   /** @param {import("./protocol.js").ChatMessage[]} messages */
   const frameWith = (messages) => ({ type: /** @type {const} */ ("chat"), id: turn.id, messages });
-  const messages = fitToLimits(messagesFor(state.turns), {
-    maxMessages: limit(settings.max_messages),
-    maxBytes: limit(settings.max_message_bytes) - 64, // room for the id and framing
-    size: (m) => encoder.encode(JSON.stringify(frameWith(m))).length,
-  });
-  const chat = messages
-    ? resumableChat(connection, frameWith(messages), controller.signal)
+  const messages = saved
+    ? null
+    : fitToLimits(messagesFor(state.turns), {
+        maxMessages: limit(settings.max_messages),
+        maxBytes: limit(settings.max_message_bytes) - 64, // room for the id and framing
+        size: (m) => encoder.encode(JSON.stringify(frameWith(m))).length,
+      });
+  const frame = saved?.frame ?? (messages && frameWith(messages));
+  const chatId = chats.current;
+  /** @param {import("./resume.js").Progress} progress */
+  const keep = (progress) => frame && tabStorage && saveAnswer(tabStorage, { chat: chatId, frame, ...progress });
+  const chat = frame
+    ? resumableChat(connection, frame, controller.signal, { from: saved, onProgress: keep })
     : tooLong(turn.id);
   for await (const msg of chat) {
     const next = applyMessage(turn, msg);
@@ -215,6 +238,7 @@ async function answer(turn) {
     }
     showStatus();
   }
+  if (tabStorage) clearAnswer(tabStorage, turn.id);
   if (live?.turn === turn) live = null;
   ended = true;
   settleStats();
@@ -293,7 +317,11 @@ function showChat() {
   state.turns = currentChat(chats).turns;
   views.clear();
   thread.replaceChildren();
-  for (const turn of state.turns) addView(turn).showFinished();
+  for (const turn of state.turns) {
+    const view = addView(turn);
+    if (isLive(turn.status)) view.writer.feed(turn.answer); // resumed after a reload: the answer goes on
+    else view.showFinished();
+  }
   follow = true;
   scrollToEnd();
   updateComposer();
@@ -417,10 +445,30 @@ window.addEventListener("storage", (event) => {
 });
 window.addEventListener("pagehide", persist);
 
+/**
+ * After a reload: the open chat's last answer, if it was still coming and this tab saved how to resume it, goes
+ * back to `streaming` with the text saved beside its progress (so nothing is shown twice); else the saved
+ * progress is dropped and an unfinished answer stays `interrupted`.
+ * @returns {{turn: Turn, saved: SavedAnswer} | null}
+ */
+function reloadedAnswer() {
+  if (!tabStorage) return null;
+  const last = state.turns.at(-1);
+  const saved = answerToResume(loadAnswer(tabStorage), chats.current, last);
+  if (!saved || !last) {
+    clearAnswer(tabStorage);
+    return null;
+  }
+  Object.assign(last, resumeTurn(last, saved.text));
+  return { turn: last, saved };
+}
+
 // ---- start ----
 
+const reloaded = reloadedAnswer();
 showChat();
 chatList.render(chats);
 persist(); // a conversation kept by an older page moves into the chat list now
 connection.start();
+if (reloaded) answer(reloaded.turn, reloaded.saved);
 input.focus();

@@ -9,7 +9,8 @@
  *
  * A turn's answer moves through a lifecycle whose transitions are checked:
  *   waiting → queued → streaming → done | stopped | failed | interrupted
- * (waiting and queued may also end directly). A reload turns an unfinished answer into `interrupted`.
+ * (waiting and queued may also end directly). A reload turns an unfinished answer into `interrupted`; one the page
+ * finds again on the server (resume.js) goes back to `streaming`, with the text it had.
  *
  * The answer text has one owner. While the answer is live, `applyMessage` appends every token the server
  * sends, so `answer` is what was received; the screen types it out a few hundred milliseconds behind. When
@@ -51,7 +52,7 @@ const NEXT = {
   done: [],
   stopped: [],
   failed: [],
-  interrupted: [],
+  interrupted: ["streaming"], // only by resumeTurn, after a reload
 };
 
 /** @param {TurnStatus} status */
@@ -120,6 +121,17 @@ export function applyMessage(turn, frame) {
 export function stopTurn(turn, shown, stepsShown = turn.steps?.length ?? 0) {
   const steps = (turn.steps ?? []).slice(0, stepsShown);
   return { ...moveTo(turn, "stopped"), answer: shown, note: endText("cancelled"), steps };
+}
+
+/**
+ * The page was reloaded while this answer streamed, and it will resume it: the answer goes on from `text`, the text
+ * the page holds with the resume's starting point (resume.js), which may be less than the turn saved.
+ * @param {Turn} turn  as restored: `interrupted`
+ * @param {string} text
+ * @returns {Turn}
+ */
+export function resumeTurn(turn, text) {
+  return { ...moveTo(turn, "streaming"), answer: text, note: "" };
 }
 
 /**

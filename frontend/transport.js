@@ -6,8 +6,8 @@
  * Contract of `chat`: it yields zero or more `queued`/`start`/`token` messages and then exactly one terminal
  * message (`end` or `error`), like the protocol itself. Two terminals are made here rather than by the
  * server: `error` with code `disconnected` when the socket drops mid-answer, and `end` with reason
- * `cancelled` when the signal aborts before the request was sent. Aborting after it was sent sends `stop`
- * and keeps yielding until the server's `end`. Chats run one at a time (the server answers `busy`
+ * `cancelled` when the signal aborts before the request was sent (a `resume` is sent all the same, then `stop`).
+ * Aborting after it was sent sends `stop` and keeps yielding until the server's `end`. Chats run one at a time (the server answers `busy`
  * otherwise): a new one waits for the previous terminal, which after a stop is one decode step away.
  *
  * A chat is held, not failed, while there is no socket to send it on: it goes out when one opens. The server
@@ -331,10 +331,13 @@ export class Connection {
     this.routes.set(id, route);
     const stop = () => this.send({ type: "stop", id });
 
+    // A resume goes out even once the signal has aborted, with a stop right after it: the chat it names runs on
+    // the server whatever this page does, and only taking it over lets the stop reach it (reconnect.js).
+    const takeOver = frame.type === "resume";
     try {
       await before;
       for (;;) {
-        if (signal?.aborted || !(await this.whenOpen(signal))) {
+        if ((signal?.aborted && !takeOver) || !(await this.whenOpen(takeOver ? undefined : signal))) {
           this.routes.delete(id);
           release();
           yield { type: "end", id, reason: "cancelled", usage: null, timings: null };
@@ -345,7 +348,8 @@ export class Connection {
         held = false;
         this.heardAt = Date.now();
         this.startHeartbeat();
-        signal?.addEventListener("abort", stop, { once: true });
+        if (signal?.aborted) stop();
+        else signal?.addEventListener("abort", stop, { once: true });
         while (!held) {
           while (inbox.length) {
             const msg = /** @type {ServerMessage} */ (inbox.shift());

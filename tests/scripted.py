@@ -23,7 +23,7 @@ from tiny_model import IM_END, VOCAB_SIZE, byte_token
 from typewriter.engine.capacity import Sizing
 from typewriter.engine.engine import Engine
 from typewriter.engine.runner import StepOutput, step_call_by_call
-from typewriter.text.tool_format import HERMES
+from typewriter.text.tool_format import GENERIC, HERMES
 
 
 class ChainCompiler:
@@ -170,7 +170,7 @@ class ScriptTokenizer:
 
     name = "scripted"
     default_system_prompt = "Be a tutor."
-    tool_format = None  # its answers are fixed: it calls no tools
+    tool_format = GENERIC  # a template without tools, as the embedded model's; its fixed answers call none
     max_prompt_words = 4096
 
     def __init__(self, pieces: Sequence[str], system_prompt: bool = False):

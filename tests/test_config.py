@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from ipaddress import ip_network
+
 import pytest
 
-from typewriter.config import ConfigError, Settings
+from typewriter.config import ConfigError, Settings, parse_address_caps
 
 
 def test_defaults_serve_loopback_on_8000_with_the_embedded_model():
@@ -180,3 +182,31 @@ def test_an_empty_system_prompt_means_none_and_an_unset_one_the_tutors():
     assert Settings.from_env({"TYPEWRITER_SYSTEM_PROMPT": ""}).answers.system_prompt == ""
     assert Settings.from_env({}).answers.system_prompt is None
     assert Settings.from_env({"TYPEWRITER_MAX_NEW_TOKENS": ""}).answers.default_length == Settings().answers.default_length
+
+
+def test_each_students_limits_are_the_addresses_unless_set():
+    limits = Settings().limits
+    assert (limits.chats_per_student, limits.at_once_per_student) == (120, 64)
+    set_ = Settings.of(student_chats_per_minute=10, student_chats_at_once=2).limits
+    assert (set_.chats_per_student, set_.at_once_per_student) == (10, 2)
+
+
+def test_address_caps_read_ranges_and_their_caps_in_order():
+    assert parse_address_caps(" 10.20.0.0/16=640, 2001:db8::/32=200,") == (
+        (ip_network("10.20.0.0/16"), 640), (ip_network("2001:db8::/32"), 200))
+    assert Settings.from_env({"TYPEWRITER_ADDRESS_CAPS": "192.168.1.0/24=300"}).limits.address_caps
+
+
+@pytest.mark.parametrize(("environ", "message"), [
+    ({"TYPEWRITER_ADDRESS_CAPS": "10.0.0.0/8"}, "TYPEWRITER_ADDRESS_CAPS: '10.0.0.0/8': the cap after = must be"),
+    ({"TYPEWRITER_ADDRESS_CAPS": "school=300"}, "TYPEWRITER_ADDRESS_CAPS: 'school=300': 'school' is not an address"),
+    ({"TYPEWRITER_ADDRESS_CAPS": "10.0.0.0/8=0"}, "the cap after = must be a whole number from 1"),
+    ({"TYPEWRITER_STUDENT_CHATS_AT_ONCE": "0"}, "TYPEWRITER_STUDENT_CHATS_AT_ONCE: must be at least 1, got 0"),
+    ({"TYPEWRITER_IDENTITY_SECRET": "short"}, "TYPEWRITER_IDENTITY_SECRET: must be at least 32 characters"),
+    ({"TYPEWRITER_IDENTITIES_PER_MINUTE": "0"}, "TYPEWRITER_IDENTITIES_PER_MINUTE: must be at least 1, got 0"),
+    ({"TYPEWRITER_CLASSES": " "}, "TYPEWRITER_CLASSES: must be the path of a classes file"),
+])
+def test_a_bad_identity_or_limit_setting_is_named(environ, message):
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env(environ)
+    assert message in str(raised.value)

@@ -1,5 +1,5 @@
-"""Settings: frozen dataclasses in groups (serving, model, engine, answers, socket, resume, limits, access), read
-once from the environment, passed down explicitly.
+"""Settings: frozen dataclasses in groups (serving, model, engine, answers, socket, resume, limits, access,
+identity), read once from the environment, passed down explicitly.
 
 This is the only module that reads the environment, and it imports nothing of the package: everything may read
 the settings. Every field `name` can be set as `TYPEWRITER_<NAME>` (for example `TYPEWRITER_MAX_ACTIVE=8`);
@@ -26,7 +26,7 @@ LITE_CACHE_VAR = "TYPEWRITER_LITE_CACHE"  # read by lite_cache_dir
 # Read by clients (the notebook, examples/), not by the server; a shell that sets them may still start one.
 CLIENT_VARS = ("TYPEWRITER_URL",)
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
-CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Answers.client_system_prompt
+CLIENT_SYSTEM_PROMPT = ("refuse", "append", "replace")  # see Answers.client_system_prompt, api_system_prompt
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct"  # the id of the model shipped with the package (weights/source.py)
 MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -44,11 +44,15 @@ class WeightFormat(enum.StrEnum):
     # bits, faster for a larger KL from fp32 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     INT8_LITE = "int8-lite"
     INT8_LITE_FAST = "int8-lite-fast"
+    # int8-lite whose steps of a few rows (one student's decode) run the GGUF file's own 4-bit and 8-bit blocks in a
+    # C kernel, a layer at a time, fewer bytes a token; batched steps stay on int8-lite's programs
+    # (docs/measurements/2026-12-05-gguf-blocks-kernel.md).
+    Q4_BLOCKS = "q4-blocks"
 
     @property
     def lite(self) -> bool:
         """Run by int8-lite's programs on LiteRT (else by XLA)."""
-        return self in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST)
+        return self in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST, WeightFormat.Q4_BLOCKS)
 
     def resolved(self, family: str) -> WeightFormat:
         """AUTO made concrete for a model `family`; any other format as it is."""
@@ -165,10 +169,13 @@ class Answers:
     max_new_tokens: int | None = None
     max_new_tokens_cap: int | None = None
     system_prompt: str | None = None  # None: the tutor's default (tokenizer.DEFAULT_SYSTEM_PROMPT); "": none
-    # A chat that brings its own system message: "refuse" it (error system_prompt_not_allowed), "append" it
-    # after the server's system prompt, or let it "replace" the server's. Refused by default: the tutor's
-    # instructions are the school's, not the page's.
+    # A chat on the socket (the page's door) that brings its own system message: "refuse" it (error
+    # system_prompt_not_allowed), "append" it after the server's system prompt, or let it "replace" the server's.
+    # Refused by default: the tutor's instructions are the school's, not the page's.
     client_system_prompt: str = "refuse"
+    # The same on /v1 and gRPC, whose clients are programs that mostly send a system message of their own: by
+    # default it follows the server's, which stays first, so the prefix cache still shares the server's.
+    api_system_prompt: str = "append"
     # Offer the tutor the server's own calculator (server/calculator.py) where the model's template takes tools: a
     # socket chat, or a /v1 request without tools of its own. Off: the 0.5B and the 1.5B never called it on maths
     # problems, and its tools section made their answers slower (docs/measurements/2026-12-05-calculator.md).
@@ -176,6 +183,7 @@ class Answers:
 
     def __post_init__(self) -> None:
         _one_of("client_system_prompt", self.client_system_prompt, CLIENT_SYSTEM_PROMPT)
+        _one_of("api_system_prompt", self.api_system_prompt, CLIENT_SYSTEM_PROMPT)
 
     @property
     def default_length(self) -> int:
@@ -240,6 +248,15 @@ class Limits:
     max_connections: int = 512
     max_connections_per_client: int = 64  # a whole class behind one school's NAT shares an address
     chats_per_minute: int = 120  # per address, so also per class behind a NAT
+    # The per-address caps above for whole ranges, "CIDR=N,...": an address in the range may hold N connections
+    # and N chats at once, and its chats a minute grow by as much, so a school raises them for its own network
+    # while each student's limits (below) still hold. The first range that holds an address counts.
+    address_caps: str = ""
+    # One client's (a student, an API key, or an address with neither): chats a minute and chats at once, kept
+    # ones and each of n choices included. None: the per-address figure, so without classes nothing changes; a
+    # class in the classes file may set its own.
+    student_chats_per_minute: int | None = None
+    student_chats_at_once: int | None = None
     frames_per_second: int = 20  # per socket, in bursts of up to twice that; past it the socket is closed (1008)
     trusted_proxies: str = ""
     # Connections that have not sent a whole request header yet: each has header_timeout_s to send one (and a POST
@@ -253,12 +270,56 @@ class Limits:
         for name in ("max_connections", "max_connections_per_client", "chats_per_minute", "frames_per_second",
                      "max_pending_connections", "max_pending_per_client"):
             _at_least(name, getattr(self, name), 1)
+        if self.student_chats_per_minute is None:
+            object.__setattr__(self, "student_chats_per_minute", self.chats_per_minute)
+        if self.student_chats_at_once is None:
+            object.__setattr__(self, "student_chats_at_once", self.max_connections_per_client)
+        _at_least("student_chats_per_minute", self.chats_per_student, 1)
+        _at_least("student_chats_at_once", self.at_once_per_student, 1)
+        try:
+            parse_address_caps(self.address_caps)
+        except ValueError as e:
+            raise ConfigError("address_caps", f"{e}; give ranges like 10.20.0.0/16=640, separated by commas") \
+                from None
         try:
             parse_proxies(self.trusted_proxies)
         except ValueError as e:
             raise ConfigError("trusted_proxies", f"{e}; give IP addresses separated by commas") from None
         if self.header_timeout_s <= 0:
             raise ConfigError("header_timeout_s", f"must be greater than 0, got {self.header_timeout_s}")
+
+    @property
+    def chats_per_student(self) -> int:
+        assert self.student_chats_per_minute is not None  # filled in by __post_init__
+        return self.student_chats_per_minute
+
+    @property
+    def at_once_per_student(self) -> int:
+        assert self.student_chats_at_once is not None  # filled in by __post_init__
+        return self.student_chats_at_once
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a student is (server/identity.py) and the classes they belong to (server/classes.py)."""
+
+    # A TOML file of classes: each a name, an API key and/or a join code, a weight, the tutor's instructions and
+    # limits (docs/configuration.md). None: one default class, as the server's own settings say.
+    classes: str | None = None
+    # The key that signs the page's student cookies; "": a random one made at start, so a restart (or another
+    # replica) issues new identities. At least 32 characters; replicas behind one balancer share it.
+    identity_secret: str = ""
+    # New student identities (cookies) one address may be issued a minute; past it, pages are served without one
+    # and their chats count as the address's. Grows with the address's range in address_caps.
+    identities_per_minute: int = 60
+
+    def __post_init__(self) -> None:
+        if self.classes is not None and not self.classes.strip():
+            raise ConfigError("classes", "must be the path of a classes file (TOML), or none")
+        if self.identity_secret and len(self.identity_secret) < 32:
+            raise ConfigError("identity_secret", f"must be at least 32 characters (or empty, for a random one), "
+                                                 f"got {len(self.identity_secret)}")
+        _at_least("identities_per_minute", self.identities_per_minute, 1)
 
 
 @dataclass(frozen=True)
@@ -283,7 +344,7 @@ class Access:
 
 
 GROUPS = {"serving": Serving, "model": Model, "engine": Engine, "answers": Answers, "socket": Socket,
-          "resume": Resume, "limits": Limits, "access": Access}
+          "resume": Resume, "limits": Limits, "access": Access, "identity": Identity}
 
 
 @dataclass(frozen=True)
@@ -299,6 +360,7 @@ class Settings:
     resume: Resume = dataclasses.field(default_factory=Resume)
     limits: Limits = dataclasses.field(default_factory=Limits)
     access: Access = dataclasses.field(default_factory=Access)
+    identity: Identity = dataclasses.field(default_factory=Identity)
 
     def __post_init__(self) -> None:
         answers, context = self.answers, self.engine.max_context
@@ -409,6 +471,26 @@ def parse_proxies(spec: str) -> frozenset[str]:
             except ValueError:
                 raise ValueError(f"{item!r} is not an IP address") from None
     return frozenset(out)
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_address_caps(spec: str) -> tuple[tuple[Network, int], ...]:
+    """`address_caps`: "CIDR=N" items separated by commas, in the order they are tried."""
+    out = []
+    for item in (p.strip() for p in spec.split(",")):
+        if not item:
+            continue
+        network, equals, cap = item.partition("=")
+        try:
+            parsed = ipaddress.ip_network(network.strip(), strict=False)
+        except ValueError:
+            raise ValueError(f"{item!r}: {network.strip()!r} is not an address range (CIDR)") from None
+        if not equals or not cap.strip().isdigit() or int(cap) < 1:
+            raise ValueError(f"{item!r}: the cap after = must be a whole number from 1")
+        out.append((parsed, int(cap)))
+    return tuple(out)
 
 
 def parse_list(spec: str) -> tuple[str, ...]:

@@ -3,7 +3,11 @@
 
 The fake server answers a chat about "hi" with max_new_tokens n as the tokens "hi:", " 1", ..., " n-1" (reason
 `length`), and can be told to turn chats away (`overloaded`), close new sockets with 1013, send queue positions,
-stream slowly, or say nothing.
+stream slowly, or say nothing. A resumable chat gets a resume token and token ids (token i has id 1000 + i) and is
+kept: the fake can drop the connection after some tokens or before a chat's first frame (no close frame, as a lost
+network), refuse the sockets after a drop, resume the chat from any index, forget it (`not_found`, as another
+replica would), and go on after a `continue`. End to end, a relay between the client and real servers cuts the
+connection mid-answer, and may send the client to another replica after the cut.
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import urllib.request
 
 import pytest
+from helpers import wait_until
 from real_server import ROOT, real_server
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
@@ -33,6 +40,7 @@ from typewriter.client import (
     Ended,
     HandshakeRefused,
     Queued,
+    Result,
     Retry,
     ServerClosed,
     Started,
@@ -67,6 +75,12 @@ class FakeServer:
         self.queue_positions: list[int] = []
         self.token_delay_s = 0.0
         self.silent = False  # chats get no answer at all
+        self.received: list[dict] = []  # every frame but pings, in order
+        self.kept: dict[str, dict] = {}  # resume token -> the resumable chat's frame
+        self.drop_after: int | None = None  # a chat's connection breaks after this many tokens (once)
+        self.drop_on_chat = False  # the next chat's connection breaks before any frame of it is sent (once)
+        self.refuse_after_drop = 0  # after the drop, this many new sockets are closed at once with 1013
+        self.forget = False  # a resume finds nothing kept
         self.answering: set[asyncio.Task] = set()
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
@@ -104,7 +118,11 @@ class FakeServer:
         running: dict = {}  # id -> the stop event of the chat being answered
         async for text in ws:
             frame = json.loads(text)
-            if frame["type"] == "stop":
+            if frame["type"] != "ping":
+                self.received.append(frame)
+            if frame["type"] == "resume":
+                await self._resume(ws, frame, running)
+            elif frame["type"] == "stop":
                 self.stops.append(frame["id"])
                 if frame["id"] in running:
                     running[frame["id"]].set()
@@ -118,7 +136,10 @@ class FakeServer:
     async def _chat(self, ws: ServerConnection, frame: dict, running: dict) -> None:
         self.chats.append(frame)
         chat_id, params = frame["id"], frame.get("params", {})
-        if running:
+        if self.drop_on_chat:
+            self.drop_on_chat = False
+            ws.transport.abort()  # no close frame: the client sees 1006, as after a lost network
+        elif running:
             await self._send(ws, error("busy", "a chat is running", chat_id))
         elif self.overloaded > 0:
             self.overloaded -= 1
@@ -133,19 +154,44 @@ class FakeServer:
             self.answering.add(task)
             task.add_done_callback(self.answering.discard)
 
-    async def _answer(self, ws: ServerConnection, frame: dict, running: dict) -> None:
-        with contextlib.suppress(ConnectionClosed):  # the client left mid-answer
-            await self._stream(ws, frame, running)
+    async def _resume(self, ws: ServerConnection, frame: dict, running: dict) -> None:
+        kept = self.kept.get(frame["token"])
+        if self.forget or kept is None or kept["id"] != frame["id"]:
+            await self._send(ws, error("not_found", "no such chat is kept here", frame["id"]))
+            return
+        await self._send(ws, {"type": "resumed", "id": frame["id"]})
+        running[frame["id"]] = asyncio.Event()
+        task = asyncio.create_task(self._answer(ws, kept, running, first=frame["from"]))
+        self.answering.add(task)
+        task.add_done_callback(self.answering.discard)
 
-    async def _stream(self, ws: ServerConnection, frame: dict, running: dict) -> None:
+    async def _answer(self, ws: ServerConnection, frame: dict, running: dict, first: int | None = None) -> None:
+        with contextlib.suppress(ConnectionClosed):  # the client left mid-answer
+            await self._stream(ws, frame, running, first)
+
+    async def _stream(self, ws: ServerConnection, frame: dict, running: dict, first: int | None = None) -> None:
+        """The chat's frames; `first`: resumed, from this token index on (as if it had run on meanwhile)."""
         chat_id, stop = frame["id"], running[frame["id"]]
-        for position in self.queue_positions:
-            await self._send(ws, {"type": "queued", "id": chat_id, "position": position})
-        await self._send(ws, {"type": "start", "id": chat_id, "prompt_tokens": 7, "cached_tokens": 3,
-                              "dropped_messages": 0})
+        token = f"tok-{chat_id}" if frame.get("resumable") else None
+        if token is not None:
+            self.kept[token] = frame
+        continued = len(frame.get("continue", {}).get("ids", []))
+        resume = {"resume_token": token} if token is not None and first is None else {}
+        for position in self.queue_positions if first is None else ():
+            await self._send(ws, {"type": "queued", "id": chat_id, "position": position} | resume)
+        if first is None:
+            await self._send(ws, {"type": "start", "id": chat_id, "prompt_tokens": 7, "cached_tokens": 3,
+                                  "dropped_messages": 0} | resume)
         sent, reason = 0, "length"
         for index, text in enumerate(tokens_for(frame)):
-            await self._send(ws, {"type": "token", "id": chat_id, "index": index, "text": text})
+            if index < max(first or 0, continued):
+                continue
+            if self.drop_after is not None and sent == self.drop_after:
+                self.drop_after, self.close_1013 = None, self.refuse_after_drop
+                ws.transport.abort()  # no close frame: the client sees 1006, as after a lost network
+                return
+            ids = {"ids": [1000 + index]} if token is not None else {}
+            await self._send(ws, {"type": "token", "id": chat_id, "index": index, "text": text} | ids)
             sent += 1
             if stop.is_set():  # at most one more token after a stop, as the real server
                 reason = "cancelled"
@@ -216,7 +262,7 @@ def test_the_chat_frame_carries_the_messages_and_only_the_params_given(fake):
     run(scenario())
     assert fake.chats == [{"type": "chat", "id": "c1", "params": {"temperature": 0, "stop": ["\n"]},
                            "messages": [{"role": "system", "content": "Be terse."},
-                                        {"role": "user", "content": "hi"}]}]
+                                        {"role": "user", "content": "hi"}], "resumable": True}]
 
 
 def test_stop_mid_answer_ends_cancelled_and_keeps_the_partial_text(fake):
@@ -376,6 +422,7 @@ def test_closing_the_client_ends_its_running_chat_with_an_error(fake):
         return chat.text
 
     assert run(scenario()) == "long:"
+    assert fake.stops == ["c1"]  # a resumable chat would otherwise run on for the server's grace
 
 
 def test_the_api_key_is_sent_and_a_refused_handshake_carries_the_status_and_code(fake):
@@ -460,6 +507,111 @@ def test_sync_conversation_keeps_a_stopped_partial_answer_and_not_a_failed_turn(
     assert partial and answer_for("long", 500).startswith(partial)
 
 
+# ---- resuming after a dropped connection ----
+
+
+def drop_and_read(fake: FakeServer, kind: str, content: str = "hi", max_new_tokens: int = 6, **client_options):
+    """A chat through a connection that the fake drops mid-answer: (its events, its result), with the sync or the
+    async client."""
+    options = {"retry": FAST_RETRY} | client_options
+    if kind == "sync":
+        with Client(fake.url, **options) as client:
+            chat = client.chat(content, max_new_tokens=max_new_tokens)
+            return list(chat.events()), chat.result()
+
+    async def scenario():
+        async with AsyncClient(fake.url, **options) as client:
+            chat = client.chat(content, max_new_tokens=max_new_tokens)
+            return [event async for event in chat.events()], await chat.result()
+
+    return run(scenario())
+
+
+def texts(events) -> list[str]:
+    return [e.text for e in events if isinstance(e, TokenEvent)]
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_chat_dropped_mid_answer_resumes_from_the_first_token_it_lacks_and_yields_each_once(fake, kind):
+    fake.drop_after = 2
+    events, result = drop_and_read(fake, kind)
+    assert texts(events) == ["hi:", " 1", " 2", " 3", " 4", " 5"]
+    assert [type(e).__name__ for e in events].count("Started") == 1
+    assert result.text == answer_for("hi", 6) and result.reason == "length"
+    assert fake.received[1] == {"type": "resume", "id": "c1", "token": "tok-c1", "from": 2}
+    assert [f["type"] for f in fake.received] == ["chat", "resume"]  # taken over, never asked again
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_chat_no_server_keeps_is_sent_again_continued_after_the_text_and_ids_it_holds(fake, kind):
+    fake.drop_after, fake.forget = 2, True
+    events, result = drop_and_read(fake, kind)
+    assert texts(events) == ["hi:", " 1", " 2", " 3", " 4", " 5"]
+    assert [type(e).__name__ for e in events].count("Started") == 1  # the continuation's own start is not shown
+    assert result.text == answer_for("hi", 6)
+    assert [f["type"] for f in fake.received] == ["chat", "resume", "chat"]
+    assert fake.received[2] == fake.received[0] | {"continue": {"text": "hi: 1", "ids": [1000, 1001]}}
+
+
+def test_reconnecting_after_a_drop_rides_out_a_refused_socket_and_gives_up_after_its_attempts(fake):
+    fake.drop_after, fake.refuse_after_drop = 2, 2  # the server is full for the first two reconnects
+    assert texts(drop_and_read(fake, "async")[0]) == ["hi:", " 1", " 2", " 3", " 4", " 5"]
+
+    fake.drop_after, fake.refuse_after_drop = 2, 100
+    with pytest.raises(ServerClosed) as closed:
+        drop_and_read(fake, "async")
+    assert closed.value.close_code == 1013 and fake.close_1013 == 100 - FAST_RETRY.attempts
+
+
+def test_a_stop_that_met_the_drop_goes_out_after_the_resume(fake):
+    fake.drop_after = 2
+
+    async def scenario():
+        async with AsyncClient(fake.url, retry=FAST_RETRY) as client:
+            chat = client.chat("count", max_new_tokens=500)
+            async for delta in chat:
+                if delta == " 1":
+                    await chat.stop()  # the connection is already gone, or goes before the stop arrives
+            return await chat.result()
+
+    result = run(scenario())
+    assert result.reason == "cancelled" and answer_for("count", 500).startswith(result.text)
+    assert [f["type"] for f in fake.received][-2:] == ["resume", "stop"]
+
+
+def test_a_stopped_chat_that_no_server_keeps_ends_cancelled_with_the_text_it_has(fake):
+    fake.drop_after, fake.forget = 2, True
+
+    async def scenario():
+        async with AsyncClient(fake.url, retry=FAST_RETRY) as client:
+            chat = client.chat("count", max_new_tokens=500)
+            async for delta in chat:
+                if delta == " 1":
+                    await chat.stop()
+            return await chat.result(), await client.complete("next", max_new_tokens=2)
+
+    result, after = run(scenario())
+    assert (result.text, result.reason) == ("count: 1", "cancelled")
+    assert "chat" not in [f["type"] for f in fake.received][1:-1]  # never asked again
+    assert after.text == "next: 1"  # the stop's own not_found does not reach the next chat
+
+
+def test_a_drop_before_any_frame_of_the_chat_is_raised_not_sent_again(fake):
+    fake.drop_on_chat = True  # the server may have taken it: sending it again might run it twice
+    with pytest.raises(ServerClosed) as closed:
+        drop_and_read(fake, "async")
+    assert closed.value.close_code == 1006 and len(fake.chats) == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_chat_sent_without_resumable_raises_the_drop(fake, kind):
+    fake.drop_after = 2
+    with pytest.raises(ServerClosed) as closed:
+        drop_and_read(fake, kind, resumable=False)
+    assert closed.value.close_code == 1006
+    assert [f["type"] for f in fake.received] == ["chat"] and "resumable" not in fake.received[0]
+
+
 def test_urls_and_params_are_checked_before_anything_is_sent():
     assert ws_url("http://127.0.0.1:8000") == "ws://127.0.0.1:8000/ws"
     assert ws_url("https://tutor.school.org/") == "wss://tutor.school.org/ws"
@@ -511,13 +663,120 @@ def server(tmp_path_factory, tiny_gguf) -> str:
         yield base
 
 
-def overloaded_count(base: str) -> float:
+@pytest.fixture(scope="module")
+def other_server(tmp_path_factory, tiny_gguf) -> str:
+    """A second replica of `server`: the same model and settings, none of its kept chats."""
+    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(tiny_gguf)}
+    with real_server(env, tmp_path_factory.mktemp("client") / "other.log") as base:
+        yield base
+
+
+def metric(base: str, name: str) -> float:
+    """The sum of a metric's samples whose line starts with `name` (a name, or a name and its labels)."""
     request = urllib.request.Request(f"{base}/metrics", headers={"Authorization": f"Bearer {API_KEY}"})
     with urllib.request.urlopen(request, timeout=5) as response:
-        for line in response.read().decode().splitlines():
-            if line.startswith('typewriter_rejected_requests_total{code="overloaded"}'):
-                return float(line.split()[-1])
-    return 0.0
+        return sum(float(line.split()[-1]) for line in response.read().decode().splitlines()
+                   if line.startswith(name))
+
+
+def overloaded_count(base: str) -> float:
+    return metric(base, 'typewriter_rejected_requests_total{code="overloaded"}')
+
+
+def chats_ended(base: str) -> float:
+    return metric(base, "typewriter_requests_total")
+
+
+def resumes(base: str, outcome: str) -> float:
+    return metric(base, f'typewriter_resumes_total{{outcome="{outcome}"}}')
+
+
+class Relay:
+    """A TCP relay on 127.0.0.1 in front of a server, in a thread of its own: `cut()` breaks every connection
+    through it at once as a lost network does (a reset each way, no close frame), and a connection made after
+    `upstream` changes goes to the new server, as a balancer sends a client to another replica."""
+
+    def __init__(self, upstream: str):
+        self.upstream, self.connections = upstream, 0
+        self.live: list[asyncio.StreamWriter] = []
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = self._call(asyncio.start_server(self._relay, "127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.server.sockets[0].getsockname()[1]
+
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(10)
+
+    def __enter__(self) -> Relay:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.cut()
+        self.server.close()
+        self._call(self.server.wait_closed())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = self.upstream.removeprefix("http://").rsplit(":", 1)
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        self.connections += 1
+        self.live += [writer, up_writer]
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+    def cut(self) -> None:
+        async def reset_all() -> None:
+            live, self.live = self.live, []
+            for writer in live:
+                with contextlib.suppress(OSError):  # linger 0: closing sends a reset, not a close
+                    writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                                               struct.pack("ii", 1, 0))
+                writer.transport.abort()
+
+        self._call(reset_all())
+
+
+def through_a_drop(relay: Relay, kind: str, cut_after: int, elsewhere: str | None = None,
+                   **params) -> tuple[list[TokenEvent], Result]:
+    """A greedy chat about LONG through `relay`, cut once `cut_after` tokens have come (and sent on to `elsewhere`
+    from then on, if given): (its token events, its result), with the sync or the async client."""
+    options = {"api_key": API_KEY, "timeout": 60, "retry": FAST_RETRY}
+    params = {"max_new_tokens": 160, **GREEDY, **params}
+
+    def seen(event, tokens: list[TokenEvent]) -> None:
+        if isinstance(event, TokenEvent):
+            tokens.append(event)
+            if len(tokens) == cut_after:
+                relay.upstream = elsewhere or relay.upstream
+                relay.cut()
+
+    if kind == "sync":
+        tokens: list[TokenEvent] = []
+        with Client(relay.url, **options) as client:
+            chat = client.chat(LONG, **params)
+            for event in chat.events():
+                seen(event, tokens)
+            return tokens, chat.result()
+
+    async def scenario():
+        tokens: list[TokenEvent] = []
+        async with AsyncClient(relay.url, **options) as client:
+            chat = client.chat(LONG, **params)
+            async for event in chat.events():
+                seen(event, tokens)
+            return tokens, await chat.result()
+
+    return run(scenario())
 
 
 @end_to_end
@@ -546,6 +805,40 @@ def test_e2e_stop_mid_answer_keeps_a_prefix_of_the_whole_answer(server):
     whole, stopped = run(scenario())
     assert stopped.reason == "cancelled" and stopped.usage.completion_tokens < whole.usage.completion_tokens
     assert stopped.text and whole.text.startswith(stopped.text)
+
+
+@end_to_end
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_e2e_a_chat_whose_connection_drops_mid_answer_resumes_and_ends_as_without_the_drop(server, kind):
+    with Client(server, api_key=API_KEY, timeout=60) as client:
+        whole = client.complete(LONG, max_new_tokens=160, **GREEDY)
+    ended, resumed, missed = chats_ended(server), resumes(server, "resumed"), resumes(server, "not_found")
+    with Relay(server) as relay:
+        tokens, result = through_a_drop(relay, kind, cut_after=5)
+        connections = relay.connections
+    assert len(tokens) > 5 and connections == 2, "the connection was not cut mid-answer"
+    assert "".join(t.text for t in tokens) == result.text == whole.text, "a character repeated or missing"
+    indexes = [t.index for t in tokens]
+    assert indexes == sorted(set(indexes))  # each token once, in order
+    assert result.reason == whole.reason and result.usage.completion_tokens == whole.usage.completion_tokens
+    assert (resumes(server, "resumed"), resumes(server, "not_found")) == (resumed + 1, missed)
+    wait_until(lambda: chats_ended(server) > ended, "the server counted the chat's end", timeout=10)
+    assert chats_ended(server) == ended + 1  # one chat, taken over, never asked again
+
+
+@end_to_end
+def test_e2e_a_chat_whose_connection_drops_to_another_replica_continues_there_as_without_the_drop(server,
+                                                                                                other_server):
+    with Client(server, api_key=API_KEY, timeout=60) as client:
+        whole = client.complete(LONG, max_new_tokens=160, **GREEDY)
+    ended, missed = chats_ended(other_server), resumes(other_server, "not_found")
+    with Relay(server) as relay:  # the connection after the cut goes to a replica that never had the chat
+        tokens, result = through_a_drop(relay, "async", cut_after=5, elsewhere=other_server)
+    assert len(tokens) > 5
+    assert "".join(t.text for t in tokens) == result.text == whole.text, "greedy, continued with the ids it had"
+    assert resumes(other_server, "not_found") == missed + 1  # it asked there first, then sent it continued
+    wait_until(lambda: chats_ended(other_server) > ended, "the replica counted the chat's end", timeout=10)
+    assert chats_ended(other_server) == ended + 1
 
 
 @end_to_end

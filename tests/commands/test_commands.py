@@ -155,6 +155,14 @@ def test_serve_reads_its_options_into_settings_and_refuses_a_bad_one_by_name(mon
     assert code == 2 and err.startswith("typewriter: error: --port: must be a port from 0 to 65535")
 
 
+def test_serve_refuses_a_bad_classes_file_by_its_line_before_anything_loads(tmp_path, capsys, loads):
+    classes = tmp_path / "classes.toml"
+    classes.write_text('[[class]]\nname = "Algebra 1"\njoin = "ALG1-7QX2"\nweight = -1\n')
+    code, _, err = typewriter(capsys, "serve", "--classes", str(classes))
+    assert code == 2 and err.startswith(f"typewriter: error: {classes}:4: class 'Algebra 1': weight: must be")
+    assert loads.calls == []
+
+
 # ---- the commands over the fake engine ----
 
 

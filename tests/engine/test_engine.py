@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from dataclasses import replace
 
 import pytest
 from helpers import Clock, Recorder, instant_steps, wait_until
@@ -28,8 +29,19 @@ from tiny_model import (
 
 from typewriter import assemble
 from typewriter.config import WeightFormat
+from typewriter.engine.capacity import Sizing, StepModel
 from typewriter.engine.engine import MAX_FAULTY_STEPS, Engine, EngineFault, EngineState
-from typewriter.engine.request import Finished, FinishReason, GenerationRequest, Queued, SamplingParams, Started, Token
+from typewriter.engine.request import (
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    Queued,
+    SamplingParams,
+    Share,
+    Started,
+    Token,
+)
+from typewriter.engine.slot_cap import EVERY
 from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.runners.options import RunnerOptions
@@ -321,6 +333,102 @@ def test_a_stop_during_a_long_prefill_frees_the_slot_at_the_next_step(make_engin
     engine.step()
     assert long.events[-1].reason is FinishReason.CANCELLED and not long.tokens
     assert waiting.of(Started)  # the slot went to the next in line in the same step
+
+
+# ---- the slots open to newcomers move with the decode steps' times ----
+
+PROBED = StepModel(fixed_s=0.006, per_row_s=0.0012, per_row_position_s=1e-6)
+ANSWERED = {FinishReason.LENGTH, FinishReason.REPETITION}  # the alphabet, over and over, is a repetition
+
+
+def timed_engine(tokenizer, scale, open_slots=2, allocated=8, sized_by="measured step time"):
+    """Each runner step moves the clock by `scale[0]` times what the probe's model says of it."""
+    clock = Clock()
+    runner = letter_runner(slots=allocated, max_len=256)
+    runner.sizing = Sizing(open_slots, sized_by, 10.0, most=None if sized_by == "set" else allocated)
+    runner.step_model = PROBED
+    step = runner.step
+
+    def timed(slots, tokens, positions, chunks=()):
+        if slots:
+            clock.now += scale[0] * PROBED.step_s(len(slots), sum(positions) / len(slots))
+        return step(slots, tokens, positions, chunks)
+
+    runner.step = timed
+    engine = Engine(runner, tokenizer, max_queue=16, prefill_budget=64, clock=clock)
+    instant_steps(engine.scheduler.costs)
+    return engine
+
+
+def test_cheap_decode_steps_open_more_slots_and_the_log_says_why(tokenizer, caplog):
+    scale = [0.5]
+    engine = timed_engine(tokenizer, scale)
+    assert engine.max_active == 2 and engine.describe_runtime()["slots"]["count"] == 2
+    recs = [submit(engine, tokenizer, f"r{i}", "a", max_new_tokens=150) for i in range(6)]
+    with caplog.at_level(logging.INFO, logger="typewriter.engine"):
+        for _ in range(EVERY + 4):
+            engine.step()
+    assert engine.max_active == 8 and engine.stats().active == 6  # the queued four got their slots
+    assert "slots 2 -> 8, raised: 8 slots step in about" in caplog.text
+    assert "within the budget of 60 ms (decode steps take 0.50x the start's measurement)" in caplog.text
+    described = engine.describe_runtime()["slots"]
+    assert described["count"] == 8 and described["last_change"]["from"] == 2
+    steps_until(engine, *recs)
+    assert {r.events[-1].reason for r in recs} <= ANSWERED
+
+
+def test_slow_decode_steps_stop_admitting_but_end_no_chat(tokenizer, caplog):
+    scale = [1.0]
+    engine = timed_engine(tokenizer, scale, open_slots=6)
+    running = [submit(engine, tokenizer, f"r{i}", "a", max_new_tokens=120) for i in range(6)]
+    for _ in range(3):
+        engine.step()
+    scale[0] = 12.0  # the machine got busy
+    with caplog.at_level(logging.INFO, logger="typewriter.engine"):
+        for _ in range(EVERY + 2):
+            engine.step()
+    assert engine.max_active == 1 and "slots 6 -> 1, lowered: 6 slots step in about" in caplog.text
+    assert "(decode steps take 12.00x the start's measurement)" in caplog.text
+    late = submit(engine, tokenizer, "late", "a", max_new_tokens=3)
+    engine.step()
+    assert engine.stats().active == 6 and late.events == [Queued("late", 1)]  # it waits; those running go on
+    steps_until(engine, *running, late)
+    assert {r.events[-1].reason for r in [*running, late]} <= ANSWERED
+
+
+def test_the_count_follows_the_runners_part_of_a_step_not_what_the_engine_adds(tokenizer):
+    """The probe timed the runner alone: sampling and the events cost the same on a faster or slower machine."""
+    engine = timed_engine(tokenizer, [1.0], open_slots=42, allocated=48)  # 42: the most within the budget
+    clock = engine.clock
+
+    def slow_consumer(event):  # each token's sampling and hand-off, on the engine's clock
+        clock.now += 0.005
+
+    for i in range(6):
+        engine.submit(request(tokenizer, f"r{i}", "a", max_new_tokens=120), slow_consumer)
+    for _ in range(3 * EVERY):
+        engine.step()
+    assert engine.max_active == 42 and engine.slot_cap.scale() == pytest.approx(1.0)
+
+
+def test_a_set_slot_count_never_moves(tokenizer):
+    """--max-active: as many slots allocated as set, and no more open however cheap the steps."""
+    engine = timed_engine(tokenizer, [0.1], allocated=2, sized_by="set")
+    for i in range(4):
+        submit(engine, tokenizer, f"r{i}", "a", max_new_tokens=80)
+    for _ in range(3 * EVERY):
+        engine.step()
+        assert engine.stats().active <= engine.max_active == 2
+    assert engine.slot_cap is None and "last_change" not in engine.describe_runtime()["slots"]
+
+
+def test_a_raised_count_takes_the_lowest_numbered_slots_first(tokenizer):
+    """Slots past the open count are never written until it rises, so their caches take no memory."""
+    engine = timed_engine(tokenizer, [1.0], open_slots=3)
+    for i in range(5):
+        submit(engine, tokenizer, f"r{i}", "a", max_new_tokens=40)
+    engine.step()
+    assert sorted(engine.scheduler.running) == [0, 1, 2] and engine.stats().queued == 2
 
 
 # ---- reusing the cache ----
@@ -717,3 +825,13 @@ def test_a_hugging_face_directory_answers_exactly_as_the_gguf_of_the_same_weight
         finally:
             engine.shutdown()
     assert answers[0] == answers[1] and len(answers[0][1]) > 0
+
+
+def test_stats_count_each_groups_requests_in_slots_and_waiting(make_engine, tokenizer):
+    engine = make_engine(slots=2)
+    for rid, group in (("a1", "algebra"), ("a2", "algebra"), ("b1", "biology"), ("a3", "algebra")):
+        engine.submit(replace(request(tokenizer, rid, "abc", max_new_tokens=8), share=Share(rid, group)), Recorder())
+    engine.step()
+    stats = engine.stats()
+    assert (stats.active, stats.queued) == (2, 2)
+    assert stats.groups == {"algebra": (1, 2), "biology": (1, 0)}  # the least-served class took the second slot

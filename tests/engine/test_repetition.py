@@ -1,13 +1,14 @@
 """The loop guard: an answer repeating one unit of text over and over ends with reason `repetition`; short or few
-repeats never trip it; a client can turn it off."""
+repeats never trip it; a client can turn it off; a constrained answer is cut only where its constraint could end."""
 
 from __future__ import annotations
 
 import numpy as np
 from scripted import ScriptTokenizer
 
+from typewriter.engine.constraints import Grammars
 from typewriter.engine.repetition import MIN_TOKENS, REPEATS, LoopGuard
-from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.engine.request import Constraint, ConstraintKind, FinishReason, GenerationRequest, SamplingParams
 from typewriter.engine.request_state import RequestState
 
 
@@ -42,10 +43,12 @@ def test_text_that_repeats_a_little_or_never_does_not_trip_it():
     assert first_trip(counting) is None
 
 
-def request_state(loop_guard: bool) -> RequestState:
-    tokenizer = ScriptTokenizer(["ha", " "])
-    params = SamplingParams(max_new_tokens=500, loop_guard=loop_guard)
-    return RequestState(GenerationRequest("r", [5], params), lambda e: None, tokenizer, tokenizer.eos_token_ids, 0.0)
+def request_state(loop_guard: bool, constraint: Constraint | None = None, pieces=("ha", " ")) -> RequestState:
+    tokenizer = ScriptTokenizer(list(pieces))
+    params = SamplingParams(max_new_tokens=500, loop_guard=loop_guard, constraint=constraint)
+    started = Grammars(tokenizer, tokenizer.vocab_size).start(constraint) if constraint else None
+    return RequestState(GenerationRequest("r", [5], params), lambda e: None, tokenizer, tokenizer.eos_token_ids, 0.0,
+                        started)
 
 
 def test_a_looping_answer_ends_with_repetition_and_keeps_its_text_and_off_it_runs_to_its_length():
@@ -60,6 +63,25 @@ def test_a_looping_answer_ends_with_repetition_and_keeps_its_text_and_off_it_run
         else:
             assert reason is FinishReason.LENGTH and len(seq.output_ids) == 500
         assert "".join(texts) == "ha " * (len(seq.output_ids) // 2)
+
+
+def test_a_constrained_answer_is_cut_only_where_its_constraint_could_end():
+    """Text that may end anywhere (a regex of repeats, or the generic tool format's text) is cut at the first end
+    after the guard trips, and still matches; a JSON string, which cannot end until it closes, runs to its length."""
+    seq = request_state(True, Constraint(ConstraintKind.REGEX, "(ha )*", "response_format"))
+    texts, reason = [], None
+    while reason is None:
+        text, reason = seq.take(len(seq.output_ids) % 2, 0.0)
+        texts.append(text)
+    assert reason is FinishReason.REPETITION and len(seq.output_ids) == MIN_TOKENS + 2
+    assert seq.constraint.complete and "".join(texts) == "ha " * (MIN_TOKENS // 2 + 1)
+
+    seq = request_state(True, Constraint(ConstraintKind.JSON_SCHEMA, '{"type": "string"}', "response_format"),
+                        pieces=('"', "ha", " "))
+    text, reason = seq.take(0, 0.0)
+    while reason is None:
+        text, reason = seq.take(1 + len(seq.output_ids) % 2, 0.0)
+    assert reason is FinishReason.LENGTH and len(seq.output_ids) == 500
 
 
 def test_loop_guard_is_a_boolean_param():

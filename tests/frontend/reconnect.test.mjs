@@ -165,3 +165,126 @@ test("the socket's URL is asked again at each connect, so it can name the open c
   await tick();
   assert.deepEqual(FakeSocket.all.map((s) => s.url), ["ws://test/ws?conversation=one", "ws://test/ws?conversation=two"]);
 });
+
+test("after a reload it resumes from what the page held: no start again, the text goes on once", async () => {
+  const conn = connect();
+  const from = { token: "secret", next: 2, text: "A prime ", ids: [100, 101] };
+  const progress = [];
+  const done = collect(resumableChat(conn, frame, undefined, { online: () => true, from, onProgress: (p) => progress.push(JSON.parse(JSON.stringify(p))) }));
+  FakeSocket.last.open();
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent, [{ type: "resume", id: "q", token: "secret", from: 2 }]);
+  FakeSocket.last.receive({ type: "resumed", id: "q" });
+  FakeSocket.last.receive(token(2, "has two divisors."));
+  FakeSocket.last.receive(end);
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => m.type), ["resumed", "token", "end"]);
+  assert.deepEqual(progress, [{ token: "secret", next: 3, text: "A prime has two divisors.", ids: [100, 101, 102] }]);
+});
+
+test("after a reload where no server kept it, the chat is sent again continued after the text held", async () => {
+  const conn = connect();
+  const from = { token: "secret", next: 2, text: "A prime ", ids: [100, 101] };
+  const progress = [];
+  const done = collect(resumableChat(conn, frame, undefined, { online: () => true, from, onProgress: (p) => progress.push({ ...p }) }));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "error", id: "q", code: "not_found", message: "not kept here" });
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent.at(-1), { ...frame, resumable: true, continue: { text: "A prime ", ids: [100, 101] } });
+  assert.equal(progress[0].token, "", "a reload now would continue, not resume");
+  FakeSocket.last.receive({ type: "start", id: "q", prompt_tokens: 6, continued: "ids", resume_token: "other" });
+  await tick();
+  assert.equal(progress.at(-1).token, "other");
+  FakeSocket.last.receive(token(2, "has two divisors."));
+  FakeSocket.last.receive(end);
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => m.type), ["token", "end"]);
+});
+
+test("the progress is told at each token and resume token, for a reload to resume from", async () => {
+  const conn = connect();
+  const progress = [];
+  const done = collect(resumableChat(conn, frame, undefined, { online: () => true, onProgress: (p) => progress.push(JSON.parse(JSON.stringify(p))) }));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "queued", id: "q", position: 1, resume_token: "secret" });
+  FakeSocket.last.receive({ type: "start", id: "q", prompt_tokens: 3, resume_token: "secret" });
+  FakeSocket.last.receive(token(0, "A ", [5]));
+  FakeSocket.last.receive(token(2, "prime", [6, 7]));
+  FakeSocket.last.receive(end);
+  await done;
+  assert.deepEqual(progress, [
+    { token: "secret", next: 0, text: "", ids: [] },
+    { token: "secret", next: 1, text: "A ", ids: [5] },
+    { token: "secret", next: 3, text: "A prime", ids: [5, 6, 7] },
+  ]);
+});
+
+test("Stop during a drop ends the answer at once, and the stop goes out on the next socket before a later question", async () => {
+  const conn = connect({ baseDelayMs: 60000, maxDelayMs: 60000 });
+  const controller = new AbortController();
+  const done = collect(resumableChat(conn, frame, controller.signal, { online: () => true }));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "start", id: "q", prompt_tokens: 3, resume_token: "secret" });
+  FakeSocket.last.receive(token(0, "par"));
+  FakeSocket.last.drop();
+  await tick();
+  FakeSocket.last.drop(); // the immediate retry fails; the next waits a minute
+  controller.abort();
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => m.reason ?? m.type), ["start", "token", "reconnecting", "cancelled"]);
+  const later = collect(conn.chat({ type: "chat", id: "q2", messages: [{ role: "user", content: "next" }] }));
+  await tick();
+  assert.equal(FakeSocket.last.readyState, 0, "a socket is opening now, not in a minute");
+  FakeSocket.last.open();
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent, [{ type: "resume", id: "q", token: "secret", from: 1 }, { type: "stop", id: "q" }]);
+  FakeSocket.last.receive({ type: "resumed", id: "q" });
+  FakeSocket.last.receive({ ...end, reason: "cancelled" });
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent.at(-1).id, "q2", "the later question goes out once the stopped chat ended");
+  FakeSocket.last.receive({ ...end, id: "q2" });
+  assert.equal((await later).at(-1).type, "end");
+});
+
+test("Stop during a drop after the answer ended meanwhile: the resume finds it over, and nothing more happens", async () => {
+  const conn = connect({ baseDelayMs: 60000, maxDelayMs: 60000 });
+  const controller = new AbortController();
+  const done = collect(resumableChat(conn, frame, controller.signal, { online: () => true }));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "start", id: "q", prompt_tokens: 3, resume_token: "secret" });
+  FakeSocket.last.drop();
+  await tick();
+  FakeSocket.last.drop();
+  controller.abort();
+  await done;
+  conn.connect(); // the network is back
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "error", id: "q", code: "not_found", message: "not kept here" });
+  FakeSocket.last.receive({ type: "error", id: "q", code: "not_found", message: "the stop's" });
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent.map((f) => f.type), ["resume", "stop"]);
+});
+
+test("Stop pressed as the socket died (its stop lost): the chat is taken over and stopped when a socket is back", async () => {
+  const conn = connect({ baseDelayMs: 60000, maxDelayMs: 60000 });
+  const controller = new AbortController();
+  const done = collect(resumableChat(conn, frame, controller.signal, { online: () => true }));
+  FakeSocket.last.open();
+  await tick();
+  FakeSocket.last.receive({ type: "start", id: "q", prompt_tokens: 3, resume_token: "secret" });
+  FakeSocket.last.receive(token(0, "par"));
+  controller.abort(); // the stop goes into a socket that is already dead
+  assert.deepEqual(FakeSocket.last.sent.at(-1), { type: "stop", id: "q" });
+  FakeSocket.last.drop();
+  const msgs = await done;
+  assert.deepEqual(msgs.map((m) => m.reason ?? m.type), ["start", "token", "cancelled"]);
+  await tick();
+  FakeSocket.last.open();
+  await tick();
+  assert.deepEqual(FakeSocket.last.sent, [{ type: "resume", id: "q", token: "secret", from: 1 }, { type: "stop", id: "q" }]);
+});

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { applyMessage, fitToLimits, messagesFor, moveTo, restoreTurns, stopTurn } from "../../frontend/state.js";
+import { applyMessage, fitToLimits, messagesFor, moveTo, restoreTurns, resumeTurn, stopTurn } from "../../frontend/state.js";
 
 const turn = (question, answer, status = "done") => ({ id: "x", question, answer, status, note: "", stats: "" });
 
@@ -28,6 +28,14 @@ test("turns survive a reload; an unfinished answer comes back as interrupted", (
   const turns = restoreTurns(JSON.parse(JSON.stringify([turn("a", "b"), turn("c", "partial", "streaming")])));
   assert.deepEqual(turns.map((t) => [t.question, t.answer, t.status]), [["a", "b", "done"], ["c", "partial", "interrupted"]]);
   assert.match(turns[1].note, /reloaded/);
+});
+
+test("an answer resumed after a reload streams on from the text the page had, and only an interrupted one", () => {
+  const [restored] = restoreTurns([turn("c", "partial answer", "streaming")]);
+  const resumed = resumeTurn(restored, "partial");
+  assert.deepEqual([resumed.status, resumed.answer, resumed.note], ["streaming", "partial", ""]);
+  assert.equal(applyMessage(resumed, { type: "token", id: "x", index: 4, text: " answer" }).answer, "partial answer");
+  assert.throws(() => resumeTurn(turn("a", "b", "stopped"), "b"), /cannot go from stopped to streaming/);
 });
 
 test("damaged turns are left out, not a broken page", () => {

@@ -35,6 +35,14 @@ def test_the_probe_paths_are_dropped_and_every_other_path_is_kept(path, kept, ac
     assert ProbeFilter().filter(_access(path)) is kept
 
 
+@pytest.mark.parametrize("path, logged", [("/?class=ALG1-7QX2", "/?class=…"),
+                                          ("/?dev=1&class=abc&x=2", "/?dev=1&class=…&x=2"), ("/?x=1", "/?x=1")])
+def test_a_class_code_is_left_out_of_the_log(path, logged, access_level):
+    access_level(logging.INFO)
+    record = _access(path)
+    assert ProbeFilter().filter(record) and record.args[2] == logged
+
+
 def test_with_debug_logging_the_probes_are_kept(access_level):
     access_level(logging.DEBUG)
     assert ProbeFilter().filter(_access("/readyz"))

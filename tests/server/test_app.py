@@ -35,7 +35,7 @@ def test_the_real_page_gets_the_settings_as_json_and_every_response_a_strict_csp
     config = json.loads(match.group(1))
     assert config == {"protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": "SmolLM2-135M-Instruct",
                       "max_new_tokens": 16, "max_new_tokens_cap": 64,
-                      "max_message_bytes": 4096, "max_messages": 8}
+                      "max_message_bytes": 4096, "max_messages": 8, "class": None}
     assert not re.search(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", page.text)  # no inline code
     assert script.status_code == 200
     for response in (page, health, script):

@@ -10,7 +10,7 @@ from typewriter.server.calculator import MAX_STEPS, ToolStep, call_arguments, of
 from typewriter.server.chat_request import ChatMessage, ToolCall, read_chat
 from typewriter.server.tool_calls import ToolCallDone
 from typewriter.text.calculator import MAX_LENGTH
-from typewriter.text.tool_format import HERMES
+from typewriter.text.tool_format import GENERIC, HERMES
 
 
 def call(arguments: str, name: str = "calculator") -> ToolCallDone:
@@ -76,7 +76,8 @@ def test_only_a_plain_question_with_the_setting_on_and_a_template_with_tools_is_
     chat = plain()
     assert offered(chat, HERMES, enabled=True)
     assert not offered(chat, HERMES, enabled=False)
-    assert not offered(chat, None, enabled=True)  # the model's template takes no tools
+    assert not offered(chat, None, enabled=True)
+    assert not offered(chat, GENERIC, enabled=True)  # the model's own template takes no tools
     weather = [{"type": "function", "function": {"name": "weather"}}]
     assert not offered(plain(tools=weather), HERMES, True)
     assert not offered(plain(tools=weather, tool_choice="none"), HERMES, True)  # no calls, said the client

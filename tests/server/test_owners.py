@@ -12,6 +12,7 @@ import json
 
 import grpc
 import httpx
+import openai
 import pytest
 from helpers import small_settings, until_terminal_async, wait_until
 from scripted import factory, script_engine
@@ -26,7 +27,7 @@ from typewriter.server.owners import CONVERSATION_KEY, Owners
 
 # 20 words: more than MIN_COPY tokens, so the system prompt is worth copying out of a busy slot too
 SYSTEM = "You are a patient tutor. Explain step by step, ask what the student tried, and praise real progress."
-SHARED = len(SYSTEM.split()) + 2  # the scripted tokenizer: a token per word, one per message start
+SHARED = len(SYSTEM.split()) + 1  # the scripted tokenizer: a message start, then a token per word
 SECRET = "My student ID is 7138 4402 and my password is violet-harbour, please remember both"
 WRONG = SECRET.replace("7138", "7139")
 
@@ -121,6 +122,26 @@ def test_over_http_a_turn_reuses_its_conversation_only_with_the_key_the_server_g
     assert turns[3] >= len(engine.submitted[0].prompt_ids)  # the whole first turn
 
 
+def test_a_clients_own_system_message_follows_the_servers_prompt_which_chats_still_share_and_nothing_past_it():
+    """The official client sends a system message, as most OpenAI code does: it is taken after the server's prompt,
+    so a chat with one, a chat without, and a chat with another client's share the server's prompt both ways, and a
+    right guess of a classmate's system message finds no more cached than a wrong one."""
+    engine = script_engine(slots=1, max_queue=4, system_prompt=True)  # each chat finds the last one's slot
+
+    def cached(client: openai.OpenAI, system: str | None) -> int:
+        messages = [{"role": "system", "content": system}] if system else []
+        answer = client.chat.completions.create(model="m", max_tokens=4, messages=[
+            *messages, {"role": "user", "content": "What is a fraction?"}])
+        return answer.usage.prompt_tokens_details.cached_tokens
+
+    with running(engine, system_prompt=SYSTEM) as (_, address), \
+            openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0) as client:
+        seen = [cached(client, system) for system in (SECRET, None, SECRET, WRONG, None)]
+    assert seen == [0, SHARED, SHARED, SHARED, SHARED]
+    systems = [system for _, system in engine.tokenizer.calls]
+    assert systems[0] == f"{SYSTEM}\n\n{SECRET}" and systems[1] == SYSTEM  # the server's prompt first
+
+
 def test_over_grpc_a_turn_reuses_its_conversation_with_the_key_from_the_first_turns_metadata():
     engine = script_engine(slots=2, system_prompt=True)
 
@@ -166,3 +187,29 @@ def test_a_conversation_key_is_honoured_only_as_issued_by_this_server():
     for forged in (other.conversation(None)[1], key.partition(".")[0], key + "0", "", "."):
         assert owners.conversation(forged)[0] != owner
     assert owners.socket() != owners.socket()
+
+
+def test_a_students_history_is_theirs_across_tabs_and_never_a_classmates_behind_the_same_address():
+    engine = script_engine(slots=3, system_prompt=True)
+
+    def cookie(address):
+        return httpx.get(f"http://{address}/").headers["set-cookie"].split(";", 1)[0]
+
+    async def turn(address, cookie_header, chat_id, text, history=()):
+        async with connect(f"ws://{address}/ws", additional_headers={"cookie": cookie_header}) as ws:
+            await ws.send(chat(chat_id, text, history, max_new_tokens=4))
+            return await until_terminal_async(ws, 5)
+
+    async def scenario(address):
+        ana, ben = cookie(address), cookie(address)
+        first = await turn(address, ana, "t1", SECRET)  # Ana's first tab
+        answer = "".join(f.get("text", "") for f in first)
+        history = ({"role": "user", "content": SECRET}, {"role": "assistant", "content": answer})
+        ben_probe = await turn(address, ben, "b1", "and my grade?", history)  # Ben sends Ana's words as his own
+        ana_tab = await turn(address, ana, "t2", "and my grade?", history)  # Ana's second tab: a new socket
+        return first[0], ben_probe[0], ana_tab[0]
+
+    with running(engine, system_prompt=SYSTEM) as (_, address):
+        first, ben_probe, ana_tab = asyncio.run(scenario(address))
+    assert ben_probe["cached_tokens"] == SHARED  # the system prompt, not a word of Ana's
+    assert ana_tab["cached_tokens"] >= first["prompt_tokens"]  # her whole first turn, from another socket

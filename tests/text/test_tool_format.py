@@ -7,8 +7,11 @@ import json
 
 import pytest
 
+from typewriter.engine.constraints import Grammars
+from typewriter.engine.request import Constraint, ConstraintKind
 from typewriter.text.tool_format import (
     FENCED_JSON,
+    GENERIC,
     HERMES,
     CallArguments,
     CallStarted,
@@ -35,10 +38,11 @@ def parse(text: str, step: int) -> tuple[str, list[tuple[str, str]], list]:
     return "".join(p.text for p in pieces if isinstance(p, TextPiece)), [tuple(c) for c in calls], parser.calls
 
 
-def test_a_hermes_template_is_known_and_a_plain_one_has_no_tool_format():
+def test_a_hermes_template_is_known_and_any_other_gets_the_generic_format():
     assert tool_format("{% if tools %}<tools>{{ tools }}</tools> <tool_call>{% endif %}") is HERMES
-    assert tool_format("{% for m in messages %}{{ m.content }}{% endfor %}") is None
-    assert tool_format(None) is None
+    assert tool_format("{% for m in messages %}{{ m.content }}{% endfor %}") is GENERIC
+    assert tool_format("{% if tools %}[AVAILABLE_TOOLS]{{ tools }}{% endif %}") is GENERIC  # a format we do not read
+    assert tool_format(None) is GENERIC
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 1000])
@@ -70,6 +74,43 @@ def test_the_forced_grammar_names_each_tool_and_its_parameters():
     schema = json.loads(call.removeprefix("call: %json "))
     assert [c["properties"]["name"]["const"] for c in schema["anyOf"]] == ["a", "b"]
     assert schema["x-guidance"]["lenient"] is True
+
+
+ADD = {"name": "add", "parameters": {"type": "object", "additionalProperties": False, "required": ["x"],
+                                     "properties": {"x": {"type": "integer"}}}}
+
+
+@pytest.fixture(scope="module")
+def grammars(real_tokenizer):
+    return Grammars(real_tokenizer, real_tokenizer.vocab_size)
+
+
+def accepts(grammars, tokenizer, grammar: str, text: str) -> tuple[bool, bool]:
+    """(every token of `text` allowed, the grammar then complete) on the embedded model's vocabulary."""
+    answer = grammars.start(Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
+    for token in tokenizer.encode(text):
+        if not answer.matcher.consume_token(token):
+            return False, False
+    return True, answer.complete
+
+
+CALL_TEXT = '<tool_call>\n{"name": "add", "arguments": {"x": 2}}\n</tool_call>'
+
+
+def test_the_auto_grammar_allows_text_or_text_then_one_call_held_to_its_schema(grammars, real_tokenizer):
+    auto = GENERIC.grammar([ADD], forced=False)
+    assert accepts(grammars, real_tokenizer, auto, "Two and three make five.") == (True, True)
+    assert accepts(grammars, real_tokenizer, auto, "Let me add. " + CALL_TEXT) == (True, True)
+    assert accepts(grammars, real_tokenizer, auto, "Let me add. <tool_call>") == (True, False)  # a call must follow
+    for bad in ('<tool_call>\nsure', '<tool_call>\n{"name": "mul"', '<tool_call>\n{"name": "add", "arguments": '
+                                                                     '{"x": "2"', CALL_TEXT + " And more."):
+        assert accepts(grammars, real_tokenizer, auto, bad)[0] is False, bad
+
+
+def test_the_forced_grammar_allows_only_a_call(grammars, real_tokenizer):
+    forced = GENERIC.grammar([ADD])
+    assert accepts(grammars, real_tokenizer, forced, CALL_TEXT) == (True, True)
+    assert accepts(grammars, real_tokenizer, forced, "Sure")[0] is False
 
 
 def fenced(text: str, step: int) -> tuple[str, list]:

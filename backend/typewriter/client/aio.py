@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, Unpack
@@ -31,14 +32,18 @@ from .protocol import (
     ws_url,
 )
 
+STOP_SEND_S = 1.0  # how long `close()` gives the stop of a running chat on a connection that may be dead
+
 
 class AsyncClient:
     """A connection to a Typewriter server, opened on first use and again after the server closed it. `timeout`: per
-    frame (None: as long as the connection lives); `retry`: a Retry, a number of attempts or True."""
+    frame (None: as long as the connection lives); `retry`: a Retry, a number of attempts or True; `resumable`: a chat
+    survives a dropped connection (it reconnects, with `retry`'s backoff or Retry's defaults, and resumes)."""
 
     def __init__(self, url: str = DEFAULT_URL, *, api_key: str | None = None, open_timeout: float = 10.0,
-                 timeout: float | None = None, retry: Retry | int | bool | None = None):
+                 timeout: float | None = None, retry: Retry | int | bool | None = None, resumable: bool = True):
         self.url = ws_url(url)
+        self.resumable = resumable
         self.open_timeout, self.timeout, self.retry = open_timeout, timeout, Retry.of(retry)
         self._headers = auth_headers(api_key)
         self._ws: ClientConnection | None = None
@@ -57,17 +62,20 @@ class AsyncClient:
         await self._connection()
 
     async def close(self) -> None:
-        """Close the socket; a running chat is cancelled by the server."""
+        """Close the socket; a running chat is stopped first (a resumable one would run on for the server's grace)."""
         ws, self._ws, current, self._current = self._ws, None, self._current, None
         if current is not None and not current.done:
             current._state.error = ClientError("the client was closed before this chat ended")
+            if ws is not None and current._state.sent:
+                with contextlib.suppress(ConnectionClosed, OSError, TimeoutError):
+                    await asyncio.wait_for(ws.send(encode(current._state.stop_frame())), STOP_SEND_S)
         if ws is not None:
             await ws.close()
 
     def chat(self, prompt: str | Sequence[Message], /, *, system: str | None = None, id: str | None = None,
-             **params: Unpack[Params]) -> AsyncChat:
+             resumable: bool | None = None, **params: Unpack[Params]) -> AsyncChat:
         """A chat about `prompt`: a user message, or a list of {"role", "content"} messages ending with the user's."""
-        return self._chat(lambda: messages_of(prompt, system), dict(params), id)
+        return self._chat(lambda: messages_of(prompt, system), dict(params), id, resumable=resumable)
 
     async def complete(self, prompt: str | Sequence[Message], /, *, system: str | None = None,
                        **params: Unpack[Params]) -> Result:
@@ -78,8 +86,9 @@ class AsyncClient:
         return AsyncConversation(self, system, **params)
 
     def _chat(self, messages: Callable[[], list[Message]], params: dict[str, Any], chat_id: str | None = None,
-              on_end: Callable[[Result], None] | None = None) -> AsyncChat:
-        return AsyncChat(self, chat_id or f"c{next(self._ids)}", messages, checked_params(params), on_end)
+              on_end: Callable[[Result], None] | None = None, resumable: bool | None = None) -> AsyncChat:
+        return AsyncChat(self, chat_id or f"c{next(self._ids)}", messages, checked_params(params), on_end,
+                         self.resumable if resumable is None else resumable)
 
     async def _connection(self) -> ClientConnection:
         if self._ws is None:
@@ -112,7 +121,7 @@ class AsyncClient:
 
     async def _claim(self, chat: AsyncChat) -> None:
         previous, self._current = self._current, chat
-        if previous is not None and previous is not chat and previous._sent and not previous.done:
+        if previous is not None and previous is not chat and previous._state.sent and not previous.done:
             await previous.stop()
             try:
                 await previous.result()
@@ -124,10 +133,9 @@ class AsyncChat:
     """One chat: iterate it for text deltas, or `events()` for typed events; `stop()`; `result()`."""
 
     def __init__(self, client: AsyncClient, chat_id: str, messages: Callable[[], list[Message]],
-                 params: dict[str, Any], on_end: Callable[[Result], None] | None):
+                 params: dict[str, Any], on_end: Callable[[Result], None] | None, resumable: bool):
         self._client, self._messages, self._on_end = client, messages, on_end
-        self._state = ChatState(chat_id, [], params)
-        self._sent = False
+        self._state = ChatState(chat_id, [], params, resumable)
 
     @property
     def id(self) -> str:
@@ -167,7 +175,7 @@ class AsyncChat:
         if state.over or state.stop_requested:
             return
         state.stop_requested = True
-        if self._sent:
+        if state.sent:
             try:
                 await self._client._send(state.stop_frame())
             except ServerClosed:
@@ -177,7 +185,7 @@ class AsyncChat:
         state = self._state
         while not state.over:
             try:
-                if not self._sent:
+                if not state.sent:
                     await self._send_chat()
                 event = state.feed(await self._client._recv())
             except ClientError as e:
@@ -185,7 +193,6 @@ class AsyncChat:
                 if delay is None:
                     state.error = e
                     raise
-                self._sent = False
                 await asyncio.sleep(delay)
                 continue
             if isinstance(event, Ended) and self._on_end is not None:
@@ -202,9 +209,9 @@ class AsyncChat:
             await self._client._claim(self)
             state.messages = self._messages()
         state.tries += 1
-        await self._client._send(state.chat_frame())
-        self._sent = True
-        if state.stop_requested:  # stop() came before the chat was sent
+        await self._client._send(state.request_frame())
+        state.sent = True
+        if state.stop_requested:  # stop() came before the chat was sent, or before the connection dropped
             await self._client._send(state.stop_frame())
 
 

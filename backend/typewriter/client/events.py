@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-REASONS = ("eos", "length", "stop_sequence", "tool_calls", "repetition", "cancelled", "timeout", "queue_timeout",
-           "shutdown")
+REASONS = ("eos", "length", "stop_sequence", "tool_calls", "repetition", "cancelled", "resume_buffer_full", "timeout",
+           "queue_timeout", "shutdown")
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
-from .errors import CLOSE_ABNORMAL, CLOSE_TRY_AGAIN_LATER, ChatError, ConnectFailed, HandshakeRefused, ServerClosed
-from .events import Ended, Event, Result, Started, TokenEvent, ToolCallEvent, parse_event
+from .errors import (
+    CLOSE_ABNORMAL,
+    CLOSE_MESSAGE_TOO_BIG,
+    CLOSE_TRY_AGAIN_LATER,
+    CLOSE_UNSUPPORTED_DATA,
+    ChatError,
+    ConnectFailed,
+    HandshakeRefused,
+    ServerClosed,
+)
+from .events import Ended, Event, Queued, Result, Started, Timings, TokenEvent, ToolCallEvent, Usage, parse_event
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
@@ -175,19 +184,38 @@ def retryable(error: Exception) -> bool:
         isinstance(error, ServerClosed) and error.close_code == CLOSE_TRY_AGAIN_LATER)
 
 
-class ChatState:
-    """One chat as its frames arrive: the text so far, its start and end, and whether to try it again."""
+def dropped(error: Exception) -> bool:
+    """The connection was lost, or could not be opened again: not closed for a frame this client sent (1003, 1009),
+    which sending again would repeat."""
+    if isinstance(error, ServerClosed):
+        return error.close_code not in (CLOSE_UNSUPPORTED_DATA, CLOSE_MESSAGE_TOO_BIG)
+    return isinstance(error, ConnectFailed)
 
-    def __init__(self, chat_id: str, messages: list[Message], params: dict[str, Any]):
-        self.id, self.messages, self.params = chat_id, messages, params
+
+class ChatState:
+    """One chat as its frames arrive: the text so far, its start and end, and whether to try it again.
+
+    A resumable chat also keeps what resuming needs (protocol v1, "Resuming an answer"): the `resume_token` of its
+    `queued` or `start` frame, the first token index it lacks and the token ids of its text. After its connection
+    drops, `request_frame` is a `resume` while a server may keep the chat, else the chat again with `continue`."""
+
+    def __init__(self, chat_id: str, messages: list[Message], params: dict[str, Any], resumable: bool = False):
+        self.id, self.messages, self.params, self.resumable = chat_id, messages, params, resumable
         self.parts: list[str] = []
         self.tool_calls: list[ToolCallEvent] = []
         self.started: Started | None = None
         self.ended: Ended | None = None
         self.error: Exception | None = None
-        self.answered = False  # a frame about this chat arrived: from then on it is never retried
+        self.answered = False  # a frame about this chat arrived: from then on it is never retried, only resumed
         self.tries = 0
+        self.sent = False  # the request is out on the current connection
         self.stop_requested = False
+        self.token = ""  # the resume token; "" while no server is known to keep the chat
+        self.next_index = 0  # the first token index not received
+        self.ids: list[int] = []  # the token ids of the text received, from index 0 on
+        self.dropped = False  # its connection dropped once: the next request takes the chat up again
+        self.resuming = False  # the request out is a `resume`
+        self.reconnects = 0  # reconnects in a row with no frame of the chat since
 
     def chat_frame(self) -> dict[str, Any]:
         frame: dict[str, Any] = {"type": "chat", "id": self.id, "messages": self.messages}
@@ -195,6 +223,21 @@ class ChatState:
         if params:
             frame["params"] = params
         frame |= {k: v for k, v in self.params.items() if k in FRAME_OPTIONS}
+        if self.resumable:
+            frame["resumable"] = True
+        return frame
+
+    def request_frame(self) -> dict[str, Any]:
+        """The frame that sends the chat: at first the chat; after a drop a `resume` from the first token this client
+        lacks while a server may keep it, else the chat again, continued after the text so far (the ids with it when
+        they cover it, so that a greedy answer goes on exactly as it would have)."""
+        self.resuming = self.dropped and bool(self.token)
+        if self.resuming:
+            return {"type": "resume", "id": self.id, "token": self.token, "from": self.next_index}
+        frame = self.chat_frame()
+        if self.dropped and self.parts:
+            ids = {"ids": self.ids} if len(self.ids) == self.next_index else {}
+            frame["continue"] = {"text": self.text} | ids
         return frame
 
     def stop_frame(self) -> dict[str, Any]:
@@ -209,19 +252,36 @@ class ChatState:
         return "".join(self.parts)
 
     def feed(self, frame: dict[str, Any]) -> Event | None:
-        """None for a frame about something else (a pong, an earlier chat's); raises an error frame as ChatError."""
+        """None for a frame about something else (a pong, an earlier chat's) or already had (a resumed chat's);
+        raises an error frame as ChatError."""
         if frame.get("type") == "error":
             if frame.get("id") not in (self.id, None):
                 return None
+            if frame.get("code") == "not_found" and self.resuming:
+                return self._not_kept()
             if frame.get("code") == "not_found" and self.stop_requested:
                 return None  # the stop crossed the end on the wire
             raise ChatError(str(frame.get("code", "internal")), str(frame.get("message", "")), frame.get("id"))
-        if frame.get("id") != self.id or (event := parse_event(frame)) is None:
+        if frame.get("id") != self.id:
+            return None
+        if frame.get("type") == "resumed":
+            self.resuming, self.reconnects = False, 0
+            return None
+        if (event := parse_event(frame)) is None:
             return None
         self.answered = True
+        if isinstance(event, (Queued, Started)):
+            self.token = str(frame.get("resume_token") or self.token)
+            if self.started is not None:
+                return None  # a continuation's own queue and start: this answer is already under way
         if isinstance(event, Started):
             self.started = event
         elif isinstance(event, TokenEvent):
+            if event.index < self.next_index:
+                return None  # replayed, and already had
+            self.next_index = event.index + 1
+            self.ids += frame.get("ids") or []
+            self.reconnects = 0
             self.parts.append(event.text)
         elif isinstance(event, ToolCallEvent):
             self.tool_calls.append(event)
@@ -229,12 +289,44 @@ class ChatState:
             self.ended = event
         return event
 
+    def _not_kept(self) -> Ended | None:
+        """A `resume` answered `not_found`: no server keeps the chat (it ended long ago, or another replica or a
+        restart had it). Stopped, it is over with the text it has; else it is sent again, continued."""
+        self.token, self.resuming, self.sent = "", False, False
+        if not self.stop_requested:
+            return None
+        prompt = self.started.prompt_tokens if self.started is not None else 0
+        self.ended = Ended(self.id, "cancelled", Usage(prompt, self.next_index), Timings(0.0, 0.0, 0.0, 0.0))
+        return self.ended
+
+    def resume_delay(self, error: Exception, policy: Retry | None) -> float | None:
+        """Seconds to wait before taking this chat up again on a new connection after `error`, or None to raise it.
+        Only a resumable chat that has had a frame of its own is resumed: before that, nothing says whether the server
+        took it, and sending it again might run it twice. `policy` (else Retry's defaults) bounds the reconnects in
+        a row that bring no frame of the chat."""
+        overloaded = isinstance(error, ChatError) and error.code == "overloaded"  # a continuation turned away
+        if not self.resumable or not (self.answered or self.dropped) or self.over:
+            return None
+        if not (dropped(error) or (overloaded and self.dropped)):
+            return None
+        policy = policy or Retry()
+        if self.reconnects >= policy.attempts:
+            return None
+        self.reconnects += 1
+        self.dropped, self.sent = True, False
+        return policy.delay(self.reconnects)
+
     def retry_delay(self, error: Exception, policy: Retry | None) -> float | None:
-        """Seconds to wait before sending the chat again after `error`, or None to raise it."""
+        """Seconds to wait before sending the chat again after `error` (resuming it, if it is resumable and was
+        dropped), or None to raise it."""
+        resume = self.resume_delay(error, policy)
+        if resume is not None:
+            return resume
         if policy is None or not retryable(error) or self.answered or self.stop_requested:
             return None
         if self.tries >= policy.attempts:
             return None
+        self.sent = False
         return policy.delay(self.tries)
 
     def result(self) -> Result:

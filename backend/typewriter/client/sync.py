@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,11 +35,12 @@ from .protocol import (
 
 class Client:
     """A connection to a Typewriter server, opened on first use and again after the server closed it.
-    The arguments are AsyncClient's: `url`, `api_key`, `open_timeout`, `timeout` (per frame), `retry`."""
+    The arguments are AsyncClient's: `url`, `api_key`, `open_timeout`, `timeout` (per frame), `retry`, `resumable`."""
 
     def __init__(self, url: str = DEFAULT_URL, *, api_key: str | None = None, open_timeout: float = 10.0,
-                 timeout: float | None = None, retry: Retry | int | bool | None = None):
+                 timeout: float | None = None, retry: Retry | int | bool | None = None, resumable: bool = True):
         self.url = ws_url(url)
+        self.resumable = resumable
         self.open_timeout, self.timeout, self.retry = open_timeout, timeout, Retry.of(retry)
         self._headers = auth_headers(api_key)
         self._ws: ClientConnection | None = None
@@ -57,17 +59,20 @@ class Client:
         self._connection()
 
     def close(self) -> None:
-        """Close the socket; a running chat is cancelled by the server."""
+        """Close the socket; a running chat is stopped first (a resumable one would run on for the server's grace)."""
         ws, self._ws, current, self._current = self._ws, None, self._current, None
         if current is not None and not current.done:
             current._state.error = ClientError("the client was closed before this chat ended")
+            if ws is not None and current._state.sent:
+                with contextlib.suppress(ConnectionClosed, OSError, TimeoutError):
+                    ws.send(encode(current._state.stop_frame()))
         if ws is not None:
             ws.__exit__(None, None, None)
 
     def chat(self, prompt: str | Sequence[Message], /, *, system: str | None = None, id: str | None = None,
-             **params: Unpack[Params]) -> Chat:
+             resumable: bool | None = None, **params: Unpack[Params]) -> Chat:
         """A chat about `prompt`: a user message, or a list of {"role", "content"} messages ending with the user's."""
-        return self._chat(lambda: messages_of(prompt, system), dict(params), id)
+        return self._chat(lambda: messages_of(prompt, system), dict(params), id, resumable=resumable)
 
     def complete(self, prompt: str | Sequence[Message], /, *, system: str | None = None,
                  **params: Unpack[Params]) -> Result:
@@ -78,8 +83,9 @@ class Client:
         return Conversation(self, system, **params)
 
     def _chat(self, messages: Callable[[], list[Message]], params: dict[str, Any], chat_id: str | None = None,
-              on_end: Callable[[Result], None] | None = None) -> Chat:
-        return Chat(self, chat_id or f"c{next(self._ids)}", messages, checked_params(params), on_end)
+              on_end: Callable[[Result], None] | None = None, resumable: bool | None = None) -> Chat:
+        return Chat(self, chat_id or f"c{next(self._ids)}", messages, checked_params(params), on_end,
+                    self.resumable if resumable is None else resumable)
 
     def _connection(self) -> ClientConnection:
         if self._ws is None:
@@ -113,7 +119,7 @@ class Client:
 
     def _claim(self, chat: Chat) -> None:
         previous, self._current = self._current, chat
-        if previous is not None and previous is not chat and previous._sent and not previous.done:
+        if previous is not None and previous is not chat and previous._state.sent and not previous.done:
             previous.stop()
             try:
                 previous.result()
@@ -125,10 +131,9 @@ class Chat:
     """One chat: iterate it for text deltas, or `events()` for typed events; `stop()`; `result()`."""
 
     def __init__(self, client: Client, chat_id: str, messages: Callable[[], list[Message]], params: dict[str, Any],
-                 on_end: Callable[[Result], None] | None):
+                 on_end: Callable[[Result], None] | None, resumable: bool):
         self._client, self._messages, self._on_end = client, messages, on_end
-        self._state = ChatState(chat_id, [], params)
-        self._sent = False
+        self._state = ChatState(chat_id, [], params, resumable)
 
     @property
     def id(self) -> str:
@@ -162,7 +167,7 @@ class Chat:
         if state.over or state.stop_requested:
             return
         state.stop_requested = True
-        if self._sent:
+        if state.sent:
             try:
                 self._client._send(state.stop_frame())
             except ServerClosed:
@@ -172,7 +177,7 @@ class Chat:
         state = self._state
         while not state.over:
             try:
-                if not self._sent:
+                if not state.sent:
                     self._send_chat()
                 event = state.feed(self._client._recv())
             except ClientError as e:
@@ -180,7 +185,6 @@ class Chat:
                 if delay is None:
                     state.error = e
                     raise
-                self._sent = False
                 time.sleep(delay)
                 continue
             if isinstance(event, Ended) and self._on_end is not None:
@@ -197,9 +201,9 @@ class Chat:
             self._client._claim(self)
             state.messages = self._messages()
         state.tries += 1
-        self._client._send(state.chat_frame())
-        self._sent = True
-        if state.stop_requested:  # stop() came before the chat was sent
+        self._client._send(state.request_frame())
+        state.sent = True
+        if state.stop_requested:  # stop() came before the chat was sent, or before the connection dropped
             self._client._send(state.stop_frame())
 
 

@@ -12,7 +12,8 @@ from .args import add_model_arguments, setting_default
 # The Settings field each option sets; its argparse dest is the option's name (--model's is `model`).
 OPTIONS = {"host": "--host", "port": "--port", "grpc_port": "--grpc-port", "model_path": "--model",
            "model_id": "--model-id", "max_context": "--max-context", "weights": "--weights",
-           "max_active": "--max-active", "max_queue": "--max-queue", "log_level": "--log-level"}
+           "max_active": "--max-active", "max_queue": "--max-queue", "log_level": "--log-level",
+           "classes": "--classes"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-queue", type=int, metavar="N",
                         help=f"chats that may wait for a slot ({default('max_queue')})")
     parser.add_argument("--log-level", choices=LOG_LEVELS, help=f"({default('log_level')})")
+    parser.add_argument("--classes", metavar="PATH",
+                        help="a TOML file of classes: names, API keys, join codes, weights, tutors and limits "
+                             f"(docs/configuration.md; default: one class for everyone; {ENV_PREFIX}CLASSES)")
     parser.epilog = ("exit codes: 0 after a drain (SIGTERM, Ctrl-C), 1 the model failed to load or the engine "
                      "failed, 2 a bad option or setting, 4 the port (or the gRPC port) cannot be bound")
 
@@ -55,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)  # before uvicorn, Starlette and TensorFlow are imported
     resolve_model_path(settings.model.model_path)  # a path that is not there, or not a model's: exit 2, not 1 after binding
+    from ..server.classes import load_classes
     from ..server.main import serve
 
-    return serve(settings)
+    classes = load_classes(settings)  # a mistake in the file: exit 2, naming its line, before anything loads
+    return serve(settings, classes=classes)

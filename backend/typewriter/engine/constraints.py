@@ -2,14 +2,22 @@
 
 llguidance (docs/measurements/2026-12-04-constrained-decoding-libraries.md) reads each token as the bytes its
 vocabulary spells, so no tokenizer library is needed; a special token gets a byte mark no text contains.
+
+Every constraint's cost is bounded before it reaches the engine (docs/measurements/2026-12-05-constraint-cost-
+bounds.md): llguidance's limits cap the work of each mask, and `compile` computes the first masks off the engine
+thread, refusing a constraint they show too costly. The engine computes each row's next mask on a worker thread
+while the step's forward pass runs, and a row whose mask is late sits out rather than hold the other rows.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
-from collections.abc import Sequence
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import llguidance
@@ -22,11 +30,26 @@ import numpy as np
 from ..errors import InvalidRequest
 from .request import Constraint, ConstraintKind
 
-CACHE_SIZE = 128
-_MAX_TOKEN_BYTES = 64
+# Each limit is several times what the lessons' schemas, tool grammars and patterns need, and low enough that
+# `0{100000}` or `a{1000000}` stop at their first token and an ambiguous grammar within its first rows (the study).
+LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=200_000, step_lexer_fuel=20_000, step_max_items=2_000,
+                                   max_items_in_row=200, max_lexer_states=20_000, max_grammar_size=50_000,
+                                   verbose_errors=False)
+FIRST_MASK_CPU_S = 0.25  # the first mask builds the lexer, once, off the engine thread
+MASK_CPU_S = 0.01  # any later mask: above the costliest the limits let through, far below a step
+# The compiled constraints kept, in estimated bytes: in all, and for any one owner (a client).
+CACHE_BYTES = 256 << 20
+OWNER_BYTES = 32 << 20
+# A kept matcher's estimated bytes, above the resident memory the study measured for one (end to end, with the
+# server's own share): per character of its grammar, per byte it forces (a lexer state each), and at least.
+_BYTES_PER_CHAR, _BYTES_PER_FORCED, _BYTES_AT_LEAST = 80, 400, 32 << 10
+# After the forward pass, how long a step waits for late masks: a share of the pass, and at least.
+MASK_WAIT_SHARE, MASK_WAIT_MIN_S = 0.25, 0.002
 # No free whitespace: a small model fills it with newlines until its length runs out.
 _JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ",
                                                 "key_separator": ": "}
+_REMEDY = ("use smaller repetition counts (such as {1000}) and fewer nested or ambiguous alternatives, or split the "
+           "answer into several requests")
 
 
 class Vocabulary(Protocol):
@@ -34,6 +57,10 @@ class Vocabulary(Protocol):
     special_ids: frozenset[int]
 
     def token_bytes(self, token_id: int) -> bytes: ...
+
+
+class ConstraintFailed(RuntimeError):
+    """A limit reached mid-answer: the constraint could not consume a token its mask allowed. Names the field."""
 
 
 def grammar_text(constraint: Constraint) -> str:
@@ -51,72 +78,236 @@ class Grammars:
     """Thread-safe: the server compiles a constraint before submitting, to refuse a bad one at once, and the engine
     thread finds it here when the request starts."""
 
-    def __init__(self, vocabulary: Vocabulary, vocab_size: int):
+    def __init__(self, vocabulary: Vocabulary, vocab_size: int, mask_threads: int = 4, cache_bytes: int = CACHE_BYTES,
+                 owner_bytes: int = OWNER_BYTES):
         self.vocabulary, self.vocab_size = vocabulary, vocab_size
+        self.eos = np.array(sorted(i for i in vocabulary.eos_token_ids if i < vocab_size), dtype=np.int64)
         self._tokenizer: llguidance.LLTokenizer | None = None  # built on first use: seconds on a big vocabulary
-        self._compiled: OrderedDict[tuple[str, str], llguidance.LLMatcher] = OrderedDict()
+        self._kept = _Kept(cache_bytes, owner_bytes)
         self._lock = threading.Lock()
-        self._executor: llguidance.LLExecutor | None = None
+        self._mask_threads = mask_threads
+        self._workers: ThreadPoolExecutor | None = None
 
-    def compile(self, constraint: Constraint) -> llguidance.LLMatcher:
-        """A shared matcher, never to be advanced (`start` copies it); InvalidRequest if it does not compile."""
-        key = (constraint.kind, constraint.source)
+    def compile(self, constraint: Constraint, owner: str = "") -> llguidance.LLMatcher:
+        """A shared matcher, never to be advanced (`start` copies it); InvalidRequest if it does not compile or its
+        masks cost too much. `owner` (a client's address or identity) is whose share of the cache it counts in."""
+        key = (constraint.kind.value, constraint.source)
         with self._lock:
-            if key in self._compiled:
-                self._compiled.move_to_end(key)
-                return self._compiled[key]
-            tokenizer = self._tokenizer = self._tokenizer or self._build_tokenizer()
-        matcher = llguidance.LLMatcher(tokenizer, grammar_text(constraint), log_level=0)
-        if matcher.is_error():
-            raise InvalidRequest(constraint.origin, f"cannot be used as a constraint: {_first_line(matcher.get_error())}")
+            if (kept := self._kept.get(owner, key)) is not None:
+                return kept
+        matcher, size = self._build(constraint)
         with self._lock:
-            self._compiled[key] = matcher
-            while len(self._compiled) > CACHE_SIZE:
-                self._compiled.popitem(last=False)
-        return matcher
+            return self._kept.put(owner, key, matcher, size)
 
     def start(self, constraint: Constraint) -> ConstrainedAnswer:
-        return ConstrainedAnswer(self.compile(constraint).deep_copy())
+        """An answer's own copy of the constraint, from whichever owner's kept one; one evicted since its owner
+        compiled it is built again and not kept, so that the engine never counts in anyone's share."""
+        with self._lock:
+            kept = self._kept.find((constraint.kind.value, constraint.source))
+        matcher = kept if kept is not None else self._build(constraint)[0]
+        return ConstrainedAnswer(matcher.deep_copy(), constraint.origin, self.vocab_size, self.eos)
 
-    def fill_masks(self, answers: Sequence[ConstrainedAnswer]) -> None:
-        if not answers:
-            return
-        bitmask = np.empty((len(answers), _words(self.vocab_size)), dtype=np.int32)  # [rows, vocab / 32]
-        if len(answers) == 1:
-            llg_numpy.fill_next_token_bitmask(answers[0].matcher, bitmask, 0)
-        else:
-            if self._executor is None:
-                self._executor = llguidance.LLExecutor()
-            llg_numpy.fill_next_token_bitmask_par(self._executor, [(a.matcher, i) for i, a in enumerate(answers)],
-                                                  bitmask)
-        allowed = np.unpackbits(bitmask.view(np.uint8), axis=1, bitorder="little")  # [rows, words * 32]
-        for answer, row in zip(answers, allowed):
-            answer.allowed = row[: self.vocab_size].astype(bool)
+    def _build(self, constraint: Constraint) -> tuple[llguidance.LLMatcher, int]:
+        """A probed matcher and the bytes it is estimated to hold; InvalidRequest if either is too much."""
+        with self._lock:
+            tokenizer = self._tokenizer = self._tokenizer or self._build_tokenizer()
+        text = grammar_text(constraint)
+        matcher = llguidance.LLMatcher(tokenizer, text, log_level=0, limits=LIMITS)
+        if matcher.is_error():
+            raise InvalidRequest(constraint.origin, f"cannot be used as a constraint: {_first_line(matcher.get_error())}")
+        forced = self._probe(constraint, matcher)
+        size = max(_BYTES_AT_LEAST, _BYTES_PER_CHAR * len(text) + _BYTES_PER_FORCED * forced)
+        if size > self._kept.share:
+            raise InvalidRequest(constraint.origin, f"too costly to keep: compiled, it would take about {size >> 20} "
+                                                    f"MiB, more than one client may ({self._kept.share >> 20} MiB); "
+                                                    f"{_REMEDY}")
+        return matcher, size
+
+    def begin(self, answers: Sequence[ConstrainedAnswer]) -> None:
+        """Start each answer's next mask on a worker thread, unless it has one coming."""
+        if self._workers is None:
+            self._workers = ThreadPoolExecutor(max(1, self._mask_threads), thread_name_prefix="typewriter-mask")
+        for answer in answers:
+            answer.begin(self._workers)
+
+    def wait(self, answers: Sequence[ConstrainedAnswer], timeout_s: float, any_one: bool = False) -> None:
+        """Until every answer's next mask is ready (`any_one`: one of them), or `timeout_s` passed."""
+        pending = [a.next_mask for a in answers if a.next_mask is not None]
+        if pending:
+            wait(pending, timeout_s, FIRST_COMPLETED if any_one else ALL_COMPLETED)
+
+    def close(self) -> None:
+        if self._workers is not None:
+            self._workers.shutdown(wait=False, cancel_futures=True)
+
+    def _probe(self, constraint: Constraint, matcher: llguidance.LLMatcher) -> int:
+        """The first mask and the one after the first token, each within its CPU time, else InvalidRequest; the
+        bytes the grammar forces. The lexer the first mask builds stays in `matcher` for every copy of it."""
+        first = _compute_mask(matcher, self.vocab_size, self.eos)
+        if first.dead_end:
+            raise InvalidRequest(constraint.origin, "no answer can match it: it allows no first token")
+        if first.error is not None:
+            raise InvalidRequest(constraint.origin, f"cannot be used as a constraint: {_first_line(first.error)}")
+        _check_cost(constraint, first.cpu_s, FIRST_MASK_CPU_S, "its first token's mask")
+        if first.tokens.size == 0:  # only the end: an empty answer
+            return 0
+        after = matcher.deep_copy()
+        if not after.consume_token(int(first.tokens[0])) or after.is_error():
+            raise InvalidRequest(constraint.origin, f"too costly to enforce ({_first_line(after.get_error())}); "
+                                                    f"{_REMEDY}")
+        second = _compute_mask(after, self.vocab_size, self.eos)
+        if second.error is not None:  # a dead end after one token may be that token's: the engine ends it if so
+            raise InvalidRequest(constraint.origin, f"too costly to enforce ({_first_line(second.error)}); {_REMEDY}")
+        _check_cost(constraint, second.cpu_s, MASK_CPU_S, "a token's mask")
+        return len(matcher.compute_ff_bytes())
 
     def _build_tokenizer(self) -> llguidance.LLTokenizer:
-        return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_ByteVocabulary(self.vocabulary, self.vocab_size)),
-                                      n_vocab=self.vocab_size, eos_token=sorted(self.vocabulary.eos_token_ids))
+        """Twice: llguidance tokenizes the text a grammar forces through a callback, and the first tokenizer's
+        greedy longest match, in Rust, is that callback (a Python one cost most of a forced mask)."""
+        spelled = _ByteVocabulary(self.vocabulary, self.vocab_size)
+        eos = sorted(self.vocabulary.eos_token_ids)
+        plain = llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=self.vocab_size, eos_token=eos)
+        spelled.greedy = plain.greedy_tokenize
+        return llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=self.vocab_size, eos_token=eos)
+
+
+@dataclass(frozen=True)
+class _Mask:
+    allowed: np.ndarray  # [vocab] bool
+    tokens: np.ndarray  # the allowed ids but the end's
+    cpu_s: float
+    dead_end: bool  # nothing allowed but the end, where the text is not complete
+    error: str | None  # llguidance stopped: a limit reached
+
+
+def _compute_mask(matcher: llguidance.LLMatcher, vocab_size: int, eos: np.ndarray) -> _Mask:
+    bitmask = np.empty((1, _words(vocab_size)), dtype=np.int32)  # [1, vocab / 32]
+    began = time.thread_time()  # CPU time: another thread's load does not count against the constraint
+    llg_numpy.fill_next_token_bitmask(matcher, bitmask, 0)
+    cpu_s = time.thread_time() - began
+    allowed = np.unpackbits(bitmask.view(np.uint8), bitorder="little")[:vocab_size].astype(bool)  # [vocab]
+    tokens = np.flatnonzero(allowed)
+    tokens = tokens[~np.isin(tokens, eos)]
+    error = matcher.get_error() if matcher.is_error() else None
+    dead = tokens.size == 0 and not matcher.is_accepting() and (error is None or error.startswith("NoExtension"))
+    return _Mask(allowed, tokens, cpu_s, dead, None if dead else error)
+
+
+def _check_cost(constraint: Constraint, cpu_s: float, limit_s: float, what: str) -> None:
+    if cpu_s > limit_s:
+        raise InvalidRequest(constraint.origin, f"too costly to enforce: {what} took {cpu_s * 1000:.0f} ms, more "
+                                                f"than the {limit_s * 1000:.0f} ms allowed; {_REMEDY}")
 
 
 class ConstrainedAnswer:
-    def __init__(self, matcher: llguidance.LLMatcher):
-        self.matcher = matcher
-        self.allowed: np.ndarray | None = None  # [vocab] bool, set by Grammars.fill_masks for the next token
+    """One answer's matcher. Its next mask is computed on a worker thread (`begin`) while the step runs; the engine
+    samples once it is `ready`, and a row whose mask is late keeps its logits (`held`) and sits out until it is."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, origin: str, vocab_size: int, eos: np.ndarray):
+        self.matcher, self.origin = matcher, origin
+        self.vocab_size, self.eos = vocab_size, eos
+        self.next_mask: Future[_Mask] | None = None
+        self.held: np.ndarray | None = None  # [vocab] logits computed for a token whose mask was not ready
+        self.consumed = 0
+        self.forced = False  # the last mask allowed one token only
+
+    def begin(self, workers: ThreadPoolExecutor) -> None:
+        if self.next_mask is None:
+            self.next_mask = workers.submit(_compute_mask, self.matcher, self.vocab_size, self.eos)
+
+    @property
+    def ready(self) -> bool:
+        return self.next_mask is not None and self.next_mask.done()
+
+    def failure(self) -> str | None:
+        """Why the answer cannot go on (a message naming the field), once its mask is ready; None if it can."""
+        mask = self._ready_mask()
+        if mask.dead_end:
+            return (f"{self.origin}: no token can follow the answer's {self.consumed} tokens (a dead end of the "
+                    "constraint); the answer cannot be completed to match it")
+        if mask.error is not None:
+            return f"{self.origin}: the constraint became too costly to enforce ({_first_line(mask.error)})"
+        if mask.cpu_s > 10 * MASK_CPU_S:
+            return (f"{self.origin}: the constraint became too costly to enforce (a token's mask took "
+                    f"{mask.cpu_s * 1000:.0f} ms)")
+        return None
 
     def mask(self, logits: np.ndarray) -> np.ndarray:
-        if self.allowed is None:
-            raise RuntimeError("the constraint's mask was not computed for this step")
-        masked = np.where(self.allowed, logits, -np.inf)
-        self.allowed = None
+        allowed = self._ready_mask().allowed
+        # one token allowed: the grammar's own text, which the loop guard must not take for the model repeating itself
+        self.forced = int(np.count_nonzero(allowed)) == 1
+        masked = np.where(allowed, logits, -np.inf)
+        self.next_mask = None
         return masked
 
     def consume(self, token_id: int) -> None:
-        if not self.matcher.consume_token(token_id):
-            raise RuntimeError(f"the constraint refused token {token_id}: {self.matcher.get_error()}")
+        if not self.matcher.consume_token(token_id):  # a token its mask allowed: a limit reached
+            raise ConstraintFailed(f"{self.origin}: the constraint became too costly to enforce "
+                                   f"({_first_line(self.matcher.get_error())})")
+        self.consumed += 1
 
     @property
     def complete(self) -> bool:
         return self.matcher.is_accepting()
+
+    def _ready_mask(self) -> _Mask:
+        if self.next_mask is None or not self.next_mask.done():
+            raise RuntimeError("the constraint's mask was not computed for this step")
+        return self.next_mask.result()
+
+
+class _Kept:
+    """Compiled matchers by owner and constraint, bounded in estimated bytes: no owner holds more than `share`, and
+    past `total` the owner holding the most gives up its least recently used first, so no owner's compiles push
+    another below what it holds itself."""
+
+    def __init__(self, total: int, share: int):
+        self.total, self.share = total, min(share, total)
+        self._entries: OrderedDict[tuple[str, str, str], tuple[llguidance.LLMatcher, int]] = OrderedDict()
+        self._held: Counter[str] = Counter()
+        self._owners: dict[tuple[str, str], list[str]] = {}  # constraint -> the owners holding it
+
+    @property
+    def bytes(self) -> int:
+        return sum(self._held.values())
+
+    def get(self, owner: str, key: tuple[str, str]) -> llguidance.LLMatcher | None:
+        entry = self._entries.get((owner, *key))
+        if entry is None:
+            return None
+        self._entries.move_to_end((owner, *key))
+        return entry[0]
+
+    def find(self, key: tuple[str, str]) -> llguidance.LLMatcher | None:
+        owners = self._owners.get(key)
+        return self._entries[(owners[-1], *key)][0] if owners else None
+
+    def put(self, owner: str, key: tuple[str, str], matcher: llguidance.LLMatcher, size: int) -> llguidance.LLMatcher:
+        if (kept := self.get(owner, key)) is not None:  # another thread compiled it meanwhile
+            return kept
+        while self._held[owner] + size > self.share:
+            self._evict(owner)
+        while self.bytes + size > self.total:
+            self._evict(max(self._held, key=lambda o: self._held[o]))
+        self._entries[(owner, *key)] = (matcher, size)
+        self._held[owner] += size
+        self._owners.setdefault(key, []).append(owner)
+        return matcher
+
+    def held(self, owner: str) -> int:
+        return self._held[owner]
+
+    def _evict(self, owner: str) -> None:
+        """`owner`'s least recently used entry."""
+        entry = next(k for k in self._entries if k[0] == owner)
+        _, size = self._entries.pop(entry)
+        self._held[owner] -= size
+        if not self._held[owner]:
+            del self._held[owner]
+        key = (entry[1], entry[2])
+        self._owners[key].remove(owner)
+        if not self._owners[key]:
+            del self._owners[key]
 
 
 class _ByteVocabulary:
@@ -132,21 +323,13 @@ class _ByteVocabulary:
                 marked.append(i)
             tokens.append(piece)
         self.tokens, self.special_token_ids = tokens, marked
-        self._ids = {piece: i for i, piece in reversed(list(enumerate(tokens)))}  # the lowest id per spelling
+        self.greedy: Callable[[str], list[int]] = lambda text: []  # set once a tokenizer over `tokens` exists
 
-    def __call__(self, text: bytes | str) -> list[int]:
+    def __call__(self, text: str) -> list[int]:
         """Greedy longest-match tokenizing: only for llguidance's own re-tokenizing, never for an answer."""
-        data = text.encode("utf-8") if isinstance(text, str) else text
-        out, i = [], 0
-        while i < len(data):
-            for n in range(min(_MAX_TOKEN_BYTES, len(data) - i), 0, -1):
-                if (token := self._ids.get(data[i : i + n])) is not None:
-                    out.append(token)
-                    i += n
-                    break
-            else:
-                i += 1  # a byte no token spells: dropped
-        return out
+        if not isinstance(text, str):  # so that llguidance's wrapper hands over text, never bytes
+            raise TypeError("text only")
+        return self.greedy(text)
 
 
 def _bytes_or_none(vocabulary: Vocabulary, token_id: int) -> bytes:

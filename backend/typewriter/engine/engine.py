@@ -10,8 +10,8 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -19,16 +19,19 @@ import numpy as np
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .capacity import typical_position
-from .constraints import Grammars
+from .constraints import MASK_WAIT_MIN_S, MASK_WAIT_SHARE, ConstraintFailed, Grammars
 from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
 from .request_state import RequestState, Status
 from .runner import PrefillChunk, Runner
 from .scheduler import Plan, Scheduler
+from .slot_cap import SlotCap
 
 log = logging.getLogger("typewriter.engine")
 
 # A fault ends only the requests it concerns; this many faulty steps in a row mean the model state itself is broken.
 MAX_FAULTY_STEPS = 3
+# With nothing else to run, how long a step waits for a late mask before it looks for cancels again.
+LATE_MASK_POLL_S = 0.05
 
 
 class EngineFault(RuntimeError):
@@ -62,6 +65,7 @@ class Vocabulary(Spelling, Protocol):
 class EngineStats:
     active: int
     queued: int
+    groups: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # share.group -> (active, queued)
 
 
 @dataclass(frozen=True)
@@ -81,13 +85,17 @@ class Engine:
         _ = tokenizer.token_text.wordy  # the repetition penalty's words: worked out here, not on a first request
         self.model_name = model_name
         self.max_context = runner.max_len
-        self.max_active = runner.slots
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
                                    decode_prior=_decode_prior(runner))
-        self.grammars = Grammars(tokenizer, runner.vocab_size)
+        sizing, model = runner.sizing, runner.step_model
+        self.scheduler.open = min(sizing.slots, runner.slots)
+        # None: the count is fixed (set, or no step model to weigh the steps against)
+        self.slot_cap = SlotCap(model, self.scheduler.open, runner.slots, runner.max_len) if (
+            sizing.adapts and model is not None) else None
+        self.grammars = Grammars(tokenizer, runner.vocab_size, mask_threads=runner.slots)
         self.clock = clock
         self.state = EngineState.IDLE
         self.decode_steps = 0
@@ -95,6 +103,7 @@ class Engine:
         self._lock = threading.Condition()  # guards the scheduler, `_cancelled` and `state`; reentrant
         self._cancelled: set[str] = set()
         self._faulty_steps = 0
+        self._runner_s = 0.0  # the last step's runner call alone, what the capacity probe timed
         self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
 
     def start(self) -> Engine:
@@ -102,6 +111,11 @@ class Engine:
             self._move(EngineState.RUNNING)
         self._thread.start()
         return self
+
+    @property
+    def max_active(self) -> int:
+        """The slots open to newcomers now."""
+        return self.scheduler.open
 
     @property
     def alive(self) -> bool:
@@ -144,17 +158,32 @@ class Engine:
 
     def stats(self) -> EngineStats:
         with self._lock:
-            return EngineStats(active=len(self.scheduler.running), queued=len(self.scheduler.waiting))
+            groups: dict[str, tuple[int, int]] = {}
+            for request in self.scheduler.running.values():
+                active, queued = groups.get(request.share.group, (0, 0))
+                groups[request.share.group] = (active + 1, queued)
+            for request in self.scheduler.waiting:
+                active, queued = groups.get(request.share.group, (0, 0))
+                groups[request.share.group] = (active, queued + 1)
+            return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), groups)
 
     def prepare(self, request: GenerationRequest) -> None:
         if (compiler := self.runner.compiler) is not None:
             compiler.prepare_answer(len(request.prompt_ids), request.params.max_new_tokens)
 
     def describe_runtime(self) -> dict[str, Any]:
-        return {**self.runner.describe(), "slots": self.runner.sizing.describe()}
+        slots = self.runner.sizing.describe() | {"count": self.max_active}
+        if self.slot_cap is not None and (change := self.slot_cap.last) is not None:
+            slots["last_change"] = {"from": change.before, "to": change.after, "why": change.why}
+        return {**self.runner.describe(), "slots": slots}
+
+    def describe_slots(self) -> str:
+        """The start-up line's: how many slots, why, and whether they move."""
+        return self.runner.sizing.summary()
 
     def shutdown(self, timeout: float | None = 30.0) -> None:
         self.runner.close()
+        self.grammars.close()
         with self._lock:
             if self.state is EngineState.IDLE:
                 self._move(EngineState.STOPPING)
@@ -204,12 +233,17 @@ class Engine:
                 faults += self._fail([by_slot[target]], "a cache copy")
         chunks, decode = self._runnable(plan)
         chunks = [c for c in chunks if c.slot in self.scheduler.running]  # not those whose copy failed
-        faults += self._compute(chunks, decode)
+        late = [r for r in decode if r.constraint is not None and r.constraint.held is not None]  # sit this step out
+        decode = [r for r in decode if r not in late]
+        positions = sum(request.num_tokens - 1 for request in decode)  # before each takes its token
+        faults += self._compute(chunks, decode, late)
         if chunks or decode:
             took = self.clock() - began
             if not faults:
                 with self._lock:
                     self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
+                if decode and not chunks:
+                    self._weigh_slots(len(decode), positions, self._runner_s)
             self._observe(StepStats(took, len(decode)))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
@@ -225,16 +259,25 @@ class Engine:
             return plan.chunks, plan.decode
         return chunks, rows
 
-    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> int:
-        """1 if any of it failed (ending exactly the requests it concerned), else 0."""
+    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState], late: list[RequestState]) -> int:
+        """1 if any of it failed (ending exactly the requests it concerned), else 0. `late`: rows holding logits
+        whose mask was not ready; each takes its token in the first step its mask is."""
         if not chunks and not batch:
+            self.grammars.wait([r.constraint for r in late if r.constraint], LATE_MASK_POLL_S, any_one=True)
+            self._take_ready([(request, None) for request in late])
             return 0
         prefilling = [self.scheduler.running[c.slot] for c in chunks]
+        # Each mask depends only on the tokens already taken: computed on worker threads during the forward pass.
+        sampled = batch + [request for c, request in zip(chunks, prefilling) if c.wants_logits]
+        self.grammars.begin([request.constraint for request in sampled if request.constraint])
+        began, wall = self.clock(), time.perf_counter()
         try:
             out = self.runner.step([request.slot for request in batch], [request.output_ids[-1] for request in batch],
                                    [request.num_tokens - 1 for request in batch], chunks)
         except Exception:
             return self._fail(prefilling + batch, "a step")
+        self._runner_s = self.clock() - began
+        forward_s = time.perf_counter() - wall  # late masks are waited for in real time, whatever the engine's clock
         decode_failed = False
         for fault in out.faults:
             requests = [prefilling[i] for i in fault.chunks] + (batch if fault.decode else [])
@@ -242,7 +285,7 @@ class Engine:
             log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in requests),
                       exc_info=fault.error)
             self._end_failed(requests, fault.what)
-        takes: list[tuple[RequestState, np.ndarray]] = []
+        takes: list[tuple[RequestState, np.ndarray | None]] = []
         for chunk, request, logits in zip(chunks, prefilling, out.prefilled):
             if request.status is not Status.FINISHED:
                 with self._lock:
@@ -252,23 +295,45 @@ class Engine:
         if batch and not decode_failed:
             self.decode_steps += 1
             takes += zip(batch, out.decoded)
-        self._constrain([request for request, _ in takes])
-        for request, row in takes:
-            if request.status is not Status.FINISHED:  # not one whose mask failed
-                self._take(request, row)
+        takes += [(request, None) for request in late]
+        # A late mask holds its own row back, never the others, beyond a share of the step.
+        self.grammars.wait([r.constraint for r, _ in takes if r.constraint], max(MASK_WAIT_MIN_S,
+                                                                                  MASK_WAIT_SHARE * forward_s))
+        self._take_ready(takes)
         return 1 if out.faults else 0
 
-    def _constrain(self, requests: list[RequestState]) -> None:
-        constrained = [request for request in requests if request.constraint is not None]
-        try:
-            self.grammars.fill_masks([request.constraint for request in constrained if request.constraint])
-        except Exception:
-            self._fail(constrained, "a constraint's mask")
+    def _take_ready(self, takes: list[tuple[RequestState, np.ndarray | None]]) -> None:
+        """Take each row's token whose mask is ready; a row whose mask is not holds its logits (None: it held them)."""
+        for request, logits in takes:
+            answer = request.constraint
+            if request.status is Status.FINISHED:
+                continue
+            if answer is None:
+                if logits is not None:
+                    self._take(request, logits)
+                continue
+            if logits is not None:
+                answer.held = logits
+            if answer.held is None or not answer.ready:
+                continue
+            try:
+                failure = answer.failure()
+            except Exception:
+                self._fail([request], "a constraint's mask")
+                continue
+            if failure is not None:
+                self._finish(request, FinishReason.CONSTRAINT, failure)
+                continue
+            held, answer.held = answer.held, None
+            self._take(request, held)
 
     def _take(self, request: RequestState, logits: np.ndarray) -> None:
         try:
             token_id = request.sample(logits)
             text, reason = request.take(token_id, self.clock())
+        except ConstraintFailed as e:  # a limit reached mid-answer: the client's constraint, not a fault
+            self._finish(request, FinishReason.CONSTRAINT, str(e))
+            return
         except Exception:
             self._fail([request], "sampling or detokenizing")
             return
@@ -294,6 +359,17 @@ class Engine:
             self.scheduler.finish(request, reusable)
         self._emit(request, Finished(request.id, reason, len(request.prompt_ids), len(request.output_ids),
                                  request.timings(self.clock()), error))
+
+    def _weigh_slots(self, rows: int, positions: int, seconds: float) -> None:
+        """`seconds`: the runner's part of a decode-only step, as the probe timed its steps, so the machine's speed
+        is compared like with like (what sampling adds: docs/measurements/2026-12-05-adaptive-slots.md)."""
+        if self.slot_cap is None:
+            return
+        change = self.slot_cap.observe(rows, positions, seconds)
+        if change is not None:
+            with self._lock:
+                self.scheduler.open = change.after
+            log.info("slots %d -> %d, %s", change.before, change.after, change.why)
 
     def _observe(self, stats: StepStats) -> None:
         if (observer := self.on_step) is None:

@@ -21,6 +21,9 @@ class FinishReason(enum.StrEnum):
     CANCELLED = "cancelled"
     SHUTDOWN = "shutdown"
     ERROR = "error"
+    # The answer's constraint could go no further (a dead end, or a limit reached mid-answer): the client's, not a
+    # fault of the server's. `Finished.error` says which, starting with the constraint's field.
+    CONSTRAINT = "constraint"
     REPETITION = "repetition"
 
 
@@ -134,6 +137,9 @@ class Share:
     group: str = ""
     weight: float = 1.0
 
+    def __post_init__(self) -> None:
+        _check_float("share.weight", self.weight, 0.0, 1e6, low_open=True)
+
 
 @dataclass
 class GenerationRequest:
@@ -148,7 +154,6 @@ class GenerationRequest:
     owner: str | None = None
     shared_prefix: int = 0
     share: Share = field(default_factory=Share)
-
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from .logprobs import token_logprobs
 from .repetition import LoopGuard
 from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
 from .sampling import Sampler
+from .wrap_up import WrapUp
 
 
 class Status(enum.Enum):
@@ -51,6 +52,8 @@ class RequestState:
         self.prompt_ids = list(request.prompt_ids) + (list(start.ids) if start else [])
         self.continued = len(start.ids) if start else 0  # answer tokens generated before this request
         self.owner, self.shared_prefix = request.owner, request.shared_prefix
+        self.share = request.share  # whose service it is (fairness.py)
+        self.charged = 0  # generated tokens already charged to its share
         self.output_ids: list[int] = []
         self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
         self.reused = 0  # of those, found already cached
@@ -64,8 +67,9 @@ class RequestState:
         self.penalised: list[int] = [t for t in (start.ids if start else ()) if self._is_word(t)]
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
-        # Not for a constrained answer: cut short, it would not parse.
-        self.loops = LoopGuard() if request.params.loop_guard and request.params.constraint is None else None
+        self.loops = LoopGuard() if request.params.loop_guard else None
+        self.wrap_up: WrapUp | None = None  # steering a constrained answer that loops to its end
+        self._table = tokenizer.token_text.table
         self.last_position = 0
         self.submitted = now
         self.started = 0.0
@@ -105,6 +109,8 @@ class RequestState:
     def sample(self, logits: np.ndarray) -> int:
         if self.constraint is not None:
             logits = self.constraint.mask(logits)
+        if self.wrap_up is not None:
+            logits = self.wrap_up.steer(logits)
         history = self.penalised
         token_id = self.sampler.sample(logits, history)
         if self.params.logprobs is not None:
@@ -121,24 +127,34 @@ class RequestState:
             self.first_token = now
         if self.constraint is not None:
             self.constraint.consume(token_id)
-        return self._pipe(token_id, self.last_index + 1)
+        if self.wrap_up is not None:
+            self.wrap_up.push(token_id)
+        forced = self.constraint is not None and self.constraint.forced
+        return self._pipe(token_id, self.last_index + 1, forced)
 
     def _is_word(self, token_id: int) -> bool:
         return not 0 <= token_id < self._wordy.size or bool(self._wordy[token_id])
 
-    def _pipe(self, token_id: int, answer_tokens: int) -> tuple[str, FinishReason | None]:
+    def _pipe(self, token_id: int, answer_tokens: int, forced: bool = False) -> tuple[str, FinishReason | None]:
         if token_id in self.eos_ids and not self.params.ignore_eos:
             self.detokenizer.flush()  # an unfinished character is dropped, never sent as U+FFFD
-            return self.stops.flush(), FinishReason.EOS
+            # a loop steered to its end says so, as a loop cut in plain text does
+            return self.stops.flush(), FinishReason.EOS if self.wrap_up is None else FinishReason.REPETITION
         text, stopped = self.stops.push(self.detokenizer.push(token_id))
         if stopped:
             return text, FinishReason.STOP_SEQUENCE
         if answer_tokens >= self.params.max_new_tokens:
             self.detokenizer.flush()
             return text + self.stops.flush(), FinishReason.LENGTH
-        if self.loops is not None and self.loops.push(token_id):
-            self.detokenizer.flush()
-            return text + self.stops.flush(), FinishReason.REPETITION
+        if self.loops is not None and not forced and self.loops.push(token_id):
+            # A constrained answer is cut only where its constraint could end, so what was sent still matches it;
+            # elsewhere it is steered to an end.
+            if self.constraint is None or self.constraint.complete:
+                self.detokenizer.flush()
+                return text + self.stops.flush(), FinishReason.REPETITION
+            if self.wrap_up is None:
+                answer = b"".join(self._table[i] for i in self.output_ids)
+                self.wrap_up = WrapUp(self._table, answer, self.output_ids)
         return text, None
 
     def _replay(self, start: AnswerStart) -> None:

@@ -1,6 +1,9 @@
-"""Which requests run: a bounded FIFO wait queue, a fixed set of slots, and prompt chunks bounded per step by tokens
-and by time (step_cost.py), so running answers never stall for long behind a long prompt. Prefills go on first come,
-first served; newcomers then take free slots from the longest cached prefix (prefix_cache.py). Pure Python.
+"""Which requests run: a bounded wait queue, a fixed set of slots of which at most `open` run at once (slot_cap.py
+moves it), and prompt chunks bounded per step by tokens and by time (step_cost.py), so running answers never stall
+for long behind a long prompt. Who takes a free slot and whose prompt gets the step's budget first follow fair shares
+(fairness.py): the least-served class, within it the least-served student, first come, first served within one
+student (and so for callers that give no share). Newcomers take free slots from the longest cached prefix
+(prefix_cache.py). Pure Python.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from ..errors import Overloaded
+from .fairness import ANSWER_COST, FairShare, prompt_cost
 from .prefix_cache import Held, PrefixCache
 from .request import FinishReason
 from .request_state import RequestState, Status
@@ -18,6 +22,7 @@ from .step_cost import COLD_CHUNK, StepCost
 
 # Up to this many decoding rows a step prefills `budget` tokens; twice the rows, twice the budget.
 BUDGET_ROWS = 8
+ANSWER_MEMORY = 16  # finished answers whose lengths count most in the length a waiting request is expected to get
 
 
 @dataclass
@@ -41,20 +46,27 @@ class Scheduler:
         self.costs = StepCost(decode_prior)
         self._allowance_s: float | None = None  # what this step's chunks may still add (None: no time bound)
         self.idle_budget = max(budget, max_chunk) if idle_budget is None else idle_budget
-        self.waiting: deque[RequestState] = deque()
+        self.waiting: deque[RequestState] = deque()  # in arrival order; `order()` is the order they go in
         self.running: dict[int, RequestState] = {}  # slot -> request, prefilling or decoding
         self.prefilling: list[RequestState] = []  # in the order they were admitted
         self.free_slots = list(range(slots))
+        self.open = slots  # newcomers wait once this many run
         self.cache = PrefixCache(slots)
+        self.fair = FairShare()
+        self.typical_answer = 0.0  # tokens: the mean of the first finished answers, then a moving average
+        self.answers_seen = 0
 
     def add(self, request: RequestState) -> None:
         """Overloaded when full; a burst may hold as many beyond `max_queue` as there are free slots."""
-        if len(self.waiting) >= self.max_queue + len(self.free_slots):
+        if len(self.waiting) >= self.max_queue + len(self.open_slots()):
             raise Overloaded(self.max_queue)
         self.waiting.append(request)
+        self.fair.arrive(request.share)
 
     def schedule(self, cancelled: Collection[str], now: float) -> Plan:
         plan = Plan()
+        for request in self.running.values():
+            self._charge_answer(request)
         for request in [*self.running.values(), *self.waiting]:
             if request.id in cancelled:
                 plan.ended.append((request, FinishReason.CANCELLED))
@@ -65,23 +77,30 @@ class Scheduler:
         for request, _ in plan.ended:
             self.finish(request)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
-        starting = len(self.prefilling) + min(len(self.waiting), len(self.free_slots))  # to their first token
+        starting = len(self.prefilling) + min(len(self.waiting), len(self.open_slots()))  # to their first token
         if plan.decode and not self.costs.ready:  # a few small chunks a step, until their cost is known
             budget, self._allowance_s = self.budget, None
         else:
             budget = self.step_budget(len(plan.decode), starting)
             self._allowance_s = self.costs.allowance_s(len(plan.decode), starting > 1) if plan.decode else None
-        for request in self.prefilling:
+        for request in self.fair.by_service(self.prefilling):
             taken = self._chunk(plan, request, budget) if self._room(plan, budget) else 0
-            if not taken:  # first come, first served: nobody later goes ahead
+            if not taken:  # least served first: nobody more served goes ahead
                 break
             budget -= taken
-        while self._room(plan, budget) and self.waiting and self.free_slots and not self._prefix_coming():
-            request, copy_from = self._admit()
-            plan.admitted.append(request)
+        held: list[RequestState] = []  # each waits to copy a prefix being computed, and a free slot is kept for it
+        while self._room(plan, budget) and len(self.open_slots()) > len(held):
+            nxt = next((r for r in self.order() if r not in held), None)
+            if nxt is None:
+                break
+            if self._prefix_coming(nxt):
+                held.append(nxt)
+                continue
+            copy_from = self._admit(nxt)
+            plan.admitted.append(nxt)
             if copy_from is not None:
-                plan.copies.append((copy_from, request.slot))
-            taken = self._chunk(plan, request, budget)  # none: it has its slot, and prefills from the next step
+                plan.copies.append((copy_from, nxt.slot))
+            taken = self._chunk(plan, nxt, budget)  # none: it has its slot, and prefills from the next step
             if not taken:
                 break
             budget -= taken
@@ -94,8 +113,18 @@ class Scheduler:
             return self.idle_budget
         return self.budget * max(1, decode_rows // BUDGET_ROWS, starting)
 
+    def order(self) -> list[RequestState]:
+        """The waiting requests in the order they will take slots if nothing else changes (their queue positions).
+        What the requests in slots are still expected to cost is counted as served already, so that a client
+        whose answers are under way goes after one whose are not, as it will once they are generated."""
+        owed = [(r.share, self._prompt_cost(r.prefilled, len(r.prompt_ids) - r.prefilled)
+                 + max(0.0, self._expected_answer(r) - len(r.output_ids)) * ANSWER_COST)
+                for r in self.running.values()]
+        return self.fair.order(list(self.waiting), self._expected_cost, owed)
+
     def prefilled(self, chunk: PrefillChunk) -> None:
         request = self.running[chunk.slot]
+        self.fair.charge(request.share, self._prompt_cost(chunk.start, chunk.length))
         request.prefilled = chunk.start + chunk.length
         if chunk.wants_logits:
             self.prefilling.remove(request)
@@ -103,6 +132,13 @@ class Scheduler:
 
     def finish(self, request: RequestState, reusable: bool = True) -> None:
         """`reusable` False: a failed step may have left the slot's cache half written."""
+        if request.status is not Status.FINISHED:
+            self._charge_answer(request)
+            self.fair.leave(request.share)
+        if request.output_ids:
+            self.answers_seen += 1
+            self.typical_answer += (len(request.output_ids) - self.typical_answer) / min(self.answers_seen,
+                                                                                        ANSWER_MEMORY)
         if request.status in (Status.PREFILLING, Status.RUNNING):
             if request in self.prefilling:
                 self.prefilling.remove(request)
@@ -113,6 +149,13 @@ class Scheduler:
             self.waiting.remove(request)
         request.move_to(Status.FINISHED)
 
+    def open_slots(self) -> list[int]:
+        """The free slots a newcomer may take: none once `open` requests run, else those numbered below `open`, so
+        the caches of slots past it stay untouched until it rises."""
+        if len(self.running) >= self.open:
+            return []
+        return [slot for slot in self.free_slots if slot < self.open]
+
     def find(self, request_id: str) -> RequestState | None:
         for request in (*self.running.values(), *self.waiting):
             if request.id == request_id:
@@ -122,10 +165,9 @@ class Scheduler:
     def requests(self) -> list[RequestState]:
         return [*self.running.values(), *self.waiting]
 
-    def _prefix_coming(self) -> bool:
-        """Whether the next in line should wait to copy a prefix another request is computing: the prompt of the
-        request it follows, or the shared prefix (a class arriving together on a fresh server)."""
-        nxt = self.waiting[0]
+    def _prefix_coming(self, nxt: RequestState) -> bool:
+        """Whether `nxt` should wait to copy a prefix another request is computing: the prompt of the request it
+        follows, or the shared prefix (a class arriving together on a fresh server)."""
         leader = self.find(nxt.follows) if nxt.follows else None
         if leader is not None and leader.status in (Status.WAITING, Status.PREFILLING):
             return True
@@ -157,12 +199,12 @@ class Scheduler:
         """The first chunk always goes, so a prompt moves on however slow the step."""
         return budget > 0 and (self._allowance_s is None or not plan.chunks or self._allowance_s >= 0)
 
-    def _admit(self) -> tuple[RequestState, int | None]:
-        """The next waiting request, and the slot whose cache is copied into its own first (None: none)."""
-        request = self.waiting.popleft()
+    def _admit(self, request: RequestState) -> int | None:
+        """Gives a waiting request a slot; returns the slot whose cache is copied into its own first (None: none)."""
+        self.waiting.remove(request)
         busy = sorted(self.running)
         room = self.context - len(request.prompt_ids) - request.params.max_new_tokens if self.context else 0
-        place = self.cache.place(request.prompt_ids, self.free_slots, self._holds, busy, reuse=request.params.cache_prompt,
+        place = self.cache.place(request.prompt_ids, self.open_slots(), self._holds, busy, reuse=request.params.cache_prompt,
                                  piece=self.piece, room=room, owner=request.owner, shared=request.shared_prefix)
         if place.prompt is not None:  # the same text, as the cached conversation's tokens spell it
             request.prompt_ids = place.prompt
@@ -171,18 +213,40 @@ class Scheduler:
         request.move_to(Status.PREFILLING)
         self.running[request.slot] = request
         self.prefilling.append(request)
-        return request, place.copy_from
+        return place.copy_from
 
     def _holds(self, slot: int) -> Held:
         request = self.running[slot]
         return Held(request.cached_ids(), request.owner)
 
+    def _charge_answer(self, request: RequestState) -> None:
+        """Charges the tokens it generated since the last time."""
+        new = len(request.output_ids) - request.charged
+        if new:
+            self.fair.charge(request.share, new * ANSWER_COST)
+            request.charged += new
+
+    def _prompt_cost(self, start: int, length: int) -> float:
+        return prompt_cost(self.costs, self.open, start, length)  # a full batch: the slots open now
+
+    def _expected_answer(self, request: RequestState) -> float:
+        """Tokens its answer is expected to have: as many as the typical one, half its allowance before any ended."""
+        most = request.params.max_new_tokens
+        return min(most, self.typical_answer if self.answers_seen else most / 2)
+
+    def _expected_cost(self, request: RequestState) -> float:
+        """What a waiting request will cost: its whole prompt (what is cached is known only once placed) and its
+        expected answer."""
+        return self._prompt_cost(0, len(request.prompt_ids)) + self._expected_answer(request) * ANSWER_COST
+
     def _new_positions(self) -> list[tuple[RequestState, int]]:
-        """Those whose place changed; one with a slot free for it is not queued and hears nothing."""
-        free = len(self.free_slots)
+        """Places in the fair order, for those whose place changed. One with a slot free for it (that waits for
+        the step's budget, or for a prefix to copy) is next: one never queued hears nothing, one told a place
+        hears it is first, so that no page shows a place it has left."""
+        free = len(self.open_slots())
         changed = []
-        for n, request in enumerate(self.waiting, start=1):
-            position = n - free
+        for n, request in enumerate(self.order(), start=1):
+            position = n - free if n > free else (1 if request.last_position else 0)
             if position > 0 and request.last_position != position:
                 request.last_position = position
                 changed.append((request, position))

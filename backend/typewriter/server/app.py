@@ -18,11 +18,13 @@ from starlette.websockets import WebSocket
 
 from ..config import Settings, parse_list
 from .auth import ApiKeyCheck
+from .classes import Classes
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .limits import client_address, forwarded_https
 from .metrics import CONTENT_TYPE
 from .openai.routes import OpenAI
 from .origins import HostCheck, allowed_hosts, origin_allowed
+from .page import Page
 from .resume.registry import Resumes
 from .socket import frames as p
 from .socket.session import Session
@@ -40,9 +42,10 @@ SECURITY_HEADERS = [
 
 
 def create_app(settings: Settings, engine_factory: EngineFactory = load_real_engine,
-               web_root: Path = WEB_ROOT) -> Starlette:
-    """The app; `app.state.server` is its ServerState. The engine loads on a thread once the lifespan starts."""
-    state = ServerState(settings, engine_factory)
+               web_root: Path = WEB_ROOT, classes: Classes | None = None) -> Starlette:
+    """The app; `app.state.server` is its ServerState. The engine loads on a thread once the lifespan starts.
+    `classes` None: read from `settings` (the default class alone without a classes file)."""
+    state = ServerState(settings, engine_factory, classes)
     allowed_origins = parse_list(settings.access.allowed_origins)
     templates = Jinja2Templates(directory=web_root / "templates")
     resumes = Resumes(settings, state.metrics.registry)
@@ -60,14 +63,6 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
 
     async def metrics(request: Request) -> Response:
         return Response(state.metrics.render(), media_type=CONTENT_TYPE)
-
-    async def index(request: Request) -> Response:
-        config = {
-            "protocol": 1, "ws_path": "/ws", "readyz_path": "/readyz", "model": settings.model.id,
-            "max_new_tokens": settings.answers.default_length, "max_new_tokens_cap": settings.answers.length_cap,
-            "max_message_bytes": settings.socket.max_message_bytes, "max_messages": settings.socket.max_messages,
-        }
-        return templates.TemplateResponse(request, "index.html", {"config": config})
 
     def socket_origin_ok(scope: Scope) -> bool:
         """Against the scheme its page was served over: wss, or https at a trusted proxy."""
@@ -90,8 +85,14 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             await websocket.close(p.CLOSE_TRY_AGAIN_LATER, reason)
             return
         limits = state.limits
-        client = client_address(websocket.client.host if websocket.client else None, websocket.headers,
-                                limits.trusted)
+        address = client_address(websocket.client.host if websocket.client else None, websocket.headers,
+                                 limits.trusted)
+        client = state.identities.resolve(address, websocket.headers.get("authorization"),
+                                          websocket.headers.get("cookie"))
+        if client is None:
+            await websocket.close(p.CLOSE_POLICY_VIOLATION, "this server serves its classes only: open the page "
+                                                            "with your class's code (/?class=CODE)")
+            return
         refused = limits.connect(client)
         if refused:
             await websocket.close(p.CLOSE_TRY_AGAIN_LATER, refused)
@@ -113,7 +114,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
 
     app = Starlette(
         routes=[
-            Route("/", index),
+            Route("/", Page(state, templates).index),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", metrics),
@@ -121,6 +122,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
             Route("/v1/chat/completions", openai.chat_completions, methods=["POST"]),
             Route("/v1/responses", openai.responses, methods=["POST"]),
             Route("/v1/models", openai.models, methods=["GET"]),
+            Route("/v1/class", openai.classroom, methods=["GET"]),
             Route("/v1/stream/{conversation_id}", streams.replay, methods=["GET"]),
             Route("/v1/stream/{conversation_id}", streams.stop, methods=["DELETE"]),
             Route("/v1/{path:path}", openai.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
@@ -131,7 +133,7 @@ def create_app(settings: Settings, engine_factory: EngineFactory = load_real_eng
     )
     # Each add wraps the app so far: the security headers go on last, so the refusals below carry them too.
     app.add_middleware(ApiKeyCheck, key=settings.access.api_key, page_exempt=settings.access.api_key_page,
-                       origin_ok=socket_origin_ok)
+                       origin_ok=socket_origin_ok, class_key=lambda key: state.classes.by_key(key) is not None)
     app.add_middleware(HostCheck, hosts=allowed_hosts(settings.access.allowed_hosts, settings.serving.host))
     app.add_middleware(SecurityHeaders)
     app.state.server = state

@@ -49,12 +49,13 @@ class ToolStep:
 
 
 def offered(chat: Chat, fmt: ToolFormat | None, enabled: bool) -> bool:
-    """A chat is offered the calculator when the setting is on, the model's template takes tools, and the chat is a
-    plain question: no tools or tool calls of its own, no response_format, one answer, no continued start, no
-    log probabilities (its text would hold a step that no token spelt)."""
+    """A chat is offered the calculator when the setting is on, the model's own template takes tools (not the
+    generic format the server writes for one that has none), and the chat is a plain question: no tools or tool
+    calls of its own, no response_format, one answer, no continued start, no log probabilities (its text would
+    hold a step that no token spelt)."""
     own_tools = chat.own_tools or any(m.tool_calls or m.role == "tool" for m in chat.messages)
-    return (enabled and fmt is not None and not own_tools and chat.response_format is None and chat.n == 1
-            and chat.answer_start is None and chat.logprobs is None)
+    return (enabled and fmt is not None and fmt.in_template and not own_tools and chat.response_format is None
+            and chat.n == 1 and chat.answer_start is None and chat.logprobs is None)
 
 
 def tools() -> list[dict[str, Any]]:

@@ -16,11 +16,11 @@ from typing import Any
 
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from ..errors import TypewriterError
-from ..text.conversation import fit_conversation, kept_messages
-from ..text.tool_format import ToolFormat
+from ..text.conversation import append_system, fit_conversation, kept_messages
 from . import calculator
 from .calculator import ToolStep
 from .chat_request import Chat, sampling_params
+from .identity import Identity
 from .lifecycle import ChatEncoder, Phase, ServerState
 from .owners import shared_length
 from .refusal import ERROR_CODES, Refusal
@@ -53,9 +53,10 @@ class ChatStream:
 
     def __init__(self, server: ServerState, chat_id: str, engine_id: str, dropped_messages: int = 0,
                  choice_ids: list[str] | None = None, splitters: dict[str, ToolCallSplitter] | None = None,
-                 client: str | None = None):
+                 client: Identity | None = None):
         """`choice_ids`: the engine ids of every answer, the first `engine_id`; `splitters`: per answer, with tools;
-        `client`: whose running chats it counts in (Limits.start_chats, done by the caller) until it ends."""
+        `client`: whose running chats it counts in (Limits.start_chats, done by the caller) until it ends, and
+        whose class its tokens are counted for."""
         self.server, self.client = server, client
         self.chat_id, self.engine_id = chat_id, engine_id
         self.choice_ids = choice_ids or [engine_id]
@@ -154,6 +155,8 @@ class ChatStream:
             metrics.started(event)
         elif isinstance(event, Token):
             metrics.generated_tokens.inc()
+            if self.client is not None:
+                metrics.class_tokens.labels(self.client.classroom.name).inc()
             if self.last_token_at is None:
                 metrics.time_to_first_token.observe(now - self.submitted_at)
             else:
@@ -179,38 +182,47 @@ class ChatStream:
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: Chat, client: str, owner: str, shows_steps: bool = False) -> ChatStream:
-    """Submit `chat` for `client` (whom the limits count) as a turn of `owner`'s conversation; raises Refusal.
-    `shows_steps`: the door can show the calculator's steps, so the chat may be offered it (calculator.py)."""
+async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: str, client_system: str,
+                    shows_steps: bool = False) -> ChatStream:
+    """Submit `chat` for `client` (whom the limits count, and the fair share charges, with its class's prompt and
+    answer limits) as a turn of `owner`'s conversation; raises Refusal. `client_system`: how this door takes a
+    client's own system message (refuse, append or replace); `shows_steps`: the door can show the calculator's
+    steps, so the chat may be offered it (calculator.py)."""
     if server.phase is Phase.STOPPING:
         raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     engine, tokenizer = server.engine, server.tokenizer
     if not server.ready or engine is None or tokenizer is None:
         raise Refusal("internal", "the server is not accepting chats (its engine stopped); see /readyz",
                               chat.id)
-    wait_s = server.limits.allow_chat(client, chat.n)  # each of n choices is a chat
-    if wait_s is not None:
-        raise Refusal("rate_limited", f"at most {server.limits.chats_per_minute} chats a minute from one address "
-                                      f"(each of n choices counts); try again in {math.ceil(wait_s)} s", chat.id, wait_s)
-    s = server.settings
-    params = sampling_params(chat, s.answers.default_length, s.answers.length_cap, s.engine.request_timeout_s)
+    limited = server.limits.allow_chat(client, chat.n)  # each of n choices is a chat
+    if limited is not None:
+        wait_s, why = limited
+        raise Refusal("rate_limited", f"{why}; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
+    s, classroom = server.settings, client.classroom
+    cap = min(classroom.max_tokens, s.answers.length_cap)
+    params = sampling_params(chat, min(s.answers.default_length, cap), cap, s.engine.request_timeout_s)
     if chat.answer_start is not None and chat.n > 1:
         raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)
-    tool_format = _tool_format(server, tokenizer, chat)
+    tool_format = tokenizer.tool_format if chat.tools is not None else None
     tools = chat.tools.for_template() if chat.tools is not None else None
     steps_format = tokenizer.tool_format if shows_steps and calculator.offered(
         chat, tokenizer.tool_format, s.answers.calculator) else None
     if steps_format is not None:
         tools = calculator.tools()
-    if chat.tools is not None and tool_format is not None and chat.tools.must_call:
-        grammar = tool_format.grammar(chat.tools.offered(), chat.tools.strict)
+    if chat.tools is not None and (chat.tools.must_call or not tokenizer.tool_format.in_template):
+        # a model shown the generic format in its prompt only is held to it whenever it calls
+        grammar = tokenizer.tool_format.grammar(chat.tools.offered(), chat.tools.strict, chat.tools.must_call)
         params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
-    messages, system = _system_prompt(server, tokenizer, [m.as_dict() for m in chat.messages], chat.id)
+    prompt = server.prompt(classroom)
+    messages, system = _system_prompt(tokenizer, [m.as_dict() for m in chat.messages], chat.id, prompt.system,
+                                      client_system)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]
     try:
-        if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work
-            await asyncio.to_thread(engine.grammars.compile, params.constraint)
+        if params.constraint is not None:  # compiled off the event loop, and a bad one refused before any work;
+            # kept in the share of the client the limits count (a student, a key, else the address), so that one
+            # client's compiles never evict another's
+            await asyncio.to_thread(engine.grammars.compile, params.constraint, client.id)
         fitted = await asyncio.to_thread(
             fit_conversation, messages, lambda m: tokenizer.encode_chat(m, system, tools),
             engine.max_context, params.max_new_tokens, chat.params.get("max_new_tokens"), tokenizer.count)
@@ -219,26 +231,27 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str, sh
         if refused := server.limits.start_chats(client, chat.n):
             raise Refusal("rate_limited", refused, chat.id)
         stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters, client)
+        server.metrics.class_chats.labels(classroom.name).inc(chat.n)
         try:
-            shared = shared_length(server.shared_prefix, fitted.prompt_ids)
+            shared = shared_length(prompt.prefix, fitted.prompt_ids)
             if steps_format is not None:
                 stream.steps = ToolLoop(
                     stream, steps_format, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
-                                                            shared_prefix=shared),
+                                                            shared_prefix=shared, share=client.share),
                     kept_messages(messages, fitted.dropped_messages),
                     lambda m: tokenizer.encode_chat(m, system, tools), engine.max_context, server.next_request_id,
-                    lambda ids: shared_length(server.shared_prefix, ids))
+                    lambda ids: shared_length(prompt.prefix, ids))
             if chat.answer_start is not None:
                 stream.continued = await continuation.submit(
                     engine, tokenizer, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
-                                                         shared_prefix=shared),
+                                                         shared_prefix=shared, share=client.share),
                     chat.answer_start, stream.on_event(asyncio.get_running_loop()))
             for n, engine_id in enumerate(engine_ids if chat.answer_start is None else ()):
                 seed = None if params.seed is None else (params.seed + n) % 2**63
                 engine.submit(GenerationRequest(engine_id, fitted.prompt_ids,
                                                 dataclasses.replace(params, seed=seed),
                                                 follows=engine_ids[0] if n else None, owner=owner,
-                                                shared_prefix=shared),
+                                                shared_prefix=shared, share=client.share),
                               stream.on_event(asyncio.get_running_loop()))
         except BaseException:
             stream.cancel(Cancel.DISCONNECT)
@@ -257,29 +270,17 @@ async def open_chat(server: ServerState, chat: Chat, client: str, owner: str, sh
     return stream
 
 
-def _tool_format(server: ServerState, tokenizer: ChatEncoder, chat: Chat) -> ToolFormat | None:
-    """None unless the chat offers tools; refuses one that uses tools with a model whose template has none."""
-    uses_tools = chat.tools is not None or any(m.tool_calls or m.role == "tool" for m in chat.messages)
-    fmt = tokenizer.tool_format
-    if uses_tools and fmt is None:
-        raise Refusal("not_supported", f"tools: {server.settings.model.id}'s chat template has no tool format "
-                                       "this server reads (it knows Hermes-style <tool_call>, as Qwen2.5 writes); "
-                                       "leave out tools, tool calls and tool messages", chat.id)
-    return fmt if chat.tools is not None else None
-
-
-def _system_prompt(server: ServerState, tokenizer: ChatEncoder, messages: list[dict[str, Any]],
-                   chat_id: str) -> tuple[list[dict[str, Any]], str | None]:
-    """By `client_system_prompt`, a client's own system message is refused, appended to the server's, or replaces it."""
-    s = server.settings
-    if not messages or messages[0]["role"] != "system" or s.answers.client_system_prompt == "replace":
-        return messages, s.answers.system_prompt
-    if s.answers.client_system_prompt == "refuse":
+def _system_prompt(tokenizer: ChatEncoder, messages: list[dict[str, Any]],
+                   chat_id: str, system: str | None, client_system: str) -> tuple[list[dict[str, Any]], str | None]:
+    """By `client_system`, a client's own system message is refused, appended to the class's `system`, or
+    replaces it."""
+    if not messages or messages[0]["role"] != "system" or client_system == "replace":
+        return messages, system
+    if client_system == "refuse":
         raise Refusal("system_prompt_not_allowed", "this server keeps its own system prompt; send the "
                               "conversation without a system message", chat_id)
-    ours = tokenizer.default_system_prompt if s.answers.system_prompt is None else s.answers.system_prompt
-    theirs = messages[0]["content"]
-    return messages[1:], f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
+    ours = tokenizer.default_system_prompt if system is None else system
+    return messages[1:], append_system(ours, messages[0]["content"])
 
 
 def _log_request(stream: ChatStream, event: Finished) -> None:

@@ -10,12 +10,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..config import Settings, parse_proxies
+from ..config import Settings, parse_address_caps, parse_proxies
 from ..engine.request import Constraint, Event, GenerationRequest
 from ..errors import TypewriterError
 from ..text.tool_format import ToolFormat
+from .classes import Classes, Classroom, load_classes
+from .identity import Identities
 from .limits import Limits
 from .load_estimate import LoadEstimate
 from .metrics import Metrics
@@ -28,14 +31,14 @@ log = logging.getLogger("typewriter.server")
 
 
 class GrammarCompiler(Protocol):
-    def compile(self, constraint: Constraint) -> object: ...  # raises InvalidRequest if it does not compile
+    def compile(self, constraint: Constraint, owner: str = "") -> object:
+        """Raises InvalidRequest if it does not compile or costs too much; kept in `owner`'s share."""
 
 
 class EngineHandle(Protocol):
     """What the server needs of `engine.engine.Engine`: structural, so that the server never imports a runtime."""
 
     max_context: int
-    max_active: int
     max_queue: int
     on_step: Callable[[StepStats], None] | None  # called on the engine thread
 
@@ -45,6 +48,9 @@ class EngineHandle(Protocol):
     def cancel(self, request_id: str) -> bool: ...
     def stats(self) -> EngineStats: ...
     def describe_runtime(self) -> dict[str, Any]: ...
+    def describe_slots(self) -> str: ...
+    @property
+    def max_active(self) -> int: ...
     @property
     def alive(self) -> bool: ...
     @property
@@ -55,7 +61,7 @@ class EngineHandle(Protocol):
 class ChatEncoder(Protocol):
     name: str
     default_system_prompt: str  # what encode_chat uses when it is given system=None
-    tool_format: ToolFormat | None  # how its chat template writes a tool call; None: it has no tools
+    tool_format: ToolFormat  # how its answers write a tool call: its chat template's way, or the generic one
     eos_token_ids: frozenset[int]  # the ids that end an answer: not listed among log probabilities
     special_ids: frozenset[int]  # control tokens: no client's text names them
 
@@ -80,6 +86,27 @@ def load_real_engine(settings: Settings, progress: Progress) -> tuple[EngineHand
     return engine, tokenizer
 
 
+@dataclass(frozen=True)
+class ClassPrompt:
+    """A class's system prompt (None: the tokenizer's default) and the tokens every chat of it begins with, which
+    its students share in the prefix cache."""
+
+    system: str | None
+    prefix: list[int]
+
+
+def class_prompts(classes: Classes, settings: Settings, tokenizer: ChatEncoder) -> dict[str, ClassPrompt]:
+    """Each class's prompt; a class whose tutor adds nothing has the server's own."""
+    server = settings.answers.system_prompt
+    base = tokenizer.default_system_prompt if server is None else server
+    prompts = {}
+    for classroom in classes.all:
+        system = server if classroom.tutor.plain else classroom.tutor.system_prompt(base)
+        prompts[classroom.name] = ClassPrompt(system, shared_prefix(tokenizer.chat_prefix, system,
+                                                                     tokenizer.default_system_prompt))
+    return prompts
+
+
 class Phase(enum.Enum):
     LOADING = "loading"
     READY = "ready"
@@ -96,19 +123,24 @@ _NEXT = {
 
 
 class ServerState:
-    def __init__(self, settings: Settings, engine_factory: EngineFactory):
+    def __init__(self, settings: Settings, engine_factory: EngineFactory, classes: Classes | None = None):
+        """`classes` None: those of `settings` (the default class alone without a classes file)."""
         self.settings = settings
         self.phase = Phase.LOADING
         self.engine: EngineHandle | None = None
         self.tokenizer: ChatEncoder | None = None
         self.owners = Owners()
-        self.shared_prefix: list[int] = []
+        self.classes = load_classes(settings) if classes is None else classes
+        self.identities = Identities(self.classes, settings.identity.identity_secret)
+        self.prompts: dict[str, ClassPrompt] = {}
         self.progress = "starting"
         self.load_estimate = LoadEstimate()
         self.error: str | None = None
-        self.metrics = Metrics(self._engine_counts)
-        self.limits = Limits(settings.limits.max_connections, settings.limits.max_connections_per_client,
-                             settings.limits.chats_per_minute, parse_proxies(settings.limits.trusted_proxies))
+        self.metrics = Metrics(self._engine_counts, self._class_counts)
+        limits = settings.limits
+        self.limits = Limits(limits.max_connections, limits.max_connections_per_client, limits.chats_per_minute,
+                             parse_proxies(limits.trusted_proxies), address_caps=parse_address_caps(limits.address_caps),
+                             identities_per_minute=settings.identity.identities_per_minute)
         self._factory = engine_factory
         self._ids = itertools.count(1)
         self._in_flight = 0
@@ -147,6 +179,8 @@ class ServerState:
                     "max_message_bytes": s.socket.max_message_bytes,
                 },
                 "load": {"active": stats.active, "queued": stats.queued},
+                "classes": {name: {"active": active, "queued": queued}
+                            for name, (active, queued) in self._class_counts().items()},
                 "runtime": engine.describe_runtime(),
             }
             if stats.active >= engine.max_active and stats.queued >= engine.max_queue:
@@ -173,6 +207,7 @@ class ServerState:
     def _load(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             engine, tokenizer = self._factory(self.settings, self._report)
+            prompts = class_prompts(self.classes, self.settings, tokenizer)  # encoded here, off the event loop
         except Exception as e:  # shown on /readyz; the process decides to exit
             if isinstance(e, TypewriterError):  # a named, actionable error: no traceback
                 log.error("loading the model failed: %s", e)
@@ -180,23 +215,22 @@ class ServerState:
                 log.exception("loading the model failed")
             loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
         else:
-            loop.call_soon_threadsafe(self._loaded, engine, tokenizer)
+            loop.call_soon_threadsafe(self._loaded, engine, tokenizer, prompts)
 
     def _report(self, message: str) -> None:
         self.progress = message
         self.load_estimate.report(message, time.monotonic())
         log.info("loading: %s", message)
 
-    def _loaded(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:
+    def _loaded(self, engine: EngineHandle, tokenizer: ChatEncoder, prompts: dict[str, ClassPrompt]) -> None:
         if self.phase is Phase.STOPPING:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
-        self.engine, self.tokenizer = engine, tokenizer
-        self.shared_prefix = shared_prefix(tokenizer.chat_prefix, self.settings.answers.system_prompt)
+        self.engine, self.tokenizer, self.prompts = engine, tokenizer, prompts
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
-        log.info("ready: %s, %d slots, queue %d, context %d",
-                 self.settings.model.id, engine.max_active, engine.max_queue, engine.max_context)
+        log.info("ready: %s, %s, queue %d, context %d",
+                 self.settings.model.id, engine.describe_slots(), engine.max_queue, engine.max_context)
 
     def _failed(self, message: str) -> None:
         if self.phase is Phase.LOADING:
@@ -246,8 +280,16 @@ class ServerState:
             log.warning("shutdown: %d streams did not end within %.1fs", self._in_flight,
                         self.settings.serving.shutdown_grace_s)
 
+    def prompt(self, classroom: Classroom) -> ClassPrompt:
+        return self.prompts[classroom.name]
+
     def _engine_counts(self) -> tuple[int, int]:
         if self.engine is None:
             return 0, 0
         stats = self.engine.stats()
         return stats.active, stats.queued
+
+    def _class_counts(self) -> dict[str, tuple[int, int]]:
+        """(active, queued) of every class, also those with none."""
+        groups = self.engine.stats().groups if self.engine is not None else {}
+        return {c.name: groups.get(c.name, (0, 0)) for c in self.classes.all}

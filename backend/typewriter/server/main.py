@@ -16,6 +16,7 @@ from websockets.exceptions import InvalidState
 from ..config import Settings
 from .access_log import quiet_probes
 from .app import create_app
+from .classes import Classes
 from .connections import Waiting, ensure_descriptors, guarded_http, log_accept_failures_once_an_interval
 from .lifecycle import EngineFactory, Phase, ServerState, load_real_engine
 from .listen import EXIT_CANNOT_LISTEN, cannot_listen, listen, taken
@@ -29,9 +30,10 @@ GRPC_GRACE_S = 1.0
 GRPC_DESCRIPTORS = 3  # a connection to the gRPC port: the client's, the proxy's to gRPC, and gRPC's own end of it
 
 
-def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) -> int:
+def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine, classes: Classes | None = None) -> int:
     """Run until SIGTERM or SIGINT, then drain. Returns 0 after a drain, 1 if the model or the engine failed (so
-    that a supervisor starts a fresh process), EXIT_CANNOT_LISTEN if a port cannot be bound."""
+    that a supervisor starts a fresh process), EXIT_CANNOT_LISTEN if a port cannot be bound. `classes` None: read
+    from `settings`."""
     try:
         sockets = listen(settings.serving.host, settings.serving.port)
     except OSError as e:
@@ -46,7 +48,7 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine) 
         return EXIT_CANNOT_LISTEN
     logging.basicConfig(level=settings.serving.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings, engine_factory)
+    app = create_app(settings, engine_factory, classes=classes)
     server = Server(uvicorn_config(app, settings), app.state.server)
     try:
         server.run(sockets=sockets)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from ..engine.request import Finished, Started
 
@@ -23,11 +25,37 @@ _STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5
 _BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 
 
+class ClassLoad(Collector):
+    """Each class's requests in slots and waiting, read at scrape time. Labelled by the class's name, from the
+    classes file (never a student's text), so there are as many series as classes."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, tuple[int, int]]]):
+        self.counts = counts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        active = GaugeMetricFamily("typewriter_class_active_streams", "Requests holding a slot, by class.",
+                                   labels=["class"])
+        queued = GaugeMetricFamily("typewriter_class_queued_requests", "Requests waiting for a slot, by class.",
+                                   labels=["class"])
+        for name, (a, q) in self.counts().items():
+            active.add_metric([name], a)
+            queued.add_metric([name], q)
+        yield active
+        yield queued
+
+
 class Metrics:
-    def __init__(self, engine_counts: Callable[[], tuple[int, int]]):
-        """`engine_counts` returns (active streams, queued requests), read at scrape time."""
+    def __init__(self, engine_counts: Callable[[], tuple[int, int]],
+                 class_counts: Callable[[], Mapping[str, tuple[int, int]]] = dict):
+        """`engine_counts` returns (active streams, queued requests), `class_counts` the same by class name; both
+        read at scrape time."""
         self.registry = CollectorRegistry()
         r = self.registry
+        r.register(ClassLoad(class_counts))
+        self.class_chats = Counter("typewriter_class_chats", "Chats submitted, each of n choices counting, by class.",
+                                   ["class"], registry=r)
+        self.class_tokens = Counter("typewriter_class_generated_tokens", "Tokens generated, by class.", ["class"],
+                                    registry=r)
         self.requests = Counter("typewriter_requests", "Chats that ended, by finish reason.", ["reason"], registry=r)
         self.tool_steps = Counter("typewriter_tool_steps", "Calculator steps the server ran, by outcome: ok or the "
                                   "refusal's code.", ["outcome"], registry=r)

@@ -16,6 +16,11 @@ Count = Callable[[str, int], int]  # a text's tokens, or any number above the li
 MIN_FITTED_ANSWER = 64  # less room than this left for an answer is prompt_too_long, not a stub answer
 
 
+def append_system(ours: str, theirs: str) -> str:
+    """A client's system message after the server's system prompt, which stays first."""
+    return f"{ours}\n\n{theirs}" if ours and theirs else ours or theirs
+
+
 def check_question(content: str, field: str) -> None:
     """A blank question is refused, as a small model given nothing to answer writes loops; earlier ones may be blank."""
     if not content.strip():

@@ -18,6 +18,7 @@ from ..errors import ModelFormatError
 from .plain_text import PlainText
 from .token_text import LeadingSpace, TokenText
 from .tool_format import ToolFormat, tool_format
+from .tool_prompt import with_tools
 
 # What each model follows of it: docs/measurements/2026-12-04-tutor-answers.md.
 DEFAULT_SYSTEM_PROMPT = (
@@ -69,7 +70,7 @@ class Tokenizer:
         self.raw = raw
         self.name = name
         self.plain_chat = chat_template is None
-        self.tool_format: ToolFormat | None = tool_format(chat_template)
+        self.tool_format: ToolFormat = tool_format(chat_template)
         self.hf = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' own
             tokenizer_object=_Shared(raw),
             bos_token=bos_token,
@@ -201,10 +202,15 @@ class Tokenizer:
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
                     tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
-        """Control tokens a client typed, in a message or in `tools` (OpenAI's function objects, for a model with a
-        `tool_format`), dictionary keys included, are encoded as plain text: only the template writes real ones."""
+        """Control tokens a client typed, in a message or in `tools` (OpenAI's tool objects), dictionary keys
+        included, are encoded as plain text: only the template writes real ones. A template without a tool format
+        never sees tools: they, and earlier calls, become the messages' text (tool_prompt.py)."""
+        conversation = self._conversation(messages, system)
+        if not self.tool_format.in_template:
+            conversation = with_tools(conversation, [t["function"] for t in tools or ()], self.tool_format)
+            tools = None
         encoded: Any = self.hf.apply_chat_template(
-            self.plain.keys(self._conversation(messages, system)), tools=self.plain.keys(list(tools)) if tools else None,
+            self.plain.keys(conversation), tools=self.plain.keys(list(tools)) if tools else None,
             tokenize=True, add_generation_prompt=True, sanitize_control_tokens=True,
         )
         return list(encoded["input_ids"])

@@ -1,7 +1,8 @@
-"""How a model writes a tool call, read off its chat template: the grammar that forces one and the parser that finds
-calls in the streamed answer. Only Hermes-style `<tool_call>` is known; a template with another format has no
-`ToolFormat`, and a request with tools is refused for it. FENCED_JSON is how Qwen2.5-Coder models write a call
-when not forced: a Markdown ```json block holding the call's object; the server reads it only for its own tool.
+"""How a model writes a tool call, read off its chat template: the grammar that constrains one and the parser that
+finds calls in the streamed answer. A template that writes Hermes-style `<tool_call>` itself is used as it is; any
+other gets the generic format (tool_prompt.py), as llama.cpp's server gives one: the same call, the tools described
+in the system turn by the server. FENCED_JSON is how Qwen2.5-Coder models write a call when not forced: a Markdown
+```json block holding the call's object; the server reads it only for its own calculator (server/tool_loop.py).
 """
 
 from __future__ import annotations
@@ -21,25 +22,36 @@ class ToolFormat:
     name: str
     open: str
     close: str
+    in_template: bool = True  # the chat template describes the tools and writes earlier calls itself
 
-    def grammar(self, tools: Sequence[dict[str, Any]], strict: bool = True) -> str:
-        """A Lark grammar (llguidance's dialect) whose every sentence is one valid call of one of `tools`."""
+    def grammar(self, tools: Sequence[dict[str, Any]], strict: bool = True, forced: bool = True) -> str:
+        """A Lark grammar (llguidance's dialect). Forced: every sentence is one valid call of one of `tools`. Not
+        forced: any text, or text and then one valid call, the call held to its schema from its opening on (a lazy
+        lexeme ends at the first opening, so text can never carry an unchecked call)."""
         calls = [{"type": "object", "additionalProperties": False, "required": ["name", "arguments"],
                   "properties": {"name": {"const": t["name"]},
                                  "arguments": t.get("parameters") or {"type": "object"}}} for t in tools]
         schema = {"anyOf": calls} if len(calls) > 1 else calls[0]
         schema = {**schema, "x-guidance": {**_JSON_STYLE, "lenient": not strict}}
-        return f"start: {json.dumps(self.open)} call {json.dumps(self.close)}\ncall: %json {json.dumps(schema)}\n"
+        call = f"call: %json {json.dumps(schema)}\n"
+        opening, rest = self.open.rstrip(), self.open[len(self.open.rstrip()):]
+        if forced:
+            return f"start: {json.dumps(self.open)} call {json.dumps(self.close)}\n{call}"
+        return (f"start: TEXT | text_then_open {json.dumps(rest)} call {json.dumps(self.close)}\n"
+                f"text_then_open[lazy]: TEXT {json.dumps(opening)}\nTEXT: /(.|\\n)*/\n{call}")
 
 
 HERMES = ToolFormat("hermes", "<tool_call>\n", "\n</tool_call>")
+# Hermes's markers, shown to the model as plain text in the system turn (tool_prompt.py): they keep a call apart
+# from the text around it, so the parser and the grammars are Hermes's own.
+GENERIC = ToolFormat("generic", "<tool_call>\n", "\n</tool_call>", in_template=False)
 FENCED_JSON = ToolFormat("fenced-json", "```json\n", "\n```")
 
 
-def tool_format(chat_template: str | None) -> ToolFormat | None:
+def tool_format(chat_template: str | None) -> ToolFormat:
     if chat_template and re.search(r"\btools\b", chat_template) and "<tool_call>" in chat_template:
         return HERMES
-    return None
+    return GENERIC
 
 
 @dataclass(frozen=True)

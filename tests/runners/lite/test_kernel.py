@@ -37,7 +37,9 @@ def test_without_a_compiler_attention_runs_in_numpy_and_the_log_says_why(tmp_pat
 
 def test_a_kernel_that_does_not_build_is_named_in_the_log(tmp_path, monkeypatch, caplog):
     (tmp_path / "attention.c").write_text("this is not C;\n")
-    (tmp_path / "gptq.c").write_bytes((kernel.SOURCE_DIR / "gptq.c").read_bytes())
+    for name in kernel.SOURCES:
+        if name != "attention.c":
+            (tmp_path / name).write_bytes((kernel.SOURCE_DIR / name).read_bytes())
     monkeypatch.setattr(kernel, "SOURCE_DIR", tmp_path)
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         assert kernel.load.__wrapped__(str(tmp_path / "cache")) is None

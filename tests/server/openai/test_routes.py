@@ -95,13 +95,27 @@ def test_a_stop_sequence_ends_the_answer_before_it_with_finish_reason_stop():
 
 
 def test_content_parts_are_joined_and_developer_is_a_system_message():
-    with serving(client_system_prompt="replace") as (client, engine):
+    with serving(api_system_prompt="replace") as (client, engine):
         completion(client, messages=[{"role": "developer", "content": "Be terse."},
                                      {"role": "user", "content": [{"type": "text", "text": "say "},
                                                                   {"type": "text", "text": "hello"}]}])
     # with "replace" the client's system message goes to the chat template, which puts it in place of ours
     assert engine.tokenizer.calls[0][0] == [{"role": "system", "content": "Be terse."},
                                             {"role": "user", "content": "say hello"}]
+
+
+def test_a_system_message_follows_the_servers_prompt_on_both_doors_and_the_setting_can_refuse_it():
+    system = [{"role": "system", "content": "Answer in French."}, {"role": "user", "content": "say hello"}]
+    with serving() as (client, engine):
+        completed = completion(client, messages=system)
+        responded = client.post("/v1/responses", json={"input": "say hello", "instructions": "Answer in French."})
+    assert (completed.status_code, responded.status_code) == (200, 200)
+    # the server's prompt first, then the client's: what every chat shares stays a prefix
+    assert engine.tokenizer.calls == [([{"role": "user", "content": "say hello"}], "Be brief.\n\nAnswer in French.")] * 2
+    with serving(api_system_prompt="refuse") as (client, engine):
+        refused = completion(client, messages=system)
+    assert refused.status_code == 400 and engine.submitted == []
+    assert (refused.json()["error"]["code"], refused.json()["error"]["param"]) == ("system_prompt_not_allowed", None)
 
 
 @pytest.mark.parametrize("fields, param, code", [
@@ -117,7 +131,6 @@ def test_content_parts_are_joined_and_developer_is_a_system_message():
     ({"top_logprobs": 3}, "top_logprobs", "invalid_request"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "invalid_request"),
     ({"logit_bias": {"1": 5}}, "logit_bias", "not_supported"),
-    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools", "not_supported"),  # no tool format
     ({"tools": [{"type": "retrieval"}]}, "tools[0].type", "invalid_request"),
     ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function",
       "function": {"name": "g"}}}, "tool_choice", "invalid_request"),
@@ -135,15 +148,12 @@ def test_content_parts_are_joined_and_developer_is_a_system_message():
     ({"messages": [{"role": "user", "content": "42", "tool_call_id": "x"}]}, "messages[0].tool_call_id",
      "invalid_request"),
     ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id", "invalid_request"),
-    ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "x"}]}, "tools", "not_supported"),
     ({"messages": [{"role": "function", "content": "42"}]}, "messages[0].role", "invalid_request"),
     ({"messages": [{"role": ["user"], "content": "42"}]}, "messages[0].role", "invalid_request"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0].content[0]", "invalid_request"),
     ({"messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"},
                    {"role": "user", "content": "c"}]}, "messages[1].role", "invalid_request"),
-    ({"messages": [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "hi"}]}, None,
-     "system_prompt_not_allowed"),
 ])
 def test_a_bad_field_is_a_400_in_openais_error_shape_naming_the_field(fields, param, code):
     with serving() as (client, engine):

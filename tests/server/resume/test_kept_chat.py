@@ -6,6 +6,7 @@ same rules over real sockets and the real engine are in server/socket/test_resum
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -21,7 +22,7 @@ class Stream:
 
     def __init__(self, name: str):
         self.engine_id = self.chat_id = name
-        self.client = "student"  # whose share of the buffers its log counts in
+        self.client = SimpleNamespace(id="student")  # whose share of the buffers its log counts in
         self.cancelled: list[Cancel] = []
         self.ended = False
 

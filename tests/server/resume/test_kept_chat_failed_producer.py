@@ -5,6 +5,7 @@ Found by mypy (server/resume/registry.py sorted ended chats by an `ended_at` tha
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -18,7 +19,7 @@ from typewriter.server.resume.registry import Resumes
 class Stream:
     def __init__(self, name: str):
         self.engine_id = self.chat_id = name
-        self.client = "student"  # whose share of the buffers its log counts in
+        self.client = SimpleNamespace(id="student")  # whose share of the buffers its log counts in
         self.cancelled: list[Cancel] = []
 
     def cancel(self, why: Cancel) -> None:

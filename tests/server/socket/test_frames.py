@@ -162,11 +162,12 @@ def test_the_page_has_plain_words_for_every_error_code_the_server_sends():
     assert not missing, f"frontend/protocol.js ERROR_TEXT lacks {missing}"
 
 
-def test_the_page_has_words_for_every_end_reason_but_the_natural_ones_and_the_error_sent_as_a_frame():
+def test_the_page_has_words_for_every_end_reason_but_the_natural_ones_and_the_errors_sent_as_a_frame():
 
     source = (ROOT / "frontend" / "protocol.js").read_text()
     table = source[source.index("const END_TEXT"):source.index("});", source.index("const END_TEXT"))]
-    silent = {FinishReason.EOS, FinishReason.STOP_SEQUENCE, FinishReason.ERROR}  # an error ends with an error frame
+    silent = {FinishReason.EOS, FinishReason.STOP_SEQUENCE, FinishReason.ERROR,  # these end with an error frame
+              FinishReason.CONSTRAINT}
     missing = [r.value for r in FinishReason if r not in silent and f"\n  {r.value}:" not in table]
     assert not missing, f"frontend/protocol.js END_TEXT lacks {missing}"
 

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 log = logging.getLogger("typewriter.lite")
 SOURCE_DIR = Path(__file__).parent
-SOURCES = ("attention.c", "gptq.c")
+SOURCES = ("attention.c", "gptq.c", "blocks.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-pthread")
 TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
 _P = ctypes.c_void_p

@@ -1,6 +1,9 @@
 """The `int8-lite` runner: one TensorFlow Lite interpreter per layer (int8 matmuls, XNNPACK), attention and the
 K/V cache on the host between them (attention.py). Each engine step is one pass of the programs, so the weights are
 read once however many prompts it prefills; each call resizes them to its own rows, so none pays for padding.
+
+As `q4-blocks`, a step of at most `blocks_rows` rows runs the file's own blocks in blocks.c instead, every layer in
+one call, writing the same K/V cache: the programs then take only the batched steps.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ...config import WeightFormat
 from ...engine.capacity import Sizing, StepModel
 from ...engine.runner import PrefillChunk, Runner, StepOutput
 from .attention import HostCache
+from .blocks import BlockModel
 from .interpreter import lite_interpreter, release_mapped
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel
@@ -28,6 +32,10 @@ from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
 FORMATS = tuple(f for f in WeightFormat if f.lite)
+# q4-blocks: steps of at most this many rows run in blocks.c. Its block scales cost it instructions a row that
+# LiteRT's int8 GEMM does not pay, so past this the programs' step is the faster
+# (docs/measurements/2026-12-05-gguf-blocks-kernel.md).
+BLOCK_ROWS = 2
 
 
 class _Interpreter:
@@ -58,9 +66,11 @@ class LiteRunner(Runner):
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
                  programs: ProgramSet | None = None, kernel: Kernel | Literal["auto"] | None = "auto",
                  calibration: list[int] | None = None,
-                 weight_format: WeightFormat = WeightFormat.INT8_LITE):
+                 weight_format: WeightFormat = WeightFormat.INT8_LITE, blocks: BlockModel | None = None,
+                 blocks_rows: int = BLOCK_ROWS):
         """From `weights` (programs made in a temporary folder) or from `programs` made before, as `weight_format`.
-        `kernel` "auto": one built in a temporary folder; None: numpy's attention."""
+        `kernel` "auto": one built in a temporary folder; None: numpy's attention. q4-blocks: `blocks` packed before,
+        else from `weights`."""
         weight_format = WeightFormat(weight_format)
         if cfg.family != "llama":
             raise ValueError(f"the {weight_format} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
@@ -71,13 +81,23 @@ class LiteRunner(Runner):
         self.cfg, self._max_chunk = cfg, max_chunk
         if kernel == "auto":
             kernel = load_kernel(None)
+        if weight_format is WeightFormat.Q4_BLOCKS:
+            if not kernel or cfg.head_dim % KERNEL_TILE:
+                raise ValueError(f"q4-blocks runs in the C kernel, which {cfg.name} cannot use here (no kernel built, "
+                                 f"or heads of {cfg.head_dim} channels, not a multiple of {KERNEL_TILE})")
+            if blocks is None:
+                if weights is None:
+                    raise ValueError("q4-blocks packs the model's weights: none given")
+                blocks = BlockModel(cfg, weights, kernel)
+        self.blocks, self.blocks_rows = blocks, blocks_rows
         with contextlib.ExitStack() as made_here:
             if programs is None:  # made in a folder that is gone once its files are mapped
                 if weights is None:
                     raise ValueError("LiteRunner is made from the model's weights or from its programs: neither given")
                 folder = Path(made_here.enter_context(tempfile.TemporaryDirectory(prefix="typewriter-lite-")))
                 programs = make_programs(cfg, weights, folder, lambda i, n: report_progress(progress, i, n),
-                                         calibration, two_pass=weight_format is WeightFormat.INT8_LITE, kernel=kernel)
+                                         calibration, two_pass=weight_format is not WeightFormat.INT8_LITE_FAST,
+                                         kernel=kernel)
             self.programs = programs
             self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped
             self.first = _Interpreter(programs.first, threads)
@@ -89,6 +109,8 @@ class LiteRunner(Runner):
                         "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
             kernel = None
         self.cache = HostCache(cfg, slots, max_len, kernel, threads)
+        if self.blocks is not None:
+            self.blocks.bind(self.cache)
         self.sizing = Sizing(slots, "set")  # start.py sizes it for this machine
         self.step_model: StepModel | None = None
         log.info("%s programs ready in %.1fs", weight_format, time.perf_counter() - t0)
@@ -113,11 +135,28 @@ class LiteRunner(Runner):
         """Before serving: drops the capacity probe's writes."""
         cache = self.cache
         self.cache = HostCache(self.cfg, slots, cache.max_len, cache.kernel, cache.threads)
+        if self.blocks is not None:
+            self.blocks.bind(self.cache)
 
     def describe(self) -> dict[str, object]:
         attention = "kernel" if self.cache.kernel else "numpy"
-        return {"name": "int8-lite", "weights": self.weight_format.value, "attention": attention,
-                "programs": {"made_at_load": len(self.layers) + 2}}
+        described: dict[str, object] = {"name": "int8-lite", "weights": self.weight_format.value,
+                                         "attention": attention, "programs": {"made_at_load": len(self.layers) + 2}}
+        if self.blocks is not None:
+            described["blocks"] = {"most_rows": self.blocks_rows, "avx512_vnni": self.blocks.kernel.wide,
+                                   "bytes": self.blocks.nbytes}
+        return described
+
+    def _by_blocks(self, rows: int) -> bool:
+        return self.blocks is not None and 0 < rows <= self.blocks_rows
+
+    def _blocks_forward(self, token_ids: Sequence[int], slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """The residual stream [n, d] after every layer, by blocks.c, its K/V written into the cache."""
+        assert self.blocks is not None
+        rows = self.cache.rows(slots, positions)
+        x = self.blocks.embed(token_ids)
+        self.blocks.forward(x, rows.slots_at, rows.positions_at, rows.count, self.cache.threads)
+        return x
 
     def close(self) -> None:
         pass  # nothing runs in the background
@@ -146,10 +185,14 @@ class LiteRunner(Runner):
             spans.append((chunk.slot, chunk.start, end, end + len(chunk.token_ids)))
             end += len(chunk.token_ids)
 
+        ids = [*tokens, *(t for chunk in chunks for t in chunk.token_ids)]
         if self.cache.kernel:  # every row in one call a layer, its slots and positions made once
-            rows = self.cache.rows(np.concatenate([decode_slots, *(np.full(b - a, slot) for slot, _, a, b in spans)]),
-                                   np.concatenate([decode_positions, *(np.arange(start, start + b - a)
-                                                                       for _, start, a, b in spans)]))
+            all_slots = np.concatenate([decode_slots, *(np.full(b - a, slot) for slot, _, a, b in spans)])
+            all_positions = np.concatenate([decode_positions, *(np.arange(start, start + b - a)
+                                                                for _, start, a, b in spans)])
+            if self._by_blocks(len(ids)):  # q4-blocks (which needs the kernel): a few rows, by blocks.c
+                return self._output(self._blocks_forward(ids, all_slots, all_positions), n, spans, chunks, True)
+            rows = self.cache.rows(all_slots, all_positions)
 
             def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
                 return self.cache.attend(layer, qkv, rows)
@@ -159,10 +202,14 @@ class LiteRunner(Runner):
                 parts += [self.cache.extend(layer, qkv[a:b], slot, start) for slot, start, a, b in spans]
                 return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-        x = self._forward([*tokens, *(t for chunk in chunks for t in chunk.token_ids)], attend)
+        return self._output(self._forward(ids, attend), n, spans, chunks, False)
+
+    def _output(self, x: np.ndarray, n: int, spans: Sequence[tuple[int, int, int, int]],
+                chunks: Sequence[PrefillChunk], by_blocks: bool) -> StepOutput:
+        """The logits of a step's decode rows and of the chunks that want them, from its residual stream x."""
         wanted = [i for i, chunk in enumerate(chunks) if chunk.wants_logits]
         logit_rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
-        logits = self.logits(x[logit_rows])[0] if logit_rows else np.zeros((0, self.vocab_size), np.float32)
+        logits = self._logits(x[logit_rows], by_blocks) if logit_rows else np.zeros((0, self.vocab_size), np.float32)
         prefilled: list[np.ndarray | None] = [None] * len(spans)
         for k, i in enumerate(wanted):
             prefilled[i] = logits[n + k]
@@ -175,7 +222,19 @@ class LiteRunner(Runner):
             assert logits is not None
             return logits
         self._check_chunk(start, len(token_ids))
-        return self.logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)))[0]
+        if self._by_blocks(len(token_ids)):
+            positions = np.arange(start, start + len(token_ids))
+            x = self._blocks_forward(token_ids, np.full(len(token_ids), slot), positions)
+            return self._logits(x, True)
+        return self._logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)), False)
+
+    def _logits(self, x: np.ndarray, by_blocks: bool) -> np.ndarray:
+        """[n, v] from the residual stream [n, d]: blocks.c's own (plain) stream, or the programs' rotated one."""
+        if by_blocks:
+            assert self.blocks is not None
+            return self.blocks.logits(x, self.cache.threads)
+        logits: np.ndarray = self.logits(x)[0]
+        return logits
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
         return self.step(slots, tokens, positions).decoded

@@ -1,26 +1,29 @@
 """Open an int8-lite runner for a model: its programs from the cache when the cache holds this file's, else made
 from the weights (rounded by GPTQ on the calibration text) and saved for the next start; its slots sized by the
-step times measured on this machine (kept beside the cached programs, so a warm start measures nothing)."""
+step times measured on this machine (kept beside the cached programs, so a warm start measures nothing, unless
+they were measured while other processes kept the machine busy). q4-blocks runs int8-lite's programs for its batched
+steps (the same cache entry) and packs the file's blocks at every start: a repack, with nothing to make."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ...architecture.model_config import ModelConfig
 from ...config import WeightFormat
-from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Sizing, StepModel, size_slots
+from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Probe, Sizing, StepModel, size_slots, typical_position
 from ...errors import ModelFormatError
 from ...weights.source import Source, weight_reader
 from ..options import Encode, Progress, RunnerOptions
+from .blocks import BlockModel
 from .calibration import text as calibration_text
+from .kernel import TILE as KERNEL_TILE
 from .kernel import load as load_kernel
+from .machine import OthersBusy, available_memory, cpu_signature
 from .program_cache import ProgramCache, cache_key
 from .programs import ProgramSet, make_programs
 from .runner import FORMATS, LiteRunner, report_progress
@@ -29,8 +32,10 @@ log = logging.getLogger("typewriter.lite")
 # Longer chunks cost no less a token, and each program keeps buffers for the most rows it ran
 # (docs/measurements/2026-12-03-int8-lite.md).
 MAX_CHUNK = 64
+# The programs a format runs for its batched steps: q4-blocks shares int8-lite's (and their cache entry).
+PROGRAMS_OF = {WeightFormat.Q4_BLOCKS: WeightFormat.INT8_LITE}
 CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
-PROBE_VERSION = 2  # how they were measured: a kept measurement of another version is measured again
+PROBE_VERSION = 3  # how they were measured: a kept measurement of another version is measured again
 
 
 def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
@@ -46,12 +51,14 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     path, program_cache = source.path, options.program_cache
     slots = options.slots or MOST_SLOTS  # sized down below
     cache = ProgramCache(program_cache if path.is_file() else None)
-    key = cache_key(path, cfg, weight_format.value) if cache.root else "uncached"
+    programs_format = PROGRAMS_OF.get(weight_format, weight_format)
+    key = cache_key(path, cfg, programs_format.value) if cache.root else "uncached"
+    blocks = _blocks(source, cfg, options, progress) if weight_format is WeightFormat.Q4_BLOCKS else None
     runner = None
     if programs := cache.load(key, cfg.n_layers):
         progress(f"int8-lite: programs from {program_cache}")
         try:
-            runner = _runner(cfg, slots, options, progress, programs)
+            runner = _runner(cfg, slots, options, progress, programs, blocks)
         except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
             log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
             progress("int8-lite: the cached programs did not load; making them again")
@@ -59,52 +66,101 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     if runner is None:
         with cache.making(key) as folder:
             made = make_programs(cfg, weight_reader(source)[1], folder, lambda i, n: report_progress(progress, i, n),
-                                 calibration_ids(encode), two_pass=weight_format is WeightFormat.INT8_LITE,
+                                 calibration_ids(encode), two_pass=programs_format is WeightFormat.INT8_LITE,
                                  kernel=load_kernel(program_cache))
-            programs = cache.save(key, made, path, weight_format.value)
-            runner = _runner(cfg, slots, options, progress, programs)
+            programs = cache.save(key, made, path, programs_format.value)
+            runner = _runner(cfg, slots, options, progress, programs, blocks)
     kept = runner.programs.folder if cache.root is not None else None
     if options.slots is not None:
         runner.sizing = Sizing(options.slots, "set")
-        runner.step_model = fit_step_model(runner, kept, measure_now=False)
+        known = fit_step_model(runner, kept, measure_now=False)
+        runner.step_model = known.model if known is not None else None
         return runner
     progress("int8-lite: sizing the slots by step time")
-    runner.step_model = model = fit_step_model(runner, kept)
-    assert model is not None
+    probe = fit_step_model(runner, kept, progress=progress)
+    assert probe is not None
+    runner.step_model = probe.model
     kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
-    runner.sizing = sizing = size_slots(model, runner.max_len, kv_bytes, _available_memory())
-    runner.reset_cache(sizing.slots)
-    progress(f"int8-lite: {sizing.slots} slots ({sizing.sized_by}: a decode step of {sizing.step_ms:.0f} ms)")
+    runner.sizing = sizing = size_slots(probe, runner.max_len, kv_bytes, available_memory())
+    runner.reset_cache(sizing.most or sizing.slots)  # the engine opens `slots` of them; the rest stay untouched
+    progress(f"int8-lite: {sizing.summary()}")
     return runner
 
 
 def _runner(cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Progress,
-            programs: ProgramSet) -> LiteRunner:
+            programs: ProgramSet, blocks: BlockModel | None) -> LiteRunner:
     max_context = min(options.max_context, cfg.max_position)
     return LiteRunner(cfg, None, slots=slots, max_len=max_context, max_chunk=min(MAX_CHUNK, max_context),
                       progress=progress, programs=programs, kernel=load_kernel(options.program_cache),
-                      weight_format=options.weights)
+                      weight_format=options.weights, blocks=blocks)
+
+
+def _blocks(source: Source, cfg: ModelConfig, options: RunnerOptions, progress: Progress) -> BlockModel:
+    kernel = load_kernel(options.program_cache)
+    if kernel is None or cfg.head_dim % KERNEL_TILE:
+        raise ModelFormatError(f"--weights q4-blocks runs in int8-lite's C kernel, which cannot run {cfg.name} here "
+                               "(see the warning above, or its heads are not a multiple of "
+                               f"{KERNEL_TILE} channels): use --weights int8-lite")
+    progress("q4-blocks: packing the file's blocks")
+    t0 = time.perf_counter()
+    blocks = BlockModel(cfg, weight_reader(source)[1], kernel)
+    log.info("q4-blocks: %.0f MB of blocks packed in %.1fs", blocks.nbytes / 1e6, time.perf_counter() - t0)
+    return blocks
 
 
 def calibration_ids(encode: Encode) -> list[int]:
     return encode(calibration_text())
 
 
-def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True
-                   ) -> StepModel | None:
+def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, measure_now: bool = True,
+                   progress: Progress = lambda _: None) -> Probe | None:
     """Read from `folder` (a cache entry) when measured there on a CPU like this one, else probed now (the caller's
-    `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`."""
-    known = folder / CAPACITY if folder is not None else None
-    cpu = _cpu_signature()
-    if known is not None and known.is_file():
+    `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`. A kept probe taken
+    under load is taken again, and the faster of the two kept (the machine's noise only adds), so a busy first
+    start is not a machine's figure for good."""
+    # a format that shares another's programs steps at its own speed, so keeps its own measurements
+    name = CAPACITY if runner.weight_format not in PROGRAMS_OF else f"capacity-{runner.weight_format.value}.json"
+    known = folder / name if folder is not None else None
+    cpu = cpu_signature()
+    before = _read(known, cpu) if known is not None else None
+    if not measure_now or (before is not None and not before.under_load):
+        return before
+    if before is not None:
+        log.info("the kept step times were measured while other processes took %.0f%% of the CPU time; measuring "
+                 "again", 100 * (before.others or 0.0))
+        progress("int8-lite: the kept step times were measured under load; measuring again")
+    probe = _probe(runner, rounds)
+    if before is not None and probe.under_load and _slower(probe, before, runner.max_len):
+        probe = before
+    if known is not None:
         try:
-            saved = json.loads(known.read_text())
-            if saved["cpu"] == cpu and saved.get("probe") == PROBE_VERSION:
-                return StepModel(**saved["model"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # measured again, and written over
-    if not measure_now:
+            known.write_text(json.dumps({"cpu": cpu, "probe": PROBE_VERSION, "model": dataclasses.asdict(probe.model),
+                                         "others": probe.others}))
+        except OSError:
+            pass  # measured again at the next start
+    return probe
+
+
+def _read(known: Path, cpu: str) -> Probe | None:
+    if not known.is_file():
         return None
+    try:
+        saved = json.loads(known.read_text())
+        if saved["cpu"] == cpu and saved.get("probe") == PROBE_VERSION:
+            others = saved["others"]
+            return Probe(StepModel(**saved["model"]), None if others is None else float(others))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # measured again, and written over
+    return None
+
+
+def _slower(probe: Probe, than: Probe, max_len: int) -> bool:
+    position = typical_position(max_len)
+    return probe.model.step_s(PROBE_ROWS, position) > than.model.step_s(PROBE_ROWS, position)
+
+
+def _probe(runner: LiteRunner, rounds: int) -> Probe:
+    busy = OthersBusy()
 
     def measure(probes: Sequence[tuple[int, int]]) -> list[float]:
         times: list[list[float]] = [[] for _ in probes]
@@ -118,31 +174,4 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
         return [min(t) for t in times]  # the machine's noise only adds
 
     model = StepModel.fit(measure, runner.max_len, rows=max(2, min(PROBE_ROWS, runner.slots)))
-    if known is not None:
-        try:
-            known.write_text(json.dumps({"cpu": cpu, "probe": PROBE_VERSION, "model": dataclasses.asdict(model)}))
-        except OSError:
-            pass  # measured again at the next start
-    return model
-
-
-def _cpu_signature() -> str:
-    """What the step times depend on besides the model: the CPU's name, its flags and how many it has."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        info = ""
-    name = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "")
-    flags = next((line for line in info.splitlines() if line.startswith("flags")), "")
-    return f"{name}|{os.cpu_count()}|{hashlib.sha256(flags.encode()).hexdigest()[:12]}"
-
-
-def _available_memory() -> int | None:
-    """MemAvailable from /proc/meminfo, in bytes; None where it cannot be read."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    return Probe(model, busy.share())

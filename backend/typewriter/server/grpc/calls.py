@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped, unused-ignore]
 
+from ..identity import Identities
 from ..limits import Limits, client_address
 from .guard import Guard
 from .service import Context, abort, text_metadata, when_done
@@ -25,8 +26,8 @@ def client_of(context: Context, guard: Guard, trusted: frozenset[str]) -> str:
 
 
 class Calls(grpc.aio.ServerInterceptor):  # type: ignore[misc, type-arg, unused-ignore]  # generic in grpc-stubs only
-    def __init__(self, guard: Guard, limits: Limits):
-        self.guard, self.limits = guard, limits
+    def __init__(self, guard: Guard, limits: Limits, identities: Identities):
+        self.guard, self.limits, self.identities = guard, limits, identities
 
     async def intercept_service(self, continuation: Callable[[Any], Any], details: Any) -> Any:
         handler = await continuation(details)
@@ -64,7 +65,8 @@ class Calls(grpc.aio.ServerInterceptor):  # type: ignore[misc, type-arg, unused-
 
     async def _begin(self, context: Any, counted: bool) -> None:
         connection = self.guard.call_started(context.peer())
-        client = client_of(context, self.guard, self.limits.trusted) if counted else None
+        client = self.identities.counted(client_of(context, self.guard, self.limits.trusted),
+                                         text_metadata(context).get("authorization")) if counted else None
         refused = self.limits.connect(client) if client is not None else None
 
         def ended(_: object) -> None:

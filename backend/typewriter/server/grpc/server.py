@@ -67,7 +67,7 @@ class GrpcServer:
             options += [("grpc.keepalive_time_ms", round(settings.socket.ping_interval_s * 1000)),
                         ("grpc.keepalive_timeout_ms", round(settings.socket.ping_timeout_s * 1000)),
                         ("grpc.http2.max_pings_without_data", 0)]  # also while a chat waits in the queue
-        server = grpc.aio.server(options=options, interceptors=(Calls(guard, self.state.limits),))
+        server = grpc.aio.server(options=options, interceptors=(Calls(guard, self.state.limits, self.state.identities),))
         add_to_server(ChatService(self.state, lambda context: client_of(context, guard, self.state.limits.trusted)),
                       server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)

@@ -17,9 +17,10 @@ import grpc  # type: ignore[import-untyped, unused-ignore]
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped, unused-ignore]
 
 from .. import chat_request
-from ..auth import presented_key
+from ..auth import bearer
 from ..chat_request import Chat
 from ..chats import Cancel, ChatStream, StreamState, open_chat
+from ..identity import Identity
 from ..lifecycle import Phase, ServerState
 from ..owners import CONVERSATION_KEY
 from ..refusal import Refusal
@@ -56,7 +57,7 @@ STATUS = {
 
 class ChatService(chat_pb2_grpc.ChatServicer):
     """`client(context)` is the call's client address; its stream is counted as a socket before it comes here
-    (calls.py)."""
+    (calls.py). The call's `authorization` metadata names its client as the header does on HTTP."""
 
     def __init__(self, state: ServerState, client: Callable[[Context], str]):
         self.server = state
@@ -65,7 +66,11 @@ class ChatService(chat_pb2_grpc.ChatServicer):
     async def Stream(self, requests: AsyncIterator[Incoming], context: Context) -> AsyncIterator[pb.ServerEvent]:
         metadata = text_metadata(context)
         await self._admit(metadata, context)
-        client = self.client(context)
+        client = self.server.identities.resolve(self.client(context), metadata.get("authorization"))
+        if client is None:
+            await abort(context, UNAUTHORIZED, "this server serves its classes only: send your class's key as the "
+                                               "metadata 'authorization: Bearer <key>'")
+            return
         try:
             async for event in self._chat(requests, context, client, metadata.get(CONVERSATION_KEY)):
                 yield event
@@ -76,8 +81,9 @@ class ChatService(chat_pb2_grpc.ChatServicer):
     async def _admit(self, metadata: Mapping[str, str], context: Context) -> None:
         key = self.server.settings.access.api_key
         if key:
-            given = presented_key({b"authorization": str(metadata.get("authorization", "")).encode()})
-            if given is None or not hmac.compare_digest(given.encode(), key.encode()):
+            given = bearer(metadata.get("authorization"))
+            if given is None or not (hmac.compare_digest(given.encode(), key.encode())
+                                     or self.server.classes.by_key(given) is not None):
                 await abort(context, UNAUTHORIZED, "this server needs its API key: send the metadata "
                                                    "'authorization: Bearer <key>' (TYPEWRITER_API_KEY on the server)")
         if self.server.phase is Phase.STOPPING:
@@ -87,7 +93,7 @@ class ChatService(chat_pb2_grpc.ChatServicer):
                       if self.server.phase is Phase.LOADING else "the server is not serving chats; see /readyz")
             await context.abort(Status.UNAVAILABLE, reason)  # no protocol code: the socket's close 1013
 
-    async def _chat(self, requests: AsyncIterator[Incoming], context: Context, client: str,
+    async def _chat(self, requests: AsyncIterator[Incoming], context: Context, client: Identity,
                     key: str | None) -> AsyncIterator[pb.ServerEvent]:
         first = await anext(aiter(requests), None)
         if isinstance(first, Unreadable):
@@ -98,8 +104,8 @@ class ChatService(chat_pb2_grpc.ChatServicer):
         if first is None or first.WhichOneof("kind") != "chat":
             raise Refusal("invalid_request", "a stream's first message must be a chat request")
         chat = chat_of(first.chat, self.server.settings.socket.max_messages)
-        owner, key = self.server.owners.conversation(key)
-        stream = await open_chat(self.server, chat, client, owner)
+        owner, key = self.server.owners.of_request(client, key)
+        stream = await open_chat(self.server, chat, client, owner, self.server.settings.answers.api_system_prompt)
         await context.send_initial_metadata(((CONVERSATION_KEY, key),))
         reader = asyncio.create_task(self._read(requests, stream), name=f"grpc-read-{stream.engine_id}")
 

@@ -7,12 +7,13 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from ...engine.request import FinishReason, TokenLogprobs
+from ...engine.request import Finished, FinishReason, TokenLogprobs
 from ..chats import Cancel, ChatStream, StreamItem
 from ..lifecycle import ChatEncoder
 from ..owners import CONVERSATION_KEY
@@ -24,7 +25,9 @@ FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP_SEQUENCE: "stop", 
 FAILURES = {FinishReason.QUEUE_TIMEOUT: (503, "queue_timeout", "waited too long for a free slot; try again"),
             FinishReason.SHUTDOWN: (503, "shutdown", "the server is shutting down; retry in a moment"),
             FinishReason.CANCELLED: (499, "cancelled", "the request was cancelled"),
-            FinishReason.ERROR: (500, "internal", "generation failed; see the server log")}
+            FinishReason.ERROR: (500, "internal", "generation failed; see the server log"),
+            # the client's constraint could go no further (a dead end, a limit): the engine's message names its field
+            FinishReason.CONSTRAINT: (400, "invalid_request", "the answer's constraint could go no further")}
 STREAM_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # no proxy may hold events back
 KEEPALIVE = ": keep-alive\n\n"  # an SSE comment: clients skip it, proxies see the stream is alive
 
@@ -80,6 +83,36 @@ async def next_event(stream: ChatStream, quiet_s: float | None) -> StreamItem | 
         return await asyncio.wait_for(stream.next_event(), quiet_s)
     except TimeoutError:
         return None
+
+
+@dataclass(frozen=True)
+class Failure:
+    status: int
+    code: str
+    message: str
+    param: str | None
+
+    @property
+    def kind(self) -> str:
+        return "invalid_request_error" if self.status < 500 else "server_error"
+
+    def body(self) -> dict[str, Any]:
+        return {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}
+
+    def response(self) -> JSONResponse:
+        return error_response(self.status, self.code, self.message, self.param,
+                              retry_after_s=1 if self.status == 503 else None)
+
+
+def failure(finished: Finished) -> Failure | None:
+    """How an end that is no answer of the model's is told in OpenAI's shape; None for an answer. A constraint's end
+    carries the engine's own message, which starts with the constraint's field."""
+    if finished.reason not in FAILURES:
+        return None
+    status, code, message = FAILURES[finished.reason]
+    if finished.reason is FinishReason.CONSTRAINT and finished.error:
+        return Failure(status, code, finished.error, finished.error.split(": ", 1)[0])
+    return Failure(status, code, message, None)
 
 
 def error_response(status: int, code: str, message: str, param: str | None = None,

@@ -18,7 +18,7 @@ from ..calculator import ToolStep
 from ..chats import Cancel, ChatStream
 from ..lifecycle import ChatEncoder
 from ..tool_calls import ToolCallDelta
-from .common import FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response, next_event, sse
+from .common import FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, failure, next_event, sse
 from .completions_request import CompletionRequest
 
 ChoiceEvent = Started | Token | ToolCallDelta | ToolStep | Finished
@@ -84,10 +84,9 @@ class Answer(OwnedAnswer):
                 choice.texts.append(event.as_text())
             elif isinstance(event, ToolCallDelta):
                 self._add_call(choice, event)
-        failed = next((c.end for c in self.choices if c.end.reason in FAILURES), None)
+        failed = next((f for c in self.choices if (f := failure(c.end)) is not None), None)
         if failed is not None:
-            status, code, message = FAILURES[failed.reason]
-            response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
+            response = failed.response()
         else:
             response = JSONResponse({**self._envelope("chat.completion"),
                                      "choices": [self._whole_choice(c) for c in self.choices],
@@ -143,9 +142,8 @@ class Answer(OwnedAnswer):
                             "function": {"name": event.name, "arguments": event.arguments}}
                 choice.calls[event.index] = call
                 yield sse(self._chunk(choice, {"tool_calls": [call]}) | usage_field)
-            elif event.reason in FAILURES:  # the openai client raises an APIError for an event with "error"
-                _, code, message = FAILURES[event.reason]
-                yield sse({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
+            elif (failed := failure(event)) is not None:  # the openai client raises an APIError for an "error"
+                yield sse({"error": failed.body()})
                 yield "data: [DONE]\n\n"
                 return
             else:

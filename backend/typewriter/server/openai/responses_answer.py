@@ -17,7 +17,7 @@ from ..calculator import ToolStep
 from ..chats import ChatStream
 from ..lifecycle import ChatEncoder
 from ..tool_calls import ToolCallDelta
-from .common import FAILURES, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, error_response, next_event, sse
+from .common import KEEPALIVE, STREAM_HEADERS, OwnedAnswer, failure, next_event, sse
 from .responses_request import ResponsesRequest
 
 
@@ -40,9 +40,8 @@ class ResponseAnswer(OwnedAnswer):
             pass
         finished = self.finished
         assert finished is not None  # the events end with the chat's Finished
-        if finished.reason in FAILURES:
-            status, code, message = FAILURES[finished.reason]
-            response = error_response(status, code, message, retry_after_s=1 if status == 503 else None)
+        if (failed := failure(finished)) is not None:
+            response = failed.response()
         else:
             response = JSONResponse(self._response(self._status(finished), finished), headers=self.headers)
         await response(scope, _no_receive, send)
@@ -86,10 +85,9 @@ class ResponseAnswer(OwnedAnswer):
         for index in sorted(self.calls):
             for chunk in self._close_call(index):
                 yield chunk
-        if finished.reason in FAILURES:
-            _, code, message = FAILURES[finished.reason]
-            failed = self._response("failed") | {"error": {"code": code, "message": message}}
-            yield self._event("response.failed", response=failed)
+        if (failed := failure(finished)) is not None:
+            yield self._event("response.failed", response=self._response("failed") | {"error": {
+                "code": failed.code, "message": failed.message}})
             return
         status = self._status(finished)
         kind = "response.completed" if status == "completed" else "response.incomplete"

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.types import ASGIApp
 
 from ..chats import ChatStream, open_chat
+from ..identity import Identity
 from ..lifecycle import ChatEncoder, Phase, ServerState
 from ..limits import client_address
 from ..owners import CONVERSATION_KEY
@@ -32,7 +33,7 @@ from .streams import HEADER, BadConversation, Streams, conversation_id
 STATUS = {"invalid_json": 400, "invalid_request": 400, "system_prompt_not_allowed": 400, "prompt_too_long": 400,
           "overloaded": 503, "rate_limited": 429, "shutdown": 503, "internal": 500, "busy": 409, "not_found": 404,
           "loading": 503, "too_large": 413, "method_not_allowed": 405, "not_supported": 400,
-          "unsupported_media_type": 415, "request_timeout": 408}
+          "unsupported_media_type": 415, "request_timeout": 408, "unauthorized": 401}
 OVERLOADED_RETRY_S = 1  # a full queue moves within seconds: come back soon
 
 Parsed = TypeVar("Parsed", CompletionRequest, ResponsesRequest)
@@ -54,11 +55,28 @@ class OpenAI:
         model = {"id": self.model, "object": "model", "created": self.created, "owned_by": "typewriter"}
         return JSONResponse({"object": "list", "data": [model]})
 
+    async def classroom(self, request: Request) -> Response:
+        """`GET /v1/class`: the class of whoever asks (by their key or cookie), never another's."""
+        client = self._client(request)
+        if client is None:
+            return self._unauthorized()
+        return JSONResponse({"object": "class", "client": client.kind.value, **client.classroom.public()})
+
+    def _client(self, request: Request) -> Identity | None:
+        address = client_address(request.client.host if request.client else None, request.headers,
+                                 self.state.limits.trusted)
+        return self.state.identities.resolve(address, request.headers.get("authorization"),
+                                             request.headers.get("cookie"))
+
+    def _unauthorized(self) -> Response:
+        return self._refused("unauthorized", "this server serves its classes only: send your class's key as "
+                                             "'Authorization: Bearer <key>'", status=401)
+
     async def unknown(self, request: Request) -> Response:
-        if request.url.path in ("/v1/chat/completions", "/v1/responses", "/v1/models"):
+        if request.url.path in ("/v1/chat/completions", "/v1/responses", "/v1/models", "/v1/class"):
             return error_response(405, "method_not_allowed", f"{request.method} is not allowed here; see docs/openai.md")
         return error_response(404, "not_found", f"no route {request.url.path}; this server has /v1/chat/completions, "
-                                                "/v1/responses and /v1/models")
+                                                "/v1/responses, /v1/models and /v1/class")
 
     async def chat_completions(self, request: Request) -> ASGIApp:
         keepalive_s = self.state.settings.resume.sse_keepalive_s
@@ -101,13 +119,15 @@ class OpenAI:
         except ClientDisconnect:
             return Response(status_code=400)  # nobody reads it
         limits = state.limits
-        client = client_address(request.client.host if request.client else None, request.headers, limits.trusted)
+        client = self._client(request)
+        if client is None:
+            return self._unauthorized()
         refused = limits.connect(client)
         if refused:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
-        owner, key = state.owners.conversation(request.headers.get(CONVERSATION_KEY))
+        owner, key = state.owners.of_request(client, request.headers.get(CONVERSATION_KEY))
         try:
-            stream = await open_chat(state, parsed.chat, client, owner, shows_steps)
+            stream = await open_chat(state, parsed.chat, client, owner, settings.answers.api_system_prompt, shows_steps)
         except Refusal as e:
             limits.disconnect(client)
             param = _field(e.message, parsed.names)

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..chats import Cancel, ChatStream
+from ..identity import Identity
 from ..lifecycle import ServerState
 from ..limits import client_address
 from ..resume.kept_chat import KeptChat, Reader
@@ -146,29 +147,34 @@ class Streams:
         """Keep `stream` under `conversation`; a request that presents the token of the stream kept under that
         conversation replaces it (a next turn), any other keeps its own."""
         previous = self.resumes.find(request.headers.get(TOKEN_HEADER, ""))
-        if isinstance(previous, SseChat) and previous.conversation == conversation:
+        if isinstance(previous, SseChat) and previous.conversation == conversation and (
+                stream.client is None or previous.readable_by(stream.client)):
             self.resumes.drop(previous)
         chat = self.resumes.keep(SseChat(self.resumes, stream, chunks, conversation))
         return StreamReader(chat, 0, 0, release, [(TOKEN_HEADER.encode(), chat.token.encode())])
 
-    def _find(self, request: Request, client: str) -> SseChat:
+    def _find(self, request: Request, client: Identity) -> SseChat:
+        """The stream the request's conversation id and token name, if `client` may read it (its own, or one kept
+        for an address: a class key never reads another class's stream, nor a student a classmate's)."""
         conversation = conversation_id(request.path_params["conversation_id"])
-        wait_s = self.state.limits.looking_blocked(client)
+        wait_s = self.state.limits.looking_blocked(client.address)
         if wait_s is not None:
             raise BadConversation(429, "rate_limited", "too many look-ups of streams that are not kept here; try "
                                                        f"again in {math.ceil(wait_s)} s", wait_s)
         chat = self.resumes.find(request.headers.get(TOKEN_HEADER, ""))
-        if not isinstance(chat, SseChat) or chat.conversation != conversation:
+        if not isinstance(chat, SseChat) or chat.conversation != conversation or not chat.readable_by(client):
             self.resumes.counted("not_found")
-            self.state.limits.missed(client)
+            self.state.limits.missed(client.address)
             raise BadConversation(404, "not_found", "no stream is kept for this conversation id and X-Resume-Token: "
                                                     "send the token its response carried; it ended over "
                                                     "resume_grace_s ago, or another server or a restart had it")
         return chat
 
-    def _client(self, request: Request) -> str:
-        limits = self.state.limits
-        return client_address(request.client.host if request.client else None, request.headers, limits.trusted)
+    def _client(self, request: Request) -> Identity:
+        address = client_address(request.client.host if request.client else None, request.headers,
+                                 self.state.limits.trusted)
+        return self.state.identities.counted(address, request.headers.get("authorization"),
+                                             request.headers.get("cookie"))
 
     async def replay(self, request: Request) -> Response | StreamReader:
         client = self._client(request)

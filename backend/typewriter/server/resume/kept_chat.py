@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Protocol
 
 from ..chats import Cancel, ChatStream
+from ..identity import Identity, Kind
 
 log = logging.getLogger("typewriter.server")
 
@@ -52,7 +53,7 @@ class KeptChat:
 
     def __init__(self, registry: Registry, stream: ChatStream, key: str):
         self.registry, self.stream = registry, stream
-        self.client = stream.client or ""  # whose share of the buffers it uses
+        self.client = stream.client.id if stream.client is not None else ""  # whose share of the buffers it uses
         self.key_hash = digest(key)
         self.life = Life.RUNNING
         self.keys: list[int] = []  # each kept item's position key (a token index or byte offset), non-decreasing
@@ -76,6 +77,12 @@ class KeptChat:
     @property
     def chat_id(self) -> str:
         return self.stream.chat_id
+
+    def readable_by(self, who: Identity) -> bool:
+        """A student's or a key's kept chat is theirs alone; an address's is its token's holder's, as an address
+        changes when a phone changes networks."""
+        mine = self.stream.client
+        return mine is None or mine.kind is Kind.ADDRESS or mine.id == who.id
 
     @property
     def ended(self) -> bool:

@@ -111,7 +111,7 @@ def tool_step(request_id: str, index: int, name: str, expression: str, result: s
 
 def end(request_id: str, finished: Finished, tool_calls: bool = False) -> dict[str, Any]:
     """`tool_calls`: the answer called tools, so that its reason, if it ended of itself, is `tool_calls`."""
-    assert finished.reason is not FinishReason.ERROR
+    assert finished.reason not in (FinishReason.ERROR, FinishReason.CONSTRAINT)  # each an `error` frame
     t = finished.timings
     natural = finished.reason in (FinishReason.EOS, FinishReason.STOP_SEQUENCE)
     return {

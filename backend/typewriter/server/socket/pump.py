@@ -40,6 +40,10 @@ async def frames(stream: ChatStream) -> AsyncIterator[Outgoing]:
             if event.reason is FinishReason.ERROR:
                 yield Outgoing(error("internal", f"generation failed: {event.error}", stream.chat_id), last=True)
                 return
+            if event.reason is FinishReason.CONSTRAINT:  # the client's constraint: the message names its field
+                yield Outgoing(error("invalid_request", event.error or "the answer's constraint could go no further",
+                                     stream.chat_id), last=True)
+                return
             calls = stream.tool_calls(event.request_id)
             for i, call in enumerate(calls):
                 yield Outgoing(tool_call(stream.chat_id, i, call.call_id, call.name, call.arguments))

@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from ..chat_request import Chat
 from ..chats import Cancel, ChatStream, StreamState, open_chat
+from ..identity import Identity
 from ..lifecycle import ServerState
 from ..limits import FrameRate
 from ..refusal import Refusal
@@ -27,11 +28,13 @@ log = logging.getLogger("typewriter.server")
 
 
 class Session(Reader):
-    def __init__(self, websocket: WebSocket, state: ServerState, client: str = "unknown",
+    def __init__(self, websocket: WebSocket, state: ServerState, client: Identity | None = None,
                  resumes: Resumes | None = None):
-        """`client`: the address the limits count; `resumes`: None when chats are never kept."""
-        self.ws, self.server, self.client = websocket, state, client
-        self.owner = state.owners.socket()  # this socket's chats are one conversation's turns
+        """`client`: whom the limits count (None: its address alone, unknown); `resumes`: None when chats are never
+        kept."""
+        self.ws, self.server = websocket, state
+        self.client = client or state.identities.address("unknown")
+        self.owner = state.owners.of_socket(self.client)
         self.settings = state.settings
         self.resumes = resumes
         self.stream: ChatStream | None = None
@@ -114,7 +117,8 @@ class Session(Reader):
         self._check_idle(chat.id)
         self._opening = chat.id
         try:
-            stream = await open_chat(self.server, chat, self.client, self.owner, shows_steps=True)
+            stream = await open_chat(self.server, chat, self.client, self.owner,
+                                     self.server.settings.answers.client_system_prompt, shows_steps=True)
         finally:
             self._opening = None
         self.stream = stream
@@ -129,13 +133,14 @@ class Session(Reader):
     async def _resume(self, resume: p.Resume) -> None:
         self._check_idle(resume.id)
         limits, resumes = self.server.limits, self.resumes
-        wait_s = limits.looking_blocked(self.client)
+        wait_s = limits.looking_blocked(self.client.address)
         if wait_s is not None:
             raise Refusal("rate_limited", "too many resumes of chats that are not kept here; try again in "
                                           f"{math.ceil(wait_s)} s", resume.id, wait_s)
         chat = resumes.find(resume.token) if resumes is not None else None
-        if resumes is None or not isinstance(chat, SocketChat) or chat.chat_id != resume.id:
-            limits.missed(self.client)
+        if resumes is None or not isinstance(chat, SocketChat) or chat.chat_id != resume.id \
+                or not chat.readable_by(self.client):
+            limits.missed(self.client.address)
             if resumes is not None:
                 resumes.counted("not_found")
             raise Refusal("not_found", f"no chat {resume.id!r} with that token is kept here (it ended over "

@@ -1,0 +1,510 @@
+/* q4-blocks' kernel: a Llama-family decoder's matmuls on the GGUF file's own blocks, for steps of a few rows
+   (blocks.py repacks the file and calls it; kernel.py builds it into one library with attention.c).
+
+   A matrix W [out, in] is held in blocks of 32 inputs, each with a float16 scale per output: at 4 bits as Q4
+   (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1, and Q4_K's sub-blocks), or
+   at 8 bits as Q8 (w = d * q, q in -127..127: Q8_0, Q5_0, and the types rounded to it). `format` names them: 4,
+   41, 8. Rows are quantized to 8 bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot
+   product is an exact integer, scaled once by both scales.
+
+   Packed layout: outputs in groups of 16 (the last padded with zero weights); a group holds its blocks in input
+   order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's 16 minimums). Q4 block:
+   4 x 64 bytes, chunk j lane o holding output o's weights at inputs 4j..4j+3 in the low nibbles and 16+4j..16+4j+3
+   in the high ones (unsigned: Q4's + 8); Q8 block: 8 x 64 bytes, chunk j lane o the weights at 4j..4j+3 (+ 128).
+   One VNNI vpdpbusd then takes a chunk against 4 inputs of the row broadcast to every lane: 16 outputs at once, no
+   horizontal sums. The unsigned offset comes back as offset x the block's sum of the row's quantized inputs.
+
+   AVX-512 VNNI where the CPU has it, else AVX2 (vpmaddubsw + vpmaddwd). Both sum the same exact integers and
+   scale them with the same float operations in the same order, so they give the same bits; and each row is
+   computed alone, so a row's result does not depend on the rows beside it. A call's groups are shared with one
+   helper thread, as attention.c's are; either thread computes a group the same way.
+
+   typewriter_blocks_layers runs every layer of a step in one call (RMSNorm, q/k/v, attention.c's RoPE, cache
+   write and attention, o, SiLU-gated MLP, the residual adds): no Python between the matrices
+   (docs/measurements/2026-12-05-4-bit-weights-research.md, "Recommendation"). */
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BLOCK 32
+#define LANES 16
+/* Rows computed together against one unpacked block: more would share each unpacking, but past these the
+   registers run out and a row costs several times more (docs/measurements/2026-12-05-gguf-blocks-kernel.md). */
+#define ROW_TILE 4     /* AVX-512: 32 registers */
+#define ROW_TILE256 2  /* AVX2: 16 */
+#define CHUNK_GROUPS 4 /* groups a thread takes at a time */
+#define SPIN 2000
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+enum { Q4 = 4, Q4M = 41, Q8 = 8 };
+
+static int weight_bits(int format) { return format == Q8 ? 8 : 4; }
+static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
+static int64_t block_bytes(int format) { return weight_bytes(format) + LANES * 2 * (format == Q4M ? 2 : 1); }
+static int offset_of(int format) { return format == Q4 ? 8 : format == Q8 ? 128 : 0; } /* the unsigned offset */
+
+/* Bytes of a packed matrix of `in` inputs and `out` outputs, 0 for a shape or format it cannot hold. */
+int64_t typewriter_blocks_bytes(int64_t in, int64_t out, int format) {
+    if (in <= 0 || out <= 0 || in % BLOCK || (format != Q4 && format != Q4M && format != Q8)) return 0;
+    return (out + LANES - 1) / LANES * (in / BLOCK) * block_bytes(format);
+}
+
+/* q [out, in] int8 (Q4: -8..7, Q4M: 0..15, Q8: -127..127), scales (and Q4M's minimums) [out, in / 32] float16
+   bits -> packed (typewriter_blocks_bytes of it). */
+void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint16_t *mins, int64_t in, int64_t out,
+                            int format, uint8_t *packed) {
+    const int64_t nb = in / BLOCK, bb = block_bytes(format), weights = weight_bytes(format);
+    const int off = offset_of(format);
+    memset(packed, 0, (size_t)typewriter_blocks_bytes(in, out, format));
+    for (int64_t g = 0; g < (out + LANES - 1) / LANES; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *p = packed + (g * nb + b) * bb;
+            for (int o = 0; o < LANES && g * LANES + o < out; o++) {
+                const int8_t *w = q + (g * LANES + o) * in + b * BLOCK;
+                if (format != Q8) {
+                    for (int j = 0; j < 4; j++)
+                        for (int t = 0; t < 4; t++)
+                            p[j * 64 + o * 4 + t] = (uint8_t)((w[4 * j + t] + off) | ((w[16 + 4 * j + t] + off) << 4));
+                } else {
+                    for (int j = 0; j < 8; j++)
+                        for (int t = 0; t < 4; t++) p[j * 64 + o * 4 + t] = (uint8_t)(w[4 * j + t] + off);
+                }
+                memcpy(p + weights + o * 2, scales + (g * LANES + o) * nb + b, 2);
+                if (format == Q4M) memcpy(p + weights + LANES * 2 + o * 2, mins + (g * LANES + o) * nb + b, 2);
+            }
+            /* a padded output's weights are the offset, so they sum to zero against any row */
+            for (int o = (int)(out - g * LANES); o < LANES; o++) {
+                if (format != Q8)
+                    for (int j = 0; j < 4; j++) memset(p + j * 64 + o * 4, off | (off << 4), 4);
+                else
+                    for (int j = 0; j < 8; j++) memset(p + j * 64 + o * 4, off, 4);
+            }
+        }
+}
+
+/* ---- a row's inputs to 8 bits a block: xq, its scale dx and its sum sx ---- */
+
+static void quantize_rows(const float *x, int rows, int64_t in, int64_t stride, int8_t *xq, float *dx, int32_t *sx) {
+    const int64_t nb = in / BLOCK;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int r = 0; r < rows; r++)
+        for (int64_t b = 0; b < nb; b++) {
+            const float *v = x + r * stride + b * BLOCK;
+            __m256 q[4], m = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++)
+                q[i] = _mm256_loadu_ps(v + 8 * i), m = _mm256_max_ps(m, _mm256_andnot_ps(sign, q[i]));
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_movehdup_ps(h));
+            const float top = _mm_cvtss_f32(h), inv = top > 0 ? 127.0f / top : 0.0f;
+            const __m256 scale = _mm256_set1_ps(inv);
+            __m256i n[4];
+            for (int i = 0; i < 4; i++) n[i] = _mm256_cvtps_epi32(_mm256_mul_ps(q[i], scale)); /* to nearest even */
+            /* int32 -> int8 in input order: packs interleave 128-bit lanes, the permute puts them back */
+            const __m256i p16a = _mm256_packs_epi32(n[0], n[1]), p16b = _mm256_packs_epi32(n[2], n[3]);
+            const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
+                                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(xq + r * in + b * BLOCK), p8);
+            const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(n[0], n[1]), _mm256_add_epi32(n[2], n[3]));
+            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+            dx[r * nb + b] = top / 127.0f, sx[r * nb + b] = _mm_cvtsi128_si32(t);
+        }
+}
+
+/* ---- the work of one matmul ---- */
+
+typedef struct {
+    const uint8_t *packed;
+    const int8_t *xq;
+    const float *dx;
+    const int32_t *sx;
+    float *y;
+    int64_t in, out, y_stride;
+    int rows, format;
+    _Atomic int64_t next; /* the next chunk of groups to take */
+    _Atomic int left;     /* 1 once the helper, having taken this call, has finished with it */
+} Call;
+
+/* Lanes of group g that are real outputs (the last group may be padded). */
+static inline int lanes_of(const Call *c, int64_t g) { return c->out - g * LANES < LANES ? (int)(c->out - g * LANES) : LANES; }
+
+static inline __attribute__((always_inline)) VNNI void group512(const Call *c, int64_t g, int r0, const int rt) {
+    const int64_t nb = c->in / BLOCK, bb = block_bytes(c->format), at = weight_bytes(c->format);
+    const int four = c->format != Q8, mins = c->format == Q4M, offset = offset_of(c->format);
+    const uint8_t *p = c->packed + g * nb * bb;
+    __m512 f[ROW_TILE];
+    for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++, p += bb) {
+        __m512i w[8];
+        if (four) {
+            for (int j = 0; j < 4; j++) {
+                const __m512i v = _mm512_loadu_si512(p + 64 * j);
+                w[j] = _mm512_and_si512(v, low);
+                w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            }
+        } else {
+            for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(p + 64 * j);
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at)));
+        const __m512 m = mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
+        for (int r = 0; r < rt; r++) {
+            const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
+            __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+            if (four) { /* chunk j: inputs 4j.. (low nibbles) and 16+4j.. (high) */
+                for (int j = 0; j < 4; j++) {
+                    a0 = _mm512_dpbusd_epi32(a0, w[j], _mm512_set1_epi32(x4[j]));
+                    a1 = _mm512_dpbusd_epi32(a1, w[4 + j], _mm512_set1_epi32(x4[4 + j]));
+                }
+            } else {
+                for (int j = 0; j < 8; j += 2) {
+                    a0 = _mm512_dpbusd_epi32(a0, w[j], _mm512_set1_epi32(x4[j]));
+                    a1 = _mm512_dpbusd_epi32(a1, w[j + 1], _mm512_set1_epi32(x4[j + 1]));
+                }
+            }
+            const int64_t rb = (r0 + r) * nb + b;
+            const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(a0, a1), _mm512_set1_epi32(offset * c->sx[rb]));
+            f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(c->dx[rb])), f[r]);
+            if (mins) f[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(c->dx[rb] * (float)c->sx[rb]), f[r]);
+        }
+    }
+    const __mmask16 keep = (__mmask16)((1u << lanes_of(c, g)) - 1);
+    for (int r = 0; r < rt; r++) _mm512_mask_storeu_ps(c->y + (r0 + r) * c->y_stride + g * LANES, keep, f[r]);
+}
+
+/* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's
+   unsigned weights (at most 15) against 8-bit inputs never reach it; Q8's are made signed again and multiplied as
+   |w| against x with w's sign, so every pair stays within 2 x 127 x 127 (and no offset is taken back). */
+static inline __attribute__((always_inline)) __m256i dot256(__m256i acc, __m256i w, int32_t x4) {
+    const __m256i pairs = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x4));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) __m256i dot256s(__m256i acc, __m256i w, int32_t x4) {
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(_mm256_set1_epi32(x4), w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+static inline __attribute__((always_inline)) void group256(const Call *c, int64_t g, int r0, const int rt) {
+    const int64_t nb = c->in / BLOCK, bb = block_bytes(c->format), at = weight_bytes(c->format);
+    const int four = c->format != Q8, mins = c->format == Q4M, offset = c->format == Q8 ? 0 : offset_of(c->format);
+    const int lanes = lanes_of(c, g);
+    for (int half = 0; half < 2 && 8 * half < lanes; half++) {
+        const uint8_t *p = c->packed + g * nb * bb + 32 * half;
+        __m256 f[ROW_TILE256];
+        for (int r = 0; r < rt; r++) f[r] = _mm256_setzero_ps();
+        const __m256i low = _mm256_set1_epi8(0x0F);
+        for (int64_t b = 0; b < nb; b++, p += bb) {
+            __m256i w[8];
+            if (four) {
+                for (int j = 0; j < 4; j++) {
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(p + 64 * j));
+                    w[j] = _mm256_and_si256(v, low);
+                    w[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+                }
+            } else {
+                const __m256i sign = _mm256_set1_epi8((char)0x80);
+                for (int j = 0; j < 8; j++)
+                    w[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 64 * j)), sign);
+            }
+            const uint8_t *s = p - 32 * half + at + 16 * half; /* this half's 8 scales */
+            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
+            const __m256 m = mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32))) : d;
+            for (int r = 0; r < rt; r++) {
+                const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
+                __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+                if (four) {
+                    for (int j = 0; j < 4; j++) a0 = dot256(a0, w[j], x4[j]), a1 = dot256(a1, w[4 + j], x4[4 + j]);
+                } else {
+                    for (int j = 0; j < 8; j += 2) a0 = dot256s(a0, w[j], x4[j]), a1 = dot256s(a1, w[j + 1], x4[j + 1]);
+                }
+                const int64_t rb = (r0 + r) * nb + b;
+                const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(a0, a1), _mm256_set1_epi32(offset * c->sx[rb]));
+                f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(c->dx[rb])), f[r]);
+                if (mins) f[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(c->dx[rb] * (float)c->sx[rb]), f[r]);
+            }
+        }
+        const int here = lanes - 8 * half < 8 ? lanes - 8 * half : 8;
+        const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(here), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        for (int r = 0; r < rt; r++)
+            _mm256_maskstore_ps(c->y + (r0 + r) * c->y_stride + g * LANES + 8 * half, keep, f[r]);
+    }
+}
+
+/* 1 where this CPU runs group512 (AVX-512 F, BW, VL and VNNI), else 0; typewriter_blocks_set_wide(0) keeps to
+   group256 (tests). */
+static int wide = -1;
+
+int typewriter_blocks_wide(void) {
+    if (wide < 0) {
+        __builtin_cpu_init();
+        wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    }
+    return wide;
+}
+
+void typewriter_blocks_set_wide(int on) {
+    wide = -1;
+    if (on) typewriter_blocks_wide();
+    else wide = 0;
+}
+
+static VNNI void group_wide(const Call *c, int64_t g) {
+    for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE) {
+        switch (c->rows - r0) {
+            case 1: group512(c, g, r0, 1); break; case 2: group512(c, g, r0, 2); break;
+            case 3: group512(c, g, r0, 3); break; default: group512(c, g, r0, 4); break;
+        }
+    }
+}
+
+static void group_narrow(const Call *c, int64_t g) {
+    for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE256) c->rows - r0 == 1 ? group256(c, g, r0, 1) : group256(c, g, r0, 2);
+}
+
+static void work(Call *c) {
+    const int64_t groups = (c->out + LANES - 1) / LANES;
+    const int use_wide = typewriter_blocks_wide();
+    for (int64_t i; (i = atomic_fetch_add_explicit(&c->next, CHUNK_GROUPS, memory_order_relaxed)) < groups;)
+        for (int64_t g = i; g < i + CHUNK_GROUPS && g < groups; g++) use_wide ? group_wide(c, g) : group_narrow(c, g);
+}
+
+/* ---- one helper thread, as attention.c's: it spins a little after a call, then sleeps ---- */
+
+static Call *_Atomic posted;
+static _Atomic int sleeping, helper_state; /* helper_state: 0 none, 1 running, -1 could not start */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
+
+static void *helper(void *unused) {
+    (void)unused;
+    for (;;) {
+        for (int spin = 0; spin < SPIN && !atomic_load(&posted); spin++) _mm_pause();
+        if (!atomic_load(&posted)) {
+            pthread_mutex_lock(&lock);
+            atomic_store(&sleeping, 1);
+            while (!atomic_load(&posted)) pthread_cond_wait(&wake, &lock);
+            atomic_store(&sleeping, 0);
+            pthread_mutex_unlock(&lock);
+        }
+        Call *call = atomic_exchange(&posted, NULL);
+        if (call) {
+            work(call);
+            atomic_store_explicit(&call->left, 1, memory_order_release);
+        }
+    }
+    return NULL;
+}
+
+static void forked(void) { /* a forked child has no helper: it starts its own when it needs one */
+    atomic_store(&posted, NULL), atomic_store(&sleeping, 0), atomic_store(&helper_state, 0);
+}
+
+static int helper_running(void) {
+    if (atomic_load(&helper_state) == 0) {
+        pthread_mutex_lock(&lock);
+        if (atomic_load(&helper_state) == 0) {
+            pthread_t thread;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            const int ok = pthread_create(&thread, &attr, helper, NULL) == 0;
+            pthread_attr_destroy(&attr);
+            if (ok) pthread_atfork(NULL, NULL, forked);
+            atomic_store(&helper_state, ok ? 1 : -1);
+        }
+        pthread_mutex_unlock(&lock);
+    }
+    return atomic_load(&helper_state) == 1;
+}
+
+/* Scratch a matmul of `rows` rows of `in` inputs needs: the quantized rows, then their scales and sums. */
+static size_t scratch_bytes(int rows, int64_t in) {
+    return (size_t)((rows * in + 63) & ~(int64_t)63) + (size_t)rows * (in / BLOCK) * 8;
+}
+
+/* y [rows, out] (rows `y_stride` floats apart) = x [rows, in] (rows `x_stride` apart) @ W. */
+static void matmul(const uint8_t *packed, const float *x, int64_t x_stride, int rows, int64_t in, int64_t out,
+                   int format, float *y, int64_t y_stride, void *scratch, int threads) {
+    int8_t *xq = scratch;
+    float *dx = (float *)(xq + ((rows * in + 63) & ~(int64_t)63));
+    int32_t *sx = (int32_t *)(dx + rows * (in / BLOCK));
+    quantize_rows(x, rows, in, x_stride, xq, dx, sx);
+    Call call = {packed, xq, dx, sx, y, in, out, y_stride, rows, format, 0, 0};
+    const int helped = threads > 1 && (out + LANES - 1) / LANES > CHUNK_GROUPS && helper_running();
+    if (helped) {
+        atomic_store(&posted, &call);
+        if (atomic_load(&sleeping)) {
+            pthread_mutex_lock(&lock);
+            pthread_cond_signal(&wake);
+            pthread_mutex_unlock(&lock);
+        }
+    }
+    work(&call);
+    if (helped && atomic_exchange(&posted, NULL) == NULL) /* the helper took it: wait for its last group */
+        for (int spin = 0; !atomic_load_explicit(&call.left, memory_order_acquire); spin++)
+            spin < SPIN ? _mm_pause() : (void)sched_yield();
+}
+
+/* One matmul alone (blocks.py's tests and measurements): y [rows, out] = x [rows, in] @ W. Returns 0, or -2 when
+   out of memory. */
+int typewriter_blocks_matmul(const uint8_t *packed, const float *x, int rows, int64_t in, int64_t out, int format,
+                             float *y, int threads) {
+    void *scratch = malloc(scratch_bytes(rows, in));
+    if (!scratch) return -2;
+    matmul(packed, x, in, rows, in, out, format, y, out, scratch, threads);
+    free(scratch);
+    return 0;
+}
+
+/* ---- a whole model's layers ---- */
+
+typedef struct {
+    const uint8_t *packed;
+    int64_t in, out, format;
+} Matrix;
+
+typedef struct {
+    const float *attention_norm, *ffn_norm; /* [dim] */
+    const float *bias;                      /* q, k and v's biases [(h + 2k) e], or NULL */
+    Matrix q, k, v, o, gate, up, down;
+    uint16_t *keys, *values; /* this layer's caches, as attention.c lays them out */
+} Layer;
+
+typedef struct {
+    int64_t n_layers, dim, heads, kv_heads, head_dim, hidden;
+    int64_t v_block; /* V is cached rotated by a Hadamard inside blocks of this many channels (runners/lite/layers.py) */
+    float eps;
+    const Layer *layers;
+    const float *cos, *sin; /* RoPE's angles [angles, head_dim / 2] */
+    int64_t angles, slot_count, stride;
+    const float *norm; /* the final norm [dim] and the logits' matrix */
+    Matrix output;
+} Model;
+
+int typewriter_layer(const float *qkv, const int64_t *slots, const int64_t *positions, int t, int h, int k, int e,
+                     const float *cos, const float *sin, int64_t angles, float scale, uint16_t *keys,
+                     uint16_t *values, int64_t slot_count, int64_t stride, float *q, float *out, int threads);
+
+static void rms_norm(const float *x, const float *g, int rows, int64_t n, float eps, float *y) {
+    for (int r = 0; r < rows; r++) {
+        const float *v = x + r * n;
+        double squares = 0;
+        for (int64_t i = 0; i < n; i++) squares += (double)v[i] * v[i];
+        const float inv = (float)(1.0 / sqrt(squares / (double)n + eps));
+        for (int64_t i = 0; i < n; i++) y[r * n + i] = v[i] * inv * g[i];
+    }
+}
+
+/* x @ H inside each block of b channels (H the normalized Sylvester Hadamard, its own inverse), in place. */
+static void hadamard(float *x, int64_t n, int64_t b) {
+    const float scale = (float)(1.0 / sqrt((double)b));
+    for (int64_t at = 0; at < n; at += b) {
+        float *v = x + at;
+        for (int64_t h = 1; h < b; h *= 2)
+            for (int64_t i = 0; i < b; i += 2 * h)
+                for (int64_t j = i; j < i + h; j++) {
+                    const float a = v[j], c = v[j + h];
+                    v[j] = a + c, v[j + h] = a - c;
+                }
+        for (int64_t i = 0; i < b; i++) v[i] *= scale;
+    }
+}
+
+/* exp(x) for every lane, as attention.c's (Cephes' expf, about 2 ulp), x held within -87..88 so 2^m stays a
+   float: SiLU meets both ends. */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    const __m256 m = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+    __m256 r = _mm256_fnmadd_ps(m, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fmadd_ps(m, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i two = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(m), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(two));
+}
+
+/* SiLU(gate) * up, into gate. */
+static void silu_times(float *gate, const float *up, int64_t n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 g = _mm256_loadu_ps(gate + i);
+        const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), g))));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+    }
+    for (; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+static void add_into(float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] += y[i];
+}
+
+/* Every layer for t rows: x [t, dim] (the residual stream, updated in place), row i slot slots[i]'s token at
+   positions[i], its K and V written into each layer's caches. Returns 0, attention.c's -1 or -3 (for the first
+   layer: nothing written then), or -2 when out of memory. */
+int typewriter_blocks_layers(const Model *m, float *x, int t, const int64_t *slots, const int64_t *positions,
+                             int threads) {
+    const int64_t d = m->dim, h = m->heads, k = m->kv_heads, e = m->head_dim, f = m->hidden;
+    const int64_t width = (h + 2 * k) * e, widest = f > d ? (f > h * e ? f : h * e) : (d > h * e ? d : h * e);
+    const size_t floats = (size_t)t * (d + width + h * e + h * e + 2 * f + d);
+    float *memory = malloc(floats * sizeof(float) + scratch_bytes(t, widest));
+    if (!memory) return -2;
+    float *normed = memory, *qkv = normed + t * d, *q = qkv + t * width, *attended = q + t * h * e;
+    float *gate = attended + t * h * e, *up = gate + t * f, *added = up + t * f;
+    void *scratch = added + t * d;
+    int status = 0;
+    for (int64_t i = 0; i < m->n_layers && !status; i++) {
+        const Layer *L = m->layers + i;
+        rms_norm(x, L->attention_norm, t, d, m->eps, normed);
+        matmul(L->q.packed, normed, d, t, d, L->q.out, (int)L->q.format, qkv, width, scratch, threads);
+        matmul(L->k.packed, normed, d, t, d, L->k.out, (int)L->k.format, qkv + h * e, width, scratch, threads);
+        matmul(L->v.packed, normed, d, t, d, L->v.out, (int)L->v.format, qkv + (h + k) * e, width, scratch, threads);
+        for (int r = 0; r < t; r++) {
+            if (L->bias) add_into(qkv + r * width, L->bias, width);
+            if (m->v_block) hadamard(qkv + r * width + (h + k) * e, k * e, m->v_block);
+        }
+        status = typewriter_layer(qkv, slots, positions, t, (int)h, (int)k, (int)e, m->cos, m->sin, m->angles,
+                                  1.0f / sqrtf((float)e), L->keys, L->values, m->slot_count, m->stride, q, attended,
+                                  threads);
+        if (status) break;
+        if (m->v_block)
+            for (int r = 0; r < t; r++) hadamard(attended + r * h * e, h * e, m->v_block);
+        matmul(L->o.packed, attended, h * e, t, h * e, d, (int)L->o.format, added, d, scratch, threads);
+        add_into(x, added, t * d);
+        rms_norm(x, L->ffn_norm, t, d, m->eps, normed);
+        matmul(L->gate.packed, normed, d, t, d, f, (int)L->gate.format, gate, f, scratch, threads);
+        matmul(L->up.packed, normed, d, t, d, f, (int)L->up.format, up, f, scratch, threads);
+        silu_times(gate, up, t * f);
+        matmul(L->down.packed, gate, f, t, f, d, (int)L->down.format, added, d, scratch, threads);
+        add_into(x, added, t * d);
+    }
+    free(memory);
+    return status;
+}
+
+/* The final norm and the logits: x [t, dim] -> out [t, vocab]. Returns 0, or -2 when out of memory. */
+int typewriter_blocks_logits(const Model *m, const float *x, int t, float *out, int threads) {
+    const int64_t d = m->dim;
+    float *normed = malloc((size_t)t * d * sizeof(float) + scratch_bytes(t, d));
+    if (!normed) return -2;
+    rms_norm(x, m->norm, t, d, m->eps, normed);
+    matmul(m->output.packed, normed, d, t, d, m->output.out, (int)m->output.format, out, m->output.out,
+           normed + t * d, threads);
+    free(normed);
+    return 0;
+}

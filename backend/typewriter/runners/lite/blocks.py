@@ -1,0 +1,299 @@
+"""q4-blocks: a model's matrices as the GGUF file's own blocks, repacked once at load for blocks.c, which runs a
+step of a few rows through every layer in one call. The file's types map to the kernel's formats exactly where
+they can (docs/measurements/2026-12-05-4-bit-weights-research.md, "Recommendation"):
+
+- Q4_0 as Q4; Q4_1 as Q4M; Q4_K as Q4M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m).
+- Q8_0 and Q5_0 as Q8 (Q5_0's q - 16 fits 8 bits).
+- every other type (Q6_K, Q5_1, Q5_K, the float types of a directory or a test model) rounded to Q8 blocks
+  again: 8 bits a block of 32 against the file's 5 or 6, the one rounding this path adds.
+
+Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and minimums [out, in / 32] float16.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import Q4_K
+
+from ...architecture.model_config import ModelConfig
+from ...errors import ModelFormatError
+from ...weights.dequantize import dequantize
+from ...weights.gguf_file import PERMUTED_QK, GGUFFile, unpermute_rotary
+from ...weights.source import WeightReader
+from ..rotation import Rotation
+from .attention import HostCache
+from .kernel import Kernel
+
+BLOCK = 32
+FORMATS = {"q4": 4, "q4m": 41, "q8": 8}  # blocks.c's `format`
+_P = ctypes.c_void_p
+MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """A matrix as the kernel's format holds it, before packing."""
+
+    q: np.ndarray  # [out, in] int8
+    scales: np.ndarray  # [out, in / 32] float16
+    mins: np.ndarray | None  # [out, in / 32] float16, Q4M only
+    format: int
+
+    def dequantized(self) -> np.ndarray:
+        """[out, in] float32: what the kernel multiplies by."""
+        out, n = self.q.shape
+        w = self.q.astype(np.float32).reshape(out, n // BLOCK, BLOCK) * self.scales.astype(np.float32)[..., None]
+        if self.mins is not None:
+            w += self.mins.astype(np.float32)[..., None]
+        return w.reshape(out, n)
+
+
+def _half(blocks: np.ndarray, at: int) -> np.ndarray:
+    """The float16 at byte `at` of each block [n, 1]."""
+    return blocks[:, at:at + 2].copy().view(np.float16)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """[n, 16] bytes -> [n, 32] uint8: the low nibbles as values 0-15, the high ones as 16-31 (GGUF's order)."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+
+
+def blocks_of(data: np.ndarray, kind: Q, out: int, n: int) -> Blocks:
+    """A GGUF matrix's data (its rows' bytes [out, row bytes], or its numbers [out, in]) in the kernel's format."""
+    raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+    if kind == Q.Q4_0:  # {f16 d; u8 qs[16]}: (q - 8) * d
+        b = raw.reshape(-1, 18)
+        q = _nibbles(b[:, 2:]).astype(np.int8) - np.int8(8)
+        return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), None, FORMATS["q4"])
+    if kind == Q.Q4_1:  # {f16 d; f16 m; u8 qs[16]}: q * d + m
+        b = raw.reshape(-1, 20)
+        q = _nibbles(b[:, 4:]).astype(np.int8)
+        return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), _half(b, 2).reshape(out, -1), FORMATS["q4m"])
+    if kind == Q.Q8_0:  # {f16 d; i8 qs[32]}: q * d
+        b = raw.reshape(-1, 34)
+        return Blocks(b[:, 2:].view(np.int8).reshape(out, n), _half(b, 0).reshape(out, -1), None, FORMATS["q8"])
+    if kind == Q.Q5_0:  # {f16 d; u8 qh[4]; u8 qs[16]}: ((q | bit << 4) - 16) * d
+        b = raw.reshape(-1, 22)
+        high = np.unpackbits(np.ascontiguousarray(b[:, 2:6]), axis=1, bitorder="little") << 4
+        q = (_nibbles(b[:, 6:]) | high).astype(np.int8) - np.int8(16)
+        return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), None, FORMATS["q8"])
+    if kind == Q.Q4_K:  # 256 values: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 8 sub-blocks of 32
+        b = raw.reshape(-1, 144)
+        d, dmin = _half(b, 0).astype(np.float32), _half(b, 2).astype(np.float32)
+        sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [n, 8] each
+        qs = b[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)  # [n, 4 chunks, 2, 32]
+        q = (qs & 0x0F).astype(np.int8).reshape(out, n)  # sub-block 2c: chunk c's low nibbles, 2c + 1 its high ones
+        scales = (d * sc.astype(np.float32)).astype(np.float16).reshape(out, -1)
+        mins = (-dmin * m.astype(np.float32)).astype(np.float16).reshape(out, -1)
+        return Blocks(q, scales, mins, FORMATS["q4m"])
+    return rounded_to_q8(dequantize(data, kind).reshape(out, n) if kind not in (Q.F32, Q.F16) else
+                         np.asarray(data, np.float32).reshape(out, n))
+
+
+def rounded_to_q8(w: np.ndarray) -> Blocks:
+    """w [out, in] float to Q8 blocks: a float16 scale per block of 32 (its largest |w| over 127), to nearest."""
+    out, n = w.shape
+    b = np.asarray(w, np.float32).reshape(out, n // BLOCK, BLOCK)
+    scales = (np.abs(b).max(axis=-1) / 127.0).astype(np.float16)
+    step = scales.astype(np.float32)
+    step[step == 0] = 1.0  # an all-zero block stays zero
+    q = np.clip(np.rint(b / step[..., None]), -127, 127).astype(np.int8)
+    return Blocks(q.reshape(out, n), scales, None, FORMATS["q8"])
+
+
+class Matrix(ctypes.Structure):
+    _fields_ = [("packed", _P), ("inputs", ctypes.c_int64), ("out", ctypes.c_int64), ("format", ctypes.c_int64)]
+
+
+class Layer(ctypes.Structure):
+    _fields_ = [("attention_norm", _P), ("ffn_norm", _P), ("bias", _P),
+                *((name, Matrix) for name in ("q", "k", "v", "o", "gate", "up", "down")),
+                ("keys", _P), ("values", _P)]
+
+
+class Model(ctypes.Structure):
+    _fields_ = [*((name, ctypes.c_int64) for name in ("n_layers", "dim", "heads", "kv_heads", "head_dim", "hidden",
+                                                      "v_block")),
+                ("eps", ctypes.c_float), ("layers", _P), ("cos", _P), ("sin", _P),
+                ("angles", ctypes.c_int64), ("slot_count", ctypes.c_int64), ("stride", ctypes.c_int64),
+                ("norm", _P), ("output", Matrix)]
+
+
+class BlocksKernel:
+    """blocks.c's functions in the library kernel.py built (with attention.c, whose layer call it makes)."""
+
+    def __init__(self, kernel: Kernel):
+        lib = kernel.library
+        self.bytes = lib.typewriter_blocks_bytes
+        self.bytes.restype, self.bytes.argtypes = ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+        self._pack = lib.typewriter_blocks_pack
+        self._pack.restype = None
+        self._pack.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, _P]
+        self._matmul = lib.typewriter_blocks_matmul
+        self._matmul.restype = ctypes.c_int
+        self._matmul.argtypes = [_P, _P, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int]
+        self._layers = lib.typewriter_blocks_layers
+        self._layers.restype = ctypes.c_int
+        self._layers.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int, _P, _P, ctypes.c_int]
+        self._logits = lib.typewriter_blocks_logits
+        self._logits.restype = ctypes.c_int
+        self._logits.argtypes = [ctypes.POINTER(Model), _P, ctypes.c_int, _P, ctypes.c_int]
+        self._lib = lib
+        lib.typewriter_blocks_set_wide.argtypes = [ctypes.c_int]
+
+    @property
+    def wide(self) -> bool:
+        return bool(self._lib.typewriter_blocks_wide())
+
+    def set_wide(self, on: bool) -> None:
+        """AVX-512 VNNI where the CPU has it (the default), or keep to AVX2 (tests): the same bits either way."""
+        self._lib.typewriter_blocks_set_wide(int(on))
+
+    def pack(self, blocks: Blocks) -> PackedMatrix:
+        out, n = blocks.q.shape
+        size = self.bytes(n, out, blocks.format)
+        if size == 0:
+            raise ModelFormatError(f"q4-blocks takes matrices of a multiple of {BLOCK} inputs, not {n}")
+        packed = np.empty(size, np.uint8)
+        q, scales = np.ascontiguousarray(blocks.q, np.int8), np.ascontiguousarray(blocks.scales, np.float16)
+        mins = None if blocks.mins is None else np.ascontiguousarray(blocks.mins, np.float16)
+        self._pack(q.ctypes.data, scales.ctypes.data, None if mins is None else mins.ctypes.data, n, out,
+                   blocks.format, packed.ctypes.data)
+        return PackedMatrix(packed, n, out, blocks.format)
+
+    def matmul(self, m: PackedMatrix, x: np.ndarray, threads: int = 1) -> np.ndarray:
+        """x [rows, in] float32 -> [rows, out]."""
+        x = np.ascontiguousarray(x, np.float32)
+        if x.ndim != 2 or x.shape[1] != m.inputs:
+            raise ValueError(f"rows {x.shape} do not fit a matrix of {m.inputs} inputs")
+        y = np.empty((x.shape[0], m.out), np.float32)
+        if self._matmul(m.packed.ctypes.data, x.ctypes.data, x.shape[0], m.inputs, m.out, m.format, y.ctypes.data,
+                        threads):
+            raise MemoryError("the blocks kernel is out of memory")
+        return y
+
+    def layers(self, model: Model, x: np.ndarray, slots_at: int, positions_at: int, rows: int, threads: int) -> None:
+        _status(self._layers(ctypes.byref(model), x.ctypes.data, rows, slots_at, positions_at, threads))
+
+    def logits(self, model: Model, x: np.ndarray, vocab: int, threads: int) -> np.ndarray:
+        x = np.ascontiguousarray(x, np.float32)
+        out = np.empty((x.shape[0], vocab), np.float32)
+        _status(self._logits(ctypes.byref(model), x.ctypes.data, x.shape[0], out.ctypes.data, threads))
+        return out
+
+
+@dataclass(frozen=True)
+class PackedMatrix:
+    packed: np.ndarray  # uint8, blocks.c's layout
+    inputs: int
+    out: int
+    format: int
+
+    def struct(self) -> Matrix:
+        return Matrix(self.packed.ctypes.data, self.inputs, self.out, self.format)
+
+
+@dataclass(frozen=True)
+class PackedLayer:
+    matrices: dict[str, PackedMatrix]  # by MATRICES' names
+    attention_norm: np.ndarray  # [d] float32
+    ffn_norm: np.ndarray
+    bias: np.ndarray | None  # q, k and v's biases [(h + 2k) e], where the model has them
+
+
+def _status(status: int) -> None:
+    if status == -1:
+        raise ValueError("the attention kernel takes heads of a multiple of 16 channels")
+    if status == -2:
+        raise MemoryError("the blocks kernel is out of memory")
+    if status == -3:
+        raise IndexError("a slot or position is outside the cache (or past its RoPE angles)")
+
+
+class BlockModel:
+    """Every matrix of a Llama-family model packed for blocks.c, its norms and biases as float32, and the token
+    embeddings read a row at a time. `bind` points it at a HostCache's K/V arrays."""
+
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray], kernel: Kernel):
+        self.cfg, self.kernel = cfg, BlocksKernel(kernel)
+        self._weights = weights
+        gguf = weights.src if isinstance(weights, WeightReader) and isinstance(weights.src, GGUFFile) else None
+        self._gguf = gguf
+
+        def matrix(name: str) -> PackedMatrix:
+            return self.kernel.pack(self._blocks(name))
+
+        def floats(name: str) -> np.ndarray:
+            return np.ascontiguousarray(weights[name], np.float32)
+
+        self.layers = [PackedLayer({m: matrix(f"layers.{i}.{m}") for m in MATRICES},
+                                   floats(f"layers.{i}.attention_norm"), floats(f"layers.{i}.ffn_norm"),
+                                   np.concatenate([floats(f"layers.{i}.{b}") for b in ("bq", "bk", "bv")])
+                                   if cfg.qkv_bias else None)
+                       for i in range(cfg.n_layers)]
+        self.norm = floats("norm")
+        self.output = matrix("tok_embeddings" if cfg.tie_embeddings else "output")
+        self._embeddings = None if gguf is not None else floats("tok_embeddings")  # [v, d]
+        # V is cached as int8-lite's programs cache it: rotated inside blocks of the head's Hadamard (layers.py)
+        self.v_block = Rotation.of(cfg.head_dim).b
+        self._model: Model | None = None
+        self._bound: tuple[object, ...] = ()
+
+    @property
+    def nbytes(self) -> int:
+        matrices = [m for layer in self.layers for m in layer.matrices.values()]
+        return sum(m.packed.nbytes for m in [*matrices, self.output])
+
+    def _blocks(self, name: str) -> Blocks:
+        w = self._weights
+        if self._gguf is None or not isinstance(w, WeightReader):
+            return rounded_to_q8(np.asarray(w[name], np.float32))
+        stored = w.stored[name]
+        t = self._gguf.tensors[stored]
+        out, n = (int(d) for d in reversed(t.shape))
+        data = t.data
+        if self._gguf.arch in PERMUTED_QK and (".attn_q." in stored or ".attn_k." in stored):
+            heads = self.cfg.n_heads if ".attn_q." in stored else self.cfg.n_kv_heads
+            data = data[unpermute_rotary(np.arange(out), heads)]  # whole rows: the blocks move as they are
+        blocks = blocks_of(data, t.tensor_type, out, n)
+        w.canonical(name, np.empty(blocks.q.shape, np.int8))  # the name table's shape check, loud
+        return blocks
+
+    def embed(self, ids: Sequence[int]) -> np.ndarray:
+        """[n, d] float32: the file's embedding rows as stored (not rotated: the kernel reads the plain stream)."""
+        if self._embeddings is not None:
+            return np.ascontiguousarray(self._embeddings[np.asarray(ids, np.int64)])
+        assert isinstance(self._weights, WeightReader)
+        return np.concatenate([self._weights.rows("tok_embeddings", i, i + 1) for i in ids]).astype(np.float32)
+
+    def bind(self, cache: HostCache) -> None:
+        """The kernel's view of the model, writing into `cache` (made again when the runner's cache is)."""
+        cfg = self.cfg
+        structs = (Layer * cfg.n_layers)()
+        for i, layer in enumerate(self.layers):
+            s = structs[i]
+            s.attention_norm, s.ffn_norm = layer.attention_norm.ctypes.data, layer.ffn_norm.ctypes.data
+            s.bias = None if layer.bias is None else layer.bias.ctypes.data
+            for field, name in zip(("q", "k", "v", "o", "gate", "up", "down"), MATRICES):
+                setattr(s, field, layer.matrices[name].struct())
+            s.keys, s.values = cache.k[i].ctypes.data, cache.v[i].ctypes.data
+        values = cache.v[0]
+        self._model = Model(cfg.n_layers, cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.hidden_dim,
+                            self.v_block, cfg.norm_eps, ctypes.addressof(structs), cache.cos.ctypes.data,
+                            cache.sin.ctypes.data, len(cache.cos), values.shape[0], values.shape[2],
+                            self.norm.ctypes.data, self.output.struct())
+        self._bound = (structs, cache)  # alive while C reads them
+
+    def forward(self, x: np.ndarray, slots_at: int, positions_at: int, rows: int, threads: int) -> None:
+        """Every layer on x [rows, d] (contiguous float32, updated in place)."""
+        assert self._model is not None, "bind the model to a cache first"
+        self.kernel.layers(self._model, x, slots_at, positions_at, rows, threads)
+
+    def logits(self, x: np.ndarray, threads: int) -> np.ndarray:
+        assert self._model is not None, "bind the model to a cache first"
+        return self.kernel.logits(self._model, x, self.cfg.vocab_size, threads)

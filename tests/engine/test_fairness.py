@@ -1,0 +1,267 @@
+"""Fair shares (engine/fairness.py) and the scheduler that follows them: who takes a free slot, whose prompt gets a
+step's budget, the queue positions the pages are told, and the service each class and student gets over time.
+Pure Python: a scheduler driven step by step, each request answering a fixed number of tokens."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from scripted import ScriptTokenizer
+
+from typewriter.engine.fairness import FORGET_AT, FairShare, Ledger
+from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams, Share
+from typewriter.engine.request_state import RequestState, Status
+from typewriter.engine.scheduler import Scheduler
+from typewriter.errors import InvalidRequest
+
+TOKENIZER = ScriptTokenizer(["x"])
+_words = itertools.count(100)
+
+
+def request(rid: str, client: str = "", group: str = "", weight: float = 1.0, prompt: int = 4,
+            answer: int = 4) -> RequestState:
+    """A request whose prompt no other shares (so that no cached prefix is copied between them)."""
+    ids = [next(_words) % 4000 + 3 for _ in range(prompt)]
+    params = SamplingParams(max_new_tokens=answer, temperature=0.0)
+    return RequestState(GenerationRequest(rid, ids, params, share=Share(client, group, weight)), lambda e: None,
+                        TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
+
+
+class Run:
+    """A scheduler and what the engine would do with its plans: prefill the chunks, one token per decoding row,
+    and end an answer at its length. Records each request's queue positions and the step it started in."""
+
+    def __init__(self, slots: int, budget: int = 64, max_queue: int = 64, check=None):
+        """`check(run, plan)`: called with each plan, before the engine would run it."""
+        self.scheduler = Scheduler(slots, max_queue, max_chunk=64, budget=budget, idle_budget=budget)
+        self.check = check
+        self.steps = 0
+        self.started: dict[str, int] = {}
+        self.told: dict[str, list[int]] = {}
+        self.served: dict[str, int] = {}  # tokens generated, by client
+        self.finished: list[RequestState] = []
+
+    def add(self, *requests: RequestState) -> None:
+        for r in requests:
+            self.scheduler.add(r)
+
+    def step(self) -> None:
+        scheduler = self.scheduler
+        plan = scheduler.schedule(set(), 0.0)
+        self.steps += 1
+        for r, position in plan.queued:
+            self.told.setdefault(r.id, []).append(position)
+        for r in plan.admitted:
+            self.started[r.id] = self.steps
+        if self.check is not None:
+            self.check(self, plan)
+        taking = list(plan.decode)
+        for chunk in plan.chunks:
+            r = scheduler.running[chunk.slot]
+            scheduler.prefilled(chunk)
+            if chunk.wants_logits:
+                taking.append(r)
+        for r in taking:
+            _, reason = r.take(0, now=0.0)
+            self.served[r.share.client] = self.served.get(r.share.client, 0) + 1
+            if reason is not None:
+                assert reason is FinishReason.LENGTH
+                scheduler.finish(r)
+                self.finished.append(r)
+
+    def until(self, condition, most: int = 1000) -> None:
+        for _ in range(most):
+            if condition():
+                return
+            self.step()
+        raise AssertionError("the condition was not met")
+
+
+# ---- the counters ----
+
+
+def test_a_newcomer_starts_at_the_least_counter_of_those_waiting_so_idle_time_banks_no_credit():
+    ledger = Ledger()
+    ledger.arrive("busy")
+    ledger.accounts["busy"].served = 50.0
+    ledger.arrive("new")
+    assert ledger.accounts["new"].served == 50.0
+    ledger.leave("new")
+    ledger.accounts["busy"].served = 80.0
+    ledger.arrive("new")  # back after a while: lifted to the busy one's counter, no credit for the time away
+    assert ledger.accounts["new"].served == 80.0
+
+
+def test_a_counter_is_never_lowered_by_coming_back():
+    ledger = Ledger()
+    ledger.arrive("a")
+    ledger.accounts["a"].served = 90.0
+    ledger.leave("a")
+    ledger.arrive("b")
+    ledger.arrive("a")
+    assert ledger.accounts["a"].served == 90.0
+
+
+def test_idle_counters_are_forgotten_so_that_the_ledger_stays_bounded():
+    ledger = Ledger()
+    for n in range(10 * FORGET_AT):
+        ledger.arrive(f"s{n}")
+        ledger.leave(f"s{n}")
+    assert len(ledger.accounts) <= 2 * FORGET_AT + 1
+
+
+def test_a_group_is_charged_its_service_over_its_weight_and_a_client_the_service_itself():
+    fair = FairShare()
+    heavy, light = Share("ana", "algebra", 2.0), Share("ben", "biology", 1.0)
+    fair.arrive(heavy)
+    fair.arrive(light)
+    fair.charge(heavy, 10.0)
+    fair.charge(light, 10.0)
+    assert fair.served(heavy) == (5.0, 10.0) and fair.served(light) == (10.0, 10.0)
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_share_needs_a_positive_finite_weight(weight):
+    with pytest.raises(InvalidRequest, match="share.weight"):
+        Share("a", "g", weight)
+
+
+# ---- the scheduler ----
+
+
+def test_without_shares_slots_go_first_come_first_served():
+    run = Run(slots=1)
+    run.add(*(request(f"r{n}") for n in range(4)))
+    run.until(lambda: len(run.finished) == 4)
+    assert [r.id for r in run.finished] == ["r0", "r1", "r2", "r3"]
+
+
+def test_a_classmate_takes_the_next_free_slot_ahead_of_a_greedy_students_backlog():
+    run = Run(slots=2)
+    run.add(*(request(f"greedy{n}", "greedy", "class") for n in range(8)))
+    run.until(lambda: run.scheduler.free_slots == [] and len(run.started) == 2)
+    run.add(request("classmate", "classmate", "class"))
+    run.step()
+    assert run.told["classmate"] == [1]  # told it is next, not seventh
+    arrived = run.steps
+    run.until(lambda: "classmate" in run.started)
+    first_after = min(step for step in run.started.values() if step > arrived)
+    assert run.started["classmate"] == first_after  # nobody waiting went before it
+
+
+def test_the_greedy_students_places_move_back_when_a_classmate_goes_ahead():
+    run = Run(slots=1)
+    run.add(*(request(f"greedy{n}", "greedy", "class", answer=6) for n in range(3)))
+    run.step()
+    assert run.told == {"greedy1": [1], "greedy2": [2]}
+    run.add(request("classmate", "classmate", "class"))
+    run.step()
+    assert run.told["classmate"] == [1]
+    assert run.told["greedy1"] == [1, 2] and run.told["greedy2"] == [2, 3]
+
+
+def test_queue_positions_count_down_in_the_order_slots_are_taken():
+    run = Run(slots=2)
+    clients = ["ana", "ben", "ana", "cho", "ana", "ben", "dee", "ana", "ana", "cho"]
+    run.add(*(request(f"{c}{n}", c, "class", answer=3 + n % 4) for n, c in enumerate(clients)))
+    run.step()
+    first = {rid: positions[0] for rid, positions in run.told.items()}
+    assert sorted(first.values()) == list(range(1, len(first) + 1))
+    run.until(lambda: len(run.started) == len(clients))
+    assert sorted(first, key=lambda rid: (run.started[rid], first[rid])) == sorted(first, key=first.get)
+    for positions in run.told.values():  # a place only ever comes nearer
+        assert positions == sorted(positions, reverse=True)
+
+
+def test_every_waiting_request_told_a_place_holds_its_place_in_the_current_order():
+    checked = []
+
+    def truthful(run, plan):
+        free = len(run.scheduler.free_slots)
+        for rank, r in enumerate(run.scheduler.order(), start=1):
+            if r.id in run.told:
+                assert run.told[r.id][-1] == (rank - free if rank > free else 1), (run.steps, r.id)
+                checked.append(rank <= free)
+
+    run = Run(slots=3, budget=4, check=truthful)  # a small budget: some wait beside a free slot
+    clients = itertools.cycle(["ana", "ben", "ana", "ana", "cho"])
+    for n in range(40):
+        if n % 3 == 0:
+            run.add(*(request(f"r{n}-{k}", next(clients), "class", prompt=8, answer=2 + n % 5) for k in range(3)))
+        run.step()
+    assert any(checked) and not all(checked)  # both kinds of place were seen
+
+
+def test_each_student_of_a_class_gets_an_equal_share_however_many_chats_one_sends():
+    run = Run(slots=2)
+    pending = {"greedy": 0, "ana": 0, "ben": 0}
+    ids = itertools.count()
+
+    def top_up():  # the greedy student keeps 6 chats in the engine, the others one each
+        for client, most in (("greedy", 6), ("ana", 1), ("ben", 1)):
+            while pending[client] < most:
+                pending[client] += 1
+                r = request(f"{client}{next(ids)}", client, "class", answer=8)
+                run.add(r)
+
+    top_up()
+    for _ in range(600):
+        done = len(run.finished)
+        run.step()
+        for r in run.finished[done:]:
+            pending[r.share.client] -= 1
+        top_up()
+    served = run.served
+    assert served["ana"] == pytest.approx(served["greedy"], rel=0.15)
+    assert served["ben"] == pytest.approx(served["greedy"], rel=0.15)
+
+
+def test_two_busy_classes_are_served_in_the_ratio_of_their_weights():
+    run = Run(slots=3, max_queue=200)
+    ids = itertools.count()
+    students = {"algebra": ["a1", "a2", "a3"], "biology": ["b1", "b2", "b3"]}
+    weights = {"algebra": 2.0, "biology": 1.0}
+    for group, names in students.items():
+        for name in names:
+            run.add(*(request(f"{name}-{next(ids)}", name, group, weights[group], answer=6) for _ in range(20)))
+    run.until(lambda: sum(run.served.values()) >= 360)  # before either class runs out
+    by_class = {g: sum(run.served.get(n, 0) for n in names) for g, names in students.items()}
+    assert by_class["algebra"] / by_class["biology"] == pytest.approx(2.0, rel=0.15)
+
+
+def test_a_lone_client_uses_every_slot_work_conserving():
+    run = Run(slots=3)
+    run.add(*(request(f"r{n}", "only", "class", answer=20) for n in range(5)))
+    run.until(lambda: len(run.scheduler.running) == 3 and all(
+        r.status is Status.RUNNING for r in run.scheduler.running.values()))
+    assert len(run.scheduler.waiting) == 2
+
+
+def test_the_step_budget_goes_to_the_least_served_prompt_first():
+    run = Run(slots=3, budget=8)
+    run.add(request("g0", "greedy", "class", prompt=4, answer=60))
+    run.step()
+    assert run.scheduler.running[0].status is Status.RUNNING
+    run.add(request("g1", "greedy", "class", prompt=60))
+    run.step()
+    run.step()  # g1 is admitted before anyone else asks, and prefills
+    run.add(request("new", "new", "class", prompt=60))
+    run.step()
+    plan = run.scheduler.schedule(set(), 0.0)
+    assert [r.id for r in run.scheduler.prefilling] == ["g1", "new"]  # in the order they were admitted
+    assert [run.scheduler.running[c.slot].id for c in plan.chunks] == ["new", "g1"]  # the least served first
+
+
+def test_a_request_waiting_to_copy_a_prefix_keeps_a_slot_and_others_go_meanwhile():
+    run = Run(slots=3, budget=8)
+    leader = request("leader", "ana", "class", prompt=40)
+    follower = RequestState(GenerationRequest("follower", list(leader.prompt_ids), leader.params, follows="leader",
+                                              share=leader.share), lambda e: None, TOKENIZER,
+                            TOKENIZER.eos_token_ids, now=0.0)
+    other = request("other", "ben", "class", prompt=4)
+    run.add(leader, follower, other)
+    run.step()
+    assert set(run.started) == {"leader", "other"}
+    run.until(lambda: "follower" in run.started)
+    assert follower.reused == len(leader.prompt_ids) - 1  # copied, all but the token left for its logits

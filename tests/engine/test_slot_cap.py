@@ -1,0 +1,82 @@
+"""The slot count while serving: decode-only steps set against the probe's step model raise the open slots to the
+most whose step stays within the budget, lower them once the step passes the capacity bar itself, hold between,
+keep within their bounds, and say why."""
+
+from __future__ import annotations
+
+import pytest
+
+from typewriter.engine.capacity import STEP_BUDGET_S, StepModel, typical_position
+from typewriter.engine.slot_cap import EVERY, ROOM, SlotCap
+from typewriter.engine.step_cost import HEADROOM, INTER_TOKEN_S
+
+MODEL = StepModel(fixed_s=0.006, per_row_s=0.0012, per_row_position_s=1e-6)
+CONTEXT = 2048
+POSITION = typical_position(CONTEXT)
+
+
+def serve(cap: SlotCap, scale: float, rows: int, steps: int = EVERY, position: int = 300):
+    """`steps` decode-only steps of `rows` rows at `position`, each `scale` times what the model says."""
+    changes = []
+    for _ in range(steps):
+        change = cap.observe(rows, rows * position, scale * MODEL.step_s(rows, position))
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def most_within_budget(scale: float, most: int = 64, budget_s: float = STEP_BUDGET_S) -> int:
+    n = 1
+    while n < most and scale * MODEL.step_s(n + 1, POSITION) <= budget_s:
+        n += 1
+    return n
+
+
+def test_steps_cheaper_than_the_probe_said_raise_the_count_and_say_why():
+    """A probe on a busy machine measured three times the steps this one takes."""
+    cap = SlotCap(MODEL, slots=most_within_budget(3.0), most=64, max_context=CONTEXT)
+    assert serve(cap, 1.0, rows=cap.slots, steps=EVERY - 1) == []  # a few steps move nothing
+    (change,) = serve(cap, 1.0, rows=cap.slots, steps=1)
+    assert change.before < change.after == cap.slots == most_within_budget(1.0)
+    assert change.why.startswith(f"raised: {change.after} slots step in about")
+    assert change.why.endswith(f"within the budget of {STEP_BUDGET_S * 1000:.0f} ms (decode steps take 1.00x the "
+                               "start's measurement)")
+
+
+def test_steps_past_the_bar_lower_the_count_and_between_budget_and_bar_it_holds():
+    start = most_within_budget(1.0)
+    cap = SlotCap(MODEL, slots=start, most=64, max_context=CONTEXT)
+    assert serve(cap, 0.92, rows=start, steps=4 * EVERY) == []  # a few percent cheaper opens no slot (ROOM)
+    assert 0.92 * ROOM > 1.0
+    assert serve(cap, 1.5, rows=start, steps=4 * EVERY) == []  # slower, but within the bar: a queue would cost more
+    assert 1.5 * MODEL.step_s(start, POSITION) < INTER_TOKEN_S
+    (change,) = serve(cap, 2.0, rows=start, steps=3 * EVERY)
+    assert change.after == cap.slots == most_within_budget(2.0, budget_s=INTER_TOKEN_S * HEADROOM) < start
+    assert change.why.startswith(f"lowered: {start} slots step in about")
+    assert "past the capacity bar of 100 ms (decode steps take 2.00x" in change.why
+    assert serve(cap, 2.0, rows=cap.slots, steps=3 * EVERY) == []  # where it fell, the step is within the bar
+
+
+def test_the_count_stays_within_its_bounds():
+    cap = SlotCap(MODEL, slots=8, most=12, max_context=CONTEXT)
+    (change,) = serve(cap, 0.1, rows=8)
+    assert change.after == cap.slots == 12  # never past the slots whose caches were allocated
+    assert serve(cap, 0.1, rows=12, steps=3 * EVERY) == []
+    cap = SlotCap(MODEL, slots=8, most=12, max_context=CONTEXT)
+    (change,) = serve(cap, 50.0, rows=8)
+    assert change.after == cap.slots == 1  # one student, however slow
+
+
+def test_many_rows_weigh_more_than_few():
+    """A one-row step is mostly fixed cost: it says little of what one more row costs."""
+    cap = SlotCap(MODEL, slots=20, most=64, max_context=CONTEXT)
+    serve(cap, 3.0, rows=1, steps=EVERY // 2 + 1)
+    serve(cap, 1.0, rows=20, steps=EVERY // 2 - 1)
+    assert cap.scale() == pytest.approx(1.0)
+
+
+def test_each_change_is_judged_on_the_steps_since_the_last():
+    cap = SlotCap(MODEL, slots=4, most=64, max_context=CONTEXT)
+    (first,) = serve(cap, 1.0, rows=4)
+    assert serve(cap, 1.0, rows=cap.slots, steps=EVERY - 1) == []
+    assert first.after == cap.slots

@@ -1,0 +1,233 @@
+"""q4-blocks (lite/blocks.py, blocks.c): the GGUF file's blocks repacked exactly, the kernel's products on them
+(AVX-512 VNNI and AVX2 alike, each row alone), and the runner's few-row steps against fp32 and against itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize, quantize
+from helpers import Recorder
+from tiny_model import prefill_all, random_weights, tiny_config, write_gguf
+
+from typewriter import assemble
+from typewriter.config import Settings, WeightFormat
+from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
+from typewriter.engine.runner import PrefillChunk
+from typewriter.runners.lite.blocks import Blocks, BlocksKernel, blocks_of, rounded_to_q8
+from typewriter.runners.lite.kernel import load as load_kernel
+from typewriter.runners.lite.runner import BLOCK_ROWS, LiteRunner
+from typewriter.runners.xla.model import Transformer
+from typewriter.weights import load_weights
+from typewriter.weights.source import open_source, weight_reader
+
+IDS = [5, 9, 40, 77, 100, 3, 8, 12, 200, 31, 64, 65, 66]
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    k = load_kernel(None)
+    assert k is not None, "the kernel builds wherever the tests run"
+    return BlocksKernel(k)
+
+
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z.astype(np.float64) - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def kl(want: np.ndarray, got: np.ndarray) -> np.ndarray:
+    p, q = log_softmax(want), log_softmax(got)
+    return (np.exp(p) * (p - q)).sum(-1)
+
+
+def k_quant_blocks(kind: Q, out: int, n: int, rng) -> np.ndarray:
+    """Random Q4_K or Q6_K rows [out, row bytes] with their float16 scales in a weight's range."""
+    size = {Q.Q4_K: 144, Q.Q6_K: 210}[kind]
+    raw = rng.integers(0, 256, (out * n // 256, size), dtype=np.uint8)
+    scales = rng.uniform(1e-3, 4e-3, (len(raw), 2)).astype(np.float16).view(np.uint8)
+    if kind == Q.Q4_K:
+        raw[:, 0:4] = scales  # d, dmin
+    else:
+        raw[:, 208:210] = scales[:, :2]  # d, at the end
+    return raw.reshape(out, -1)
+
+
+@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q8_0, Q.Q5_0])
+def test_the_file_s_own_block_types_repack_to_exactly_the_values_gguf_dequantizes(kind):
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((48, 128)).astype(np.float32)
+    raw = quantize(w, kind)
+    blocks = blocks_of(raw, kind, 48, 128)
+    assert blocks.format == {Q.Q4_0: 4, Q.Q4_1: 41, Q.Q8_0: 8, Q.Q5_0: 8}[kind]
+    np.testing.assert_array_equal(blocks.dequantized(), dequantize(raw, kind))
+
+
+def test_q4_k_repacks_to_its_sub_blocks_up_to_float16_scales():
+    rng = np.random.default_rng(2)
+    raw = k_quant_blocks(Q.Q4_K, 32, 512, rng)
+    blocks = blocks_of(raw, Q.Q4_K, 32, 512)
+    want = dequantize(raw, Q.Q4_K)
+    assert blocks.format == 41 and blocks.mins is not None
+    step = blocks.scales.astype(np.float32).repeat(32, axis=1)  # a 4-bit step of each weight's block
+    assert np.abs(blocks.dequantized() - want).max() < 0.02 * step.max()  # float16 scales: far below a step
+
+
+def test_other_types_round_to_8_bit_blocks_within_half_a_step():
+    rng = np.random.default_rng(3)
+    raw = k_quant_blocks(Q.Q6_K, 16, 256, rng)
+    blocks = blocks_of(raw, Q.Q6_K, 16, 256)
+    want = dequantize(raw, Q.Q6_K).reshape(16, 256)
+    half_step = blocks.scales.astype(np.float32).repeat(32, axis=1) * 0.51  # float16 scales: a hair over half
+    assert blocks.format == 8 and (np.abs(blocks.dequantized() - want) <= half_step).all()
+    zero = rounded_to_q8(np.zeros((16, 64), np.float32))
+    assert not zero.dequantized().any()
+
+
+def rows_at_8_bits(x: np.ndarray) -> np.ndarray:
+    """x [rows, in] as the kernel rounds it: 8 bits a block of 32, to nearest even."""
+    b = x.reshape(x.shape[0], -1, 32)
+    top = np.abs(b).max(-1, keepdims=True)
+    inv = np.where(top > 0, np.float32(127) / np.where(top > 0, top, 1), 0).astype(np.float32)
+    return (np.rint(b * inv) * (top / np.float32(127))).reshape(x.shape)
+
+
+def some_blocks(fmt: str, out: int, n: int, rng) -> Blocks:
+    if fmt == "q8":
+        return rounded_to_q8(rng.standard_normal((out, n)).astype(np.float32))
+    q = rng.integers(0, 16, (out, n)).astype(np.int8) - np.int8(8 if fmt == "q4" else 0)
+    mins = rng.uniform(-0.1, 0.1, (out, n // 32)).astype(np.float16) if fmt == "q4m" else None
+    return Blocks(q, rng.uniform(0.01, 0.02, (out, n // 32)).astype(np.float16), mins, {"q4": 4, "q4m": 41}[fmt])
+
+
+@pytest.mark.parametrize("fmt", ["q4", "q4m", "q8"])
+@pytest.mark.parametrize("out", [80, 265], ids=["whole-groups", "a-padded-group"])
+def test_the_kernel_multiplies_8_bit_rows_by_the_blocks_on_avx512_and_avx2_to_the_same_bits(kernel, fmt, out):
+    rng = np.random.default_rng(4)
+    blocks = some_blocks(fmt, out, 256, rng)
+    packed = kernel.pack(blocks)
+    x = rng.standard_normal((11, 256)).astype(np.float32)
+    x[3, 5] *= 50  # an outlier spoils only its own block's steps
+    x[4] = 0.0
+    want = rows_at_8_bits(x).astype(np.float64) @ blocks.dequantized().T.astype(np.float64)
+    paths = {}
+    for wide in ([True, False] if kernel.wide else [False]):  # without AVX-512 VNNI, AVX2 alone
+        kernel.set_wide(wide)
+        try:
+            paths[wide] = kernel.matmul(packed, x, threads=2)
+        finally:
+            kernel.set_wide(True)
+    got = paths[False]
+    assert got.shape == (11, out)
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-6 * np.abs(want).max())
+    assert not got[4].any()
+    if True in paths:
+        np.testing.assert_array_equal(paths[True], paths[False])
+
+
+def test_a_row_gets_the_same_bits_alone_beside_others_and_on_either_thread_count(kernel):
+    rng = np.random.default_rng(5)
+    packed = kernel.pack(some_blocks("q4m", 512, 128, rng))
+    x = rng.standard_normal((9, 128)).astype(np.float32)
+    together = kernel.matmul(packed, x, threads=2)
+    for row in (0, 4, 8):
+        np.testing.assert_array_equal(kernel.matmul(packed, x[row:row + 1], threads=1)[0], together[row])
+    with pytest.raises(ValueError, match="do not fit"):
+        kernel.matmul(packed, x[:, :64])
+
+
+# ---- the runner ----
+
+@pytest.fixture(scope="module", params=[Q.Q4_1, Q.Q4_0])
+def quantized(request, tmp_path_factory):
+    """A tiny llama (Q/K rows permuted as llama.cpp stores them) in one of the file types q4-blocks runs exactly,
+    its fp32 reference (the same file dequantized), and a q4-blocks runner on it."""
+    cfg = tiny_config(tie_embeddings=False)
+    path = write_gguf(tmp_path_factory.mktemp("q4") / "tiny.gguf", cfg, random_weights(cfg, seed=11),
+                      quant=request.param)
+    cfg, weights = load_weights(path)
+    _, reader = weight_reader(open_source(path)[0])
+    runner = LiteRunner(cfg, reader, 3, 400, 64, weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=8)
+    return cfg, Transformer(cfg, weights, slots=1, max_len=64), runner
+
+
+def test_q4_blocks_is_a_setting():
+    assert Settings.from_env({"TYPEWRITER_WEIGHTS": "q4-blocks"}).model.weights == WeightFormat.Q4_BLOCKS
+    assert WeightFormat.Q4_BLOCKS.lite
+
+
+def test_few_row_steps_stay_close_to_fp32_on_the_file_s_own_blocks(quantized):
+    cfg, fp32, runner = quantized
+    want = prefill_all(fp32, IDS)
+    got = np.stack([runner.decode([0], [t], [p])[0] for p, t in enumerate(IDS)])  # one row a step: the kernel's
+    divergence = kl(want, got)
+    assert divergence.mean() < 2e-3 and divergence.max() < 1e-2, divergence  # 8-bit rows on the file's weights
+    assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9  # random weights have near-ties
+    assert runner.describe()["blocks"] == {"most_rows": 8, "avx512_vnni": runner.blocks.kernel.wide,
+                                           "bytes": runner.blocks.nbytes}
+
+
+def test_a_decoded_token_is_the_same_bits_as_that_token_in_a_chunk_of_a_few(quantized):
+    _, _, runner = quantized
+    chunk = runner.extend(1, 0, IDS[:8], all_logits=True)  # 8 rows: still the kernel
+    decoded = [runner.decode([2], [t], [p])[0] for p, t in enumerate(IDS[:8])]
+    np.testing.assert_array_equal(np.stack(decoded), chunk)
+    for layer in range(runner.cfg.n_layers):
+        np.testing.assert_array_equal(runner.cache.k[layer][1], runner.cache.k[layer][2])
+
+
+def test_rows_decoded_together_give_what_each_gives_alone(quantized):
+    _, _, runner = quantized
+    for slot in (0, 1):
+        runner.extend(slot, 0, IDS[:6 + slot])
+    alone = [runner.decode([s], [7], [6 + s])[0] for s in (0, 1)]
+    together = runner.step([0, 1], [7, 7], [6, 7], [PrefillChunk(2, 0, IDS[:3])])
+    np.testing.assert_array_equal(together.decoded, np.stack(alone))
+
+
+def test_batched_steps_run_the_programs_and_the_kernel_goes_on_from_their_cache(quantized):
+    """A prompt longer than the kernel's rows is prefilled by int8-lite's programs into the same cache (V rotated
+    as theirs); the kernel's decode steps then read it: close to the kernel's own prefill, not the same bits."""
+    cfg, fp32, runner = quantized
+    ids = [int(i) for i in np.random.default_rng(6).integers(0, cfg.vocab_size, 40)]
+    by_programs = runner.extend(0, 0, ids[:-1], all_logits=True)  # 39 rows: the programs
+    by_kernel = np.concatenate([runner.extend(1, start, ids[start:start + 8], all_logits=True)
+                                for start in range(0, 39, 8)])[:39]
+    want = prefill_all(fp32, ids[:-1])
+    assert kl(want, by_programs).mean() < 2e-3 and kl(want, by_kernel).mean() < 2e-3
+    after_programs, after_kernel = (runner.decode([s], [ids[-1]], [39])[0] for s in (0, 1))
+    assert kl(after_kernel[None], after_programs[None])[0] < 2e-3
+    assert after_programs.argmax() == after_kernel.argmax()
+
+
+def test_q4_blocks_needs_the_kernel_and_a_llama():
+    cfg = tiny_config()
+    with pytest.raises(ValueError, match="q4-blocks runs in the C kernel"):
+        LiteRunner(cfg, random_weights(cfg), 1, 32, 32, kernel=None, weight_format=WeightFormat.Q4_BLOCKS)
+
+
+def test_the_engine_answers_greedily_as_the_kernel_decodes_alone(tiny_gguf):
+    engine, tokenizer, _ = assemble.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
+                                        compile="start", weight_format="q4-blocks")
+    try:
+        runner = engine.runner
+        assert isinstance(runner, LiteRunner) and runner.blocks is not None
+        assert runner.describe()["weights"] == "q4-blocks"
+        _, reader = weight_reader(open_source(tiny_gguf)[0])
+        reference = LiteRunner(runner.cfg, reader, slots=1, max_len=64, max_chunk=64, calibration=None,
+                               weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=64)  # every row by the kernel
+        ids = tokenizer.encode("or")  # a prompt of a few tokens: the kernel's steps from its first
+        assert len(ids) <= BLOCK_ROWS and runner.blocks_rows == BLOCK_ROWS
+        greedy = SamplingParams(max_new_tokens=10, temperature=0.0, repetition_penalty=1.0)
+        rec = Recorder()
+        engine.submit(GenerationRequest("raw", ids, greedy), rec)
+        assert rec.wait().reason in (FinishReason.LENGTH, FinishReason.EOS)
+        expected, seq = [], list(ids)
+        for _ in range(10):
+            seq.append(int(reference.extend(0, 0, seq).argmax()))
+            expected.append(seq[-1])
+            if seq[-1] in tokenizer.eos_token_ids:
+                break
+        assert [t.token_id for t in rec.tokens] == expected
+    finally:
+        engine.shutdown()
