@@ -126,5 +126,5 @@ def greedy_answer(base: str, question: str) -> str:
             if frame["type"] == "token":
                 text += frame["text"]
             elif frame["type"] in ("end", "error"):
-                assert frame["type"] == "end" and frame["reason"] in ("eos", "length"), frame
+                assert frame["type"] == "end" and frame["reason"] in ("eos", "length", "repetition"), frame
                 return text

@@ -167,7 +167,7 @@ def test_no_test_file_imports_another():
 
 TESTS = Path(__file__).resolve().parent
 ACROSS = ("e2e", "frontend")  # end to end through several modules: browsers, Docker, services, real servers
-PACKAGE_WIDE = {"test_layout.py", "test_bench_scripts.py"}
+PACKAGE_WIDE = {"test_layout.py", "test_bench_scripts.py", "test_bench_grading.py"}  # the tree, and bench/
 
 
 def _unmirrored(test_files: list[Path]) -> list[str]:

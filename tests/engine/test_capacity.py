@@ -11,6 +11,7 @@ from typing import ClassVar
 import pytest
 
 from typewriter import assemble
+from typewriter.config import WeightFormat
 from typewriter.engine.capacity import (
     BUSY,
     HEADROOM,
@@ -109,6 +110,7 @@ def test_a_figure_measured_under_load_is_measured_again_and_the_faster_kept(tmp_
 
     class Runner:
         slots, max_len = 64, 2048
+        weight_format = WeightFormat.INT8_LITE
 
         def step(self, slots, tokens, positions):
             pass
@@ -134,6 +136,7 @@ def test_the_probe_takes_its_steps_in_turns_and_keeps_each_probes_fastest(monkey
 
     class Runner:
         slots, max_len = 64, 2048
+        weight_format = WeightFormat.INT8_LITE
         calls: ClassVar[list[tuple[int, int]]] = []
 
         def step(self, slots, tokens, positions):

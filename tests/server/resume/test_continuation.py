@@ -159,9 +159,9 @@ def real_engine():
 
 CUTS = (1, 2, 5, 17, 40, 63, 99, 108)
 SYSTEM = "You are a helpful science tutor."  # pinned: the tutor's default may change, and with it the answer
-# Its greedy answer says "... drive the photosynthetic machinery." at tokens 107-111: "photosynthetic" and
-# "photosynthetic machinery" are held back as a possible stop, and two cuts fall inside.
-STOP = "photosynthetic machinery."
+# Its greedy answer says "... move through a series of proteins," at tokens 107-111: "through", "through a" ... are
+# held back as a possible stop, and two cuts fall inside.
+STOP = "through a series of proteins"
 
 
 @pytest.mark.slow
