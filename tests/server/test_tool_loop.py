@@ -50,12 +50,14 @@ def test_a_call_is_evaluated_shown_as_a_step_and_the_answer_goes_on_in_the_same_
     indices = [f["index"] for f in frames if f["type"] == "token"]
     assert indices == sorted(indices) and len(set(indices)) == len(indices)  # they keep counting over the parts
     first, second = engine.submitted
+    first_part = 64 - second.params.max_new_tokens  # cut where its call ends: the eos may or may not come first
+    assert first_part in (len(ROUNDS[0]), len(ROUNDS[0]) + 1)
     end = frames[-1]
     assert end["reason"] == "eos"  # not tool_calls: the client made no call, the server did
     assert end["usage"] == {"prompt_tokens": len(first.prompt_ids) + len(second.prompt_ids),
-                            "completion_tokens": len(ROUNDS[0]) + 1 + len(ANSWER) + 1}
+                            "completion_tokens": first_part + len(ANSWER) + 1}
     assert engine.tokenizer.tools[0] == [{"type": "function", "function": FUNCTION}]
-    assert second.owner == first.owner and second.params.max_new_tokens == 64 - (len(ROUNDS[0]) + 1)
+    assert second.owner == first.owner
     # the second part's prompt is the first's conversation, the call and its result: its start is the first's
     assert second.prompt_ids[:len(first.prompt_ids) - 1] == first.prompt_ids[:-1]
     conversation = engine.tokenizer.calls[-1][0]
@@ -109,11 +111,12 @@ def test_a_model_that_keeps_calling_gets_at_most_max_steps_and_then_its_answer_e
 
 def test_the_answer_s_length_is_shared_by_its_parts():
     engine = calling_engine([[*THINK, *call_pieces("12 * 7")], ["a ", "b ", "c ", "d ", "e ", "f "]])
-    budget = len(ROUNDS[0]) + 1 + 3  # the first part whole, three tokens of the second
+    budget = len(ROUNDS[0]) + 1 + 3  # the first part whole, and three or four tokens of the second
     with running(engine, calculator=True) as (_, address):
         frames = asyncio.run(ask(address, chat(params={"max_new_tokens": budget})))
-    assert frames[-1]["reason"] == "length" and frames[-1]["usage"]["completion_tokens"] == budget
-    assert text(frames).endswith("a b c ")
+    left = engine.submitted[1].params.max_new_tokens
+    assert left in (3, 4) and frames[-1]["reason"] == "length"
+    assert frames[-1]["usage"]["completion_tokens"] == budget and text(frames).endswith("a b c d "[:2 * left])
 
 
 def test_with_the_setting_off_or_tools_of_its_own_a_chat_is_offered_no_calculator():
@@ -179,7 +182,8 @@ def test_on_v1_a_step_is_a_paragraph_of_the_content_streamed_or_whole():
     expected = "Let me work it out.\n\n> calculator: 12 * 7 = 84\n\n So it is 84."
     (choice,) = whole["choices"]
     assert choice["message"] == {"role": "assistant", "content": expected}
-    assert choice["finish_reason"] == "stop" and whole["usage"]["completion_tokens"] == len(ROUNDS[0]) + len(ANSWER) + 2
+    assert choice["finish_reason"] == "stop" and whole["usage"]["completion_tokens"] - len(ANSWER) - 1 in (
+        len(ROUNDS[0]), len(ROUNDS[0]) + 1)
     assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == expected
     assert response["output"][0]["content"][0]["text"] == expected
 
