@@ -54,6 +54,7 @@ def run(model: str, names: list[str], problems: list[dict], system: str, args: a
     for name, server in servers.items():
         assert server.env is not None
         server.env["TYPEWRITER_CALCULATOR"] = "true" if name == "on" else "false"
+        server.env["TYPEWRITER_API_SYSTEM_PROMPT"] = "replace"  # /v1's own mode: the tutor's prompt once, as sent
     done: dict[str, dict] = {name: {"seconds": 0.0, "rows": []} for name in names}
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(args.concurrency) as pool:
         for server in servers.values():
