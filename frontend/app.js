@@ -193,9 +193,10 @@ async function answer(turn, saved = null) {
     unshown = controller.signal.aborted ? "" : unshown + pacer.take(now); // Stop halts the display at once
     const text = reducedMotion.matches && !pacer.done ? wholeWords(unshown) : unshown;
     unshown = unshown.slice(text.length);
-    if (text) {
-      view.writer.feed(text);
-      clock.shown(performance.now());
+    const stepDue = view.typer.shown < (turn.steps?.length ?? 0); // a step may come with no text after it yet
+    if (text || stepDue) {
+      view.type(text);
+      if (text) clock.shown(performance.now());
       if (follow) scrollToEnd();
     }
     if (pacer.done) {
@@ -260,7 +261,8 @@ function stop() {
   const { turn, controller, pacer } = live;
   pacer.discard();
   controller.abort();
-  commit(turn, stopTurn(turn, views.get(turn)?.writer.source ?? ""));
+  const view = views.get(turn);
+  commit(turn, stopTurn(turn, view?.writer.source ?? "", view?.typer.shown));
   persist();
   updateComposer();
   showStatus();
@@ -270,7 +272,7 @@ function stop() {
 /** @param {string} question */
 function ask(question) {
   stop();
-  const turn = /** @type {Turn} */ ({ id: newId(), question, answer: "", status: "waiting", note: "", stats: "" });
+  const turn = /** @type {Turn} */ ({ id: newId(), question, answer: "", status: "waiting", note: "", stats: "", steps: [] });
   state.turns.push(turn);
   touch(chats);
   persist();

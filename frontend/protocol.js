@@ -15,6 +15,7 @@
  *   | {type: "start", id: string, prompt_tokens: number, cached_tokens?: number, dropped_messages?: number, resume_token?: string}
  *   | {type: "token", id: string, index: number, text: string, ids?: number[]}
  *   | {type: "resumed", id: string}
+ *   | {type: "tool_step", id: string, index: number, name: string, expression: string, result: string, error: string | null}
  *   | {type: "reconnecting", id: string, attempt: number}
  *   | {type: "end", id: string, reason: EndReason, usage: Usage | null, timings: Timings | null}
  *   | {type: "error", id: string | null, code: string, message: string}
@@ -56,6 +57,11 @@ export function parseServerMessage(data) {
       return typeof msg.code === "string" ? { id: null, message: "", ...msg } : null;
     case "resumed":
       return typeof msg.id === "string" ? msg : null;
+    case "tool_step":
+      return typeof msg.id === "string" && Number.isInteger(msg.index) && typeof msg.expression === "string" &&
+        typeof msg.result === "string" && (msg.error == null || typeof msg.error === "string")
+        ? { name: "calculator", ...msg, error: msg.error ?? null }
+        : null;
     case "pong":
       return msg;
     default:

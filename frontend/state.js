@@ -4,6 +4,9 @@
  * how the connection is doing. Pure and DOM-free; storage is passed in (localStorage in the page). The
  * functions here return new turns rather than change the ones they are given.
  *
+ * An answer may hold steps of the server's calculator (`tool_step` frames): each is kept with the length the
+ * answer's text had when it came, so the page shows it there, between the text before and after it.
+ *
  * A turn's answer moves through a lifecycle whose transitions are checked:
  *   waiting → queued → streaming → done | stopped | failed | interrupted
  * (waiting and queued may also end directly). A reload turns an unfinished answer into `interrupted`; one the page
@@ -21,6 +24,14 @@ import { droppedText, endText, errorText, queueText } from "./protocol.js";
 /** @typedef {import("./protocol.js").ServerMessage} ServerMessage */
 /** @typedef {"waiting" | "queued" | "streaming" | "done" | "stopped" | "failed" | "interrupted"} TurnStatus */
 /**
+ * @typedef {object} Step  a calculation the server made for the answer
+ * @property {number} at          the answer text's length when it came: it is shown after that much text
+ * @property {number} index       its number in the answer, from 0
+ * @property {string} expression
+ * @property {string} result      the value, or why there is none
+ * @property {string | null} error  the refusal's code, or null
+ */
+/**
  * @typedef {object} Turn
  * @property {string} id        the request id of the latest attempt
  * @property {string} question
@@ -28,6 +39,7 @@ import { droppedText, endText, errorText, queueText } from "./protocol.js";
  * @property {TurnStatus} status
  * @property {string} note      why it ended, in words ("Stopped", an error sentence), or ""
  * @property {string} stats     developer figures measured on the page (timing.js), or ""
+ * @property {Step[]} [steps]   the calculator's steps, in order (none when absent)
  */
 
 /** @type {TurnStatus[]} */
@@ -81,6 +93,12 @@ export function applyMessage(turn, frame) {
       return { ...streaming(turn), note: droppedText(frame.dropped_messages) };
     case "token":
       return { ...streaming(turn), answer: turn.answer + frame.text };
+    case "tool_step": {
+      const steps = turn.steps ?? [];
+      if (steps.some((s) => s.index === frame.index)) return turn; // sent again after a resume
+      const { index, expression, result, error } = frame;
+      return { ...streaming(turn), steps: [...steps, { at: turn.answer.length, index, expression, result, error }] };
+    }
     case "end":
       return {
         ...moveTo(turn, frame.reason === "cancelled" ? "stopped" : "done"),
@@ -97,10 +115,12 @@ export function applyMessage(turn, frame) {
  * The student pressed Stop: the answer is what the screen shows at this moment, for good.
  * @param {Turn} turn
  * @param {string} shown  the text on screen, a prefix of what was received
+ * @param {number} [stepsShown]  how many of its steps are on screen
  * @returns {Turn}
  */
-export function stopTurn(turn, shown) {
-  return { ...moveTo(turn, "stopped"), answer: shown, note: endText("cancelled") };
+export function stopTurn(turn, shown, stepsShown = turn.steps?.length ?? 0) {
+  const steps = (turn.steps ?? []).slice(0, stepsShown);
+  return { ...moveTo(turn, "stopped"), answer: shown, note: endText("cancelled"), steps };
 }
 
 /**
@@ -147,9 +167,24 @@ export function restoreTurns(saved) {
     if (!t || typeof t.question !== "string" || typeof t.answer !== "string" || !(t.status in NEXT)) continue;
     const status = isLive(t.status) ? "interrupted" : t.status;
     const note = status === "interrupted" && isLive(t.status) ? "The page was reloaded before this answer finished." : String(t.note ?? "");
-    turns.push({ id: String(t.id ?? ""), question: t.question, answer: t.answer, status, note, stats: String(t.stats ?? "") });
+    const steps = restoreSteps(t.steps, t.answer.length);
+    turns.push({ id: String(t.id ?? ""), question: t.question, answer: t.answer, status, note, stats: String(t.stats ?? ""), steps });
   }
   return turns;
+}
+
+/**
+ * Saved steps, checked: a damaged one, or one past the answer's end, is left out.
+ * @param {unknown} saved
+ * @param {number} length  the answer's length
+ * @returns {Step[]}
+ */
+function restoreSteps(saved, length) {
+  if (!Array.isArray(saved)) return [];
+  return saved
+    .filter((s) => s && Number.isInteger(s.at) && s.at >= 0 && s.at <= length && Number.isInteger(s.index) &&
+      typeof s.expression === "string" && typeof s.result === "string" && (s.error == null || typeof s.error === "string"))
+    .map(({ at, index, expression, result, error }) => ({ at, index, expression, result, error: error ?? null }));
 }
 
 /**

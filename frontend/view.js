@@ -5,6 +5,7 @@
  * are filled by a Writer.
  */
 
+import { StepTyper } from "./steps.js";
 import { Writer } from "./writer.js";
 
 /** @typedef {import("./state.js").Turn} Turn */
@@ -60,6 +61,7 @@ export class TurnView {
 
     this.root.append(this.question, this.article);
     this.writer = new Writer(this.answer, document, undefined, extras);
+    this.typer = new StepTyper(this.writer, document);
     /** The display is still catching up; it may outlast the answer's arrival by a few frames. */
     this.typing = true;
     this.update();
@@ -124,9 +126,17 @@ export class TurnView {
     box.setSelectionRange(box.value.length, box.value.length);
   }
 
+  /**
+   * Show the next piece of the answer's text, with the calculator's steps where they came.
+   * @param {string} text
+   */
+  type(text) {
+    this.typer.type(text, this.turn.steps ?? []);
+  }
+
   /** Show a finished answer at once (after a reload). */
   showFinished() {
-    this.writer.feed(this.turn.answer);
+    this.type(this.turn.answer);
     this.finishTyping();
   }
 

@@ -52,6 +52,16 @@ export class Writer {
   }
 
   /**
+   * A node of the page's own after the text so far (a calculator step): that text is rendered for good, and what
+   * is typed next starts new blocks after the node.
+   * @param {Node} node
+   */
+  insert(node) {
+    this.render(true);
+    this.root.append(node, this.caret);
+  }
+
+  /**
    * @private
    * @param {boolean} final
    */

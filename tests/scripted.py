@@ -12,6 +12,7 @@ Faults are injected on purpose (`fail(kind, error)`), so the engine's real failu
 
 from __future__ import annotations
 
+import json
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -22,7 +23,7 @@ from tiny_model import IM_END, VOCAB_SIZE, byte_token
 from typewriter.engine.capacity import Sizing
 from typewriter.engine.engine import Engine
 from typewriter.engine.runner import StepOutput, step_call_by_call
-from typewriter.text.tool_format import GENERIC
+from typewriter.text.tool_format import GENERIC, HERMES
 
 
 class ChainCompiler:
@@ -280,3 +281,50 @@ def factory(engine: Engine, gate=None):
         return engine, engine.tokenizer
 
     return load
+
+
+# ---- a model that calls the server's calculator ----
+
+
+def call_pieces(expression: str, name: str = "calculator") -> list[str]:
+    """A Hermes-style call of `name` with `expression`, in the pieces a model would write it in."""
+    arguments = json.dumps({"expression": expression})
+    return ["<tool_call>", "\n", f'{{"name": "{name}", ', f'"arguments": {arguments}', "}", "\n", "</tool_call>"]
+
+
+class CallingTokenizer(ScriptTokenizer):
+    """A scripted model whose template takes tools: its answer after k tool results is `rounds[k]` (the last round
+    once past them), then eos. A prompt ends with a marker of how many tool results it holds, so the runner knows
+    which round it answers. Records the tools each encode_chat was given."""
+
+    tool_format = HERMES
+
+    def __init__(self, rounds: Sequence[Sequence[str]], system_prompt: bool = False):
+        super().__init__([piece for part in rounds for piece in part], system_prompt)
+        self.starts = [sum(len(r) for r in rounds[:k]) for k in range(len(rounds))]
+        self.ends = {start + len(r) - 1 for start, r in zip(self.starts, rounds)}
+        self.markers = self.vocab_size  # marker k is this + k
+        self.vocab_size += len(rounds)
+        self.tools: list[object] = []
+
+    def encode_chat(self, messages, system=None, tools=None) -> list[int]:
+        self.tools.append(tools)
+        results = sum(m["role"] == "tool" for m in messages)
+        return super().encode_chat(messages, system, tools) + [self.markers + min(results, len(self.starts) - 1)]
+
+    def follow(self, token: int) -> int:
+        if token >= self.markers:
+            return self.starts[token - self.markers]
+        if token > self.eos:
+            return 0
+        return self.eos if token in self.ends or token == self.eos else token + 1
+
+
+def calling_engine(rounds: Sequence[Sequence[str]], step_s: float = 0.005, slots: int = 2, max_queue: int = 2,
+                   max_context: int = 256) -> RecordingEngine:
+    """A real Engine on the scripted runner whose model answers by `rounds` (CallingTokenizer)."""
+    tokenizer = CallingTokenizer(rounds)
+    runner = ChainRunner(tokenizer.follow, tokenizer.vocab_size, slots=slots, max_len=max_context, max_chunk=64,
+                         step_s=step_s)
+    return RecordingEngine(runner, tokenizer, max_queue=max_queue, prefill_budget=16,
+                           model_name="calling-model").start()

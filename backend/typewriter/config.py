@@ -176,6 +176,10 @@ class Answers:
     # The same on /v1 and gRPC, whose clients are programs that mostly send a system message of their own: by
     # default it follows the server's, which stays first, so the prefix cache still shares the server's.
     api_system_prompt: str = "append"
+    # Offer the tutor the server's own calculator (server/calculator.py) where the model's template takes tools: a
+    # socket chat, or a /v1 request without tools of its own. Off: the 0.5B and the 1.5B never called it on maths
+    # problems, and its tools section made their answers slower (docs/measurements/2026-12-05-calculator.md).
+    calculator: bool = False
 
     def __post_init__(self) -> None:
         _one_of("client_system_prompt", self.client_system_prompt, CLIENT_SYSTEM_PROMPT)

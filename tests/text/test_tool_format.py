@@ -10,6 +10,7 @@ import pytest
 from typewriter.engine.constraints import Grammars
 from typewriter.engine.request import Constraint, ConstraintKind
 from typewriter.text.tool_format import (
+    FENCED_JSON,
     GENERIC,
     HERMES,
     CallArguments,
@@ -110,3 +111,30 @@ def test_the_forced_grammar_allows_only_a_call(grammars, real_tokenizer):
     forced = GENERIC.grammar([ADD])
     assert accepts(grammars, real_tokenizer, forced, CALL_TEXT) == (True, True)
     assert accepts(grammars, real_tokenizer, forced, "Sure")[0] is False
+
+
+def fenced(text: str, step: int) -> tuple[str, list]:
+    parser, pieces = ToolCallParser(FENCED_JSON, frozenset({"calculator"})), []
+    for i in range(0, len(text), step):
+        pieces += parser.push(text[i:i + step])
+    pieces += parser.flush()
+    assert not any(isinstance(p, (CallStarted, CallArguments)) for p in pieces[:-2])  # nothing streams early
+    return "".join(p.text for p in pieces if isinstance(p, TextPiece)), parser.calls
+
+
+FENCED_CALL = '```json\n{\n  "name": "calculator",\n  "arguments": {\n    "expression": "1234 * 5678"\n  }\n}\n```'
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_a_call_of_a_named_tool_in_a_json_block_is_read_whole_and_any_other_block_is_text(step):
+    assert fenced(f"Let me.\n{FENCED_CALL}", step) == (
+        "Let me.\n", [{"name": "calculator", "arguments": '{"expression": "1234 * 5678"}'}])
+    other = '```json\n{"name": "Ada", "arguments": [1]}\n```\n```json\n{"age": 3}\n```\n```python\nx = 1\n```'
+    assert fenced(f"A record: {other} done", step) == (f"A record: {other} done", [])
+    assert fenced('```json\n{"name": "calculator", "argu', step) == ('```json\n{"name": "calculator", "argu', [])
+
+
+def test_a_call_nested_past_the_json_reader_is_text_not_an_error():
+    deep = "<tool_call>" + "[" * 5000 + "</tool_call>"
+    assert parse(deep, 1000)[:2] == (deep, [])
+    assert fenced("```json\n" + "[" * 5000 + "\n```", 1000)[0].startswith("```json\n[[[")

@@ -69,6 +69,7 @@ class Chat:
     tools: Tools | None = None
     n: int = 1  # answers to the same prompt
     logprobs: int | None = None  # alternatives per token, besides the token's own
+    own_tools: bool = False  # the client sent tools or a tool_choice (even "none"): the server offers none of its own
 
 
 def parse_chat(frame: dict[str, Any], max_messages: int) -> Chat:
@@ -116,7 +117,7 @@ def read_chat(frame: dict[str, Any], request_id: str | None, max_messages: int) 
         raise Refusal("invalid_request", "resumable: must be true or false", chat_id)
     answer_start = _parse_continue(frame["continue"], chat_id) if "continue" in frame else None
     return Chat(chat_id, messages, dict(params), resumable=resumable, answer_start=answer_start,
-                response_format=response_format, tools=tools)
+                response_format=response_format, tools=tools, own_tools="tools" in frame or "tool_choice" in frame)
 
 
 def check_text(raw: str | bytes, value: object, request_id: str | None = None) -> None:

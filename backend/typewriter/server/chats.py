@@ -16,7 +16,9 @@ from typing import Any
 
 from ..engine.request import Constraint, ConstraintKind, Event, Finished, GenerationRequest, Started, Token
 from ..errors import TypewriterError
-from ..text.conversation import append_system, fit_conversation
+from ..text.conversation import append_system, fit_conversation, kept_messages
+from . import calculator
+from .calculator import ToolStep
 from .chat_request import Chat, sampling_params
 from .identity import Identity
 from .lifecycle import ChatEncoder, Phase, ServerState
@@ -24,11 +26,12 @@ from .owners import shared_length
 from .refusal import ERROR_CODES, Refusal
 from .resume import continuation
 from .tool_calls import ToolCallDelta, ToolCallDone, ToolCallSplitter
+from .tool_loop import ToolLoop
 
 log = logging.getLogger("typewriter.server")
 request_log = logging.getLogger("typewriter.requests")
 
-StreamItem = Event | ToolCallDelta
+StreamItem = Event | ToolCallDelta | ToolStep
 
 
 class StreamState(enum.Enum):
@@ -66,6 +69,7 @@ class ChatStream:
         self.submitted_at = time.monotonic()
         self.last_token_at: float | None = None
         self.cancelled: Cancel | None = None
+        self.steps: ToolLoop | None = None  # set when the chat is offered the server's calculator
         self._tokens_after_stop = 0
         server.stream_opened()
 
@@ -88,7 +92,7 @@ class ChatStream:
         if self.cancelled is None:
             self.cancelled = why
         if self.server.engine is not None:
-            for engine_id in self.choice_ids:
+            for engine_id in [self.steps.engine_id] if self.steps is not None else self.choice_ids:
                 self.server.engine.cancel(engine_id)
 
     def shows(self, token: Token) -> bool:
@@ -126,6 +130,16 @@ class ChatStream:
             return [*splitter.flush(self._last_token.get(event.request_id)), event]
         return [event]
 
+    def cut(self, engine_id: str) -> None:
+        """End one part of the answer (tool_loop.py) where a call is complete; the answer goes on."""
+        if self.server.engine is not None:
+            self.server.engine.cancel(engine_id)
+
+    def submit(self, request: GenerationRequest) -> None:
+        """A next part of the answer (tool_loop.py), its events delivered as the first part's are."""
+        assert self.server.engine is not None  # a chat is only opened while the engine runs
+        self.server.engine.submit(request, self.on_event(asyncio.get_running_loop()))
+
     def on_event(self, loop: asyncio.AbstractEventLoop) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:  # engine thread: hand over, never block
             try:
@@ -136,7 +150,7 @@ class ChatStream:
         return on_event
 
     def _deliver(self, event: Event) -> None:
-        settings, metrics, now = self.server.settings, self.server.metrics, time.monotonic()
+        metrics, now = self.server.metrics, time.monotonic()
         if isinstance(event, Started):
             metrics.started(event)
         elif isinstance(event, Token):
@@ -150,21 +164,30 @@ class ChatStream:
             self.last_token_at = now
             if self.cancelled in (Cancel.BACKLOG, Cancel.DISCONNECT):
                 return
-        elif isinstance(event, Finished):
-            metrics.finished(event)
-            _log_request(self, event)
-        for item in self._split(event):
+        self.put(self.steps.take(event) if self.steps is not None else self._split(event))
+
+    def put(self, items: Sequence[StreamItem]) -> None:
+        """Hand items to the door: the engine's, or the calculator's steps and the answer's end between parts."""
+        metrics = self.server.metrics
+        for item in items:
+            if isinstance(item, Finished):
+                metrics.finished(item)
+                _log_request(self, item)
+            elif isinstance(item, ToolStep):
+                metrics.tool_steps.labels(outcome=item.error or "ok").inc()
             self.events.put_nowait(item)
-        if self.events.qsize() > settings.socket.send_backlog and self.cancelled is None:
+        if self.events.qsize() > self.server.settings.socket.send_backlog and self.cancelled is None:
             log.warning("chat %s: the client is not reading (%d events waiting); cancelling it",
                         self.engine_id, self.events.qsize())
             self.cancel(Cancel.BACKLOG)
 
 
-async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: str, client_system: str) -> ChatStream:
+async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: str, client_system: str,
+                    shows_steps: bool = False) -> ChatStream:
     """Submit `chat` for `client` (whom the limits count, and the fair share charges, with its class's prompt and
     answer limits) as a turn of `owner`'s conversation; raises Refusal. `client_system`: how this door takes a
-    client's own system message (refuse, append or replace)."""
+    client's own system message (refuse, append or replace); `shows_steps`: the door can show the calculator's
+    steps, so the chat may be offered it (calculator.py)."""
     if server.phase is Phase.STOPPING:
         raise Refusal("shutdown", "the server is shutting down; reconnect in a moment", chat.id)
     engine, tokenizer = server.engine, server.tokenizer
@@ -183,6 +206,10 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
                               chat.id)
     tool_format = tokenizer.tool_format if chat.tools is not None else None
     tools = chat.tools.for_template() if chat.tools is not None else None
+    steps_format = tokenizer.tool_format if shows_steps and calculator.offered(
+        chat, tokenizer.tool_format, s.answers.calculator) else None
+    if steps_format is not None:
+        tools = calculator.tools()
     if chat.tools is not None and (chat.tools.must_call or not tokenizer.tool_format.in_template):
         # a model shown the generic format in its prompt only is held to it whenever it calls
         grammar = tokenizer.tool_format.grammar(chat.tools.offered(), chat.tools.strict, chat.tools.must_call)
@@ -207,6 +234,13 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
         server.metrics.class_chats.labels(classroom.name).inc(chat.n)
         try:
             shared = shared_length(prompt.prefix, fitted.prompt_ids)
+            if steps_format is not None:
+                stream.steps = ToolLoop(
+                    stream, steps_format, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
+                                                            shared_prefix=shared, share=client.share),
+                    kept_messages(messages, fitted.dropped_messages),
+                    lambda m: tokenizer.encode_chat(m, system, tools), engine.max_context, server.next_request_id,
+                    lambda ids: shared_length(prompt.prefix, ids))
             if chat.answer_start is not None:
                 stream.continued = await continuation.submit(
                     engine, tokenizer, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
@@ -259,6 +293,8 @@ def _log_request(stream: ChatStream, event: Finished) -> None:
     }
     if stream.cancelled is not None:
         record["cancelled_by"] = stream.cancelled.value
+    if stream.steps is not None and stream.steps.steps:
+        record["tool_steps"] = stream.steps.steps
     if event.error:
         record["error"] = event.error
     request_log.info(json.dumps(record, ensure_ascii=False))

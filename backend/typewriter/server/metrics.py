@@ -57,6 +57,8 @@ class Metrics:
         self.class_tokens = Counter("typewriter_class_generated_tokens", "Tokens generated, by class.", ["class"],
                                     registry=r)
         self.requests = Counter("typewriter_requests", "Chats that ended, by finish reason.", ["reason"], registry=r)
+        self.tool_steps = Counter("typewriter_tool_steps", "Calculator steps the server ran, by outcome: ok or the "
+                                  "refusal's code.", ["outcome"], registry=r)
         self.rejected = Counter(
             "typewriter_rejected_requests", "Frames answered with an error, by error code.", ["code"], registry=r)
         self.time_to_first_token = Histogram(

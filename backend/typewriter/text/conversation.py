@@ -63,6 +63,12 @@ def fit_conversation(messages: Sequence[Message], encode: Callable[[list[Message
     return FittedPrompt(ids, fit_max_new_tokens(len(ids), context, default, asked), cuts[chosen])
 
 
+def kept_messages(messages: Sequence[Message], dropped: int) -> list[Message]:
+    """The messages a FittedPrompt holds: a system message, then all but the `dropped` oldest of the rest."""
+    head = list(messages[:1]) if messages and messages[0]["role"] == "system" else []
+    return head + list(messages[len(head) + dropped:])
+
+
 def _cuts(n: int) -> list[int]:
     """Messages dropped per candidate: none, then an exchange at a time so roles alternate, last all but one."""
     cuts = list(range(0, n - 1, 2))

@@ -1,7 +1,8 @@
 """How a model writes a tool call, read off its chat template: the grammar that constrains one and the parser that
 finds calls in the streamed answer. A template that writes Hermes-style `<tool_call>` itself is used as it is; any
 other gets the generic format (tool_prompt.py), as llama.cpp's server gives one: the same call, the tools described
-in the system turn by the server.
+in the system turn by the server. FENCED_JSON is how Qwen2.5-Coder models write a call when not forced: a Markdown
+```json block holding the call's object; the server reads it only for its own calculator (server/tool_loop.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ HERMES = ToolFormat("hermes", "<tool_call>\n", "\n</tool_call>")
 # Hermes's markers, shown to the model as plain text in the system turn (tool_prompt.py): they keep a call apart
 # from the text around it, so the parser and the grammars are Hermes's own.
 GENERIC = ToolFormat("generic", "<tool_call>\n", "\n</tool_call>", in_template=False)
+FENCED_JSON = ToolFormat("fenced-json", "```json\n", "\n```")
 
 
 def tool_format(chat_template: str | None) -> ToolFormat:
@@ -74,12 +76,14 @@ Piece = TextPiece | CallStarted | CallArguments
 
 class ToolCallParser:
     """Splits a streamed answer into text and tool calls, holding back what may be a call's opening or closing; a
-    call's name goes out once read, then its arguments piece by piece, as OpenAI streams them."""
+    call's name goes out once read, then its arguments piece by piece, as OpenAI streams them. With `names`, only a
+    call of one of them is a call, read whole at its closing, and anything else between the markers is text."""
 
     _HEAD = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
-    def __init__(self, fmt: ToolFormat):
+    def __init__(self, fmt: ToolFormat, names: frozenset[str] | None = None):
         self.open, self.close = fmt.open.strip(), fmt.close.strip()
+        self.names = names
         self.calls: list[dict[str, str]] = []  # {"name", "arguments"}, as each completes
         self._text = ""  # outside a call, not yet sent
         self._call: str | None = None  # after the opening, while inside a call
@@ -112,7 +116,11 @@ class ToolCallParser:
         return out
 
     def flush(self) -> list[Piece]:
-        """A call cut short ends with what it had if its name went out, else is dropped: it was never shown."""
+        """A call cut short ends with what it had if its name went out, else is dropped: it was never shown. With
+        `names`, what was held is text: it was never known to be a call."""
+        if self._call is not None and self.names is not None:
+            held, self._call = self.open + self._call, None
+            return _text(held)
         if self._call is not None:
             return self._complete(self._call) if self._args_at is not None else []
         rest, self._text = self._text, ""
@@ -121,6 +129,8 @@ class ToolCallParser:
     def _partial_call(self) -> list[Piece]:
         out: list[Piece] = []
         assert self._call is not None
+        if self.names is not None:  # read whole at its closing: until then it may be text
+            return out
         if self._args_at is None:
             head = self._HEAD.match(self._call)
             if head is None:
@@ -141,8 +151,10 @@ class ToolCallParser:
             try:
                 call = json.loads(body)
                 name, arguments = call["name"], call.get("arguments", call.get("parameters", {}))
-            except (ValueError, KeyError, TypeError):
-                return _text(self.open + body + self.close)  # not a call after all
+            except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # brackets nested past
+                return _text(self.open + body + self.close)  # the reader's recursion, too: not a call after all
+            if not isinstance(name, str) or (self.names is not None and name not in self.names):
+                return _text(self.open + body + self.close)
             arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
             index = len(self.calls)
             self.calls.append({"name": name, "arguments": arguments})

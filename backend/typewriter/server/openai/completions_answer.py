@@ -1,6 +1,7 @@
 """The response to one accepted `POST /v1/chat/completions`: its choices streamed as `chat.completion.chunk`
 events, or gathered into one `chat.completion`. Log probabilities of tokens whose text is held back go out with the
-next chunk that carries text, or with the choice's last.
+next chunk that carries text, or with the choice's last. A step of the server's calculator is a paragraph of the
+content, where it came in the answer: an OpenAI client has no other place to show it.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Scope, Send
 
 from ...engine.request import Finished, Queued, Started, Token
+from ..calculator import ToolStep
 from ..chats import Cancel, ChatStream
 from ..lifecycle import ChatEncoder
 from ..tool_calls import ToolCallDelta
 from .common import FAILURES, FINISH_REASONS, KEEPALIVE, STREAM_HEADERS, OwnedAnswer, failure, next_event, sse
 from .completions_request import CompletionRequest
 
-ChoiceEvent = Started | Token | ToolCallDelta | Finished
+ChoiceEvent = Started | Token | ToolCallDelta | ToolStep | Finished
 
 
 @dataclass
@@ -78,6 +80,8 @@ class Answer(OwnedAnswer):
             choice, event = item
             if isinstance(event, Token) and self.stream.shows(event):
                 choice.texts.append(event.text)
+            elif isinstance(event, ToolStep):
+                choice.texts.append(event.as_text())
             elif isinstance(event, ToolCallDelta):
                 self._add_call(choice, event)
         failed = next((f for c in self.choices if (f := failure(c.end)) is not None), None)
@@ -129,6 +133,8 @@ class Answer(OwnedAnswer):
             elif isinstance(event, Token):
                 if self.stream.shows(event):
                     yield sse(self._chunk(choice, {"content": event.text}) | usage_field)
+            elif isinstance(event, ToolStep):
+                yield sse(self._chunk(choice, {"content": event.as_text()}) | usage_field)
             elif isinstance(event, ToolCallDelta):
                 call = {"index": event.index, "function": {"arguments": event.arguments}}
                 if event.name is not None:

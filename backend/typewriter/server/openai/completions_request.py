@@ -108,7 +108,7 @@ def parse_body(body: bytes, max_messages: int) -> CompletionRequest:
     if logprobs is not None and tools is not None:
         raise BadField("logprobs", "cannot be combined with tools; leave one of them out", "not_supported")
     chat = Chat(chat_id, messages, params, response_format=response_format, tools=tools, n=fields.get("n", 1),
-                  logprobs=logprobs)
+                  logprobs=logprobs, own_tools="tools" in fields or "tool_choice" in fields)
     return CompletionRequest(chat, stream, include_usage, model, names)
 
 

@@ -1,5 +1,6 @@
 """The response to one accepted `POST /v1/responses`: a `response` object, or OpenAI's stream of typed events
-(docs/openai.md lists them).
+(docs/openai.md lists them). A step of the server's calculator is a paragraph of the message's text, as on chat
+completions.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Scope, Send
 
 from ...engine.request import Finished, FinishReason, Queued, Started, Token
+from ..calculator import ToolStep
 from ..chats import ChatStream
 from ..lifecycle import ChatEncoder
 from ..tool_calls import ToolCallDelta
@@ -69,6 +71,9 @@ class ResponseAnswer(OwnedAnswer):
                 if self.stream.shows(event):
                     for chunk in self._text(event.text):
                         yield chunk
+            elif isinstance(event, ToolStep):
+                for chunk in self._text(event.as_text()):
+                    yield chunk
             elif isinstance(event, ToolCallDelta):
                 for chunk in self._call(event):
                     yield chunk

@@ -62,7 +62,7 @@ def parse_body(body: bytes, max_messages: int) -> ResponsesRequest:
     if logprobs is not None and tools is not None:
         raise BadField("include", "log probabilities cannot be combined with tools", "not_supported")
     chat = Chat(f"resp_{uuid.uuid4().hex[:24]}", messages, params, response_format=response_format, tools=tools,
-                  logprobs=logprobs)
+                  logprobs=logprobs, own_tools="tools" in fields or "tool_choice" in fields)
     echo = {"tools": fields.get("tools", []), "tool_choice": fields.get("tool_choice", "auto"),
             "text": fields.get("text", {"format": {"type": "text"}}), "instructions": fields.get("instructions"),
             "metadata": fields.get("metadata", {}), "temperature": fields.get("temperature"),

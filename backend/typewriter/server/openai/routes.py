@@ -88,7 +88,7 @@ class OpenAI:
                 return chat
             return self.streams.keep(request, stream, chat._chunks(), kept, chat.release)
 
-        return await self._accept(request, parse_body, answer, keepable=True)
+        return await self._accept(request, parse_body, answer, keepable=True, shows_steps=True)
 
     async def responses(self, request: Request) -> ASGIApp:
         keepalive_s = self.state.settings.resume.sse_keepalive_s
@@ -97,12 +97,13 @@ class OpenAI:
                    kept: str | None, key: str) -> ASGIApp:
             return ResponseAnswer(stream, body, self.model, release, tokenizer, key, keepalive_s)
 
-        return await self._accept(request, parse_responses_body, answer)
+        return await self._accept(request, parse_responses_body, answer, shows_steps=True)
 
     async def _accept(self, request: Request, parse: Callable[[bytes, int], Parsed],
                       answer: Callable[[ChatStream, Parsed, ChatEncoder, Release, str | None, str], ASGIApp],
-                      keepable: bool = False) -> ASGIApp:
-        """`answer` gets `kept`, the X-Conversation-Id the stream is kept under (or None), and the conversation key."""
+                      keepable: bool = False, shows_steps: bool = False) -> ASGIApp:
+        """`answer` gets `kept`, the X-Conversation-Id the stream is kept under (or None), and the conversation key;
+        `shows_steps`: the answer can show the calculator's steps (chats.py's open_chat)."""
         state, settings, tokenizer = self.state, self.state.settings, self.state.tokenizer
         if not state.ready or tokenizer is None:
             return self._not_ready()
@@ -126,7 +127,7 @@ class OpenAI:
             return self._refused("overloaded", refused, retry_after_s=OVERLOADED_RETRY_S)
         owner, key = state.owners.of_request(client, request.headers.get(CONVERSATION_KEY))
         try:
-            stream = await open_chat(state, parsed.chat, client, owner, settings.answers.api_system_prompt)
+            stream = await open_chat(state, parsed.chat, client, owner, settings.answers.api_system_prompt, shows_steps)
         except Refusal as e:
             limits.disconnect(client)
             param = _field(e.message, parsed.names)

@@ -103,6 +103,12 @@ def tool_call(request_id: str, index: int, call_id: str, name: str, arguments: s
             "arguments": arguments}
 
 
+def tool_step(request_id: str, index: int, name: str, expression: str, result: str,
+              error: str | None) -> dict[str, Any]:
+    return {"type": "tool_step", "id": request_id, "index": index, "name": name, "expression": expression,
+            "result": result, "error": error}
+
+
 def end(request_id: str, finished: Finished, tool_calls: bool = False) -> dict[str, Any]:
     """`tool_calls`: the answer called tools, so that its reason, if it ended of itself, is `tool_calls`."""
     assert finished.reason not in (FinishReason.ERROR, FinishReason.CONSTRAINT)  # each an `error` frame

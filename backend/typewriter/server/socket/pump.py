@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...engine.request import Finished, FinishReason, Queued, Started, Token
+from ..calculator import NAME, ToolStep
 from ..chats import ChatStream
-from .frames import end, error, queued, start, token, tool_call
+from .frames import end, error, queued, start, token, tool_call, tool_step
 
 
 @dataclass
@@ -48,4 +49,6 @@ async def frames(stream: ChatStream) -> AsyncIterator[Outgoing]:
                 yield Outgoing(tool_call(stream.chat_id, i, call.call_id, call.name, call.arguments))
             yield Outgoing(end(stream.chat_id, event, bool(calls)), last=True)
             return
+        elif isinstance(event, ToolStep):
+            yield Outgoing(tool_step(stream.chat_id, event.index, NAME, event.expression, event.result, event.error))
         # a ToolCallDelta: each call goes out whole, before the end

@@ -118,7 +118,7 @@ class Session(Reader):
         self._opening = chat.id
         try:
             stream = await open_chat(self.server, chat, self.client, self.owner,
-                                     self.server.settings.answers.client_system_prompt)
+                                     self.server.settings.answers.client_system_prompt, shows_steps=True)
         finally:
             self._opening = None
         self.stream = stream
