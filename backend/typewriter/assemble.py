@@ -81,7 +81,7 @@ def load(
     load_s = time.perf_counter() - t0
     progress(f"loaded {opened.path.name} in {load_s:.1f}s")  # the file: its general.name is no stable id
     engine = Engine(runner, opened.tokenizer, max_queue=max_queue, prefill_budget=prefill_budget,
-                    model_name=opened.cfg.name, queue_timeout_s=queue_timeout_s)
+                    model_name=opened.cfg.name, queue_timeout_s=queue_timeout_s, parameters=opened.cfg.parameters)
     compile_s = runner.compiler.warm_up_s if runner.compiler is not None else 0.0
     return engine.start(), opened.tokenizer, LoadTimes(load_s, compile_s)
 

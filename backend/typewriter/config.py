@@ -180,8 +180,14 @@ class Answers:
     # socket chat, or a /v1 request without tools of its own. Off: the 0.5B and the 1.5B never called it on maths
     # problems, and its tools section made their answers slower (docs/measurements/2026-12-05-calculator.md).
     calculator: bool = False
+    # A chat's repetition penalty when it names none. None: its model's (1.1 under 0.3B weights, where a small
+    # model loops without it; 1 above, where it cost right answers: engine.request.default_repetition_penalty).
+    repetition_penalty: float | None = None
 
     def __post_init__(self) -> None:
+        if self.repetition_penalty is not None and not 0 < self.repetition_penalty <= 10:
+            raise ConfigError("repetition_penalty", f"must be greater than 0 and at most 10 (1 is off, or none for "
+                                                    f"the model's), got {self.repetition_penalty}")
         _one_of("client_system_prompt", self.client_system_prompt, CLIENT_SYSTEM_PROMPT)
         _one_of("api_system_prompt", self.api_system_prompt, CLIENT_SYSTEM_PROMPT)
 

@@ -16,7 +16,7 @@ from typewriter import cli
 from typewriter.commands.args import sampling_params
 from typewriter.commands.serve import settings_from_args
 from typewriter.config import DEFAULT_MAX_NEW_TOKENS, Settings, lite_cache_dir
-from typewriter.engine.request import SamplingParams
+from typewriter.engine.request import SMALL_MODEL_PARAMETERS, SamplingParams
 from typewriter.errors import PromptTooLong
 
 
@@ -87,7 +87,8 @@ def test_help_shows_the_defaults_from_sampling_params_and_settings(capsys):
     d, s = SamplingParams(), Settings()
     generate = help_text("generate")
     for shown in (f"(default {d.temperature})", f"(default {d.top_p})", f"(default {d.top_k})",
-                  f"(default {d.repetition_penalty})", f"(default {DEFAULT_MAX_NEW_TOKENS},",
+                  f"(default: the model's, {d.repetition_penalty} under {SMALL_MODEL_PARAMETERS / 1e9:.1f}B weights, "
+                  "else 1)", f"(default {DEFAULT_MAX_NEW_TOKENS},",
                   f"(default {s.engine.max_context})"):
         assert shown in generate
     serve = help_text("serve")

@@ -1,6 +1,7 @@
-"""Tools on a model whose chat template has no tool format (the scripted one's, as the embedded model's): the chat
-is taken, its tools reach the encoder, and the engine gets a grammar that holds any call to the tools' schemas,
-a forced one from the first token, an `auto` one from the call's opening on."""
+"""What a chat hands the engine. Tools on a model whose chat template has no tool format (the scripted one's, as the
+embedded model's): the chat is taken, its tools reach the encoder, and the engine gets a grammar that holds any call
+to the tools' schemas, a forced one from the first token, an `auto` one from the call's opening on. The repetition
+penalty a chat gets when it names none: its model's, or the server's setting."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from helpers import serving
 from scripted import script_engine
 
-from typewriter.engine.request import ConstraintKind
+from typewriter.engine.request import SMALL_MODEL_PARAMETERS, ConstraintKind
 
 TOOLS = [{"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}]
 # in pieces a real vocabulary has: a piece that opens an object and names a key is not in llguidance's masks
@@ -47,3 +48,19 @@ def test_a_tool_schema_the_grammar_cannot_hold_is_refused_by_name_before_the_cha
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("invalid_request", "tools") and engine.submitted == []
+
+
+@pytest.mark.parametrize("parameters, setting, asked, expected", [
+    (135_000_000, None, None, 1.1),  # a small model loops without it
+    (SMALL_MODEL_PARAMETERS, None, None, 1.0),  # a larger one is more often right without it
+    (494_000_000, 1.05, None, 1.05),  # the server's setting, for every model
+    (494_000_000, None, 1.2, 1.2),  # a chat that names one keeps it
+    (135_000_000, 1.3, 1.0, 1.0),
+])
+def test_a_chat_that_names_no_repetition_penalty_gets_its_models_or_the_servers(parameters, setting, asked, expected):
+    overrides = {} if setting is None else {"repetition_penalty": setting}
+    body = {"messages": [{"role": "user", "content": "hi"}]} | ({} if asked is None else {"repetition_penalty": asked})
+    with serving(script_engine(parameters=parameters), **overrides) as (client, engine):
+        assert client.post("/v1/chat/completions", json=body).status_code == 200
+    (request,) = engine.submitted
+    assert request.params.repetition_penalty == expected

@@ -37,6 +37,15 @@ class ModelConfig:
     def groups(self) -> int:
         return self.n_heads // self.n_kv_heads
 
+    @property
+    def parameters(self) -> int:
+        """The weights' count: embeddings (and an untied output), attention and MLP matrices; norms and biases,
+        a fraction of a percent, are left out."""
+        embeddings = self.vocab_size * self.dim * (1 if self.tie_embeddings else 2)
+        attention = 2 * self.dim * self.head_dim * (self.n_heads + self.n_kv_heads)
+        mlp = (2 if self.family == "gpt2" else 3) * self.dim * self.hidden_dim  # gpt2: no gate
+        return embeddings + self.n_layers * (attention + mlp)
+
     def rope_angles(self, positions: int) -> np.ndarray:
         """RoPE's angles [positions, head_dim / 2] in float64, for positions 0..positions-1."""
         import numpy as np  # here: what a model is needs no numpy to be described

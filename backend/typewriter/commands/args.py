@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from ..config import DEFAULT_MAX_NEW_TOKENS, EMBEDDED_MODEL_ID, ENV_PREFIX, WEIGHT_FORMATS, ConfigError, Settings
-from ..engine.request import SamplingParams
+from ..engine.request import SMALL_MODEL_PARAMETERS, SamplingParams
 from ..errors import InvalidRequest
 from ..text.conversation import fit_max_new_tokens
 
@@ -68,17 +68,21 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, help=f"sample from the likeliest tokens that make up this much probability "
                    f"(default {d.top_p})")
     p.add_argument("--top-k", type=int, help=f"sample from the K likeliest tokens; 0 means off (default {d.top_k})")
-    p.add_argument("--repetition-penalty", type=float, help=f"1 means off (default {d.repetition_penalty})")
+    p.add_argument("--repetition-penalty", type=float, help=f"1 means off (default: the model's, {d.repetition_penalty} "
+                   f"under {SMALL_MODEL_PARAMETERS / 1e9:.1f}B weights, else 1)")
     p.add_argument("--seed", type=int, help="makes a sampled answer reproducible")
     p.add_argument("--stop", action="append", metavar="TEXT", help="stop sequence (repeatable)")
     p.add_argument("--timeout", dest="timeout_s", type=float, metavar="SECONDS", help="deadline for the answer")
 
 
 def sampling_params(args: argparse.Namespace, prompt_tokens: int | None = None,
-                    context: int | None = None) -> SamplingParams:
+                    context: int | None = None, repetition_penalty: float | None = None) -> SamplingParams:
     """Without the prompt's length (checking before the model loads) the answer length is as asked; with it, the
-    server's `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left."""
+    server's `fit_max_new_tokens` decides, raising PromptTooLong when the context has too little room left.
+    `repetition_penalty`: the loaded model's default (`engine.repetition_penalty`), unless the option is given."""
     given = {name: getattr(args, name) for name in SAMPLING_OPTIONS if getattr(args, name) is not None}
+    if repetition_penalty is not None:
+        given.setdefault("repetition_penalty", repetition_penalty)
     if prompt_tokens is None and context is not None and (args.max_new_tokens or 0) >= context:
         raise InvalidRequest("max_new_tokens", f"must be smaller than the context ({context} tokens, --max-context)"
                                                f" so that a prompt fits, got {args.max_new_tokens}")

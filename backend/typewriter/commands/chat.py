@@ -57,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
                                           engine.max_context, DEFAULT_MAX_NEW_TOKENS, args.max_new_tokens)
                 if fitted.dropped_messages:
                     print(f"[{fitted.dropped_messages} older messages left out to fit the context]", file=sys.stderr)
-                params = dataclasses.replace(sampling_params(args), max_new_tokens=fitted.max_new_tokens)
+                params = dataclasses.replace(sampling_params(args, repetition_penalty=engine.repetition_penalty),
+                                             max_new_tokens=fitted.max_new_tokens)
                 history.append({"role": "assistant", "content": _answer(engine, fitted.prompt_ids, params)})
             except TypewriterError as e:  # prompt_too_long: this question alone is too long; the chat goes on
                 print(f"[{e.code}: {e}]", file=sys.stderr)

@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             prompt_ids = tokenizer.encode_chat([{"role": "user", "content": args.prompt}], system=args.system)
         load_ms = (time.perf_counter() - t0) * 1000
-        params = sampling_params(args, len(prompt_ids), engine.max_context)  # PromptTooLong: exit 2
+        params = sampling_params(args, len(prompt_ids), engine.max_context,  # PromptTooLong: exit 2
+                                 engine.repetition_penalty)
         request = GenerationRequest(uuid.uuid4().hex, prompt_ids, params)
         engine.prepare(request)
         for event in engine.stream(request):

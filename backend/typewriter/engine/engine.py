@@ -20,7 +20,16 @@ from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .capacity import typical_position
 from .constraints import MASK_WAIT_MIN_S, MASK_WAIT_SHARE, ConstraintFailed, Grammars
-from .request import Event, Finished, FinishReason, GenerationRequest, Queued, Started, Token
+from .request import (
+    Event,
+    Finished,
+    FinishReason,
+    GenerationRequest,
+    Queued,
+    Started,
+    Token,
+    default_repetition_penalty,
+)
 from .request_state import RequestState, Status
 from .runner import PrefillChunk, Runner
 from .scheduler import Plan, Scheduler
@@ -77,13 +86,15 @@ class StepStats:
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Vocabulary, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
-                 queue_timeout_s: float | None = None):
-        """`queue_timeout_s` None: a request waits for a slot as long as it takes."""
+                 queue_timeout_s: float | None = None, parameters: int = 0):
+        """`queue_timeout_s` None: a request waits for a slot as long as it takes; `parameters`: the model's
+        weights' count, which sets the repetition penalty a request gets when it names none (0: not known)."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
         _ = tokenizer.token_text.wordy  # the repetition penalty's words: worked out here, not on a first request
         self.model_name = model_name
+        self.repetition_penalty = default_repetition_penalty(parameters)
         self.max_context = runner.max_len
         self.max_queue = max_queue
         self.vocab_size = runner.vocab_size

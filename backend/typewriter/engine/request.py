@@ -55,13 +55,25 @@ MAX_STOP_SEQUENCES = 8
 MAX_STOP_LENGTH = 128
 
 
+# Below this many weights a model's default repetition penalty is SamplingParams' 1.1, at or above it 1 (off, as
+# llama-server's, vLLM's and OpenAI's): the 135M loops without it at the page's temperature, while the 0.5B answered
+# GSM8K less often right with it (docs/measurements/2026-12-05-tutor-correctness.md, "Generation, paired").
+SMALL_MODEL_PARAMETERS = 300_000_000
+
+
+def default_repetition_penalty(parameters: int) -> float:
+    """The penalty a request gets when it names none, for a model of `parameters` weights (0: not known, small)."""
+    return SamplingParams.repetition_penalty if parameters < SMALL_MODEL_PARAMETERS else 1.0
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     temperature: float = 0.2  # 0 means greedy
     top_p: float = 0.9
     top_k: int = 0  # 0 means off
-    repetition_penalty: float = 1.1  # a small model repeats itself without it
+    # a small model repeats itself without it; a server or command passes its model's (default_repetition_penalty)
+    repetition_penalty: float = 1.1
     seed: int | None = None
     stop: tuple[str, ...] = ()
     timeout_s: float | None = None  # deadline from the moment generation starts

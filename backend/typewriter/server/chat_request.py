@@ -156,9 +156,10 @@ def unencodable(value: object) -> str | None:
 
 
 def sampling_params(chat: Chat, default_max_new_tokens: int, max_new_tokens_cap: int,
-                    timeout_s: float | None) -> SamplingParams:
+                    timeout_s: float | None, default_repetition_penalty: float) -> SamplingParams:
     """The chat's params over the server's defaults; an out-of-range value is `invalid_request`, never clamped."""
-    values = {"max_new_tokens": default_max_new_tokens, **chat.params}
+    values = {"max_new_tokens": default_max_new_tokens, "repetition_penalty": default_repetition_penalty,
+              **chat.params}
     max_new = values["max_new_tokens"]
     if isinstance(max_new, int) and not isinstance(max_new, bool) and max_new > max_new_tokens_cap:
         raise Refusal(

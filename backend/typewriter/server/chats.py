@@ -200,7 +200,8 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
         raise Refusal("rate_limited", f"{why}; try again in {math.ceil(wait_s)} s", chat.id, wait_s)
     s, classroom = server.settings, client.classroom
     cap = min(classroom.max_tokens, s.answers.length_cap)
-    params = sampling_params(chat, min(s.answers.default_length, cap), cap, s.engine.request_timeout_s)
+    penalty = engine.repetition_penalty if s.answers.repetition_penalty is None else s.answers.repetition_penalty
+    params = sampling_params(chat, min(s.answers.default_length, cap), cap, s.engine.request_timeout_s, penalty)
     if chat.answer_start is not None and chat.n > 1:
         raise Refusal("invalid_request", "continue: an answer is continued as one choice; n must be 1",
                               chat.id)

@@ -40,6 +40,7 @@ class EngineHandle(Protocol):
 
     max_context: int
     max_queue: int
+    repetition_penalty: float  # a request's when it names none: the model's (engine.request.default_repetition_penalty)
     on_step: Callable[[StepStats], None] | None  # called on the engine thread
 
     @property

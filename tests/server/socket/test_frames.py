@@ -100,7 +100,7 @@ def test_an_error_echoes_the_id_only_when_it_is_well_formed():
 
 
 def build(params: dict, cap: int = 64, timeout_s: float | None = None):
-    return sampling_params(Chat("c1", (ChatMessage("user", "hi"),), params), 16, cap, timeout_s)
+    return sampling_params(Chat("c1", (ChatMessage("user", "hi"),), params), 16, cap, timeout_s, 1.1)
 
 
 def test_sampling_params_fill_the_server_default_and_keep_what_the_client_sent():
