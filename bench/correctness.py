@@ -11,8 +11,8 @@ Spanish and Chinese (bench/data/gsm8k-es.jsonl, gsm8k-zh.jsonl), the tutor's sys
 
 Both servers get the same messages (the tutor's system prompt, DEFAULT_SYSTEM_PROMPT, then the problem) over
 their OpenAI-compatible /v1/chat/completions with temperature 0 and `--max-tokens` (512): `typewriter serve` at
-its defaults otherwise (repetition penalty 1.1, the loop guard on) unless --repetition-penalty or --no-loop-guard
-says otherwise, and llama-server (scripts/build-llama-server.sh) with `--jinja`, so it renders the GGUF's own chat
+its defaults otherwise (the model's repetition penalty, the loop guard on) unless --repetition-penalty or
+--no-loop-guard says otherwise, and llama-server (scripts/build-llama-server.sh) with `--jinja`, so it renders the GGUF's own chat
 template, at its defaults (no repetition penalty). Each server has `--concurrency` slots (8) and is sent that
 many problems at a time; the servers run one after the other, never together.
 
