@@ -41,7 +41,7 @@ from typewriter.engine.request import (
     Started,
     Token,
 )
-from typewriter.engine.slot_cap import EVERY
+from typewriter.engine.slot_cap import EVERY, WAITING_EVERY
 from typewriter.engine.step_cost import COLD_CHUNK, SEEN, STALL
 from typewriter.errors import EngineStopped, InvalidRequest, Overloaded, PromptTooLong
 from typewriter.runners.options import RunnerOptions
@@ -373,6 +373,18 @@ def test_cheap_decode_steps_open_more_slots_and_the_log_says_why(tokenizer, capl
     assert "within the budget of 60 ms (decode steps take 0.50x the start's measurement)" in caplog.text
     described = engine.describe_runtime()["slots"]
     assert described["count"] == 8 and described["last_change"]["from"] == 2
+    steps_until(engine, *recs)
+    assert {r.events[-1].reason for r in recs} <= ANSWERED
+
+
+def test_chats_waiting_for_a_slot_open_one_each_and_the_log_says_why(tokenizer, caplog):
+    engine = timed_engine(tokenizer, [1.0], open_slots=42, allocated=64)  # 42: the most within the budget
+    recs = [submit(engine, tokenizer, f"r{i}", "a", max_new_tokens=150) for i in range(45)]
+    with caplog.at_level(logging.INFO, logger="typewriter.engine"):
+        for _ in range(WAITING_EVERY + 4):
+            engine.step()
+    assert engine.max_active == 45 and engine.stats().active == 45  # the three left over got their slots
+    assert "slots 42 -> 45, raised: 3 chats waited for a slot; 45 slots step in about" in caplog.text
     steps_until(engine, *recs)
     assert {r.events[-1].reason for r in recs} <= ANSWERED
 

@@ -376,7 +376,10 @@ class Engine:
         is compared like with like (what sampling adds: docs/measurements/2026-12-05-adaptive-slots.md)."""
         if self.slot_cap is None:
             return
-        change = self.slot_cap.observe(rows, positions, seconds)
+        with self._lock:
+            scheduler = self.scheduler
+            waiting = 0 if scheduler.open_slots() else len(scheduler.waiting)
+        change = self.slot_cap.observe(rows, positions, seconds, waiting)
         if change is not None:
             with self._lock:
                 self.scheduler.open = change.after
