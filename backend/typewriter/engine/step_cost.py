@@ -9,7 +9,8 @@ import statistics
 from collections import deque
 from collections.abc import Callable, Sequence
 
-STALL = 1.75  # a step that prefills beside answers, in decode-only steps (2026-12-04-int8-lite-gptq-16-bit-rows.md)
+# A step that prefills beside answers, in decode-only steps (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
+STALL = 1.75
 INTER_TOKEN_S = 0.100  # the capacity bar: a student's inter-token gap, 95th percentile
 HEADROOM = 0.9  # of the bar: the machine's noise
 COLD_CHUNK = 4  # tokens a chunk gets beside answers until the costs are known

@@ -21,7 +21,8 @@ from .kernel import Kernel, Rows
 # One query row by one tile at a time: OpenBLAS's last bits depend on a product's shape
 # (docs/measurements/2026-12-03-int8-lite-time-sized-chunks-avx512-kernel.md).
 TILE = 128
-# Cached positions a decode step reads before a second thread pays for its hand-off (2026-12-03-int8-lite.md).
+# Cached positions a decode step reads before a second thread pays for its hand-off
+# (docs/measurements/2026-12-03-int8-lite.md).
 SPLIT_POSITIONS = 2048
 
 class HostCache:
