@@ -307,6 +307,7 @@ static void *helper(void *unused) {
 
 static void forked(void) { /* a forked child has no helper: it starts its own when it needs one */
     atomic_store(&posted, NULL), atomic_store(&sleeping, 0), atomic_store(&helper_state, 0);
+    pthread_mutex_init(&lock, NULL), pthread_cond_init(&wake, NULL); /* as the fork found them: maybe held */
 }
 
 static int helper_running(void) {

@@ -110,9 +110,12 @@ class Matrix(ctypes.Structure):
     _fields_ = [("packed", _P), ("inputs", ctypes.c_int64), ("out", ctypes.c_int64), ("format", ctypes.c_int64)]
 
 
+FIELDS = ("q", "k", "v", "o", "gate", "up", "down")  # a layer's matrices in the C struct, in MATRICES' order
+
+
 class Layer(ctypes.Structure):
     _fields_ = [("attention_norm", _P), ("ffn_norm", _P), ("bias", _P),
-                *((name, Matrix) for name in ("q", "k", "v", "o", "gate", "up", "down")),
+                *((name, Matrix) for name in FIELDS),
                 ("keys", _P), ("values", _P)]
 
 
@@ -279,7 +282,7 @@ class BlockModel:
             s = structs[i]
             s.attention_norm, s.ffn_norm = layer.attention_norm.ctypes.data, layer.ffn_norm.ctypes.data
             s.bias = None if layer.bias is None else layer.bias.ctypes.data
-            for field, name in zip(("q", "k", "v", "o", "gate", "up", "down"), MATRICES):
+            for field, name in zip(FIELDS, MATRICES):
                 setattr(s, field, layer.matrices[name].struct())
             s.keys, s.values = cache.k[i].ctypes.data, cache.v[i].ctypes.data
         values = cache.v[0]
