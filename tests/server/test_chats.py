@@ -64,3 +64,16 @@ def test_a_chat_that_names_no_repetition_penalty_gets_its_models_or_the_servers(
         assert client.post("/v1/chat/completions", json=body).status_code == 200
     (request,) = engine.submitted
     assert request.params.repetition_penalty == expected
+
+
+def test_a_tool_calls_arguments_nested_thousands_deep_are_a_named_refusal_not_an_internal_error():
+    deep = "[" * 3000  # about 3 KB: within the body limit, past the JSON reader's recursion
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None,
+                 "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "add", "arguments": deep}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "5"}]
+    with serving() as (client, engine):
+        response = client.post("/v1/chat/completions", json={"messages": messages})
+    error = response.json()["error"]
+    assert response.status_code == 400 and error["code"] == "invalid_request"
+    assert error["param"] == "messages[1].tool_calls[0].function.arguments" and engine.submitted == []

@@ -240,7 +240,7 @@ def parse_tool_call(where: str, call: object) -> ToolCall:
     try:
         if not isinstance(json.loads(arguments), dict):
             raise ValueError("not an object")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: brackets nested thousands deep fit in a small body
         raise InvalidRequest(f"{where}.function.arguments", "must be JSON text of an object") from None
     return ToolCall(call_id, name, arguments)
 
