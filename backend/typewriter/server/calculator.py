@@ -25,7 +25,6 @@ FUNCTION: dict[str, Any] = {
         "type": "string", "description": "one arithmetic expression of numbers with + - * / ^, parentheses, % and "
                                         "sqrt()"}}},
 }
-STEP_ERRORS = ("not_a_call", "step_limit")  # besides text/calculator.py's ERROR_CODES
 
 
 @dataclass(frozen=True)
@@ -65,15 +64,16 @@ def tools() -> list[dict[str, Any]]:
 def step(request_id: str, index: int, call: ToolCallDone) -> ToolStep:
     """Evaluate one call the model made; a call that is not the calculator's, or not its shape, is a named step."""
     expression = _expression(call.arguments)
-    shown = expression if expression is None or len(expression) <= MAX_LENGTH else expression[:MAX_LENGTH] + "…"
+    shown = "" if expression is None else expression if len(expression) <= MAX_LENGTH else \
+        expression[:MAX_LENGTH] + "…"
     if call.name != NAME or expression is None:
         why = (f"there is no tool {call.name!r}; the only one is {NAME}" if call.name != NAME else
                'the call must be {"expression": "..."} with one arithmetic expression')
-        return ToolStep(request_id, index, shown or "", why, "not_a_call")
+        return ToolStep(request_id, index, shown, why, "not_a_call")
     try:
-        return ToolStep(request_id, index, shown or "", evaluate(expression).text)
+        return ToolStep(request_id, index, shown, evaluate(expression).text)
     except CalculatorError as e:
-        return ToolStep(request_id, index, shown or "", e.message, e.code)
+        return ToolStep(request_id, index, shown, e.message, e.code)
 
 
 def over_limit(request_id: str, index: int, call: ToolCallDone) -> ToolStep:

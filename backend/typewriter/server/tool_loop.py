@@ -83,6 +83,7 @@ class ToolLoop:
         self.messages, self.encode, self.context = list(messages), encode, context
         self.next_id, self.shared = next_id, shared
         self.parts: list[Finished] = []
+        self.written = 0  # the ended parts' tokens: a running part's indices follow them
         self.steps = 0
         self.began = time.monotonic()
         self.started_at: float | None = None  # when the first part got its slot: the deadline counts from there
@@ -107,7 +108,7 @@ class ToolLoop:
             if self.cutting:
                 return []
             self.last = dataclasses.replace(event, request_id=self.request_id,
-                                            index=event.index + sum(p.completion_tokens for p in self.parts))
+                                            index=event.index + self.written)
             shown = self._shown(self.last, self.reader.push(event.text))
             if self.reader.found:
                 self.cutting = True
@@ -115,6 +116,7 @@ class ToolLoop:
             return shown
         shown = [] if self.cutting else self._shown(self.last or Token(self.request_id, 0, -1, ""), self.reader.flush())
         self.parts.append(event)
+        self.written += event.completion_tokens
         calls = self.reader.calls
         stopped = self.answer.cancelled is not None
         ended = event.reason in NATURAL or (self.cutting and event.reason is FinishReason.CANCELLED and not stopped)
@@ -151,7 +153,7 @@ class ToolLoop:
             *({"role": "tool", "content": s.for_model(), "tool_call_id": c.call_id} for c, s in zip(calls, steps))]
         prompt = await asyncio.to_thread(self.encode, self.messages)
         params = self.first.params
-        room = min(params.max_new_tokens - sum(p.completion_tokens for p in self.parts), self.context - len(prompt))
+        room = min(params.max_new_tokens - self.written, self.context - len(prompt))
         left_s = None if params.timeout_s is None else \
             params.timeout_s - (time.monotonic() - (self.started_at or self.began))
         if self.answer.cancelled is not None:
