@@ -103,7 +103,7 @@ def test_another_owners_conversation_gives_the_shared_prefix_whether_a_guess_of_
         cache.release(0, SYSTEM + secret + [9, 9], owner="alice")
         prompt = SYSTEM + (secret if guess == "right" else wrong) + [1]
         place = cache.place(prompt, free=[0, 1], busy=lambda s: Held([], None), busy_slots=[], owner="bob",
-                            shared=len(SYSTEM))
+                            shared=(len(SYSTEM),))
         results[guess] = (place.slot, place.reused, place.copy_from)
     # the least recently used slot, with the system prompt copied in: alice's conversation stays for her
     assert results["right"] == results["wrong"] == (1, len(SYSTEM), 0)
@@ -114,14 +114,29 @@ def test_the_owner_reuses_its_whole_conversation_and_nobody_reuses_part_of_the_s
     cache.release(0, SYSTEM + [71, 38, 9], owner="alice")
     cache.release(1, SYSTEM[:10] + [3], owner="carol")  # began with only part of it
     turn = SYSTEM + [71, 38, 9, 5]
-    assert cache.place(turn, free=[0, 1], busy=None, busy_slots=[], owner="alice", shared=len(SYSTEM)).reused == 23
+    assert cache.place(turn, free=[0, 1], busy=None, busy_slots=[], owner="alice", shared=(len(SYSTEM),)).reused == 23
     cache.release(0, SYSTEM + [71, 38, 9], owner="alice")
-    assert cache.place(SYSTEM[:10] + [4], free=[1], busy=None, busy_slots=[], owner="bob", shared=10).reused == 10
+    assert cache.place(SYSTEM[:10] + [4], free=[1], busy=None, busy_slots=[], owner="bob", shared=(10,)).reused == 10
     cache.release(1, SYSTEM[:10] + [3], owner="carol")
-    stranger = cache.place(SYSTEM + [4], free=[1], busy=None, busy_slots=[], owner="bob", shared=len(SYSTEM))
+    stranger = cache.place(SYSTEM + [4], free=[1], busy=None, busy_slots=[], owner="bob", shared=(len(SYSTEM),))
     assert stranger.reused == 0  # carol's tokens agree for 10 of the 20 it shares: all or nothing
-    no_shared = cache.place([*SYSTEM, 71, 38, 1], free=[0], busy=None, busy_slots=[], owner="bob", shared=0)
+    no_shared = cache.place([*SYSTEM, 71, 38, 1], free=[0], busy=None, busy_slots=[], owner="bob", shared=())
     assert no_shared.reused == 0  # a prompt that does not begin with the server's shared prefix
+
+
+def test_of_several_shared_lengths_another_owner_gives_the_longest_both_prompts_begin_with():
+    """The class's prompt then the question's start (22 tokens), or the class's prompt alone where a client's own
+    system text follows it (20): a chat of each kind shares with the other what they have in common, no more."""
+    opening, question = SYSTEM, SYSTEM + [3, 4]
+    cache = PrefixCache(2)
+    cache.release(0, opening + [71, 38, 9], owner="api")  # a client's own system text followed the class's prompt
+    page = cache.place(question + [5, 6], free=[0, 1], busy=None, busy_slots=[], owner="student",
+                       shared=(len(question), len(opening)))
+    assert page.reused == len(opening)  # not 0: the longer length does not fit, the shorter does
+    cache.release(0, question + [8, 8], owner="other student")
+    page = cache.place(question + [5, 6], free=[0, 1], busy=None, busy_slots=[], owner="student",
+                       shared=(len(question), len(opening)))
+    assert page.reused == len(question)
 
 
 def test_a_busy_slot_of_another_owner_is_copied_only_for_the_shared_prefix():
@@ -130,11 +145,11 @@ def test_a_busy_slot_of_another_owner_is_copied_only_for_the_shared_prefix():
     running = Held(SYSTEM + [71, 38, 44] + list(range(30)), "alice")  # alice's answer still streaming
     for guess in ([71, 38, 44], [1, 2, 3]):
         place = cache.place(SYSTEM + guess + list(range(30)) + [1], free=[1], busy=lambda s: running,
-                            busy_slots=[0], owner="bob", shared=len(SYSTEM))
+                            busy_slots=[0], owner="bob", shared=(len(SYSTEM),))
         assert (place.reused, place.copy_from) == (len(SYSTEM), 0)
         cache.release(1, [7])
     mine = cache.place(running.tokens + [1], free=[1], busy=lambda s: running, busy_slots=[0], owner="alice",
-                       shared=len(SYSTEM))
+                       shared=(len(SYSTEM),))
     assert (mine.reused, mine.copy_from) == (len(running.tokens), 0)
 
 
@@ -150,8 +165,8 @@ def test_a_newcomer_takes_the_least_recently_used_slot_not_a_conversation_holdin
     cache = PrefixCache(3)
     cache.release(2, SYSTEM + [1, 2], owner="alice")
     cache.release(0, SYSTEM + [3, 4], owner="bob")  # bob's is the more recent; slot 1 was never used
-    place = cache.place(SYSTEM + [5], free=[0, 1, 2], busy=None, busy_slots=[], owner="carol", shared=len(SYSTEM))
+    place = cache.place(SYSTEM + [5], free=[0, 1, 2], busy=None, busy_slots=[], owner="carol", shared=(len(SYSTEM),))
     assert (place.slot, place.reused, place.copy_from) == (1, len(SYSTEM), 2)
     short = SYSTEM[: MIN_COPY - 1]
-    place = cache.place(short + [5], free=[0, 1, 2], busy=None, busy_slots=[], owner="carol", shared=len(short))
+    place = cache.place(short + [5], free=[0, 1, 2], busy=None, busy_slots=[], owner="carol", shared=(len(short),))
     assert (place.slot, place.reused, place.copy_from) == (1, 0, None)  # too short to be worth a copy

@@ -287,7 +287,7 @@ def test_a_newcomer_waits_for_the_shared_prefix_another_is_computing_and_then_co
     computing instead of computing it too; the queue stays first come, first served."""
     def student(rid, prefix, owner):
         request = GenerationRequest(rid, [*prefix, *range(100, 106)], SamplingParams(max_new_tokens=4),
-                                    owner=owner, shared_prefix=len(prefix))
+                                    owner=owner, shared_prefix=(len(prefix),))
         return RequestState(request, lambda event: None, TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
 
     system = list(range(10, 30))  # 20 tokens

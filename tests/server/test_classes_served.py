@@ -100,16 +100,30 @@ def test_each_class_gets_its_tutors_prompt_on_every_door_and_its_students_share_
         grpc_chat(grpc_address, BIOLOGY_KEY, "Was ist DNA?")
     systems = [system for _, system in tokenizer.calls]
     assert systems == [ALGEBRA_PROMPT, ALGEBRA_PROMPT, SERVER_PROMPT, BIOLOGY_PROMPT, ALGEBRA_PROMPT, BIOLOGY_PROMPT]
-    # the scripted tokenizer: a token a word and one per message start; the shared prefix ends before the system
-    # message does, where a client's own system text may follow the class's
-    shared = len(ALGEBRA_PROMPT.split()) + 1
-    assert [r.shared_prefix for r in engine.submitted[:2]] == [shared, shared]
+    # the scripted tokenizer: a token a word and one per message start; the students share the class's system
+    # message and the question's start
+    shared = len(ALGEBRA_PROMPT.split()) + 2
+    assert [r.shared_prefix for r in engine.submitted[:2]] == [(shared, shared - 1)] * 2  # both ways of opening
     assert ben_frames[0]["cached_tokens"] == shared  # Ana's class prompt, cached for Ben; not a word of Ana's
     assert ana_frames[0]["cached_tokens"] == 0
     assert [r.share.group for r in engine.submitted] == ["Algebra 1", "Algebra 1", "default", "Biologie 2",
                                                          "Algebra 1", "Biologie 2"]
     assert [r.share.weight for r in engine.submitted] == [2.0, 2.0, 1.0, 1.0, 2.0, 1.0]
     assert len({r.share.client for r in engine.submitted}) == 5  # Ana, Ben, nobody, and one per class key
+
+
+def test_a_chat_with_its_own_system_message_shares_the_class_prompt_up_to_where_its_text_follows(classes_file):
+    """The page's chats share the class's whole opening (its system message and the question's start); one whose
+    own system message follows the class's (the /v1 default) shares up to where that text begins, not nothing."""
+    engine = script_engine(slots=2, system_prompt=True)
+    with running(engine, classes=classes_file, system_prompt=SERVER_PROMPT) as (_, address):
+        plain = completion(address, ALGEBRA_KEY, "What is a variable?")
+        own = httpx.post(f"http://{address}/v1/chat/completions", headers={"authorization": f"Bearer {ALGEBRA_KEY}"},
+                         timeout=10, json={"messages": [{"role": "system", "content": "Answer in French."},
+                                                        {"role": "user", "content": "What is x?"}], "max_tokens": 4})
+    assert plain.status_code == own.status_code == 200
+    words = len(ALGEBRA_PROMPT.split())
+    assert [r.shared_prefix for r in engine.submitted] == [(words + 2, words + 1), (words + 1,)]
 
 
 def test_a_class_key_reads_its_own_class_and_never_another(classes_file):

@@ -27,7 +27,7 @@ from typewriter.server.owners import CONVERSATION_KEY, Owners
 
 # 20 words: more than MIN_COPY tokens, so the system prompt is worth copying out of a busy slot too
 SYSTEM = "You are a patient tutor. Explain step by step, ask what the student tried, and praise real progress."
-SHARED = len(SYSTEM.split()) + 1  # the scripted tokenizer: a message start, then a token per word
+SHARED = len(SYSTEM.split()) + 2  # the scripted tokenizer: a message start, a token per word, the question's start
 SECRET = "My student ID is 7138 4402 and my password is violet-harbour, please remember both"
 WRONG = SECRET.replace("7138", "7139")
 
@@ -137,7 +137,7 @@ def test_a_clients_own_system_message_follows_the_servers_prompt_which_chats_sti
     with running(engine, system_prompt=SYSTEM) as (_, address), \
             openai.OpenAI(base_url=f"http://{address}/v1", api_key="unused", max_retries=0) as client:
         seen = [cached(client, system) for system in (SECRET, None, SECRET, WRONG, None)]
-    assert seen == [0, SHARED, SHARED, SHARED, SHARED]
+    assert seen == [0] + [SHARED - 1] * 4  # each follows one whose system text differs: the server's prompt, no more
     systems = [system for _, system in engine.tokenizer.calls]
     assert systems[0] == f"{SYSTEM}\n\n{SECRET}" and systems[1] == SYSTEM  # the server's prompt first
 

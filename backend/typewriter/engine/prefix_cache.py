@@ -1,5 +1,5 @@
 """What each slot's K/V cache holds, so a new request starts from the longest prefix already computed. Pure Python.
-A request reuses another owner's tokens only as the whole `shared` prefix (the system prompt), so how soon a first
+A request reuses another owner's tokens only as one of its whole `shared` prefixes (the system prompt), so how soon a first
 token comes never reveals another owner's text. A prompt that spells a cached answer in other tokens is rewritten
 to the cached ones (`realign`).
 """
@@ -34,12 +34,13 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def usable(prompt: Sequence[int], held: Sequence[int], same_owner: bool, shared: int) -> int:
-    """For another owner, `shared` or nothing, so the answer says nothing about `held` past what everyone shares."""
+def usable(prompt: Sequence[int], held: Sequence[int], same_owner: bool, shared: Sequence[int]) -> int:
+    """For another owner, the longest of the `shared` lengths that both begin with, or nothing, so the answer says
+    nothing about `held` past what everyone shares."""
     matched = common_prefix(prompt, held)
     if same_owner:
         return matched
-    return shared if matched >= shared else 0
+    return max((n for n in shared if n <= matched), default=0)
 
 
 def realign(prompt: Sequence[int], cached: Sequence[int], start: int,
@@ -81,7 +82,7 @@ class PrefixCache:
 
     def place(self, prompt: Sequence[int], free: Sequence[int], busy: Callable[[int], Held],
               busy_slots: Sequence[int], reuse: bool = True, piece: Callable[[int], bytes] | None = None,
-              room: int = 0, owner: str | None = None, shared: int = 0) -> Placement:
+              room: int = 0, owner: str | None = None, shared: Sequence[int] = ()) -> Placement:
         """A conversation goes on in its own slot, anything else pushes out the least recently used one; one prompt
         token is always left to compute, for the first logits. A prompt rewritten by `realign` grows at most `room`."""
         target = min(free, key=lambda s: self._used[s])
@@ -91,7 +92,7 @@ class PrefixCache:
         limit = len(prompt) - 1
         own = {s: common_prefix(prompt, self._tokens[s]) for s in free if self._owners[s] == owner}
         slot = max(own, key=lambda s: (own[s], -self._used[s]), default=None)
-        if slot is None or own[slot] < max(shared, 1):  # no conversation of its own to go on with
+        if slot is None or own[slot] < max((*shared, 1)):  # no conversation of its own to go on with
             slot = target
         reused = min(limit, self._usable(prompt, slot, owner, shared))
         rewritten = self._realigned(prompt, own, piece, room) if piece and own else None
@@ -111,7 +112,7 @@ class PrefixCache:
         self._tokens[slot] = []
         return Placement(slot, reused, prompt=list(prompt) if rewritten else None)
 
-    def _usable(self, prompt: Sequence[int], slot: int, owner: str | None, shared: int) -> int:
+    def _usable(self, prompt: Sequence[int], slot: int, owner: str | None, shared: Sequence[int]) -> int:
         return usable(prompt, self._tokens[slot], self._owners[slot] == owner, shared)
 
     def _realigned(self, prompt: Sequence[int], matched: dict[int, int], piece: Callable[[int], bytes],

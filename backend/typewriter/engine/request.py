@@ -161,10 +161,11 @@ class GenerationRequest:
     answer_start: AnswerStart | None = None  # its tokens count against max_new_tokens
     # An earlier request with the same prompt (another choice of `n`): this one waits to copy its cached prompt.
     follows: str | None = None
-    # A slot's cache is reused only by its owner's requests, but for the first `shared_prefix` tokens, which every
-    # owner shares (prefix_cache.py). None is an owner too: the CLI's and benchmarks'.
+    # A slot's cache is reused only by its owner's requests, but for its first n tokens for each n in `shared_prefix`
+    # (the class's prompt with the question's start, and without it), which every owner shares (prefix_cache.py).
+    # None is an owner too: the CLI's and benchmarks'.
     owner: str | None = None
-    shared_prefix: int = 0
+    shared_prefix: tuple[int, ...] = ()
     share: Share = field(default_factory=Share)
 
 

@@ -171,10 +171,9 @@ class Scheduler:
         leader = self.find(nxt.follows) if nxt.follows else None
         if leader is not None and leader.status in (Status.WAITING, Status.PREFILLING):
             return True
-        n = nxt.shared_prefix
-        return n > 0 and nxt.params.cache_prompt and any(
+        return nxt.params.cache_prompt and any(
             request.prefilled < n <= len(request.prompt_ids) and request.params.cache_prompt
-            and request.prompt_ids[:n] == nxt.prompt_ids[:n] for request in self.prefilling)
+            and request.prompt_ids[:n] == nxt.prompt_ids[:n] for n in nxt.shared_prefix for request in self.prefilling)
 
     def _waited_too_long(self, request: RequestState, now: float) -> bool:
         return self.queue_timeout_s is not None and now - request.submitted > self.queue_timeout_s

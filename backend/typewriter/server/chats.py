@@ -22,7 +22,7 @@ from .calculator import ToolStep
 from .chat_request import Chat, sampling_params
 from .identity import Identity
 from .lifecycle import ChatEncoder, Phase, ServerState
-from .owners import shared_length
+from .owners import shared_lengths
 from .refusal import ERROR_CODES, Refusal
 from .resume import continuation
 from .tool_calls import ToolCallDelta, ToolCallDone, ToolCallSplitter
@@ -234,14 +234,14 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
         stream = ChatStream(server, chat.id, engine_ids[0], fitted.dropped_messages, engine_ids, splitters, client)
         server.metrics.class_chats.labels(classroom.name).inc(chat.n)
         try:
-            shared = shared_length(prompt.prefix, fitted.prompt_ids)
+            shared = shared_lengths(prompt.prefixes, fitted.prompt_ids)
             if steps_format is not None:
                 stream.steps = ToolLoop(
                     stream, steps_format, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,
                                                             shared_prefix=shared, share=client.share),
                     kept_messages(messages, fitted.dropped_messages),
                     lambda m: tokenizer.encode_chat(m, system, tools), engine.max_context, server.next_request_id,
-                    lambda ids: shared_length(prompt.prefix, ids))
+                    lambda ids: shared_lengths(prompt.prefixes, ids))
             if chat.answer_start is not None:
                 stream.continued = await continuation.submit(
                     engine, tokenizer, GenerationRequest(engine_ids[0], fitted.prompt_ids, params, owner=owner,

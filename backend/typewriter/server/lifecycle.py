@@ -22,7 +22,7 @@ from .identity import Identities
 from .limits import Limits
 from .load_estimate import LoadEstimate
 from .metrics import Metrics
-from .owners import Owners, shared_prefix
+from .owners import Owners, shared_prefixes
 
 if TYPE_CHECKING:  # the engine's own records, named only: the server imports no runtime before it loads one
     from ..engine.engine import EngineStats, StepStats
@@ -89,11 +89,11 @@ def load_real_engine(settings: Settings, progress: Progress) -> tuple[EngineHand
 
 @dataclass(frozen=True)
 class ClassPrompt:
-    """A class's system prompt (None: the tokenizer's default) and the tokens every chat of it begins with, which
-    its students share in the prefix cache."""
+    """A class's system prompt (None: the tokenizer's default) and the tokens its chats begin with, longest first
+    (owners.shared_prefixes), which its students share in the prefix cache."""
 
     system: str | None
-    prefix: list[int]
+    prefixes: tuple[list[int], ...]
 
 
 def class_prompts(classes: Classes, settings: Settings, tokenizer: ChatEncoder) -> dict[str, ClassPrompt]:
@@ -103,8 +103,8 @@ def class_prompts(classes: Classes, settings: Settings, tokenizer: ChatEncoder) 
     prompts = {}
     for classroom in classes.all:
         system = server if classroom.tutor.plain else classroom.tutor.system_prompt(base)
-        prompts[classroom.name] = ClassPrompt(system, shared_prefix(tokenizer.chat_prefix, system,
-                                                                     tokenizer.default_system_prompt))
+        prompts[classroom.name] = ClassPrompt(system, shared_prefixes(tokenizer.chat_prefix, system,
+                                                                       tokenizer.default_system_prompt))
     return prompts
 
 

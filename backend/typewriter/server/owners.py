@@ -58,22 +58,29 @@ class Owners:
 _FOLLOWERS = ("a", "Z", "1", " a", "\n", "{", "<", "#", "é", "你")
 
 
-def shared_prefix(chat_prefix: Callable[[str | None], Sequence[int]], system: str | None,
-                  default_system: str) -> list[int]:
-    """What every chat with the server's system prompt `system` begins with, whether or not a client's system
-    message follows that prompt (the template's opening and the server's prompt); nothing if the template will
-    not say."""
+def shared_prefixes(chat_prefix: Callable[[str | None], Sequence[int]], system: str | None,
+                    default_system: str) -> tuple[list[int], ...]:
+    """What chats with the server's system prompt `system` begin with, longest first: the template's opening of a
+    first question (every chat without a system message of its own), and where a client's system message may
+    follow the server's (a door that appends one); none if the template will not say. Both are the template's and
+    the server's tokens only, so every client may share them; a chat that shared only the second would compute the
+    template's few closing tokens again, and a class arriving together waits on them
+    (docs/measurements/2026-12-05-bounds-classroom.md)."""
     try:
-        shared = list(chat_prefix(system))
+        full = list(chat_prefix(system))
         ours = default_system if system is None else system
+        opening = full
         for follower in _FOLLOWERS:
-            shared = shared[: common_prefix(shared, chat_prefix(append_system(ours, follower)))]
+            opening = opening[: common_prefix(opening, chat_prefix(append_system(ours, follower)))]
     except Exception:
         log.warning("the chat template would not render a one-message chat; no prefix is shared between chats",
                     exc_info=True)
-        return []
-    return shared
+        return ()
+    if not full:
+        return ()
+    return (full, opening) if 0 < len(opening) < len(full) else (full,)
 
 
-def shared_length(prefix: Sequence[int], prompt: Sequence[int]) -> int:
-    return len(prefix) if common_prefix(prefix, prompt) == len(prefix) else 0
+def shared_lengths(prefixes: Sequence[Sequence[int]], prompt: Sequence[int]) -> tuple[int, ...]:
+    """The lengths of those `prefixes` that `prompt` begins with: what GenerationRequest.shared_prefix holds."""
+    return tuple(len(p) for p in prefixes if common_prefix(p, prompt) == len(p))

@@ -75,9 +75,10 @@ class CallReader:
 
 class ToolLoop:
     def __init__(self, answer: Answer, fmt: ToolFormat, first: GenerationRequest, messages: list[dict[str, Any]],
-                 encode: Encode, context: int, next_id: Callable[[], str], shared: Callable[[list[int]], int]):
+                 encode: Encode, context: int, next_id: Callable[[], str],
+                 shared: Callable[[list[int]], tuple[int, ...]]):
         """`first`: the first part's request, whose id the door knows; `messages`: its conversation as fitted to the
-        context; `shared`: how much of a prompt every owner shares (the system prompt's tokens)."""
+        context; `shared`: how much of a prompt every owner shares (GenerationRequest.shared_prefix)."""
         self.answer, self.fmt, self.first = answer, fmt, first
         self.request_id = self.engine_id = first.id  # the door's id; the part running now
         self.messages, self.encode, self.context = list(messages), encode, context
