@@ -847,3 +847,49 @@ def test_stats_count_each_groups_requests_in_slots_and_waiting(make_engine, toke
     stats = engine.stats()
     assert (stats.active, stats.queued) == (2, 2)
     assert stats.groups == {"algebra": (1, 2), "biology": (1, 0)}  # the least-served class took the second slot
+
+
+# ---- an answer parked for a student short of its share of slots ----
+
+
+def test_a_parked_answer_resumes_with_one_start_no_queue_place_and_every_token_in_order(make_engine, tokenizer):
+    engine = make_engine(slots=2, max_len=96)
+    parked: list[int] = []
+    engine.on_step = lambda stats: parked.append(stats.parked)
+    greedy = [Recorder(), Recorder()]
+    for n, rec in enumerate(greedy):
+        engine.submit(replace(request(tokenizer, f"g{n}", "ab", max_new_tokens=40), share=Share("greedy", "class")),
+                      rec)
+    while len(greedy[1].tokens) < 6:
+        engine.step()
+    ana = Recorder()
+    engine.submit(replace(request(tokenizer, "ana", "ab", max_new_tokens=4), share=Share("ana", "class")), ana)
+    steps_until(engine, ana, *greedy)  # the scripted runner checks every chunk and decode against its cache
+    assert sum(parked) == 1
+    for rec in greedy:
+        assert len(rec.of(Started)) == 1 and not rec.of(Queued)
+        assert [t.index for t in rec.tokens] == list(range(40))
+        assert rec.text == ("cdefghijklmnopqrstuvwxyz" * 2)[:40]  # the chain goes on where it was
+    assert ana.text == "cdef"
+
+
+def test_tiny_model_answer_parked_and_resumed_is_the_same_as_never_parked(tiny_gguf):
+    greedy = SamplingParams(max_new_tokens=14, temperature=0.0, repetition_penalty=1.0, ignore_eos=True)
+    opened = assemble.open_runner(tiny_gguf, RunnerOptions(WeightFormat.FP32, 64, slots=2, compile="lazy"))
+    engine = Engine(opened.runner, opened.tokenizer, max_queue=4, prefill_budget=8)
+    parked: list[int] = []
+    engine.on_step = lambda stats: parked.append(stats.parked)
+    tokenizer = opened.tokenizer
+    prompts = {"g0": tokenizer.encode("hello world"), "g1": tokenizer.encode("or hello"), "ana": tokenizer.encode("x")}
+    recs = {rid: Recorder() for rid in prompts}
+    for rid in ("g0", "g1"):
+        engine.submit(GenerationRequest(rid, prompts[rid], greedy, share=Share("greedy", "class")), recs[rid])
+    while len(recs["g1"].tokens) < 5:
+        engine.step()
+    engine.submit(GenerationRequest("ana", prompts["ana"], greedy, share=Share("ana", "class")), recs["ana"])
+    steps_until(engine, *recs.values())
+    assert sum(parked) == 1
+    cfg, weights = load_weights(tiny_gguf)
+    model = Transformer(cfg, weights, slots=1, max_len=64)
+    for rid, ids in prompts.items():
+        assert [t.token_id for t in recs[rid].tokens] == greedy_loop(model, ids, 14, ()), rid

@@ -5,11 +5,13 @@ Pure Python: a scheduler driven step by step, each request answering a fixed num
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from scripted import ScriptTokenizer
 
-from typewriter.engine.fairness import FORGET_AT, FairShare, Ledger
+from typewriter.engine.fairness import FORGET_AT, FairShare, Ledger, slot_shares
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams, Share
 from typewriter.engine.request_state import RequestState, Status
 from typewriter.engine.scheduler import Scheduler
@@ -21,9 +23,10 @@ _words = itertools.count(100)
 
 def request(rid: str, client: str = "", group: str = "", weight: float = 1.0, prompt: int = 4,
             answer: int = 4) -> RequestState:
-    """A request whose prompt no other shares (so that no cached prefix is copied between them)."""
+    """A request whose prompt no other shares (so that no cached prefix is copied between them). Its answer is one
+    token repeated: a long one runs to its length only without the loop guard."""
     ids = [next(_words) % 4000 + 3 for _ in range(prompt)]
-    params = SamplingParams(max_new_tokens=answer, temperature=0.0)
+    params = SamplingParams(max_new_tokens=answer, temperature=0.0, loop_guard=answer < 20)  # long fake answers repeat
     return RequestState(GenerationRequest(rid, ids, params, share=Share(client, group, weight)), lambda e: None,
                         TOKENIZER, TOKENIZER.eos_token_ids, now=0.0)
 
@@ -138,7 +141,8 @@ def test_without_shares_slots_go_first_come_first_served():
 
 
 def test_a_classmate_takes_the_next_free_slot_ahead_of_a_greedy_students_backlog():
-    run = Run(slots=2)
+    run = Run(slots=2)  # the greedy student and ben hold a slot each: their shares, so nobody parks
+    run.add(request("ben", "ben", "class", answer=60))
     run.add(*(request(f"greedy{n}", "greedy", "class") for n in range(8)))
     run.until(lambda: run.scheduler.free_slots == [] and len(run.started) == 2)
     run.add(request("classmate", "classmate", "class"))
@@ -265,3 +269,125 @@ def test_a_request_waiting_to_copy_a_prefix_keeps_a_slot_and_others_go_meanwhile
     assert set(run.started) == {"leader", "other"}
     run.until(lambda: "follower" in run.started)
     assert follower.reused == len(leader.prompt_ids) - 1  # copied, all but the token left for its logits
+
+
+# ---- slots given back: a client over its share parks a request while another waits under its own ----
+
+
+def test_slot_shares_are_max_min_fair_by_class_weight_then_equal_per_student_capped_at_demand():
+    demand = {("algebra", "greedy"): 8, ("algebra", "ana"): 1, ("biology", "ben"): 5, ("biology", "cy"): 5}
+    shares = slot_shares(demand, {"algebra": 2.0, "biology": 1.0}, 12)
+    assert shares[("algebra", "ana")] == 1.0  # asks for less than its share: the rest goes to its classmate
+    assert shares[("algebra", "greedy")] == pytest.approx(7.0)
+    assert shares[("biology", "ben")] == shares[("biology", "cy")] == pytest.approx(2.0)
+    assert sum(shares.values()) == pytest.approx(12.0)
+    few = slot_shares({("c", "a"): 1, ("c", "b"): 2}, {"c": 1.0}, 16)  # more slots than anyone asks for
+    assert few == {("c", "a"): 1.0, ("c", "b"): 2.0}
+
+
+def test_a_student_holding_more_than_its_share_parks_its_latest_chat_for_a_classmate_who_waits():
+    run = Run(slots=4)
+    greedy = [request(f"g{n}", "greedy", "class", answer=40) for n in range(4)]
+    run.add(*greedy)
+    run.until(lambda: all(r.status is Status.RUNNING for r in greedy))
+    ana, ben = request("ana", "ana", "class", answer=40), request("ben", "ben", "class", answer=40)
+    run.add(ana, ben)
+    plan = run.scheduler.schedule(set(), 0.0)
+    assert [r.id for r in plan.parked] == ["g3", "g2"]  # the latest admitted first
+    assert {r.id for r in plan.admitted} == {"ana", "ben"}
+    assert [r.id for r in run.scheduler.waiting] == ["g3", "g2"]
+    assert not plan.queued  # a parked answer is not told a queue place: its page shows the answer
+
+
+def test_students_at_their_share_park_nothing_and_a_newcomer_beyond_the_slots_waits():
+    run = Run(slots=3)
+    first = [request(f"s{n}", f"s{n}", "class", answer=40) for n in range(3)]
+    run.add(*first)
+    run.until(lambda: all(r.status is Status.RUNNING for r in first))
+    run.add(request("late", "late", "class", answer=40))
+    for _ in range(5):
+        plan = run.scheduler.schedule(set(), 0.0)
+        assert not plan.parked and not plan.admitted
+
+
+def test_a_parked_answer_resumes_once_a_slot_frees_and_keeps_every_token_it_had():
+    run = Run(slots=2)
+    greedy = [request(f"g{n}", "greedy", "class", prompt=6, answer=30) for n in range(2)]
+    run.add(*greedy)
+    run.until(lambda: len(greedy[1].output_ids) >= 5)
+    had = list(greedy[1].output_ids)
+    run.add(request("ana", "ana", "class", answer=3))
+    run.step()
+    assert greedy[1].status is Status.WAITING and greedy[1].parks == 1 and greedy[1].output_ids == had
+    run.until(lambda: greedy[1].status is not Status.WAITING)  # ana's short answer ended
+    assert "ana" in {r.id for r in run.finished}
+    plan = run.scheduler.schedule(set(), 0.0)
+    fill = [c for c in plan.chunks if c.slot == greedy[1].slot]
+    assert fill and fill[-1].start + len(fill[-1].token_ids) <= len(greedy[1].prompt_ids) + len(had)
+    assert greedy[1].cached_ids() == (greedy[1].prompt_ids + had)[: greedy[1].prefilled]
+
+
+def test_a_parked_answer_back_in_its_untouched_slot_reuses_its_own_cache():
+    run = Run(slots=2)
+    greedy = [request(f"g{n}", "greedy", "class", prompt=6, answer=30) for n in range(2)]
+    run.add(*greedy)
+    run.until(lambda: len(greedy[1].output_ids) >= 5)
+    slot = greedy[1].slot
+    ana = request("ana", "ana", "class", answer=2)
+    run.add(ana)
+    run.step()  # greedy's latest parks, ana takes its slot
+    assert ana.slot == slot
+    run.until(lambda: ana.status is Status.FINISHED)
+    run.until(lambda: greedy[1].status is not Status.WAITING)
+    # ana's prompt overwrote the slot, so the resumed answer computes what was lost; nothing it still holds
+    assert greedy[1].prefilled <= len(greedy[1].fill_ids) - 1
+
+
+def test_a_parked_request_neither_times_out_in_the_queue_nor_takes_a_place_in_its_bound():
+    scheduler = Scheduler(2, max_queue=1, max_chunk=64, budget=64, idle_budget=64, queue_timeout_s=5.0)
+    greedy = [request(f"g{n}", "greedy", "class", answer=40) for n in range(2)]
+    for r in greedy:
+        scheduler.add(r)
+    for _ in range(3):
+        plan = scheduler.schedule(set(), 0.0)
+        for chunk in plan.chunks:
+            scheduler.prefilled(chunk)
+    scheduler.add(request("ana", "ana", "class"))
+    plan = scheduler.schedule(set(), 1.0)
+    assert [r.id for r in plan.parked] == ["g1"]
+    scheduler.add(request("ben", "ben", "class"))  # the queue's one place is free: the parked one holds none
+    plan = scheduler.schedule(set(), 60.0)  # long past the queue timeout
+    assert "g1" not in {r.id for r, _ in plan.ended}
+    assert {r.id for r, reason in plan.ended} == {"ben"}  # ben waited past it
+
+
+def test_a_greedy_student_beside_a_class_takes_no_more_than_a_classmate_while_they_wait():
+    """15 students each with one chat and one with 8, on 16 slots: while the class waits, the greedy one's
+    answers are parked down to its share, so a classmate's first token never waits behind its backlog."""
+    run = Run(slots=16, max_queue=64)
+    greedy = [request(f"g{n}", "greedy", "class", answer=200) for n in range(8)]
+    run.add(*greedy)
+    run.until(lambda: all(r.status is Status.RUNNING for r in greedy))
+    class_ = [request(f"s{n}", f"s{n}", "class", answer=50) for n in range(15)]
+    run.add(*class_)
+    run.until(lambda: all(r.output_ids for r in class_), most=20)
+    held = sum(1 for r in run.scheduler.running.values() if r.share.client == "greedy")
+    assert held == 1
+    run.until(lambda: all(r.status is Status.FINISHED for r in class_))
+    run.until(lambda: all(r.status is Status.FINISHED for r in greedy), most=3000)
+    assert all(len(r.output_ids) == 200 for r in greedy)  # every parked answer resumed and ran to its length
+
+
+def test_an_answer_holding_logits_for_its_constraint_is_not_parked_so_they_are_never_lost():
+    run = Run(slots=2)
+    greedy = [request(f"g{n}", "greedy", "class", answer=40) for n in range(2)]
+    run.add(*greedy)
+    run.until(lambda: all(r.status is Status.RUNNING for r in greedy))
+    for r in greedy:  # each token waits on its mask: what the engine leaves in ConstrainedAnswer.held
+        r.constraint = SimpleNamespace(held=np.zeros(4, np.float32))
+    run.add(request("ana", "ana", "class"))
+    plan = run.scheduler.schedule(set(), 0.0)
+    assert not plan.parked and not plan.admitted
+    greedy[1].constraint = SimpleNamespace(held=None)  # its mask came, its token taken
+    plan = run.scheduler.schedule(set(), 0.0)
+    assert [r.id for r in plan.parked] == ["g1"] and [r.id for r in plan.admitted] == ["ana"]

@@ -81,6 +81,7 @@ class EngineStats:
 class StepStats:
     seconds: float
     decode_rows: int  # 0: the step only prefilled
+    parked: int = 0  # requests that gave their slot back to a client short of its share
 
 
 class Engine:
@@ -231,7 +232,12 @@ class Engine:
                                      request.timings(self.clock())))
         for request, position in plan.queued:
             self._emit(request, Queued(request.id, position))
+        for request in plan.parked:
+            log.debug("request %s parked: its client holds more than its share of slots while another waits",
+                      request.id)
         for request in plan.admitted:
+            if request.parks:  # resuming: it started long ago
+                continue
             request.started = self.clock()
             queue_ms = (request.started - request.submitted) * 1000
             self._emit(request, Started(request.id, len(request.prompt_ids), queue_ms, cached_tokens=request.reused))
@@ -255,7 +261,7 @@ class Engine:
                     self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
                 if decode and not chunks:
                     self._weigh_slots(len(decode), positions, self._runner_s)
-            self._observe(StepStats(took, len(decode)))
+            self._observe(StepStats(took, len(decode), len(plan.parked)))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")

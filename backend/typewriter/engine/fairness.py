@@ -1,12 +1,17 @@
 """Fair shares of the engine, after the Virtual Token Counter (Sheng et al., "Fairness in Serving Large Language
 Models", OSDI 2024). Each group (a class) has a counter of the service its requests were given over its weight, and
 each client (a student) one within its group; the least-served group goes next, within it the least-served client,
-first come, first served within a client. Nothing is pre-empted: the counters decide who takes a free slot and who
-gets the step's prompt budget, so the server never idles while anyone waits.
+first come, first served within a client. The counters decide who takes a free slot and who gets the step's prompt
+budget, so the server never idles while anyone waits.
 
 Service is counted in answer tokens: each generated token is 1 (a decode row), a prompt token what it adds to a
 step over one row of a full batch (step_cost.py), PROMPT_COST before both are measured. Cached prompt tokens are
 not computed, so never charged.
+
+What a client holds is bounded by `slot_shares`: while a client waits with fewer slots than its max-min fair share,
+one holding more than its own gives a slot back (the scheduler parks a request, which resumes later where it was),
+else a student who opened eight chats first keeps eight slots until their answers end, however the counters order
+the queue (docs/measurements/2026-12-05-fairness.md).
 
 A client or group with no request in the engine that sends one starts no lower than the least counter among those
 that have (or, when none has, the counter of the last one to leave): idle time banks no credit, and nobody pays for
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
@@ -147,6 +152,35 @@ class FairShare:
         groups = self.groups.accounts
         starts = {g: (groups[g].served + group_owed.get(g, 0.0), groups[g].requests) for g in within}
         return [waiting[i] for i in _merge(within, starts, lambda i: cost(waiting[i]) / waiting[i].share.weight)]
+
+
+def slot_shares(demand: Mapping[tuple[str, str], int], weights: Mapping[str, float],
+                slots: int) -> dict[tuple[str, str], float]:
+    """Each (group, client)'s fair share of `slots`, max-min fair: the groups' by weight, a group's equally among its
+    clients, nobody's more than its `demand` (requests in the engine), what one does not need going to the others."""
+    clients: dict[str, dict[str, int]] = {}
+    for (group, client), n in demand.items():
+        clients.setdefault(group, {})[client] = n
+    by_group = _fill({g: sum(cs.values()) for g, cs in clients.items()}, weights, slots)
+    return {(g, c): share for g, cs in clients.items()
+            for c, share in _fill(cs, dict.fromkeys(cs, 1.0), by_group[g]).items()}
+
+
+def _fill(demand: Mapping[str, int], weights: Mapping[str, float], total: float) -> dict[str, float]:
+    """Water-filling: `total` split by weight, each capped at its demand, the rest split again among the others."""
+    shares: dict[str, float] = {}
+    left = {k: n for k, n in demand.items() if n > 0}
+    shares.update({k: 0.0 for k in demand if k not in left})
+    while left:
+        level = total / sum(weights[k] for k in left)
+        sated = [k for k, n in left.items() if n <= level * weights[k]]
+        if not sated:
+            shares.update({k: level * weights[k] for k in left})
+            break
+        for k in sated:
+            shares[k] = float(left.pop(k))
+            total -= shares[k]
+    return shares
 
 
 def _merge(queues: dict[str, deque[int]], starts: dict[str, tuple[float, int]],

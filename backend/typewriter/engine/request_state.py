@@ -22,7 +22,7 @@ from .wrap_up import WrapUp
 
 
 class Status(enum.Enum):
-    WAITING = "waiting"  # for a slot
+    WAITING = "waiting"  # for a slot (again, once parked)
     PREFILLING = "prefilling"  # has a slot; its prompt goes into the cache chunk by chunk
     RUNNING = "running"  # decoding, one token per step
     FINISHED = "finished"
@@ -30,8 +30,8 @@ class Status(enum.Enum):
 
 _ALLOWED = {
     Status.WAITING: {Status.PREFILLING, Status.FINISHED},
-    Status.PREFILLING: {Status.RUNNING, Status.FINISHED},
-    Status.RUNNING: {Status.FINISHED},
+    Status.PREFILLING: {Status.RUNNING, Status.WAITING, Status.FINISHED},
+    Status.RUNNING: {Status.WAITING, Status.FINISHED},
     Status.FINISHED: set(),
 }
 
@@ -55,7 +55,9 @@ class RequestState:
         self.share = request.share  # whose service it is (fairness.py)
         self.charged = 0  # generated tokens already charged to its share
         self.output_ids: list[int] = []
-        self.prefilled = 0  # prompt tokens whose K/V are in the slot's cache
+        self.prefilled = 0  # tokens of `fill_ids` whose K/V are in the slot's cache
+        self.parks = 0  # times it gave its slot back to a client short of its share (scheduler.py)
+        self.admission = 0  # when it last took a slot, in the scheduler's count of admissions
         self.reused = 0  # of those, found already cached
         self.eos_ids = eos_ids
         self.sampler = Sampler(request.params)
@@ -92,12 +94,24 @@ class RequestState:
         return len(self.prompt_ids) + len(self.output_ids)
 
     @property
+    def fill_ids(self) -> list[int]:
+        """What is prefilled before it decodes: the prompt, and once parked the answer so far, so that the last
+        chunk's logits give its next token."""
+        return self.prompt_ids + self.output_ids if self.output_ids else self.prompt_ids
+
+    @property
     def computed(self) -> int:
-        """Positions 0..computed-1 of the slot hold this request's K/V: the prompt so far while prefilling, then
+        """Positions 0..computed-1 of the slot hold this request's K/V: `fill_ids` so far while prefilling, then
         the prompt and every generated token but the last (it is fed by the next decode step)."""
-        if not self.output_ids:
+        if self.status is Status.PREFILLING or not self.output_ids:
             return self.prefilled
         return self.num_tokens - 1
+
+    def park(self) -> None:
+        """Out of its slot and waiting again; its answer so far is prefilled anew when it has a slot."""
+        self.move_to(Status.WAITING)
+        self.slot, self.prefilled = -1, 0
+        self.parks += 1
 
     def cached_ids(self) -> list[int]:
         return (self.prompt_ids + self.output_ids)[: self.computed]

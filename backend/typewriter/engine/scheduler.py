@@ -2,18 +2,21 @@
 moves it), and prompt chunks bounded per step by tokens and by time (step_cost.py), so running answers never stall
 for long behind a long prompt. Who takes a free slot and whose prompt gets the step's budget first follow fair shares
 (fairness.py): the least-served class, within it the least-served student, first come, first served within one
-student (and so for callers that give no share). Newcomers take free slots from the longest cached prefix
-(prefix_cache.py). Pure Python.
+student (and so for callers that give no share). While a client waits with fewer slots than its fair share, one
+holding more than its own parks its latest request: the slot is freed, and the request waits again to resume where
+it was, its prompt and answer so far prefilled anew (from its own cached tokens when the slot is still untouched).
+Newcomers take free slots from the longest cached prefix (prefix_cache.py). Pure Python.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import math
+from collections import Counter, deque
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from ..errors import Overloaded
-from .fairness import ANSWER_COST, FairShare, prompt_cost
+from .fairness import ANSWER_COST, FairShare, prompt_cost, slot_shares
 from .prefix_cache import Held, PrefixCache
 from .request import FinishReason
 from .request_state import RequestState, Status
@@ -23,13 +26,15 @@ from .step_cost import COLD_CHUNK, StepCost
 # Up to this many decoding rows a step prefills `budget` tokens; twice the rows, twice the budget.
 BUDGET_ROWS = 8
 ANSWER_MEMORY = 16  # finished answers whose lengths count most in the length a waiting request is expected to get
+SLACK = 1e-9  # slot shares are sums of fractions: compared with this much room for rounding
 
 
 @dataclass
 class Plan:
     ended: list[tuple[RequestState, FinishReason]] = field(default_factory=list)  # already out of the scheduler
     queued: list[tuple[RequestState, int]] = field(default_factory=list)  # (waiting request, its new position)
-    admitted: list[RequestState] = field(default_factory=list)
+    admitted: list[RequestState] = field(default_factory=list)  # parked ones resuming among them
+    parked: list[RequestState] = field(default_factory=list)  # gave their slot back this step
     copies: list[tuple[int, int]] = field(default_factory=list)  # (source slot, target slot), before the chunks
     chunks: list[PrefillChunk] = field(default_factory=list)  # prompt tokens to prefill, in this order
     decode: list[RequestState] = field(default_factory=list)  # running, in slot order
@@ -55,10 +60,12 @@ class Scheduler:
         self.fair = FairShare()
         self.typical_answer = 0.0  # tokens: the mean of the first finished answers, then a moving average
         self.answers_seen = 0
+        self.parked = 0  # of those waiting, how many were parked (they hold no place in the queue's bound)
+        self._admissions = 0
 
     def add(self, request: RequestState) -> None:
         """Overloaded when full; a burst may hold as many beyond `max_queue` as there are free slots."""
-        if len(self.waiting) >= self.max_queue + len(self.open_slots()):
+        if len(self.waiting) - self.parked >= self.max_queue + len(self.open_slots()):
             raise Overloaded(self.max_queue)
         self.waiting.append(request)
         self.fair.arrive(request.share)
@@ -76,6 +83,7 @@ class Scheduler:
                 plan.ended.append((request, FinishReason.QUEUE_TIMEOUT))
         for request, _ in plan.ended:
             self.finish(request)
+        self._park_for_waiting(plan)
         plan.decode = [s for _, s in sorted(self.running.items()) if s.status is Status.RUNNING]
         starting = len(self.prefilling) + min(len(self.waiting), len(self.open_slots()))  # to their first token
         if plan.decode and not self.costs.ready:  # a few small chunks a step, until their cost is known
@@ -90,7 +98,7 @@ class Scheduler:
             budget -= taken
         held: list[RequestState] = []  # each waits to copy a prefix being computed, and a free slot is kept for it
         while self._room(plan, budget) and len(self.open_slots()) > len(held):
-            nxt = next((r for r in self.order() if r not in held), None)
+            nxt = next((r for r in self.order() if r not in held and r not in plan.parked), None)
             if nxt is None:
                 break
             if self._prefix_coming(nxt):
@@ -116,11 +124,26 @@ class Scheduler:
     def order(self) -> list[RequestState]:
         """The waiting requests in the order they will take slots if nothing else changes (their queue positions).
         What the requests in slots are still expected to cost is counted as served already, so that a client
-        whose answers are under way goes after one whose are not, as it will once they are generated."""
-        owed = [(r.share, self._prompt_cost(r.prefilled, len(r.prompt_ids) - r.prefilled)
+        whose answers are under way goes after one whose are not, as it will once they are generated. While more
+        wait than slots are free, those that bring their client up to its slot share go first (in that order), so a
+        slot is never given to a request that would be parked for another at the next step."""
+        owed = [(r.share, self._prompt_cost(r.prefilled, len(r.fill_ids) - r.prefilled if r in self.prefilling else 0)
                  + max(0.0, self._expected_answer(r) - len(r.output_ids)) * ANSWER_COST)
                 for r in self.running.values()]
-        return self.fair.order(list(self.waiting), self._expected_cost, owed)
+        fair = self.fair.order(list(self.waiting), self._expected_cost, owed)
+        if len(fair) <= len(self.open_slots()):
+            return fair
+        held, shares = self._holdings()
+        short = {k: math.ceil(shares[k] - held[k] - SLACK) for k in shares}
+        first, rest = [], []
+        for request in fair:
+            key = _key(request)
+            if short[key] > 0:
+                short[key] -= 1
+                first.append(request)
+            else:
+                rest.append(request)
+        return first + rest
 
     def prefilled(self, chunk: PrefillChunk) -> None:
         request = self.running[chunk.slot]
@@ -147,6 +170,7 @@ class Scheduler:
             self.free_slots.append(request.slot)
         elif request.status is Status.WAITING:
             self.waiting.remove(request)
+            self.parked -= 1 if request.parks else 0
         request.move_to(Status.FINISHED)
 
     def open_slots(self) -> list[int]:
@@ -169,18 +193,60 @@ class Scheduler:
         """Whether `nxt` should wait to copy a prefix another request is computing: the prompt of the request it
         follows, or the shared prefix (a class arriving together on a fresh server)."""
         leader = self.find(nxt.follows) if nxt.follows else None
-        if leader is not None and leader.status in (Status.WAITING, Status.PREFILLING):
-            return True
+        if leader is not None and leader.status in (Status.WAITING, Status.PREFILLING) and not leader.parks:
+            return True  # a parked leader waits behind its followers: they go on without it
         return nxt.params.cache_prompt and any(
             request.prefilled < n <= len(request.prompt_ids) and request.params.cache_prompt
             and request.prompt_ids[:n] == nxt.prompt_ids[:n] for n in nxt.shared_prefix for request in self.prefilling)
 
     def _waited_too_long(self, request: RequestState, now: float) -> bool:
-        return self.queue_timeout_s is not None and now - request.submitted > self.queue_timeout_s
+        """A parked request has started: its deadline bounds it, not the queue's."""
+        return self.queue_timeout_s is not None and not request.parks and now - request.submitted > self.queue_timeout_s
+
+    def _holdings(self) -> tuple[Counter[tuple[str, str]], dict[tuple[str, str], float]]:
+        """(slots each client holds, its fair share of the open slots), for every client with a request in here."""
+        held = Counter(_key(r) for r in self.running.values())
+        demand = held + Counter(_key(r) for r in self.waiting)
+        weights = {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
+        return held, slot_shares(demand, weights, self.open)
+
+    def _park_for_waiting(self, plan: Plan) -> None:
+        """While a waiting client holds fewer slots than its fair share (fairness.slot_shares), one that would still
+        hold its own share with a slot fewer parks its latest request, the furthest over its share first. A request
+        whose constrained token waits on its mask is not parked: its held logits would be lost."""
+        free = len(self.open_slots())
+        if len(self.waiting) <= free:
+            return
+        held, shares = self._holdings()
+        for waiter in self.order()[free:]:  # the first `free` take the free slots
+            key = _key(waiter)
+            if held[key] >= shares[key] - SLACK:
+                break  # those short of their share come first in the order: none is left
+            victims = [r for r in self.running.values() if held[_key(r)] - 1 >= shares[_key(r)] - SLACK
+                       and (r.constraint is None or r.constraint.held is None)]
+            if not victims:
+                break
+            victim = max(victims, key=lambda r: (held[_key(r)] - shares[_key(r)], r.admission))
+            self._park(victim)
+            plan.parked.append(victim)
+            held[_key(victim)] -= 1
+            held[key] += 1
+
+    def _park(self, request: RequestState) -> None:
+        self._charge_answer(request)
+        if request in self.prefilling:
+            self.prefilling.remove(request)
+        del self.running[request.slot]
+        self.cache.release(request.slot, request.cached_ids(), request.owner)
+        self.free_slots.append(request.slot)
+        request.park()
+        self.waiting.append(request)
+        self.parked += 1
 
     def _chunk(self, plan: Plan, request: RequestState, budget: int) -> int:
         start = request.prefilled
-        length = min(budget, self.max_chunk, len(request.prompt_ids) - start)
+        fill = request.fill_ids
+        length = min(budget, self.max_chunk, len(fill) - start)
         allowance = self._allowance_s
         if plan.decode and allowance is None:  # the costs are not known yet: a small chunk
             length = min(length, COLD_CHUNK)
@@ -190,8 +256,7 @@ class Scheduler:
             length = self.costs.longest(start, length, allowance)
             self._allowance_s = allowance - self.costs.chunk_s(start, length)
         end = start + length
-        prompt = request.prompt_ids
-        plan.chunks.append(PrefillChunk(request.slot, start, prompt[start:end], wants_logits=end == len(prompt)))
+        plan.chunks.append(PrefillChunk(request.slot, start, fill[start:end], wants_logits=end == len(fill)))
         return length
 
     def _room(self, plan: Plan, budget: int) -> bool:
@@ -203,12 +268,21 @@ class Scheduler:
         self.waiting.remove(request)
         busy = sorted(self.running)
         room = self.context - len(request.prompt_ids) - request.params.max_new_tokens if self.context else 0
-        place = self.cache.place(request.prompt_ids, self.open_slots(), self._holds, busy, reuse=request.params.cache_prompt,
-                                 piece=self.piece, room=room, owner=request.owner, shared=request.shared_prefix)
+        # A parked request's answer is under way: its tokens are never rewritten (`piece` None).
+        place = self.cache.place(request.fill_ids, self.open_slots(), self._holds, busy,
+                                 reuse=request.params.cache_prompt,
+                                 piece=None if request.parks else self.piece, room=room, owner=request.owner,
+                                 shared=request.shared_prefix)
         if place.prompt is not None:  # the same text, as the cached conversation's tokens spell it
             request.prompt_ids = place.prompt
         self.free_slots.remove(place.slot)
-        request.slot, request.prefilled, request.reused = place.slot, place.reused, place.reused
+        request.slot, request.prefilled = place.slot, place.reused
+        if request.parks:
+            self.parked -= 1
+        else:
+            request.reused = place.reused  # what its usage reports as cached
+        self._admissions += 1
+        request.admission = self._admissions
         request.move_to(Status.PREFILLING)
         self.running[request.slot] = request
         self.prefilling.append(request)
@@ -245,8 +319,14 @@ class Scheduler:
         free = len(self.open_slots())
         changed = []
         for n, request in enumerate(self.order(), start=1):
+            if request.parks:  # its answer is under way: its page shows the answer, not a place
+                continue
             position = n - free if n > free else (1 if request.last_position else 0)
             if position > 0 and request.last_position != position:
                 request.last_position = position
                 changed.append((request, position))
         return changed
+
+
+def _key(request: RequestState) -> tuple[str, str]:
+    return request.share.group, request.share.client

@@ -88,6 +88,9 @@ class Metrics:
         self.step_seconds = Histogram(
             "typewriter_engine_step_seconds", "One engine step that ran the model: prefill chunks and a decode step.",
             buckets=_STEP_BUCKETS, registry=r)
+        self.parked = Counter(
+            "typewriter_parked_requests", "Answers that gave their slot back to a student holding fewer slots than "
+            "its fair share while it waited; each resumes where it was.", registry=r)
         self.batch_size = Histogram(
             "typewriter_engine_batch_size", "Streams decoded together in one decode step.",
             buckets=_BATCH_BUCKETS, registry=r)
@@ -97,6 +100,8 @@ class Metrics:
         self.step_seconds.observe(stats.seconds)
         if stats.decode_rows:
             self.batch_size.observe(stats.decode_rows)
+        if stats.parked:
+            self.parked.inc(stats.parked)
 
     def started(self, event: Started) -> None:
         self.queue_wait.observe(event.queue_ms / 1000)
