@@ -67,3 +67,15 @@ def test_an_answer_whose_constraint_is_no_longer_kept_gets_its_own_copy_that_cou
     grammars = Grammars(tokenizer, VOCAB_SIZE)
     answer = grammars.start(regex(1))  # as after its owner's compile was evicted
     assert grammars._kept.bytes == 0 and not answer.complete
+
+
+def test_warmed_grammars_build_their_tokenizers_once_and_a_first_constraint_then_waits_for_none(tokenizer,
+                                                                                               monkeypatch):
+    grammars = Grammars(tokenizer, VOCAB_SIZE)
+    builds = []
+    build = grammars._build_tokenizer
+    monkeypatch.setattr(grammars, "_build_tokenizer", lambda: builds.append(1) or build())
+    grammars.warm()
+    grammars.warm()
+    grammars.compile(regex(1), "a")
+    assert builds == [1]

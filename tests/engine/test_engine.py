@@ -869,7 +869,7 @@ def test_a_parked_answer_resumes_with_one_start_no_queue_place_and_every_token_i
     for rec in greedy:
         assert len(rec.of(Started)) == 1 and not rec.of(Queued)
         assert [t.index for t in rec.tokens] == list(range(40))
-        assert rec.text == ("cdefghijklmnopqrstuvwxyz" * 2)[:40]  # the chain goes on where it was
+        assert rec.text == "".join(chr(ord("a") + (2 + i) % 26) for i in range(40))  # on where it was
     assert ana.text == "cdef"
 
 

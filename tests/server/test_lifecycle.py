@@ -34,6 +34,13 @@ def test_healthz_answers_while_the_model_loads_and_readyz_turns_ready_when_loade
                                    "max_new_tokens_cap": 64, "max_messages": 8, "max_message_bytes": 4096}
 
 
+def test_once_ready_the_server_prepares_constraints_before_any_request_asks_for_one():
+    engine = script_engine()
+    with TestClient(create_app(small_settings(), factory(engine))) as client:
+        wait_until(lambda: client.get("/readyz").status_code == 200, "ready")
+        wait_until(lambda: engine.grammars._tokenizer is not None, "the constraints' tokenizer built")
+
+
 def test_readyz_reports_a_failed_load():
     def broken(settings, progress):
         raise FileNotFoundError("no weights at /nowhere")

@@ -34,6 +34,9 @@ class GrammarCompiler(Protocol):
     def compile(self, constraint: Constraint, owner: str = "") -> object:
         """Raises InvalidRequest if it does not compile or costs too much; kept in `owner`'s share."""
 
+    def warm(self) -> None:
+        """Prepares what every constraint needs, ahead of the first."""
+
 
 class EngineHandle(Protocol):
     """What the server needs of `engine.engine.Engine`: structural, so that the server never imports a runtime."""
@@ -229,6 +232,7 @@ class ServerState:
             return
         self.engine, self.tokenizer, self.prompts = engine, tokenizer, prompts
         engine.on_step = self.metrics.step
+        threading.Thread(target=engine.grammars.warm, name="typewriter-grammars", daemon=True).start()
         self._move(Phase.READY)
         log.info("ready: %s, %s, queue %d, context %d",
                  self.settings.model.id, engine.describe_slots(), engine.max_queue, engine.max_context)
