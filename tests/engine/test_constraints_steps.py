@@ -1,11 +1,12 @@
-"""Constrained rows in the engine's step (engine/engine.py, engine/constraints.py): each next mask is computed on a
-worker thread while the forward pass runs; a row whose mask is late sits out and takes its token from the logits it
+"""Constrained rows in the engine's step (engine/engine.py, engine/constraints.py): a costly next mask is computed on
+a worker thread while the forward pass runs, a cheap one on the engine thread as the step begins; a row whose mask is late sits out and takes its token from the logits it
 kept once the mask is ready, so it never holds the other rows and its answer is the one it would have been; a
 constraint that reaches a dead end or a limit mid-answer ends with `constraint` (not a server fault) and a message naming its field.
 A scripted runner over the tiny byte-level tokenizer; a gate holds chosen masks back."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
@@ -24,19 +25,23 @@ DEAD_AFTER_FOUR = Constraint(ConstraintKind.GRAMMAR, 'start: /[a-z]{4}/ NOTHING\
 
 
 class Gate:
-    """Holds back the masks of the matchers in `held` until opened; tells `began` whenever a mask starts."""
+    """Holds back the masks of the matchers in `held` until opened; tells `began` whenever a mask starts, and records
+    the thread each ran on. Each mask reports at least `cpu_s` of CPU: a costly mask, unless told otherwise."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, cpu_s: float = 2 * constraints.INLINE_MASK_S):
         self.held: set[int] = set()
         self.open = threading.Event()
         self.began = threading.Event()
+        self.threads: list[threading.Thread] = []
         real = constraints._compute_mask
 
         def gated(matcher, vocab_size, eos):
             self.began.set()
+            self.threads.append(threading.current_thread())
             if id(matcher) in self.held:
                 assert self.open.wait(10), "the gate was never opened"
-            return real(matcher, vocab_size, eos)
+            mask = real(matcher, vocab_size, eos)
+            return dataclasses.replace(mask, cpu_s=max(mask.cpu_s, cpu_s))
 
         monkeypatch.setattr(constraints, "_compute_mask", gated)
 
@@ -128,6 +133,17 @@ def test_each_mask_is_computed_while_the_forward_pass_runs(tokenizer, monkeypatc
     gate.began.clear()
     run(engine, recorder)
     assert recorder.text == "jklmnopqrs" and engine.runner.saw_mask == [True] * 10
+
+
+def test_a_cheap_mask_is_computed_on_the_engine_thread_once_one_has_shown_it_cheap(tokenizer, monkeypatch):
+    gate = Gate(monkeypatch, cpu_s=0.0)
+    engine = engine_of(tokenizer)
+    recorder = submit(engine, tokenizer, "c", TEN_LETTERS)
+    gate.threads.clear()  # the compile's probe
+    run(engine, recorder)
+    assert recorder.text == "jklmnopqrs"
+    assert gate.threads[0] is not threading.current_thread()  # the first: its cost not known yet
+    assert all(thread is threading.current_thread() for thread in gate.threads[1:]) and len(gate.threads) > 5
 
 
 def test_a_dead_end_mid_answer_ends_with_constraint_naming_the_field_and_the_others_go_on(tokenizer):

@@ -45,6 +45,10 @@ OWNER_BYTES = 32 << 20
 _BYTES_PER_CHAR, _BYTES_PER_FORCED, _BYTES_AT_LEAST = 80, 400, 32 << 10
 # After the forward pass, how long a step waits for late masks: a share of the pass, and at least.
 MASK_WAIT_SHARE, MASK_WAIT_MIN_S = 0.25, 0.002
+# A mask whose last one took less CPU than this is computed on the engine thread as the step begins: handing it to a
+# worker cost a constrained classroom's steps more (the engine thread waits on the GIL's switch interval) than the
+# mask itself (docs/measurements/2026-12-05-bounds-classroom.md).
+INLINE_MASK_S = 0.001
 # No free whitespace: a small model fills it with newlines until its length runs out.
 _JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False, "item_separator": ", ",
                                                 "key_separator": ": "}
@@ -216,10 +220,22 @@ class ConstrainedAnswer:
         self.held: np.ndarray | None = None  # [vocab] logits computed for a token whose mask was not ready
         self.consumed = 0
         self.forced = False  # the last mask allowed one token only
+        self.last_cpu_s: float | None = None  # what its last mask took
 
     def begin(self, workers: ThreadPoolExecutor) -> None:
-        if self.next_mask is None:
-            self.next_mask = workers.submit(_compute_mask, self.matcher, self.vocab_size, self.eos)
+        if self.next_mask is not None:
+            return
+        if self.last_cpu_s is not None and self.last_cpu_s < INLINE_MASK_S:
+            done: Future[_Mask] = Future()
+            done.set_result(self._compute())
+            self.next_mask = done
+        else:
+            self.next_mask = workers.submit(self._compute)
+
+    def _compute(self) -> _Mask:
+        mask = _compute_mask(self.matcher, self.vocab_size, self.eos)
+        self.last_cpu_s = mask.cpu_s
+        return mask
 
     @property
     def ready(self) -> bool:
