@@ -391,3 +391,17 @@ def test_an_answer_holding_logits_for_its_constraint_is_not_parked_so_they_are_n
     greedy[1].constraint = SimpleNamespace(held=None)  # its mask came, its token taken
     plan = run.scheduler.schedule(set(), 0.0)
     assert [r.id for r in plan.parked] == ["g1"] and [r.id for r in plan.admitted] == ["ana"]
+
+
+def test_nothing_is_parked_for_a_slot_the_waiting_student_could_not_take():
+    run = Run(slots=3)
+    greedy = [request(f"g{n}", "greedy", "class", answer=40) for n in range(3)]
+    run.add(*greedy)
+    run.until(lambda: all(r.status is Status.RUNNING for r in greedy))
+    run.scheduler.open = 2  # the slot count was lowered: three run where two may
+    run.add(request("ana", "ana", "class"))
+    plan = run.scheduler.schedule(set(), 0.0)
+    assert not plan.parked and not plan.admitted
+    run.scheduler.open = 3
+    plan = run.scheduler.schedule(set(), 0.0)
+    assert [r.id for r in plan.parked] == ["g2"] and [r.id for r in plan.admitted] == ["ana"]

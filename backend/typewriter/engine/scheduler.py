@@ -213,9 +213,10 @@ class Scheduler:
     def _park_for_waiting(self, plan: Plan) -> None:
         """While a waiting client holds fewer slots than its fair share (fairness.slot_shares), one that would still
         hold its own share with a slot fewer parks its latest request, the furthest over its share first. A request
-        whose constrained token waits on its mask is not parked: its held logits would be lost."""
+        whose constrained token waits on its mask is not parked: its held logits would be lost. Nor is one whose slot
+        the waiter could not take: none while more run than `open` (the count was lowered), nor a slot past it."""
         free = len(self.open_slots())
-        if len(self.waiting) <= free:
+        if len(self.waiting) <= free or len(self.running) > self.open:
             return
         held, shares = self._holdings()
         for waiter in self.order()[free:]:  # the first `free` take the free slots
@@ -223,7 +224,7 @@ class Scheduler:
             if held[key] >= shares[key] - SLACK:
                 break  # those short of their share come first in the order: none is left
             victims = [r for r in self.running.values() if held[_key(r)] - 1 >= shares[_key(r)] - SLACK
-                       and (r.constraint is None or r.constraint.held is None)]
+                       and r.slot < self.open and (r.constraint is None or r.constraint.held is None)]
             if not victims:
                 break
             victim = max(victims, key=lambda r: (held[_key(r)] - shares[_key(r)], r.admission))
