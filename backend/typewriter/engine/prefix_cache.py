@@ -1,6 +1,6 @@
 """What each slot's K/V cache holds, so a new request starts from the longest prefix already computed. Pure Python.
-A request reuses another owner's tokens only as one of its whole `shared` prefixes (the system prompt), so how soon a first
-token comes never reveals another owner's text. A prompt that spells a cached answer in other tokens is rewritten
+A request reuses another owner's tokens only as one of its whole `shared` prefixes (the class's prompt), so how soon
+a first token comes never reveals another owner's text. A prompt that spells a cached answer in other tokens is rewritten
 to the cached ones (`realign`).
 """
 
