@@ -79,3 +79,17 @@ def test_warmed_grammars_build_their_tokenizers_once_and_a_first_constraint_then
     grammars.warm()
     grammars.compile(regex(1), "a")
     assert builds == [1]
+
+
+def test_a_vocabulary_llguidance_cannot_take_fails_the_warm_up_quietly_and_the_first_constraint_by_name(
+        tokenizer, monkeypatch, caplog):
+    grammars = Grammars(tokenizer, VOCAB_SIZE)
+
+    def panics():
+        raise BaseException("assertion failed: num_parents <= (1 << PARENT_BITS) as usize")  # as pyo3 raises a panic
+
+    monkeypatch.setattr(grammars, "_build_tokenizer", panics)
+    grammars.warm()  # on a thread of its own: it must not raise
+    assert "could not be built ahead of the first one" in caplog.text
+    with pytest.raises(BaseException, match="num_parents"):
+        grammars.compile(regex(1), "a")

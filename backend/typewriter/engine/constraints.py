@@ -12,6 +12,7 @@ while the step's forward pass runs, and a row whose mask is late sits out rather
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -29,6 +30,8 @@ import numpy as np
 
 from ..errors import InvalidRequest
 from .request import Constraint, ConstraintKind
+
+log = logging.getLogger("typewriter.engine")
 
 # Each limit is several times what the lessons' schemas, tool grammars and patterns need, and low enough that
 # `0{100000}` or `a{1000000}` stop at their first token and an ambiguous grammar within its first rows (the study).
@@ -129,9 +132,15 @@ class Grammars:
 
     def warm(self) -> None:
         """Builds what every constraint needs (its tokenizers: a quarter of a second on a 49k vocabulary), so that the
-        first request with one after a start does not wait for it (docs/measurements/2026-12-05-bounds-classroom.md)."""
-        with self._lock:
-            self._tokenizer = self._tokenizer or self._build_tokenizer()
+        first request with one after a start does not wait for it (docs/measurements/2026-12-05-bounds-classroom.md).
+        Never raises: a vocabulary llguidance cannot take (its Rust panics are BaseExceptions) fails the first
+        constraint instead, by name, as it would have without this."""
+        try:
+            with self._lock:
+                self._tokenizer = self._tokenizer or self._build_tokenizer()
+        except BaseException as e:  # on a thread of its own: nothing else would see it
+            log.warning("constraints: their tokenizer could not be built ahead of the first one (%s: %s)",
+                        type(e).__name__, _first_line(str(e)))
 
     def begin(self, answers: Sequence[ConstrainedAnswer]) -> None:
         """Start each answer's next mask on a worker thread, unless it has one coming."""
