@@ -134,7 +134,7 @@ class Grammars:
         """Builds what every constraint needs (its tokenizers: a quarter of a second on a 49k vocabulary), so that the
         first request with one after a start does not wait for it (docs/measurements/2026-12-05-bounds-classroom.md).
         Never raises: a vocabulary llguidance cannot take (its Rust panics are BaseExceptions) fails the first
-        constraint instead, by name, as it would have without this."""
+        constraint instead, as it did before this ran ahead."""
         try:
             with self._lock:
                 self._tokenizer = self._tokenizer or self._build_tokenizer()
