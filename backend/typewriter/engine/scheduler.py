@@ -60,12 +60,12 @@ class Scheduler:
         self.fair = FairShare()
         self.typical_answer = 0.0  # tokens: the mean of the first finished answers, then a moving average
         self.answers_seen = 0
-        self.parked = 0  # of those waiting, how many were parked (they hold no place in the queue's bound)
         self._admissions = 0
 
     def add(self, request: RequestState) -> None:
         """Overloaded when full; a burst may hold as many beyond `max_queue` as there are free slots."""
-        if len(self.waiting) - self.parked >= self.max_queue + len(self.open_slots()):
+        queued = sum(1 for r in self.waiting if not r.parks)  # a parked request holds no place in the bound
+        if queued >= self.max_queue + len(self.open_slots()):
             raise Overloaded(self.max_queue)
         self.waiting.append(request)
         self.fair.arrive(request.share)
@@ -163,14 +163,9 @@ class Scheduler:
             self.typical_answer += (len(request.output_ids) - self.typical_answer) / min(self.answers_seen,
                                                                                         ANSWER_MEMORY)
         if request.status in (Status.PREFILLING, Status.RUNNING):
-            if request in self.prefilling:
-                self.prefilling.remove(request)
-            del self.running[request.slot]
-            self.cache.release(request.slot, request.cached_ids() if reusable else [], request.owner)
-            self.free_slots.append(request.slot)
+            self._free_slot(request, request.cached_ids() if reusable else [])
         elif request.status is Status.WAITING:
             self.waiting.remove(request)
-            self.parked -= 1 if request.parks else 0
         request.move_to(Status.FINISHED)
 
     def open_slots(self) -> list[int]:
@@ -235,14 +230,17 @@ class Scheduler:
 
     def _park(self, request: RequestState) -> None:
         self._charge_answer(request)
+        self._free_slot(request, request.cached_ids())
+        request.park()
+        self.waiting.append(request)
+
+    def _free_slot(self, request: RequestState, cached: list[int]) -> None:
+        """Takes a request out of its slot, leaving `cached` there for whoever reuses it."""
         if request in self.prefilling:
             self.prefilling.remove(request)
         del self.running[request.slot]
-        self.cache.release(request.slot, request.cached_ids(), request.owner)
+        self.cache.release(request.slot, cached, request.owner)
         self.free_slots.append(request.slot)
-        request.park()
-        self.waiting.append(request)
-        self.parked += 1
 
     def _chunk(self, plan: Plan, request: RequestState, budget: int) -> int:
         start = request.prefilled
@@ -278,9 +276,7 @@ class Scheduler:
             request.prompt_ids = place.prompt
         self.free_slots.remove(place.slot)
         request.slot, request.prefilled = place.slot, place.reused
-        if request.parks:
-            self.parked -= 1
-        else:
+        if not request.parks:
             request.reused = place.reused  # what its usage reports as cached
         self._admissions += 1
         request.admission = self._admissions
