@@ -27,7 +27,9 @@ Scenarios, each with 16 slots (our --max-active 16, llama-server -np 16):
   (e) alone      one student, one chat, no pause: tokens/s, ours against llama-server (work-conserving: a lone
                  student gets the whole server)
 
-Our server has no switch to turn fairness off, so (e)'s comparison is llama-server on the same GGUF file. Both
+--keep-for-readers runs our server once for each value given (TYPEWRITER_KEEP_FOR_READERS_S; `default` leaves it
+unset): kept readers hold back a student over its share while classmates read, which (a) and (b) count and (e)
+must not pay for. Our server has no switch to turn fairness off, so (e)'s comparison is llama-server on the same GGUF file. Both
 answer greedily with no repetition penalty. On a busy machine give llama-server `--threads 1`: with 2 threads on 2
 shared cores its threads spin-wait for each other and one answer can take minutes. The load average is sampled every 5 s while the scenarios run and
 reported with them: on a shared 2-core machine the other processes move every number.
@@ -270,19 +272,27 @@ class LoadSampler:
         return {"min": min(s), "mean": round(sum(s) / len(s), 2), "max": max(s), "samples": len(s)} if s else {}
 
 
-def run_ours(all_scenarios: list[dict[str, Scenario]], args: argparse.Namespace, system_prompt: str) -> list[dict]:
+def ours_name(keep: str) -> str:
+    return "ours" if keep == "default" else f"ours, readers kept {keep} s"
+
+
+def run_ours(all_scenarios: list[dict[str, Scenario]], args: argparse.Namespace, system_prompt: str,
+             keep: str) -> list[dict]:
     path = Path(tempfile.mkstemp(prefix="fairness-classes-", suffix=".toml")[1])
     path.write_text(classes_file([s for rep in all_scenarios for s in rep.values()]))
     server = typewriter_server(SLOTS, 64, args.max_context, args.model)
     server.argv += ["--classes", str(path)]
-    print(f"starting our server (log {server.log}) ...", file=sys.stderr, flush=True)
+    if keep != "default":
+        server.env = {**(server.env or os.environ), "TYPEWRITER_KEEP_FOR_READERS_S": keep}
+    name = ours_name(keep)
+    print(f"starting {name} (log {server.log}) ...", file=sys.stderr, flush=True)
     ws_url = f"ws://{HOST}:{server.port}/ws"
     results = []
     with server.start(args.ready_timeout):
         for rep, chosen in enumerate(all_scenarios):
-            for name in args.scenarios:
-                results.append(one("ours", rep, chosen[name], lambda s: KeyedChat(ws_url, args.params, s.key), args,
-                                   system_prompt))
+            for scenario in args.scenarios:
+                results.append(one(name, rep, chosen[scenario], lambda s: KeyedChat(ws_url, args.params, s.key),
+                                   args, system_prompt))
     return results
 
 
@@ -304,7 +314,7 @@ def one(server: str, rep: int, scenario: Scenario, make_chat, args: argparse.Nam
     with LoadSampler() as load:
         result = asyncio.run(replay(make_chat, scenario, args, system_prompt))
     result = {"server": server, "repeat": rep, "scenario": scenario.name, "load": load.summary()} | result
-    print(f"  {server:<12} r{rep} {scenario.name:<9} {result['tokens_per_s']:6.1f} tokens/s, ordinary TTFT p95 "
+    print(f"  {server:<26} r{rep} {scenario.name:<9} {result['tokens_per_s']:6.1f} tokens/s, ordinary TTFT p95 "
           f"{result['ordinary_ttft_ms']['p95']} ms, jain {result['jain']}, ratio {result.get('class_ratio')}, "
           f"heavy share {result.get('heavy_share_while_waiting')}, errors {result['errors'] or 0}, "
           f"load {load.summary().get('mean')}", file=sys.stderr, flush=True)
@@ -332,7 +342,8 @@ def rows(results: list[dict]) -> list[dict]:
         return [round(heavy[k] / base[k], 3) for k in sorted(base) if base[k] and k in heavy]
 
     table = []
-    for server in ("ours", "llama-server"):
+    servers = list(dict.fromkeys(r["server"] for r in results))
+    for server in servers:
         table += [
             {"row": "a", "server": server, "figure": "ordinary TTFT p95, heavy / class-15", "target": "<= 1.10",
              "values": pairs(server, "ordinary_ttft_ms", "p95"), "ok": lambda v: v <= 1.10},
@@ -350,13 +361,17 @@ def rows(results: list[dict]) -> list[dict]:
         ]
     for row in table:
         ok = row.pop("ok")
-        row["met"] = None if ok is None or not row["values"] or row["server"] != "ours" else all(map(ok, row["values"]))
-    ours_alone = by_repeat("ours", "alone", "tokens_per_s")
+        row["met"] = (None if ok is None or not row["values"] or not row["server"].startswith("ours")
+                      else all(map(ok, row["values"])))
     peer_alone = by_repeat("llama-server", "alone", "tokens_per_s")
-    ratio = [round(ours_alone[k] / peer_alone[k], 3) for k in sorted(ours_alone) if peer_alone.get(k)]
-    if ratio:
-        table.append({"row": "e", "server": "ours", "figure": "one student alone, ours / llama-server tokens/s",
-                      "target": "work-conserving (no fairness cost)", "values": ratio, "met": None})
+    for server in servers:
+        if not server.startswith("ours"):
+            continue
+        ours_alone = by_repeat(server, "alone", "tokens_per_s")
+        ratio = [round(ours_alone[k] / peer_alone[k], 3) for k in sorted(ours_alone) if peer_alone.get(k)]
+        if ratio:
+            table.append({"row": "e", "server": server, "figure": "one student alone, ours / llama-server tokens/s",
+                          "target": "work-conserving (no fairness cost)", "values": ratio, "met": None})
     return [r for r in table if r["values"]]
 
 
@@ -388,6 +403,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=48, metavar="N", help="answer length (default 48)")
     p.add_argument("--request-timeout", type=float, default=120.0, metavar="S")
     p.add_argument("--servers", choices=["both", "ours", "peer"], default="both")
+    p.add_argument("--keep-for-readers", default=["default"], type=lambda t: t.split(","), metavar="S,S,...",
+                   help="run our server once with each TYPEWRITER_KEEP_FOR_READERS_S (`default`: unset; default "
+                        "default)")
     p.add_argument("--max-context", type=int, default=1024, metavar="N", help="context per slot (default 1024)")
     p.add_argument("--model", metavar="PATH", help="the GGUF file both serve (default: the embedded model)")
     p.add_argument("--peer-bin", metavar="PATH", help="a llama-server binary (default: scripts/build-llama-server.sh's)")
@@ -411,7 +429,8 @@ def main() -> int:
     started, load_before = time.strftime("%Y-%m-%d %H:%M:%S"), os.getloadavg()
     results = []
     if args.servers in ("both", "ours"):
-        results += run_ours(chosen, args, DEFAULT_SYSTEM_PROMPT)
+        for keep in args.keep_for_readers:
+            results += run_ours(chosen, args, DEFAULT_SYSTEM_PROMPT, keep)
     if args.servers in ("both", "peer"):
         results += run_peer(chosen, args, DEFAULT_SYSTEM_PROMPT)
     table = rows(results)

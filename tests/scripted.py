@@ -258,14 +258,16 @@ class RecordingEngine(Engine):
 
 def script_engine(pieces: Sequence[str] = ("Hello", ",", " world", "!"), step_s: float = 0.005, slots: int = 2,
                   max_queue: int = 2, max_context: int = 256, prefill_budget: int = 16,
-                  start: bool = True, system_prompt: bool = False, parameters: int = 0) -> RecordingEngine:
+                  start: bool = True, system_prompt: bool = False, parameters: int = 0,
+                  keep_for_readers_s: float = 0.0) -> RecordingEngine:
     """A real Engine whose every answer is `pieces` then eos; `engine.tokenizer` encodes chats as words (the
     system prompt too, with `system_prompt`); `parameters`: the weights' count it says its model has."""
     tokenizer = ScriptTokenizer(pieces, system_prompt)
     runner = ChainRunner(tokenizer.follow, tokenizer.vocab_size, slots=slots, max_len=max_context, max_chunk=64,
                          step_s=step_s)
     engine = RecordingEngine(runner, tokenizer, max_queue=max_queue, prefill_budget=prefill_budget,
-                             model_name="scripted-model", parameters=parameters)
+                             model_name="scripted-model", parameters=parameters,
+                             keep_for_readers_s=keep_for_readers_s)
     return engine.start() if start else engine
 
 

@@ -72,3 +72,15 @@ def test_open_runner_opens_the_runtime_of_the_format_asked_for(tiny_gguf, tmp_pa
     gpt2 = write_gpt2_gguf(tmp_path / "gpt2.gguf", gpt2_config(), random_gpt2_weights(gpt2_config()))
     with pytest.raises(ModelFormatError, match="int8-lite weight format runs Llama-family models"):
         opened(gpt2, WeightFormat.INT8_LITE)
+
+
+def test_the_servers_engine_keeps_readers_as_long_as_its_settings_say(tiny_gguf, monkeypatch, tmp_path):
+    monkeypatch.setattr(assemble, "lite_cache_dir", lambda: str(tmp_path / "lite"))
+    for environ, kept in (({}, Settings().engine.keep_for_readers_s), ({"TYPEWRITER_KEEP_FOR_READERS_S": "0"}, 0.0)):
+        settings = Settings.from_env(environ, model_path=str(tiny_gguf), max_active=2, max_context=64)
+        engine, _ = assemble.load_engine(settings)
+        try:
+            assert engine.scheduler.keep_for_readers_s == kept
+        finally:
+            engine.shutdown()
+    assert Settings().engine.keep_for_readers_s > 0  # on by default: a class is served, not only its busiest

@@ -32,6 +32,7 @@ MODEL_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")  # printable, no spaces
 BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
+MAX_READING_S = 3600.0  # the longest Engine.keep_for_readers_s
 DEFAULT_MAX_NEW_TOKENS = 512  # an answer's length when a chat does not ask (at most the cap, below)
 
 
@@ -149,6 +150,12 @@ class Engine:
     # speed, the queue's room for a full queue behind the slots to move.
     request_timeout_s: float | None = 300.0
     queue_timeout_s: float | None = 120.0
+    # How long a client whose answer ended (a student reading it) still counts for a slot in the fair shares: a
+    # client over its share takes a free slot only beyond those kept. On a CPU every row slows the step, so one
+    # student's eight chats filling the slots its classmates left while reading cost them a fifth of their speed
+    # (docs/measurements/2026-12-05-fairness.md). 0: only clients with a request in the engine count
+    # (work-conserving). A lone client is never held back: nobody else is kept.
+    keep_for_readers_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_active is not None:
@@ -156,6 +163,9 @@ class Engine:
         _at_least("max_queue", self.max_queue, 0)
         _at_least("max_context", self.max_context, 16)
         _at_least("prefill_budget", self.prefill_budget, 1)
+        _at_least("keep_for_readers_s", self.keep_for_readers_s, 0.0)
+        if self.keep_for_readers_s > MAX_READING_S:  # each kept reader is remembered: an hour bounds how many
+            raise ConfigError("keep_for_readers_s", f"must be at most {MAX_READING_S}, got {self.keep_for_readers_s}")
         for name in ("request_timeout_s", "queue_timeout_s"):
             _positive_or_none(name, getattr(self, name))
 

@@ -1,7 +1,9 @@
 """Fair shares over a real server and real sockets: a scripted greedy student who fills every slot and the queue
 with parallel chats cannot make a classmate wait for a slot at all: the greedy student's latest answer is parked
 the step the classmate comes, and still ends whole. Paired with the same chat sent as the greedy student's own,
-which waits behind its backlog: the bound comes from the fair share, not from luck."""
+which waits behind its backlog: the bound comes from the fair share, not from luck. And with readers kept, a
+classmate reading an answer keeps its share: the greedy student's extra chats wait while a slot stays free, and the
+classmate's next question starts at once."""
 
 from __future__ import annotations
 
@@ -82,3 +84,31 @@ def test_the_same_chat_as_the_greedy_students_own_waits_behind_its_backlog():
     sent, started, told, _ = run_class(late_is_classmate=False)
     assert told["late"][0] == GREEDY_CHATS - SLOTS + 1  # last in line, behind its own six
     assert len(went_before(told, started)) == GREEDY_CHATS - SLOTS
+
+
+def metric(address: str, name: str) -> float:
+    text = httpx.get(f"http://{address}/metrics").text
+    return float(re.search(rf"^{name} (\S+)$", text, re.M).group(1))
+
+
+def test_a_classmate_reading_keeps_a_slot_that_the_greedy_students_extra_chats_do_not_take():
+    engine = script_engine(["ab"] * 24, step_s=0.01, slots=SLOTS, max_queue=16, keep_for_readers_s=60.0)
+    sent, started, told, texts = {}, {}, {}, {}
+
+    async def scenario(address):
+        greedy, classmate = cookie(address), cookie(address)
+        await ask(address, classmate, "first", sent, started, told, texts)  # answered: the classmate reads it
+        chats = [asyncio.create_task(ask(address, greedy, f"g{n}", sent, started, told, texts)) for n in range(4)]
+        await asyncio.to_thread(wait_until, lambda: engine.stats().queued == 3, "the greedy student's backlog")
+        stats = engine.stats()
+        assert (stats.active, stats.readers) == (1, 1)  # one slot free, kept for the reader
+        assert metric(address, "typewriter_readers_kept") == 1
+        await ask(address, classmate, "again", sent, started, told, texts)
+        await asyncio.gather(*chats)
+        assert metric(address, "typewriter_parked_requests_total") == 0  # the kept slot was free: nothing parked
+
+    with running(engine) as (_, address):
+        asyncio.run(scenario(address))
+    assert "again" not in told and "first" not in told
+    assert sorted(p[0] for c, p in told.items() if c.startswith("g")) == [1, 2, 3]
+    assert len(set(texts.values())) == 1 and len(texts["g0"]) == 48

@@ -35,10 +35,13 @@ class Run:
     """A scheduler and what the engine would do with its plans: prefill the chunks, one token per decoding row,
     and end an answer at its length. Records each request's queue positions and the step it started in."""
 
-    def __init__(self, slots: int, budget: int = 64, max_queue: int = 64, check=None):
-        """`check(run, plan)`: called with each plan, before the engine would run it."""
-        self.scheduler = Scheduler(slots, max_queue, max_chunk=64, budget=budget, idle_budget=budget)
+    def __init__(self, slots: int, budget: int = 64, max_queue: int = 64, check=None, keep_for_readers_s: float = 0.0):
+        """`check(run, plan)`: called with each plan, before the engine would run it. Each step takes a second of
+        `now`."""
+        self.scheduler = Scheduler(slots, max_queue, max_chunk=64, budget=budget, idle_budget=budget,
+                                   keep_for_readers_s=keep_for_readers_s)
         self.check = check
+        self.now = 0.0
         self.steps = 0
         self.started: dict[str, int] = {}
         self.told: dict[str, list[int]] = {}
@@ -51,7 +54,8 @@ class Run:
 
     def step(self) -> None:
         scheduler = self.scheduler
-        plan = scheduler.schedule(set(), 0.0)
+        plan = scheduler.schedule(set(), self.now)
+        self.now += 1.0
         self.steps += 1
         for r, position in plan.queued:
             self.told.setdefault(r.id, []).append(position)
@@ -405,3 +409,71 @@ def test_nothing_is_parked_for_a_slot_the_waiting_student_could_not_take():
     run.scheduler.open = 3
     plan = run.scheduler.schedule(set(), 0.0)
     assert [r.id for r in plan.parked] == ["g2"] and [r.id for r in plan.admitted] == ["ana"]
+
+
+# ---- slots kept for students reading ----
+
+
+def held_by(run: Run, client: str) -> int:
+    return sum(1 for r in run.scheduler.running.values() if r.share.client == client)
+
+
+def class_reading(keep_for_readers_s: float) -> tuple[Run, list[RequestState]]:
+    """Four slots; three students ask once and read, a greedy one runs four long chats: (the run once the three
+    answers ended, the greedy one's chats)."""
+    run = Run(slots=4, keep_for_readers_s=keep_for_readers_s)
+    class_ = [request(f"s{n}", f"s{n}", "class", answer=4) for n in range(3)]
+    greedy = [request(f"g{n}", "greedy", "class", answer=400) for n in range(4)]
+    run.add(*class_, *greedy)
+    run.until(lambda: all(r.status is Status.FINISHED for r in class_))
+    return run, greedy
+
+
+def test_without_kept_readers_a_greedy_student_takes_the_slots_its_readings_classmates_left():
+    run, _ = class_reading(0.0)
+    run.until(lambda: held_by(run, "greedy") == 4, most=3)  # work-conserving: no slot idles while it waits
+
+
+def test_a_student_reading_keeps_its_share_so_a_greedy_one_holds_no_more_than_a_classmate():
+    """While its classmates read their answers, the greedy student holds one slot, the three others stay free,
+    and its waiting chats are told their places; once the readers are gone the slots are its own again."""
+    run, greedy = class_reading(30.0)
+    assert set(run.scheduler.readers) == {("class", f"s{n}") for n in range(3)}
+    for _ in range(20):
+        run.step()
+        assert held_by(run, "greedy") == 1
+        assert len(run.scheduler.free_slots) == 3
+    waiting = [r for r in greedy if r.status is Status.WAITING]
+    assert len(waiting) == 3 and sorted(r.last_position for r in waiting) == [1, 2, 3]
+    run.until(lambda: held_by(run, "greedy") == 4, most=40)  # the readers' 30 seconds passed
+    assert not run.scheduler.readers
+
+
+def test_a_reader_who_asks_again_starts_at_once_and_nothing_is_parked_for_it():
+    run, _ = class_reading(30.0)
+    parked: list[RequestState] = []
+    run.check = lambda _, plan: parked.extend(plan.parked)
+    run.step()
+    again = request("s0-again", "s0", "class", answer=4)
+    run.add(again)
+    run.step()
+    assert again.status is not Status.WAITING and again.id in run.started
+    assert not parked
+    assert ("class", "s0") not in run.scheduler.readers
+
+
+def test_a_reader_keeps_a_slot_only_for_what_its_share_would_be():
+    """More readers than slots: each one's share is under a slot, and together they keep every free slot, but a
+    student short of its share still takes one."""
+    run = Run(slots=2, keep_for_readers_s=30.0)
+    class_ = [request(f"s{n}", f"s{n}", "class", answer=2) for n in range(4)]
+    run.add(*class_)
+    run.until(lambda: all(r.status is Status.FINISHED for r in class_))
+    greedy = [request(f"g{n}", "greedy", "class", answer=50) for n in range(2)]
+    run.add(*greedy)
+    run.step()
+    assert held_by(run, "greedy") == 1  # short of its share (2/5 of a slot): it takes one, no more
+    newcomer = request("n", "newcomer", "class", answer=4)
+    run.add(newcomer)
+    run.step()
+    assert newcomer.status is not Status.WAITING

@@ -75,6 +75,7 @@ class EngineStats:
     active: int
     queued: int
     groups: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # share.group -> (active, queued)
+    readers: int = 0  # clients kept a share of the slots while they read (scheduler.keep_for_readers_s)
 
 
 @dataclass(frozen=True)
@@ -87,9 +88,10 @@ class StepStats:
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Vocabulary, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
-                 queue_timeout_s: float | None = None, parameters: int = 0):
+                 queue_timeout_s: float | None = None, parameters: int = 0, keep_for_readers_s: float = 0.0):
         """`queue_timeout_s` None: a request waits for a slot as long as it takes; `parameters`: the model's
-        weights' count, which sets the repetition penalty a request gets when it names none (0: not known)."""
+        weights' count, which sets the repetition penalty a request gets when it names none (0: not known);
+        `keep_for_readers_s`: how long a client whose answer ended keeps its share of the slots (scheduler.py)."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
@@ -101,7 +103,7 @@ class Engine:
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
-                                   decode_prior=_decode_prior(runner))
+                                   decode_prior=_decode_prior(runner), keep_for_readers_s=keep_for_readers_s)
         sizing, model = runner.sizing, runner.step_model
         self.scheduler.open = min(sizing.slots, runner.slots)
         # None: the count is fixed (set, or no step model to weigh the steps against)
@@ -177,7 +179,8 @@ class Engine:
             for request in self.scheduler.waiting:
                 active, queued = groups.get(request.share.group, (0, 0))
                 groups[request.share.group] = (active, queued + 1)
-            return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), groups)
+            return EngineStats(len(self.scheduler.running), len(self.scheduler.waiting), groups,
+                               self.scheduler.readers_kept(self.clock()))
 
     def prepare(self, request: GenerationRequest) -> None:
         if (compiler := self.runner.compiler) is not None:

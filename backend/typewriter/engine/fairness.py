@@ -115,6 +115,12 @@ class FairShare:
         if not clients.accounts:
             del self.clients[share.group]
 
+    def requests(self, share: Share) -> int:
+        """The client's requests in the engine."""
+        clients = self.clients.get(share.group)
+        account = clients.accounts.get(share.client) if clients else None
+        return account.requests if account else 0
+
     def charge(self, share: Share, cost: float) -> None:
         self.groups.accounts[share.group].served += cost / share.weight
         self.clients[share.group].accounts[share.client].served += cost

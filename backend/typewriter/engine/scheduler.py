@@ -5,7 +5,11 @@ for long behind a long prompt. Who takes a free slot and whose prompt gets the s
 student (and so for callers that give no share). While a client waits with fewer slots than its fair share, one
 holding more than its own parks its latest request: the slot is freed, and the request waits again to resume where
 it was, its prompt and answer so far prefilled anew (from its own cached tokens when the slot is still untouched).
-Newcomers take free slots from the longest cached prefix (prefix_cache.py). Pure Python.
+With `keep_for_readers_s`, a student whose answer ended that recently (reading it) still counts for one slot in
+the shares: a client over its share then takes a free slot only beyond those the readers' shares keep, so on a
+machine whose step slows with every row one student's many chats do not slow the class (not work-conserving while
+someone reads; docs/measurements/2026-12-05-fairness.md). Newcomers take free slots from the longest cached prefix
+(prefix_cache.py). Pure Python.
 """
 
 from __future__ import annotations
@@ -43,8 +47,10 @@ class Plan:
 class Scheduler:
     def __init__(self, slots: int, max_queue: int, max_chunk: int, budget: int, idle_budget: int | None = None,
                  queue_timeout_s: float | None = None, piece: Callable[[int], bytes] | None = None,
-                 context: int | None = None, decode_prior: Callable[[int], float] | None = None):
-        """`piece`: a token's bytes, to rewrite a prompt to a cached conversation's tokens (prefix_cache.realign)."""
+                 context: int | None = None, decode_prior: Callable[[int], float] | None = None,
+                 keep_for_readers_s: float = 0.0):
+        """`piece`: a token's bytes, to rewrite a prompt to a cached conversation's tokens (prefix_cache.realign);
+        `keep_for_readers_s` 0: a client's share counts only while it has a request in here (work-conserving)."""
         self.piece, self.context = piece, context
         self.max_queue, self.queue_timeout_s = max_queue, queue_timeout_s
         self.max_chunk, self.budget = max_chunk, budget
@@ -61,6 +67,9 @@ class Scheduler:
         self.typical_answer = 0.0  # tokens: the mean of the first finished answers, then a moving average
         self.answers_seen = 0
         self._admissions = 0
+        self.keep_for_readers_s = keep_for_readers_s
+        self.readers: dict[tuple[str, str], tuple[float, float]] = {}  # client -> (its last request ended, weight)
+        self._now = 0.0  # the last step's clock, when a request ends between steps
 
     def add(self, request: RequestState) -> None:
         """Overloaded when full; a burst may hold as many beyond `max_queue` as there are free slots."""
@@ -69,9 +78,13 @@ class Scheduler:
             raise Overloaded(self.max_queue)
         self.waiting.append(request)
         self.fair.arrive(request.share)
+        self.readers.pop(_key(request), None)
 
     def schedule(self, cancelled: Collection[str], now: float) -> Plan:
         plan = Plan()
+        self._now = now
+        if self.readers:
+            self.readers = {k: v for k, v in self.readers.items() if now - v[0] < self.keep_for_readers_s}
         for request in self.running.values():
             self._charge_answer(request)
         for request in [*self.running.values(), *self.waiting]:
@@ -98,7 +111,7 @@ class Scheduler:
             budget -= taken
         held: list[RequestState] = []  # each waits to copy a prefix being computed, and a free slot is kept for it
         while self._room(plan, budget) and len(self.open_slots()) > len(held):
-            nxt = next((r for r in self.order() if r not in held and r not in plan.parked), None)
+            nxt = next((r for r in self._starting(self.order()) if r not in held and r not in plan.parked), None)
             if nxt is None:
                 break
             if self._prefix_coming(nxt):
@@ -131,7 +144,7 @@ class Scheduler:
                  + max(0.0, self._expected_answer(r) - len(r.output_ids)) * ANSWER_COST)
                 for r in self.running.values()]
         fair = self.fair.order(list(self.waiting), self._expected_cost, owed)
-        if len(fair) <= len(self.open_slots()):
+        if len(fair) <= len(self.open_slots()) and not self.readers:
             return fair
         held, shares = self._holdings()
         short = {k: math.ceil(shares[k] - held[k] - SLACK) for k in shares}
@@ -158,6 +171,8 @@ class Scheduler:
         if request.status is not Status.FINISHED:
             self._charge_answer(request)
             self.fair.leave(request.share)
+            if self.keep_for_readers_s > 0 and not self.fair.requests(request.share):
+                self.readers[_key(request)] = (self._now, request.share.weight)
         if request.output_ids:
             self.answers_seen += 1
             self.typical_answer += (len(request.output_ids) - self.typical_answer) / min(self.answers_seen,
@@ -174,6 +189,10 @@ class Scheduler:
         if len(self.running) >= self.open:
             return []
         return [slot for slot in self.free_slots if slot < self.open]
+
+    def readers_kept(self, now: float) -> int:
+        """The clients kept a share as readers at `now`."""
+        return sum(1 for ended, _ in self.readers.values() if now - ended < self.keep_for_readers_s)
 
     def find(self, request_id: str) -> RequestState | None:
         for request in (*self.running.values(), *self.waiting):
@@ -199,22 +218,50 @@ class Scheduler:
         return self.queue_timeout_s is not None and not request.parks and now - request.submitted > self.queue_timeout_s
 
     def _holdings(self) -> tuple[Counter[tuple[str, str]], dict[tuple[str, str], float]]:
-        """(slots each client holds, its fair share of the open slots), for every client with a request in here."""
+        """(slots each client holds, its fair share of the open slots), for every client with a request in here and
+        every reader (one slot asked for each)."""
         held = Counter(_key(r) for r in self.running.values())
         demand = held + Counter(_key(r) for r in self.waiting)
-        weights = {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
+        weights = {group: weight for (group, _), (_, weight) in self.readers.items()}
+        weights.update({r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)})
+        demand.update(dict.fromkeys(self.readers, 1))
         return held, slot_shares(demand, weights, self.open)
+
+    def _starting(self, order: list[RequestState]) -> list[RequestState]:
+        """Those of `order` (the waiting requests as `order()` gives them) that may take the free slots now: as many
+        as are free. While readers are kept, one whose client would hold more than its share takes a slot only
+        beyond those the readers' shares keep; one short of its share takes any (those come first in `order`)."""
+        free = len(self.open_slots())
+        if not self.readers:
+            return order[:free]
+        held, shares = self._holdings()
+        kept = math.ceil(sum(shares[k] for k in self.readers) - SLACK)
+        short = {k: math.ceil(shares[k] - held[k] - SLACK) for k in shares}
+        starting: list[RequestState] = []
+        for request in order:
+            if len(starting) == free:
+                break
+            key = _key(request)
+            if short[key] > 0:
+                short[key] -= 1
+                starting.append(request)
+            elif len(starting) < free - kept:
+                starting.append(request)
+        return starting
 
     def _park_for_waiting(self, plan: Plan) -> None:
         """While a waiting client holds fewer slots than its fair share (fairness.slot_shares), one that would still
         hold its own share with a slot fewer parks its latest request, the furthest over its share first. A request
         whose constrained token waits on its mask is not parked: its held logits would be lost. Nor is one whose slot
         the waiter could not take: none while more run than `open` (the count was lowered), nor a slot past it."""
-        free = len(self.open_slots())
-        if len(self.waiting) <= free or len(self.running) > self.open:
+        if not self.waiting or len(self.running) > self.open:
+            return
+        order = self.order()
+        starting = self._starting(order)
+        if len(starting) == len(order):
             return
         held, shares = self._holdings()
-        for waiter in self.order()[free:]:  # the first `free` take the free slots
+        for waiter in (r for r in order if r not in starting):  # those starting take the free slots
             key = _key(waiter)
             if held[key] >= shares[key] - SLACK:
                 break  # those short of their share come first in the order: none is left
@@ -313,12 +360,18 @@ class Scheduler:
         """Places in the fair order, for those whose place changed. One with a slot free for it (that waits for
         the step's budget, or for a prefix to copy) is next: one never queued hears nothing, one told a place
         hears it is first, so that no page shows a place it has left."""
-        free = len(self.open_slots())
+        order = self.order()
+        starting = self._starting(order)
         changed = []
-        for n, request in enumerate(self.order(), start=1):
+        behind = 0  # those before it that do not start now
+        for request in order:
+            if request in starting:
+                position = 1 if request.last_position else 0
+            else:
+                behind += 1
+                position = behind
             if request.parks:  # its answer is under way: its page shows the answer, not a place
                 continue
-            position = n - free if n > free else (1 if request.last_position else 0)
             if position > 0 and request.last_position != position:
                 request.last_position = position
                 changed.append((request, position))

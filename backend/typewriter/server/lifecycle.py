@@ -140,7 +140,7 @@ class ServerState:
         self.progress = "starting"
         self.load_estimate = LoadEstimate()
         self.error: str | None = None
-        self.metrics = Metrics(self._engine_counts, self._class_counts)
+        self.metrics = Metrics(self._engine_counts, self._class_counts, self._readers)
         limits = settings.limits
         self.limits = Limits(limits.max_connections, limits.max_connections_per_client, limits.chats_per_minute,
                              parse_proxies(limits.trusted_proxies), address_caps=parse_address_caps(limits.address_caps),
@@ -293,6 +293,9 @@ class ServerState:
             return 0, 0
         stats = self.engine.stats()
         return stats.active, stats.queued
+
+    def _readers(self) -> int:
+        return self.engine.stats().readers if self.engine is not None else 0
 
     def _class_counts(self) -> dict[str, tuple[int, int]]:
         """(active, queued) of every class, also those with none."""

@@ -46,9 +46,10 @@ class ClassLoad(Collector):
 
 class Metrics:
     def __init__(self, engine_counts: Callable[[], tuple[int, int]],
-                 class_counts: Callable[[], Mapping[str, tuple[int, int]]] = dict):
-        """`engine_counts` returns (active streams, queued requests), `class_counts` the same by class name; both
-        read at scrape time."""
+                 class_counts: Callable[[], Mapping[str, tuple[int, int]]] = dict,
+                 readers: Callable[[], int] = lambda: 0):
+        """`engine_counts` returns (active streams, queued requests), `class_counts` the same by class name,
+        `readers` the students kept a share while they read; all read at scrape time."""
         self.registry = CollectorRegistry()
         r = self.registry
         r.register(ClassLoad(class_counts))
@@ -85,6 +86,10 @@ class Metrics:
         active.set_function(lambda: engine_counts()[0])
         queued = Gauge("typewriter_queued_requests", "Requests waiting for a slot.", registry=r)
         queued.set_function(lambda: engine_counts()[1])
+        kept = Gauge("typewriter_readers_kept", "Students whose answer ended within keep_for_readers_s: each still "
+                     "counts for a slot in the fair shares, so another's extra chats may wait while slots are free.",
+                     registry=r)
+        kept.set_function(readers)
         self.step_seconds = Histogram(
             "typewriter_engine_step_seconds", "One engine step that ran the model: prefill chunks and a decode step.",
             buckets=_STEP_BUCKETS, registry=r)
