@@ -477,3 +477,27 @@ def test_a_reader_keeps_a_slot_only_for_what_its_share_would_be():
     run.add(newcomer)
     run.step()
     assert newcomer.status is not Status.WAITING
+
+
+@pytest.mark.parametrize(("slots", "per_class", "readers", "kept"), [(8, 2, 2, 2), (4, 2, 4, 0), (3, 3, 6, 0)])
+def test_busy_classes_keep_their_weights_beside_another_class_reading(slots, per_class, readers, kept):
+    """Readers of a third class keep their share of the slots only beyond what the busy students may hold by their
+    own: with room, two slots stay free for them; with none (more students than slots), the busy classes share
+    every slot by the counters. Either way the weights hold."""
+    run = Run(slots=slots, max_queue=400, keep_for_readers_s=10_000.0)
+    history = [request(f"h{n}", f"h{n}", "history", answer=1) for n in range(readers)]
+    run.add(*history)
+    run.until(lambda: all(r.status is Status.FINISHED for r in history))
+    ids = itertools.count()
+    weights = {"algebra": 2.0, "biology": 1.0}
+    students = {g: [f"{g[0]}{n}" for n in range(per_class)] for g in weights}
+    for group, names in students.items():
+        for name in names:
+            run.add(*(request(f"{name}-{next(ids)}", name, group, weights[group], answer=6) for _ in range(40)))
+    run.served.clear()
+    free: list[int] = []  # as each step's plan leaves them
+    run.check = lambda r, plan: free.append(len(r.scheduler.free_slots))
+    run.until(lambda: sum(run.served.values()) >= 80 * slots)
+    by_class = {g: sum(run.served.get(n, 0) for n in names) for g, names in students.items()}
+    assert by_class["algebra"] / by_class["biology"] == pytest.approx(2.0, rel=0.15)
+    assert set(free) == {kept} and len(run.scheduler.readers) == readers

@@ -5,10 +5,10 @@ for long behind a long prompt. Who takes a free slot and whose prompt gets the s
 student (and so for callers that give no share). While a client waits with fewer slots than its fair share, one
 holding more than its own parks its latest request: the slot is freed, and the request waits again to resume where
 it was, its prompt and answer so far prefilled anew (from its own cached tokens when the slot is still untouched).
-With `keep_for_readers_s`, a student whose answer ended that recently (reading it) still counts for one slot in
-the shares: a client over its share then takes a free slot only beyond those the readers' shares keep, so on a
-machine whose step slows with every row one student's many chats do not slow the class (not work-conserving while
-someone reads; docs/measurements/2026-12-05-fairness.md). Newcomers take free slots from the longest cached prefix
+With `keep_for_readers_s`, a student whose answer ended that recently (reading it) still counts for one slot: the
+readers' shares of the slots are kept free, less any a client with a request in here may hold by its own share,
+and the others share the rest. So on a machine whose step slows with every row, one student's many chats do not
+slow a class that reads (not work-conserving while someone reads; docs/measurements/2026-12-05-fairness.md). Newcomers take free slots from the longest cached prefix
 (prefix_cache.py). Pure Python.
 """
 
@@ -218,36 +218,34 @@ class Scheduler:
         return self.queue_timeout_s is not None and not request.parks and now - request.submitted > self.queue_timeout_s
 
     def _holdings(self) -> tuple[Counter[tuple[str, str]], dict[tuple[str, str], float]]:
-        """(slots each client holds, its fair share of the open slots), for every client with a request in here and
-        every reader (one slot asked for each)."""
+        """(slots each client holds, its fair share of the open slots less those kept for readers), for every client
+        with a request in here."""
         held = Counter(_key(r) for r in self.running.values())
         demand = held + Counter(_key(r) for r in self.waiting)
-        weights = {group: weight for (group, _), (_, weight) in self.readers.items()}
-        weights.update({r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)})
-        demand.update(dict.fromkeys(self.readers, 1))
-        return held, slot_shares(demand, weights, self.open)
+        weights = {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
+        return held, slot_shares(demand, weights, self.open - self._kept(demand, weights))
+
+    def _kept(self, demand: Counter[tuple[str, str]], weights: dict[str, float]) -> int:
+        """The slots kept for readers: what their shares come to, each reader asking for one beside the clients with
+        requests in here (`demand`), less any slot such a client may hold by its own share. So a student with
+        nothing running never waits for a reader's slot, and clients that ask for more than the slots between them
+        share them by their weights and counters as if nobody read."""
+        if not self.readers:
+            return 0
+        everyone = demand + Counter(dict.fromkeys(self.readers, 1))
+        shares = slot_shares(everyone, {g: w for (g, _), (_, w) in self.readers.items()} | weights, self.open)
+        entitled = sum(min(n, math.ceil(shares[k] - SLACK)) for k, n in demand.items())
+        return min(math.ceil(sum(shares[k] for k in self.readers) - SLACK), max(0, self.open - entitled))
 
     def _starting(self, order: list[RequestState]) -> list[RequestState]:
-        """Those of `order` (the waiting requests as `order()` gives them) that may take the free slots now: as many
-        as are free. While readers are kept, one whose client would hold more than its share takes a slot only
-        beyond those the readers' shares keep; one short of its share takes any (those come first in `order`)."""
+        """Those of `order` (the waiting requests as `order()` gives them) that may take the free slots now: the first
+        as many as are free, less those kept for readers."""
         free = len(self.open_slots())
         if not self.readers:
             return order[:free]
-        held, shares = self._holdings()
-        kept = math.ceil(sum(shares[k] for k in self.readers) - SLACK)
-        short = {k: math.ceil(shares[k] - held[k] - SLACK) for k in shares}
-        starting: list[RequestState] = []
-        for request in order:
-            if len(starting) == free:
-                break
-            key = _key(request)
-            if short[key] > 0:
-                short[key] -= 1
-                starting.append(request)
-            elif len(starting) < free - kept:
-                starting.append(request)
-        return starting
+        demand = Counter(_key(r) for r in (*self.running.values(), *self.waiting))
+        weights = {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
+        return order[:max(0, free - self._kept(demand, weights))]
 
     def _park_for_waiting(self, plan: Plan) -> None:
         """While a waiting client holds fewer slots than its fair share (fairness.slot_shares), one that would still
