@@ -8,8 +8,8 @@ it was, its prompt and answer so far prefilled anew (from its own cached tokens 
 With `keep_for_readers_s`, a student whose answer ended that recently (reading it) still counts for one slot: the
 readers' shares of the slots are kept free, less any a client with a request in here may hold by its own share,
 and the others share the rest. So on a machine whose step slows with every row, one student's many chats do not
-slow a class that reads (not work-conserving while someone reads; docs/measurements/2026-12-05-fairness.md). Newcomers take free slots from the longest cached prefix
-(prefix_cache.py). Pure Python.
+slow a class that reads (not work-conserving while someone reads; docs/measurements/2026-12-05-fairness.md).
+Newcomers take free slots from the longest cached prefix (prefix_cache.py). Pure Python.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ class Scheduler:
         self.keep_for_readers_s = keep_for_readers_s
         self.readers: dict[tuple[str, str], tuple[float, float]] = {}  # client -> (its last request ended, weight)
         self._now = 0.0  # the last step's clock, when a request ends between steps
+        self._changes = 0  # requests that came or ended and readers that went: what the slots kept depend on
+        self._kept_at: tuple[tuple[int, int], int] | None = None  # ((changes, open), slots kept) last worked out
 
     def add(self, request: RequestState) -> None:
         """Overloaded when full; a burst may hold as many beyond `max_queue` as there are free slots."""
@@ -79,12 +81,15 @@ class Scheduler:
         self.waiting.append(request)
         self.fair.arrive(request.share)
         self.readers.pop(_key(request), None)
+        self._changes += 1
 
     def schedule(self, cancelled: Collection[str], now: float) -> Plan:
         plan = Plan()
         self._now = now
         if self.readers:
-            self.readers = {k: v for k, v in self.readers.items() if now - v[0] < self.keep_for_readers_s}
+            kept = {k: v for k, v in self.readers.items() if now - v[0] < self.keep_for_readers_s}
+            if len(kept) < len(self.readers):
+                self.readers, self._changes = kept, self._changes + 1
         for request in self.running.values():
             self._charge_answer(request)
         for request in [*self.running.values(), *self.waiting]:
@@ -169,6 +174,7 @@ class Scheduler:
     def finish(self, request: RequestState, reusable: bool = True) -> None:
         """`reusable` False: a failed step may have left the slot's cache half written."""
         if request.status is not Status.FINISHED:
+            self._changes += 1
             self._charge_answer(request)
             self.fair.leave(request.share)
             if self.keep_for_readers_s > 0 and not self.fair.requests(request.share):
@@ -229,13 +235,18 @@ class Scheduler:
         """The slots kept for readers: what their shares come to, each reader asking for one beside the clients with
         requests in here (`demand`), less any slot such a client may hold by its own share. So a student with
         nothing running never waits for a reader's slot, and clients that ask for more than the slots between them
-        share them by their weights and counters as if nobody read."""
+        share them by their weights and counters as if nobody read. Worked out again only once requests came or
+        ended, readers went or the open count moved: a parked or admitted request asks for what it asked before."""
         if not self.readers:
             return 0
+        if self._kept_at is not None and self._kept_at[0] == (self._changes, self.open):
+            return self._kept_at[1]
         everyone = demand + Counter(dict.fromkeys(self.readers, 1))
         shares = slot_shares(everyone, {g: w for (g, _), (_, w) in self.readers.items()} | weights, self.open)
         entitled = sum(min(n, math.ceil(shares[k] - SLACK)) for k, n in demand.items())
-        return min(math.ceil(sum(shares[k] for k in self.readers) - SLACK), max(0, self.open - entitled))
+        kept = min(math.ceil(sum(shares[k] for k in self.readers) - SLACK), max(0, self.open - entitled))
+        self._kept_at = (self._changes, self.open), kept
+        return kept
 
     def _starting(self, order: list[RequestState]) -> list[RequestState]:
         """Those of `order` (the waiting requests as `order()` gives them) that may take the free slots now: the first
