@@ -2,7 +2,8 @@
 Models", OSDI 2024). Each group (a class) has a counter of the service its requests were given over its weight, and
 each client (a student) one within its group; the least-served group goes next, within it the least-served client,
 first come, first served within a client. The counters decide who takes a free slot and who gets the step's prompt
-budget, so the server never idles while anyone waits.
+budget, so the server never idles while anyone waits (but for the slots the scheduler keeps for students reading an
+answer, scheduler.py).
 
 Service is counted in answer tokens: each generated token is 1 (a decode row), a prompt token what it adds to a
 step over one row of a full batch (step_cost.py), PROMPT_COST before both are measured. Cached prompt tokens are
