@@ -463,8 +463,9 @@ def test_a_reader_who_asks_again_starts_at_once_and_nothing_is_parked_for_it():
 
 
 def test_a_reader_keeps_a_slot_only_for_what_its_share_would_be():
-    """More readers than slots: each one's share is under a slot, and together they keep every free slot, but a
-    student short of its share still takes one."""
+    """More readers than slots: each one's share is under a slot, but they keep only what the students asking are
+    not owed: the greedy student is owed one slot (its two-fifths, rounded up) and takes it, no more; a newcomer is
+    owed one too, so the readers keep nothing from it."""
     run = Run(slots=2, keep_for_readers_s=30.0)
     class_ = [request(f"s{n}", f"s{n}", "class", answer=2) for n in range(4)]
     run.add(*class_)
@@ -472,7 +473,7 @@ def test_a_reader_keeps_a_slot_only_for_what_its_share_would_be():
     greedy = [request(f"g{n}", "greedy", "class", answer=50) for n in range(2)]
     run.add(*greedy)
     run.step()
-    assert held_by(run, "greedy") == 1  # short of its share (2/5 of a slot): it takes one, no more
+    assert held_by(run, "greedy") == 1 and len(run.scheduler.free_slots) == 1  # the other kept for the readers
     newcomer = request("n", "newcomer", "class", answer=4)
     run.add(newcomer)
     run.step()
