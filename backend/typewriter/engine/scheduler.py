@@ -87,7 +87,7 @@ class Scheduler:
         plan = Plan()
         self._now = now
         if self.readers:
-            kept = {k: v for k, v in self.readers.items() if now - v[0] < self.keep_for_readers_s}
+            kept = {k: v for k, v in self.readers.items() if self._reading(v[0], now)}
             if len(kept) < len(self.readers):
                 self.readers, self._changes = kept, self._changes + 1
         for request in self.running.values():
@@ -116,7 +116,8 @@ class Scheduler:
             budget -= taken
         held: list[RequestState] = []  # each waits to copy a prefix being computed, and a free slot is kept for it
         while self._room(plan, budget) and len(self.open_slots()) > len(held):
-            nxt = next((r for r in self._starting(self.order()) if r not in held and r not in plan.parked), None)
+            order = self.order()
+            nxt = next((r for r in order[:self._starting(order)] if r not in held and r not in plan.parked), None)
             if nxt is None:
                 break
             if self._prefix_coming(nxt):
@@ -198,7 +199,11 @@ class Scheduler:
 
     def readers_kept(self, now: float) -> int:
         """The clients kept a share as readers at `now`."""
-        return sum(1 for ended, _ in self.readers.values() if now - ended < self.keep_for_readers_s)
+        return sum(1 for ended, _ in self.readers.values() if self._reading(ended, now))
+
+    def _reading(self, ended: float, now: float) -> bool:
+        """Whether a client whose last request ended at `ended` is still kept as a reader at `now`."""
+        return now - ended < self.keep_for_readers_s
 
     def find(self, request_id: str) -> RequestState | None:
         for request in (*self.running.values(), *self.waiting):
@@ -226,10 +231,14 @@ class Scheduler:
     def _holdings(self) -> tuple[Counter[tuple[str, str]], dict[tuple[str, str], float]]:
         """(slots each client holds, its fair share of the open slots less those kept for readers), for every client
         with a request in here."""
+        held, demand, weights = self._demand()
+        return held, slot_shares(demand, weights, self.open - self._kept(demand, weights))
+
+    def _demand(self) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]], dict[str, float]]:
+        """(slots each client holds, requests each has in here, each group's weight)."""
         held = Counter(_key(r) for r in self.running.values())
         demand = held + Counter(_key(r) for r in self.waiting)
-        weights = {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
-        return held, slot_shares(demand, weights, self.open - self._kept(demand, weights))
+        return held, demand, {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
 
     def _kept(self, demand: Counter[tuple[str, str]], weights: dict[str, float]) -> int:
         """The slots kept for readers: what their shares come to, each reader asking for one beside the clients with
@@ -248,15 +257,14 @@ class Scheduler:
         self._kept_at = (self._changes, self.open), kept
         return kept
 
-    def _starting(self, order: list[RequestState]) -> list[RequestState]:
-        """Those of `order` (the waiting requests as `order()` gives them) that may take the free slots now: the first
-        as many as are free, less those kept for readers."""
+    def _starting(self, order: list[RequestState]) -> int:
+        """How many of `order` (the waiting requests as `order()` gives them), from its first, may take the free
+        slots now: as many as are free, less those kept for readers."""
         free = len(self.open_slots())
         if not self.readers:
-            return order[:free]
-        demand = Counter(_key(r) for r in (*self.running.values(), *self.waiting))
-        weights = {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
-        return order[:max(0, free - self._kept(demand, weights))]
+            return min(free, len(order))
+        _, demand, weights = self._demand()
+        return min(max(0, free - self._kept(demand, weights)), len(order))
 
     def _park_for_waiting(self, plan: Plan) -> None:
         """While a waiting client holds fewer slots than its fair share (fairness.slot_shares), one that would still
@@ -267,10 +275,10 @@ class Scheduler:
             return
         order = self.order()
         starting = self._starting(order)
-        if len(starting) == len(order):
+        if starting == len(order):
             return
         held, shares = self._holdings()
-        for waiter in (r for r in order if r not in starting):  # those starting take the free slots
+        for waiter in order[starting:]:  # those before it take the free slots
             key = _key(waiter)
             if held[key] >= shares[key] - SLACK:
                 break  # those short of their share come first in the order: none is left
@@ -372,13 +380,8 @@ class Scheduler:
         order = self.order()
         starting = self._starting(order)
         changed = []
-        behind = 0  # those before it that do not start now
-        for request in order:
-            if request in starting:
-                position = 1 if request.last_position else 0
-            else:
-                behind += 1
-                position = behind
+        for n, request in enumerate(order, start=1):
+            position = n - starting if n > starting else (1 if request.last_position else 0)
             if request.parks:  # its answer is under way: its page shows the answer, not a place
                 continue
             if position > 0 and request.last_position != position:
