@@ -181,13 +181,16 @@ class Grammars:
         return len(matcher.compute_ff_bytes())
 
     def _build_tokenizer(self) -> llguidance.LLTokenizer:
-        """Twice: llguidance tokenizes the text a grammar forces through a callback, and the first tokenizer's
-        greedy longest match, in Rust, is that callback (a Python one cost most of a forced mask)."""
+        """llguidance tokenizes the text a grammar forces through a callback, and this tokenizer's own greedy longest
+        match, in Rust, is that callback (a Python one cost most of a forced mask). Built once without the mask's
+        slices, which only masks use and which are most of a build that holds the GIL (the server answers nothing
+        meanwhile), then given them: docs/measurements/2026-12-05-cached-start.md."""
         spelled = _ByteVocabulary(self.vocabulary, self.vocab_size)
         eos = sorted(self.vocabulary.eos_token_ids)
-        plain = llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=self.vocab_size, eos_token=eos)
+        plain = llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=self.vocab_size, eos_token=eos,
+                                       slices=[])
         spelled.greedy = plain.greedy_tokenize
-        return llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=self.vocab_size, eos_token=eos)
+        return plain.with_slices(llguidance.LLTokenizer.general_slices())
 
 
 @dataclass(frozen=True)
