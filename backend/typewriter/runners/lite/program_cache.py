@@ -1,7 +1,7 @@
 """int8-lite's program cache: a restart maps the programs made before instead of folding the weights again
 (docs/measurements/2026-12-03-int8-lite.md). An entry is keyed by the model file, its config and FORMAT_VERSION,
-renamed into place whole, and its files' digests checked before use, so a damaged, partial or stale entry is a
-miss (logged), never an error.
+renamed into place whole, and each file's digest checked before LiteRT reads it (beside the other files' loading),
+so a damaged, partial or stale entry is a miss (logged) and made again, never an error.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import dataclasses
 import hashlib
 import json
 import logging
+import mmap
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from pathlib import Path
 
 from ...architecture.model_config import ModelConfig
@@ -46,22 +47,23 @@ class ProgramCache:
         self.root = Path(root) if root else None
 
     def load(self, key: str, n_layers: int) -> ProgramSet | None:
+        """The entry's programs, each file's digest checked when its reader asks (`ProgramSet.checked`), which
+        raises ValueError on a mismatch; an entry with a file or a digest missing is a miss here."""
         if self.root is None or not (entry := self.root / key).is_dir():
             return None
-        programs = ProgramSet(entry, n_layers)
+        files = ProgramSet(entry, n_layers).files()
         try:
             digests = json.loads((entry / MANIFEST).read_text())["files"]
-            files = programs.files()
-            with ThreadPoolExecutor(2, thread_name_prefix="typewriter-digest") as pool:  # hashlib lets go of the GIL
-                for path, digest in zip(files, pool.map(_digest, files)):
-                    if digest != digests[path.name]:
-                        raise ValueError(f"{path.name} does not match its digest")
+            expected = {path: digests[path.name] for path in files}
+            for path in files:
+                if not path.is_file() or not isinstance(expected[path], str):
+                    raise ValueError(f"{path.name} is missing")
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning("the int8-lite program cache %s is unreadable or damaged (%s); making the programs again",
                         entry, e)
             self.discard(key)
             return None
-        return programs
+        return ProgramSet(entry, n_layers, checked=Digests(expected).check)
 
     def discard(self, key: str) -> None:
         if self.root is not None:
@@ -126,11 +128,44 @@ class ProgramCache:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
+class Digests:
+    """Each file's SHA-256, worked out on two threads from the moment the entry is opened, in the order the runner
+    opens the files (hashlib lets go of the GIL): a file reaches LiteRT only once its own digest matched, and the
+    others run beside the interpreters being made, off the path to ready
+    (docs/measurements/2026-12-05-cached-start.md)."""
+
+    def __init__(self, expected: Mapping[Path, str]):
+        self._expected = dict(expected)
+        pool = ThreadPoolExecutor(2, thread_name_prefix="typewriter-digest")
+        self._digests = {path: pool.submit(_digest, path) for path in self._expected}
+        pool.shutdown(wait=False)  # its threads end with the last digest
+
+    def check(self, path: Path) -> Path:
+        """`path`, once its digest matched; ValueError when it does not or the file could not be read (the others
+        are not worked out then: the entry is made again)."""
+        try:
+            matched = self._digests[path].result() == self._expected[path]
+        except OSError as e:
+            matched, why = False, f"{path.name} could not be read ({e})"
+        except CancelledError:  # another file did not match
+            matched, why = False, f"{path.name} was not checked: the entry is damaged"
+        else:
+            why = f"{path.name} does not match its digest"
+        if not matched:
+            for digest in self._digests.values():
+                digest.cancel()
+            raise ValueError(why)
+        return path
+
+
 def _digest(path: Path) -> str:
+    """In one call over the mapped file: hashlib holds no GIL while it works, and needs it back only once a file,
+    not once a block, where other threads hold it most of the time (docs/measurements/2026-12-05-cached-start.md)."""
     sha = hashlib.sha256()
     with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            sha.update(block)
+        if os.fstat(f.fileno()).st_size:  # an empty file cannot be mapped
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                sha.update(mapped)
     return sha.hexdigest()
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,10 +25,18 @@ if TYPE_CHECKING:
 EMBEDDINGS = "embeddings.npy"
 
 
+def _unchecked(path: Path) -> Path:
+    return path
+
+
 @dataclass(frozen=True)
 class ProgramSet:
     folder: Path
     n_layers: int
+    # What a reader calls before opening one of `files()`: the program cache's check of that file's digest
+    # (program_cache.Digests), which may still be running when the set is handed over; raises ValueError on a
+    # mismatch.
+    checked: Callable[[Path], Path] = field(default=_unchecked, compare=False, repr=False)
 
     @property
     def first(self) -> Path:
@@ -42,11 +50,12 @@ class ProgramSet:
         return self.folder / "logits.tflite"
 
     def files(self) -> list[Path]:
+        """In the order the runner opens them, so that a check running ahead of it is met in that order."""
         return [self.first, *(self.layer(i) for i in range(self.n_layers)), self.logits, self.folder / EMBEDDINGS]
 
     def embeddings(self) -> np.ndarray:
         """The rotated embedding rows [v, d] float16, mapped read-only: a step reads only its tokens' rows."""
-        rows: np.ndarray = np.load(self.folder / EMBEDDINGS, mmap_mode="r")
+        rows: np.ndarray = np.load(self.checked(self.folder / EMBEDDINGS), mmap_mode="r")
         return rows
 
 

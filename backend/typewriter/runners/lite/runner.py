@@ -99,10 +99,11 @@ class LiteRunner(Runner):
                                          calibration, two_pass=weight_format is not WeightFormat.INT8_LITE_FAST,
                                          kernel=kernel)
             self.programs = programs
-            self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped
-            self.first = _Interpreter(programs.first, threads)
-            self.layers = [_Interpreter(programs.layer(i), threads) for i in range(programs.n_layers)]
-            self.logits = _Interpreter(programs.logits, threads)
+            checked = programs.checked  # each file's digest, where the cache still works them out beside this
+            self.first = _Interpreter(checked(programs.first), threads)
+            self.layers = [_Interpreter(checked(programs.layer(i)), threads) for i in range(programs.n_layers)]
+            self.logits = _Interpreter(checked(programs.logits), threads)
+            self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped; checked last
             release_mapped(programs.folder)
         if kernel and cfg.head_dim % KERNEL_TILE:
             log.warning("int8-lite's attention kernel takes heads of a multiple of %d channels, %s has %d: "
