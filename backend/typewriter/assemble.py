@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,17 +45,25 @@ def open_runner(model_path: str | Path | None, options: RunnerOptions,
     path = resolve_model_path(model_path)
     progress(f"loading {path}")
     source, _ = open_source(path)  # parsed once, for the config, the weights and the tokenizer
-    tokenizer = _tokenizer(path, source)
     cfg = read_config(source)
     options = dataclasses.replace(options, weights=options.weights.resolved(cfg.family))
-    if options.weights.lite:
-        from .runners.lite.start import open_runner as open_lite
+    # The tokenizer is built beside the runner, whose program files' digests run without the GIL meanwhile
+    # (docs/measurements/2026-12-05-cached-start.md); a runner that needs it first (to calibrate) waits for it.
+    with ThreadPoolExecutor(1, thread_name_prefix="typewriter-tokenizer") as pool:
+        building = pool.submit(_tokenizer, path, source)
 
-        runner: Runner = open_lite(source, cfg, tokenizer.encode, options, progress)
-    else:
-        from .runners.xla.start import open_runner as open_xla
+        def encode(text: str) -> list[int]:
+            return building.result().encode(text)
 
-        runner = open_xla(source, cfg, tokenizer.encode, options, progress)
+        if options.weights.lite:
+            from .runners.lite.start import open_runner as open_lite
+
+            runner: Runner = open_lite(source, cfg, encode, options, progress)
+        else:
+            from .runners.xla.start import open_runner as open_xla
+
+            runner = open_xla(source, cfg, encode, options, progress)
+        tokenizer = building.result()
     return_freed_memory()
     return Opened(runner, tokenizer, cfg, path)
 
