@@ -158,14 +158,23 @@ class Digests:
         return path
 
 
+DIGEST_PIECE = 1 << 26  # bytes
+
+
 def _digest(path: Path) -> str:
-    """In one call over the mapped file: hashlib holds no GIL while it works, and needs it back only once a file,
-    not once a block, where other threads hold it most of the time (docs/measurements/2026-12-05-cached-start.md)."""
+    """Over the mapped file in pieces of 64 MiB: hashlib holds no GIL while it works and needs it back once a piece
+    (other threads hold it most of the time meanwhile: a piece of 4 MiB read into a buffer made the digests slower,
+    docs/measurements/2026-12-05-cached-start.md), and each piece's pages are let go once hashed, so the file never
+    counts whole in the process's resident memory."""
     sha = hashlib.sha256()
     with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size:  # an empty file cannot be mapped
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                sha.update(mapped)
+        size = os.fstat(f.fileno()).st_size
+        if size:  # an empty file cannot be mapped
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as view:
+                for start in range(0, size, DIGEST_PIECE):
+                    stop = min(size, start + DIGEST_PIECE)
+                    sha.update(view[start:stop])
+                    mapped.madvise(mmap.MADV_DONTNEED, start, stop - start)
     return sha.hexdigest()
 
 
