@@ -215,11 +215,18 @@ def _library(folder: Path) -> Path:
 
 
 def _compile(path: Path) -> None:
+    """Each source on its own `cc` at once, then linked: a first start waits for the slowest source, not the sum
+    (docs/measurements/2026-12-05-cached-start.md)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = path.with_name(f".{path.name}.{os.getpid()}")
+    objects = [staging.with_name(f"{staging.name}.{Path(name).stem}.o") for name in SOURCES]
     try:
-        subprocess.run(["cc", *FLAGS, "-o", str(staging), *(str(SOURCE_DIR / name) for name in SOURCES), "-lm"],
-                       capture_output=True, text=True, check=True, timeout=120)
+        compile_only = [flag for flag in FLAGS if flag != "-shared"]
+        with ThreadPoolExecutor(len(SOURCES)) as pool:  # threads that wait for processes
+            for done in pool.map(_cc, [[*compile_only, "-c", "-o", str(o), str(SOURCE_DIR / name)]
+                                       for o, name in zip(objects, SOURCES)]):
+                done.check_returncode()
+        _cc([*FLAGS, "-o", str(staging), *map(str, objects), "-lm"]).check_returncode()
         os.replace(staging, path)  # whole or not there: two processes building at once both succeed
         # Older builds go: a running server keeps its mapping, and that version rebuilds its own.
         for older in [*path.parent.glob("kernels-*.so"), *path.parent.glob("attention-*.so")]:
@@ -228,8 +235,13 @@ def _compile(path: Path) -> None:
     except subprocess.CalledProcessError as e:
         raise OSError(e.stderr.strip().splitlines()[-1] if e.stderr.strip() else f"cc exited {e.returncode}") from e
     finally:
-        staging.unlink(missing_ok=True)
+        for leftover in [staging, *objects]:
+            leftover.unlink(missing_ok=True)
     log.info("built int8-lite's attention kernel %s", path)
+
+
+def _cc(arguments: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["cc", *arguments], capture_output=True, text=True, timeout=120)
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ...architecture.model_config import ModelConfig
@@ -22,6 +23,7 @@ from ..options import Encode, Progress, RunnerOptions
 from .blocks import BlockModel
 from .calibration import text as calibration_text
 from .kernel import TILE as KERNEL_TILE
+from .kernel import Kernel
 from .kernel import load as load_kernel
 from .machine import OthersBusy, available_memory, cpu_signature
 from .program_cache import ProgramCache, cache_key
@@ -49,16 +51,20 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
         raise ModelFormatError(f"the {weight_format.value} weight format runs Llama-family models; {cfg.name} is "
                                f"{cfg.family}: use --weights fp32 or auto")
     path, program_cache = source.path, options.program_cache
+    # a first start's `cc` runs beside the tokenizer's making; a later one only maps the library
+    pool = ThreadPoolExecutor(1, thread_name_prefix="typewriter-kernel")
+    building = pool.submit(load_kernel, program_cache)
+    pool.shutdown(wait=False)
     slots = options.slots or MOST_SLOTS  # sized down below
     cache = ProgramCache(program_cache if path.is_file() else None)
     programs_format = PROGRAMS_OF.get(weight_format, weight_format)
     key = cache_key(path, cfg, programs_format.value) if cache.root else "uncached"
-    blocks = _blocks(source, cfg, options, progress) if weight_format is WeightFormat.Q4_BLOCKS else None
+    blocks = _blocks(source, cfg, building.result(), progress) if weight_format is WeightFormat.Q4_BLOCKS else None
     runner = None
     if programs := cache.load(key, cfg.n_layers):
         progress(f"int8-lite: programs from {program_cache}")
         try:
-            runner = _runner(cfg, slots, options, progress, programs, blocks)
+            runner = _runner(cfg, slots, options, progress, programs, building.result(), blocks)
         except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
             log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
             progress("int8-lite: the cached programs did not load; making them again")
@@ -67,9 +73,9 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
         with cache.making(key) as folder:
             made = make_programs(cfg, weight_reader(source)[1], folder, lambda i, n: report_progress(progress, i, n),
                                  calibration_ids(encode), two_pass=programs_format is WeightFormat.INT8_LITE,
-                                 kernel=load_kernel(program_cache))
+                                 kernel=building.result())
             programs = cache.save(key, made, path, programs_format.value)
-            runner = _runner(cfg, slots, options, progress, programs, blocks)
+            runner = _runner(cfg, slots, options, progress, programs, building.result(), blocks)
     kept = runner.programs.folder if cache.root is not None else None
     if options.slots is not None:
         runner.sizing = Sizing(options.slots, "set")
@@ -88,15 +94,14 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
 
 
 def _runner(cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Progress,
-            programs: ProgramSet, blocks: BlockModel | None) -> LiteRunner:
+            programs: ProgramSet, kernel: Kernel | None, blocks: BlockModel | None) -> LiteRunner:
     max_context = min(options.max_context, cfg.max_position)
     return LiteRunner(cfg, None, slots=slots, max_len=max_context, max_chunk=min(MAX_CHUNK, max_context),
-                      progress=progress, programs=programs, kernel=load_kernel(options.program_cache),
-                      weight_format=options.weights, blocks=blocks)
+                      progress=progress, programs=programs, kernel=kernel, weight_format=options.weights,
+                      blocks=blocks)
 
 
-def _blocks(source: Source, cfg: ModelConfig, options: RunnerOptions, progress: Progress) -> BlockModel:
-    kernel = load_kernel(options.program_cache)
+def _blocks(source: Source, cfg: ModelConfig, kernel: Kernel | None, progress: Progress) -> BlockModel:
     if kernel is None or cfg.head_dim % KERNEL_TILE:
         raise ModelFormatError(f"--weights q4-blocks runs in int8-lite's C kernel, which cannot run {cfg.name} here "
                                "(see the warning above, or its heads are not a multiple of "
