@@ -39,17 +39,19 @@ def lite_interpreter(program: bytes | Path, threads: int) -> Interpreter:
     return interpreter
 
 
-def release_mapped(folder: Path) -> int:
-    """Bytes released. XNNPACK packs most weights into its own copy, so the file's would stay resident for nothing;
-    a page read again later comes back from the file."""
+def release_mapped(path: Path) -> int:
+    """Bytes released of the mappings of the file `path`, or of the files in the folder `path`. XNNPACK packs most
+    weights into its own copy, so the file's would stay resident for nothing; a page read again later comes back
+    from the file."""
     madvise = _madvise()
     if madvise is None:
         return 0
-    prefix, released = str(Path(folder).resolve()), 0
+    prefix, released = str(Path(path).resolve()), 0
     with open("/proc/self/maps") as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
-            if len(fields) == 6 and fields[5].rstrip("\n").startswith(prefix + os.sep):
+            name = fields[5].rstrip("\n") if len(fields) == 6 else ""
+            if name == prefix or name.startswith(prefix + os.sep):
                 start, end = (int(x, 16) for x in fields[0].split("-"))
                 if madvise(start, end - start, MADV_DONTNEED) == 0:
                     released += end - start

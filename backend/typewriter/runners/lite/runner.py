@@ -41,6 +41,9 @@ BLOCK_ROWS = 2
 class _Interpreter:
     def __init__(self, program: Path, threads: int):
         self.it = lite_interpreter(program, threads)
+        # at once, not once every program is open: the files' pages and XNNPACK's packed copies of the weights
+        # were all resident together, the start's peak (docs/measurements/2026-12-05-cached-start.md)
+        release_mapped(program)
         self.inputs = [d["index"] for d in self.it.get_input_details()]
         self.widths = [int(d["shape"][1]) for d in self.it.get_input_details()]
         self.outputs = [d["index"] for d in self.it.get_output_details()]
