@@ -4,7 +4,7 @@ an engine that describes that runner truthfully (what /readyz shows)."""
 from __future__ import annotations
 
 import pytest
-from tiny_model import gpt2_config, random_gpt2_weights, tiny_config, write_gpt2_gguf
+from tiny_model import gpt2_config, random_gpt2_weights, random_weights, tiny_config, write_gguf, write_gpt2_gguf
 
 from typewriter import assemble
 from typewriter.config import Settings, WeightFormat
@@ -84,3 +84,18 @@ def test_the_servers_engine_keeps_readers_as_long_as_its_settings_say(tiny_gguf,
         finally:
             engine.shutdown()
     assert Settings().engine.keep_for_readers_s > 0  # on by default: a class is served, not only its busiest
+
+
+@pytest.mark.parametrize("weight_format", ["int8-lite", "fp32"])
+def test_a_tokenizer_refused_ends_the_load_with_its_own_named_error(tmp_path, weight_format):
+    """The tokenizer is made beside the runner: a first start's calibration waits for it, so int8-lite makes and
+    keeps no program for a model whose tokenizer is refused; XLA's load ends with the same error."""
+    cfg = tiny_config()
+    path = write_gguf(tmp_path / "odd.gguf", cfg, random_weights(cfg))
+    data = path.read_bytes()
+    assert data.count(b"gpt-2") == 1  # tokenizer.ggml.pre
+    path.write_bytes(data.replace(b"gpt-2", b"gpt-x"))
+    with pytest.raises(ModelFormatError, match="'gpt-x' is not a known pre-tokenizer"):
+        _load(path, weight_format, tmp_path, compile="lazy")
+    kept = tmp_path / "lite"
+    assert not kept.exists() or [p.name for p in kept.iterdir() if p.name != "kernels"] == []
