@@ -163,7 +163,7 @@ DIGEST_PIECE = 1 << 26  # bytes
 
 def _digest(path: Path) -> str:
     """Over the mapped file in pieces of 64 MiB: hashlib holds no GIL while it works and needs it back once a piece
-    (other threads hold it most of the time meanwhile: a piece of 4 MiB read into a buffer made the digests slower,
+    (other threads hold it most of the time meanwhile: blocks of 4 MiB read into a buffer made the start slower,
     docs/measurements/2026-12-05-cached-start.md), and each piece's pages are let go once hashed, so the file never
     counts whole in the process's resident memory."""
     sha = hashlib.sha256()
