@@ -232,7 +232,7 @@ class Scheduler:
         """(slots each client holds, its fair share of the open slots less those kept for readers), for every client
         with a request in here."""
         held, demand, weights = self._demand()
-        return held, slot_shares(demand, weights, self.open - self._kept(demand, weights))
+        return held, slot_shares(demand, weights, self.open - self._kept())
 
     def _demand(self) -> tuple[Counter[tuple[str, str]], Counter[tuple[str, str]], dict[str, float]]:
         """(slots each client holds, requests each has in here, each group's weight)."""
@@ -240,9 +240,9 @@ class Scheduler:
         demand = held + Counter(_key(r) for r in self.waiting)
         return held, demand, {r.share.group: r.share.weight for r in (*self.running.values(), *self.waiting)}
 
-    def _kept(self, demand: Counter[tuple[str, str]], weights: dict[str, float]) -> int:
+    def _kept(self) -> int:
         """The slots kept for readers: what their shares come to, each reader asking for one beside the clients with
-        requests in here (`demand`), less any slot such a client may hold by its own share. So a student with
+        requests in here, less any slot such a client may hold by its own share. So a student with
         nothing running never waits for a reader's slot, and clients that ask for more than the slots between them
         share them by their weights and counters as if nobody read. Worked out again only once requests came or
         ended, readers went or the open count moved: a parked or admitted request asks for what it asked before."""
@@ -250,6 +250,7 @@ class Scheduler:
             return 0
         if self._kept_at is not None and self._kept_at[0] == (self._changes, self.open):
             return self._kept_at[1]
+        _, demand, weights = self._demand()  # only when worked out again: the step's admissions ask every time
         everyone = demand + Counter(dict.fromkeys(self.readers, 1))
         shares = slot_shares(everyone, {g: w for (g, _), (_, w) in self.readers.items()} | weights, self.open)
         entitled = sum(min(n, math.ceil(shares[k] - SLACK)) for k, n in demand.items())
@@ -260,11 +261,7 @@ class Scheduler:
     def _starting(self, order: list[RequestState]) -> int:
         """How many of `order` (the waiting requests as `order()` gives them), from its first, may take the free
         slots now: as many as are free, less those kept for readers."""
-        free = len(self.open_slots())
-        if not self.readers:
-            return min(free, len(order))
-        _, demand, weights = self._demand()
-        return min(max(0, free - self._kept(demand, weights)), len(order))
+        return min(max(0, len(self.open_slots()) - self._kept()), len(order))
 
     def _park_for_waiting(self, plan: Plan) -> None:
         """While a waiting client holds fewer slots than its fair share (fairness.slot_shares), one that would still
