@@ -1,12 +1,13 @@
-"""One decode step of q4-blocks against int8-lite's, in one process on one runner and one K/V cache: the same
-step by the blocks kernel (runners/lite/blocks.c) and by int8-lite's programs, interleaved round by round, so a
-busy moment of the machine touches both alike. Also the kernel on 1 and 2 threads, and on AVX2 alone.
+"""One decode step of q4-blocks against int8-lite's, in one process: the same step by the blocks kernel
+(runners/lite/blocks.c) and by int8-lite's programs, each runner with its own K/V cache prefilled alike, interleaved
+round by round, so a busy moment of the machine touches both alike. Also the kernel on 1 and 2 threads, and on
+AVX2 alone.
 
     .venv/bin/python bench/blocks_step.py [--model F.gguf] [--position 150] [--rows 1,2,4,8] [--steps 30]
         [--rounds 5] [--json artifacts/blocks-step.json]
 
-The runner is opened as the server opens it (`--weights q4-blocks`, int8-lite's programs from the program cache,
-made there first if missing); a slot is prefilled to `--position`, then each variant decodes `--steps` steps of
+The runners are opened as the server opens them (`--weights q4-blocks` and `int8-lite`, from the program cache,
+made there first if missing); each slot is prefilled to `--position`, then each variant decodes `--steps` steps of
 `rows` rows at that position (the same K/V written again each time). Reported per variant and row count: the
 milliseconds of a step, median and best over every step of every round.
 """
@@ -20,12 +21,12 @@ import time
 from pathlib import Path
 
 
-def open_runner(path: Path | None, slots: int):
+def open_runner(path: Path | None, slots: int, weights: str):
     from typewriter.assemble import open_runner as open_any
     from typewriter.config import WeightFormat, lite_cache_dir
     from typewriter.runners.options import RunnerOptions
 
-    options = RunnerOptions(WeightFormat.Q4_BLOCKS, 2048, slots=slots, program_cache=lite_cache_dir())
+    options = RunnerOptions(WeightFormat(weights), 2048, slots=slots, program_cache=lite_cache_dir())
     return open_any(path, options).runner
 
 
@@ -39,16 +40,19 @@ def main() -> None:
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args()
     rows = [int(r) for r in args.rows.split(",")]
-    runner = open_runner(Path(args.model) if args.model else None, max(rows))
-    kernel = runner.blocks.kernel
-    for slot in range(max(rows)):
-        runner.extend(slot, 0, [(7 * slot + i) % 1000 + 10 for i in range(args.position)])
+    model = Path(args.model) if args.model else None
+    blocks, programs = (open_runner(model, max(rows), weights) for weights in ("q4-blocks", "int8-lite"))
+    kernel = blocks.blocks.kernel
+    for runner in (blocks, programs):
+        for slot in range(max(rows)):
+            runner.extend(slot, 0, [(7 * slot + i) % 1000 + 10 for i in range(args.position)])
 
     def variant(by_blocks: bool, threads: int, wide: bool):
-        def setup() -> None:
-            runner.blocks_rows = max(rows) if by_blocks else 0
+        def setup():
+            runner = blocks if by_blocks else programs
             runner.cache.threads = threads
             kernel.set_wide(wide)
+            return runner
         return setup
 
     variants = {"int8-lite programs": variant(False, 2, True), "q4-blocks": variant(True, 2, True),
@@ -58,7 +62,7 @@ def main() -> None:
     times: dict[str, dict[int, list[float]]] = {name: {n: [] for n in rows} for name in variants}
     for _ in range(args.rounds):
         for name, setup in variants.items():
-            setup()
+            runner = setup()
             for n in rows:
                 slots, tokens, positions = list(range(n)), [5] * n, [args.position] * n
                 runner.step(slots, tokens, positions)  # untimed: a new row count resizes the programs' buffers
@@ -67,8 +71,8 @@ def main() -> None:
                     runner.step(slots, tokens, positions)
                     times[name][n].append((time.perf_counter() - start) * 1000)
     variants["q4-blocks"]()
-    report = {"model": runner.cfg.name, "position": args.position, "avx512_vnni": kernel.wide,
-              "blocks_mb": round(runner.blocks.nbytes / 1e6, 1), "steps": {}}
+    report = {"model": blocks.cfg.name, "position": args.position, "avx512_vnni": kernel.wide,
+              "blocks_mb": round(blocks.blocks.nbytes / 1e6, 1), "steps": {}}
     for name, by_rows in times.items():
         report["steps"][name] = {n: {"median_ms": round(statistics.median(t), 2), "best_ms": round(min(t), 2)}
                                  for n, t in by_rows.items()}

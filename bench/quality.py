@@ -54,7 +54,7 @@ def our_logits(cfg, weights, ids: list[int], fmt: str, calibration: list[int] | 
 
         _, reader = weight_reader(open_source(path)[0])  # the file's own blocks, not the float32 copy
         runner = LiteRunner(cfg, reader, slots=1, max_len=max_len, max_chunk=CHUNK, calibration=None,
-                            weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=CHUNK)
+                            weight_format=WeightFormat.Q4_BLOCKS)
         return np.concatenate([runner.extend(0, start, ids[start:start + CHUNK], all_logits=True)
                                for start in range(0, len(ids), CHUNK)])
     if fmt in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST, NEAREST):

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from typewriter.engine.request import Finished, Token
+from typewriter.engine.request import Finished, GenerationRequest, SamplingParams, Token
 from typewriter.engine.step_cost import SEEN
 
 WAIT_S = 10.0  # generous: only reached when something is broken
@@ -147,6 +147,15 @@ class Recorder:
 
     def of(self, kind) -> list:
         return [e for e in self.events if isinstance(e, kind)]
+
+
+def greedy_ids(engine, ids, n=8) -> list[int]:
+    """The engine's greedy answer to `ids`, `n` tokens whatever it says."""
+    rec = Recorder()
+    engine.submit(GenerationRequest("g", ids, SamplingParams(max_new_tokens=n, temperature=0.0,
+                                                             repetition_penalty=1.0, ignore_eos=True)), rec)
+    rec.wait()
+    return [t.token_id for t in rec.tokens]
 
 
 # ---- the app over Starlette's TestClient ----

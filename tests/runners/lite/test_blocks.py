@@ -1,5 +1,6 @@
 """q4-blocks (lite/blocks.py, blocks.c): the GGUF file's blocks repacked exactly, the kernel's products on them
-(AVX-512 VNNI and AVX2 alike, each row alone), and the runner's few-row steps against fp32 and against itself."""
+(AVX-512 VNNI and AVX2 alike, each row alone), and the runner (no programs: every step by the kernel) against fp32
+and against itself."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typewriter.engine.request import FinishReason, GenerationRequest, SamplingP
 from typewriter.engine.runner import PrefillChunk
 from typewriter.runners.lite.blocks import Blocks, BlocksKernel, blocks_of, rounded_to_q8
 from typewriter.runners.lite.kernel import load as load_kernel
-from typewriter.runners.lite.runner import BLOCK_ROWS, LiteRunner
+from typewriter.runners.lite.runner import LiteRunner
 from typewriter.runners.xla.model import Transformer
 from typewriter.weights import load_weights
 from typewriter.weights.source import open_source, weight_reader
@@ -147,7 +148,7 @@ def quantized(request, tmp_path_factory):
                       quant=request.param)
     cfg, weights = load_weights(path)
     _, reader = weight_reader(open_source(path)[0])
-    runner = LiteRunner(cfg, reader, 3, 400, 64, weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=8)
+    runner = LiteRunner(cfg, reader, 3, 400, 64, weight_format=WeightFormat.Q4_BLOCKS)
     return cfg, Transformer(cfg, weights, slots=1, max_len=64), runner
 
 
@@ -156,21 +157,22 @@ def test_q4_blocks_is_a_setting():
     assert WeightFormat.Q4_BLOCKS.lite
 
 
-def test_few_row_steps_stay_close_to_fp32_on_the_file_s_own_blocks(quantized):
+def test_decode_steps_stay_close_to_fp32_on_the_file_s_own_blocks(quantized):
     cfg, fp32, runner = quantized
     want = prefill_all(fp32, IDS)
     got = np.stack([runner.decode([0], [t], [p])[0] for p, t in enumerate(IDS)])  # one row a step: the kernel's
     divergence = kl(want, got)
     assert divergence.mean() < 2e-3 and divergence.max() < 1e-2, divergence  # 8-bit rows on the file's weights
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9  # random weights have near-ties
-    assert runner.describe()["blocks"] == {"most_rows": 8, "avx512_vnni": runner.blocks.kernel.wide,
-                                           "bytes": runner.blocks.nbytes}
+    described = runner.describe()
+    assert described["blocks"] == {"avx512_vnni": runner.blocks.kernel.wide, "bytes": runner.blocks.nbytes}
+    assert runner.programs is None and "programs" not in described  # the model is held once, as blocks
 
 
-def test_a_decoded_token_is_the_same_bits_as_that_token_in_a_chunk_of_a_few(quantized):
+def test_a_decoded_token_is_the_same_bits_as_that_token_in_a_chunk(quantized):
     _, _, runner = quantized
-    chunk = runner.extend(1, 0, IDS[:8], all_logits=True)  # 8 rows: still the kernel
-    decoded = [runner.decode([2], [t], [p])[0] for p, t in enumerate(IDS[:8])]
+    chunk = runner.extend(1, 0, IDS, all_logits=True)  # a chunk of rows, in one kernel call
+    decoded = [runner.decode([2], [t], [p])[0] for p, t in enumerate(IDS)]
     np.testing.assert_array_equal(np.stack(decoded), chunk)
     for layer in range(runner.cfg.n_layers):
         np.testing.assert_array_equal(runner.cache.k[layer][1], runner.cache.k[layer][2])
@@ -185,19 +187,18 @@ def test_rows_decoded_together_give_what_each_gives_alone(quantized):
     np.testing.assert_array_equal(together.decoded, np.stack(alone))
 
 
-def test_batched_steps_run_the_programs_and_the_kernel_goes_on_from_their_cache(quantized):
-    """A prompt longer than the kernel's rows is prefilled by int8-lite's programs into the same cache (V rotated
-    as theirs); the kernel's decode steps then read it: close to the kernel's own prefill, not the same bits."""
+def test_a_long_prompt_in_chunks_stays_close_to_fp32_and_decodes_as_in_one_call(quantized):
+    """40 tokens in chunks of 8 and in one call: the same bits (each row alone), close to fp32, and the decode step
+    after either reads the same cache."""
     cfg, fp32, runner = quantized
     ids = [int(i) for i in np.random.default_rng(6).integers(0, cfg.vocab_size, 40)]
-    by_programs = runner.extend(0, 0, ids[:-1], all_logits=True)  # 39 rows: the programs
-    by_kernel = np.concatenate([runner.extend(1, start, ids[start:start + 8], all_logits=True)
-                                for start in range(0, 39, 8)])[:39]
-    want = prefill_all(fp32, ids[:-1])
-    assert kl(want, by_programs).mean() < 2e-3 and kl(want, by_kernel).mean() < 2e-3
-    after_programs, after_kernel = (runner.decode([s], [ids[-1]], [39])[0] for s in (0, 1))
-    assert kl(after_kernel[None], after_programs[None])[0] < 2e-3
-    assert after_programs.argmax() == after_kernel.argmax()
+    whole = runner.extend(0, 0, ids[:-1], all_logits=True)
+    chunked = np.concatenate([runner.extend(1, start, ids[start:min(start + 8, 39)], all_logits=True)
+                              for start in range(0, 39, 8)])
+    np.testing.assert_array_equal(whole, chunked)
+    assert kl(prefill_all(fp32, ids[:-1]), whole).mean() < 2e-3
+    after_whole, after_chunks = (runner.decode([s], [ids[-1]], [39])[0] for s in (0, 1))
+    np.testing.assert_array_equal(after_whole, after_chunks)
 
 
 def test_q4_blocks_needs_the_kernel_and_a_llama():
@@ -206,7 +207,7 @@ def test_q4_blocks_needs_the_kernel_and_a_llama():
         LiteRunner(cfg, random_weights(cfg), 1, 32, 32, kernel=None, weight_format=WeightFormat.Q4_BLOCKS)
 
 
-def test_the_engine_answers_greedily_as_the_kernel_decodes_alone(tiny_gguf):
+def test_the_engine_answers_greedily_as_the_kernel_prefills_the_whole_text(tiny_gguf):
     engine, tokenizer, _ = assemble.load(tiny_gguf, slots=2, max_context=64, max_queue=2, prefill_budget=8,
                                         compile="start", weight_format="q4-blocks")
     try:
@@ -215,9 +216,8 @@ def test_the_engine_answers_greedily_as_the_kernel_decodes_alone(tiny_gguf):
         assert runner.describe()["weights"] == "q4-blocks"
         _, reader = weight_reader(open_source(tiny_gguf)[0])
         reference = LiteRunner(runner.cfg, reader, slots=1, max_len=64, max_chunk=64, calibration=None,
-                               weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=64)  # every row by the kernel
-        ids = tokenizer.encode("or")  # a prompt of a few tokens: the kernel's steps from its first
-        assert len(ids) <= BLOCK_ROWS and runner.blocks_rows == BLOCK_ROWS
+                               weight_format=WeightFormat.Q4_BLOCKS)
+        ids = tokenizer.encode("or so the story goes, or so")  # a prefill of several rows, then decode steps
         greedy = SamplingParams(max_new_tokens=10, temperature=0.0, repetition_penalty=1.0)
         rec = Recorder()
         engine.submit(GenerationRequest("raw", ids, greedy), rec)

@@ -33,7 +33,7 @@ def teacher_forced(embedded_model_path):
     """Our logits [n, v] at every position of prompt + greedy.ids[:-1], every row by the kernel."""
     cfg, reader = weight_reader(open_source(embedded_model_path)[0])
     runner = LiteRunner(cfg, reader, slots=1, max_len=128, max_chunk=64, calibration=None,
-                        weight_format=WeightFormat.Q4_BLOCKS, blocks_rows=128)
+                        weight_format=WeightFormat.Q4_BLOCKS)
     return {name: runner.extend(0, 0, p["ids"] + p["greedy"]["ids"][:-1], all_logits=True).astype(np.float64)
             for name, p in PROMPTS.items()}
 

@@ -12,11 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import Recorder
+from helpers import greedy_ids
 from tiny_model import random_weights, tiny_config
 
 from typewriter import assemble
-from typewriter.engine.request import GenerationRequest, SamplingParams
 from typewriter.runners.lite import runner as runner_module
 from typewriter.runners.lite.program_cache import MANIFEST, ProgramCache, cache_key
 from typewriter.runners.lite.programs import make_programs
@@ -39,14 +38,6 @@ def saved(cache, key, cfg, weights, model_file, fmt="int8-lite"):
 
 def contents(programs) -> list[bytes]:
     return [path.read_bytes() for path in programs.files()]
-
-
-def greedy(engine, ids, n=8) -> list[int]:
-    rec = Recorder()
-    engine.submit(GenerationRequest("g", ids, SamplingParams(max_new_tokens=n, temperature=0.0,
-                                                             repetition_penalty=1.0, ignore_eos=True)), rec)
-    rec.wait()
-    return [t.token_id for t in rec.tokens]
 
 
 def test_programs_read_back_from_the_cache_are_the_ones_saved_and_decode_alike(tmp_path):
@@ -144,7 +135,7 @@ def test_a_second_load_reads_the_programs_from_the_cache_and_answers_the_same(ti
     said: list[str] = []
     engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
     try:
-        first = greedy(engine, tokenizer.encode("or"))
+        first = greedy_ids(engine, tokenizer.encode("or"))
     finally:
         engine.shutdown()
     assert not any("programs from" in line for line in said) and any("program " in line for line in said)
@@ -154,14 +145,14 @@ def test_a_second_load_reads_the_programs_from_the_cache_and_answers_the_same(ti
     said.clear()
     engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
     try:
-        assert greedy(engine, tokenizer.encode("or")) == first
+        assert greedy_ids(engine, tokenizer.encode("or")) == first
     finally:
         engine.shutdown()
     assert any(f"programs from {tmp_path / 'lite'}" in line for line in said)
     assert not any("weights" in line or "rotating" in line for line in said)  # nothing read or folded
     engine, _, _ = load(tiny_gguf, None)  # no cache: made again, and it answers as well
     try:
-        assert greedy(engine, tokenizer.encode("or")) == first
+        assert greedy_ids(engine, tokenizer.encode("or")) == first
     finally:
         engine.shutdown()
 
@@ -172,7 +163,7 @@ def test_a_cached_program_that_is_damaged_or_does_not_load_is_made_again_and_rep
                                                                                       monkeypatch, damage):
     engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite")
     try:
-        first = greedy(engine, tokenizer.encode("or"))
+        first = greedy_ids(engine, tokenizer.encode("or"))
     finally:
         engine.shutdown()
     (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
@@ -199,7 +190,7 @@ def test_a_cached_program_that_is_damaged_or_does_not_load_is_made_again_and_rep
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
     try:
-        assert greedy(engine, tokenizer.encode("or")) == first
+        assert greedy_ids(engine, tokenizer.encode("or")) == first
     finally:
         engine.shutdown()
     assert any("making them again" in line for line in said)

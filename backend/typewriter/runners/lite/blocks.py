@@ -222,14 +222,17 @@ class BlockModel:
     """Every matrix of a Llama-family model packed for blocks.c, its norms and biases as float32, and the token
     embeddings read a row at a time. `bind` points it at a HostCache's K/V arrays."""
 
-    def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray], kernel: Kernel):
+    def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray], kernel: Kernel,
+                 packed: Mapping[str, PackedMatrix] | None = None):
+        """`packed`: the matrices packed before (blocks_cache.py), by `matrices()`' names; else packed here."""
         self.cfg, self.kernel = cfg, BlocksKernel(kernel)
         self._weights = weights
         gguf = weights.src if isinstance(weights, WeightReader) and isinstance(weights.src, GGUFFile) else None
         self._gguf = gguf
 
-        def matrix(name: str) -> PackedMatrix:
-            return self.kernel.pack(self._blocks(name))
+        def matrix(name: str, stored: str | None = None) -> PackedMatrix:
+            """`stored`: the weights' name for it, where that is not `name`."""
+            return packed[name] if packed is not None else self.kernel.pack(self._blocks(stored or name))
 
         def floats(name: str) -> np.ndarray:
             return np.ascontiguousarray(weights[name], np.float32)
@@ -240,7 +243,7 @@ class BlockModel:
                                    if cfg.qkv_bias else None)
                        for i in range(cfg.n_layers)]
         self.norm = floats("norm")
-        self.output = matrix("tok_embeddings" if cfg.tie_embeddings else "output")
+        self.output = matrix("output", "tok_embeddings" if cfg.tie_embeddings else "output")
         self._embeddings = None if gguf is not None else floats("tok_embeddings")  # [v, d]
         # V is cached as int8-lite's programs cache it: rotated inside blocks of the head's Hadamard (layers.py)
         self.v_block = Rotation.of(cfg.head_dim).b
@@ -249,8 +252,12 @@ class BlockModel:
 
     @property
     def nbytes(self) -> int:
-        matrices = [m for layer in self.layers for m in layer.matrices.values()]
-        return sum(m.packed.nbytes for m in [*matrices, self.output])
+        return sum(m.packed.nbytes for _, m in self.matrices())
+
+    def matrices(self) -> list[tuple[str, PackedMatrix]]:
+        """Every packed matrix by its name, in the order they are packed (and read a step)."""
+        return [*((f"layers.{i}.{m}", layer.matrices[m]) for i, layer in enumerate(self.layers) for m in MATRICES),
+                ("output", self.output)]
 
     def _blocks(self, name: str) -> Blocks:
         w = self._weights

@@ -92,19 +92,37 @@ class ProgramCache:
         the same model file and format, and those whose model file is gone, are removed (docs/configuration.md)."""
         if self.root is None or programs.folder.parent != self.root:
             return programs
+        try:
+            files = {path.name: _digest(path) for path in programs.files()}
+        except OSError as e:
+            log.warning("could not read the int8-lite programs back (%s); the next start makes them again", e)
+            return programs
+        target = self.save_entry(key, programs.folder, model_file, weight_format, {"files": files})
+        return programs if target is None else ProgramSet(target, programs.n_layers)
+
+    def entry(self, key: str) -> Path | None:
+        """The saved entry's folder, None where there is none."""
+        return self.root / key if self.root is not None and (self.root / key).is_dir() else None
+
+    def save_entry(self, key: str, folder: Path, model_file: Path, weight_format: str,
+                   described: Mapping[str, object]) -> Path | None:
+        """`folder` (from `making`) renamed into place with a manifest of `described`: the entry's folder, or None
+        where it was not saved (logged)."""
+        if self.root is None or folder.parent != self.root:
+            return None
         target = self.root / key
         try:
-            manifest = {"model_file": str(model_file.resolve()), "format": weight_format,
-                        "files": {path.name: _digest(path) for path in programs.files()}}
-            (programs.folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
-            programs.folder.rename(target)
+            manifest = {"model_file": str(model_file.resolve()), "format": weight_format, **described}
+            (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
+            folder.rename(target)
         except OSError as e:
             if not target.is_dir():  # another process saving the same entry first is no failure
-                log.warning("could not save the int8-lite programs to %s (%s); the next start makes them again",
-                            self.root, e)
-            return programs
+                log.warning("could not save the %s cache entry to %s (%s); the next start makes it again",
+                            weight_format, self.root, e)
+                return None
+            return target
         self._remove_older(key, model_file, weight_format)
-        return ProgramSet(target, programs.n_layers)
+        return target
 
     def _remove_older(self, key: str, model_file: Path, weight_format: str) -> None:
         if self.root is None:

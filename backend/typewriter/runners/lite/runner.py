@@ -2,8 +2,10 @@
 K/V cache on the host between them (attention.py). Each engine step is one pass of the programs, so the weights are
 read once however many prompts it prefills; each call resizes them to its own rows, so none pays for padding.
 
-As `q4-blocks`, a step of at most `blocks_rows` rows runs the file's own blocks in blocks.c instead, every layer in
-one call, writing the same K/V cache: the programs then take only the batched steps.
+As `q4-blocks` there are no programs: every step runs the file's own blocks in blocks.c, every layer in one call,
+whatever its rows (as fast as the programs' step up to a class's decode rows and within a few tenths of it on a
+prefill chunk, docs/measurements/2026-12-06-q4-blocks-alone.md), so the model is held once, in about the file's
+bytes.
 """
 
 from __future__ import annotations
@@ -32,10 +34,6 @@ from .programs import ProgramSet, make_programs
 
 log = logging.getLogger("typewriter.lite")
 FORMATS = tuple(f for f in WeightFormat if f.lite)
-# q4-blocks: steps of at most this many rows run in blocks.c. Its block scales cost it instructions a row that
-# LiteRT's int8 GEMM does not pay, so past this the programs' step is the faster
-# (docs/measurements/2026-12-05-gguf-blocks-kernel.md).
-BLOCK_ROWS = 2
 
 
 class _Interpreter:
@@ -62,6 +60,30 @@ class _Interpreter:
         return [self.it.get_tensor(index) for index in self.outputs]
 
 
+class _Programs:
+    """int8-lite's interpreters, a layer each, and the rotated embedding rows they read."""
+
+    def __init__(self, programs: ProgramSet, threads: int):
+        self.set = programs
+        checked = programs.checked  # each file's digest, where the cache still works them out beside this
+        self.first = _Interpreter(checked(programs.first), threads)
+        self.layers = [_Interpreter(checked(programs.layer(i)), threads) for i in range(programs.n_layers)]
+        self.logits = _Interpreter(checked(programs.logits), threads)
+        self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped; checked last
+        release_mapped(programs.folder)
+
+    def forward(self, token_ids: Sequence[int], attend: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
+        """The residual stream [n, d] after every layer, for tokens whose attention `attend(layer, qkv)` gives."""
+        x = self.embeddings[np.asarray(token_ids, np.int64)].astype(np.float32)  # [n, d]
+        (qkv,) = self.first(x)
+        for i, layer in enumerate(self.layers):
+            out = layer(x, attend(i, qkv))
+            x = out[0]
+            if len(out) > 1:  # the next layer's qkv (the last layer gives x alone)
+                qkv = out[1]
+        return x
+
+
 class LiteRunner(Runner):
     compiler = None  # nothing compiles while it serves
 
@@ -69,11 +91,10 @@ class LiteRunner(Runner):
                  max_chunk: int, threads: int = 2, progress: Callable[[str], None] = lambda _: None,
                  programs: ProgramSet | None = None, kernel: Kernel | Literal["auto"] | None = "auto",
                  calibration: list[int] | None = None,
-                 weight_format: WeightFormat = WeightFormat.INT8_LITE, blocks: BlockModel | None = None,
-                 blocks_rows: int = BLOCK_ROWS):
+                 weight_format: WeightFormat = WeightFormat.INT8_LITE, blocks: BlockModel | None = None):
         """From `weights` (programs made in a temporary folder) or from `programs` made before, as `weight_format`.
         `kernel` "auto": one built in a temporary folder; None: numpy's attention. q4-blocks: `blocks` packed before,
-        else from `weights`."""
+        else from `weights`; no programs."""
         weight_format = WeightFormat(weight_format)
         if cfg.family != "llama":
             raise ValueError(f"the {weight_format} weight format runs Llama-family models; {cfg.name} is {cfg.family}")
@@ -92,22 +113,19 @@ class LiteRunner(Runner):
                 if weights is None:
                     raise ValueError("q4-blocks packs the model's weights: none given")
                 blocks = BlockModel(cfg, weights, kernel)
-        self.blocks, self.blocks_rows = blocks, blocks_rows
-        with contextlib.ExitStack() as made_here:
-            if programs is None:  # made in a folder that is gone once its files are mapped
-                if weights is None:
-                    raise ValueError("LiteRunner is made from the model's weights or from its programs: neither given")
-                folder = Path(made_here.enter_context(tempfile.TemporaryDirectory(prefix="typewriter-lite-")))
-                programs = make_programs(cfg, weights, folder, lambda i, n: report_progress(progress, i, n),
-                                         calibration, two_pass=weight_format is not WeightFormat.INT8_LITE_FAST,
-                                         kernel=kernel)
-            self.programs = programs
-            checked = programs.checked  # each file's digest, where the cache still works them out beside this
-            self.first = _Interpreter(checked(programs.first), threads)
-            self.layers = [_Interpreter(checked(programs.layer(i)), threads) for i in range(programs.n_layers)]
-            self.logits = _Interpreter(checked(programs.logits), threads)
-            self.embeddings = programs.embeddings()  # [v, d] float16, rows already rotated, mapped; checked last
-            release_mapped(programs.folder)
+        self.blocks = blocks if weight_format is WeightFormat.Q4_BLOCKS else None
+        self.programs: _Programs | None = None
+        if self.blocks is None:
+            with contextlib.ExitStack() as made_here:
+                if programs is None:  # made in a folder that is gone once its files are mapped
+                    if weights is None:
+                        raise ValueError("LiteRunner is made from the model's weights or from its programs: neither "
+                                         "given")
+                    folder = Path(made_here.enter_context(tempfile.TemporaryDirectory(prefix="typewriter-lite-")))
+                    programs = make_programs(cfg, weights, folder, lambda i, n: report_progress(progress, i, n),
+                                             calibration, two_pass=weight_format is not WeightFormat.INT8_LITE_FAST,
+                                             kernel=kernel)
+                self.programs = _Programs(programs, threads)
         if kernel and cfg.head_dim % KERNEL_TILE:
             log.warning("int8-lite's attention kernel takes heads of a multiple of %d channels, %s has %d: "
                         "attention runs in numpy", KERNEL_TILE, cfg.name, cfg.head_dim)
@@ -117,7 +135,7 @@ class LiteRunner(Runner):
             self.blocks.bind(self.cache)
         self.sizing = Sizing(slots, "set")  # start.py sizes it for this machine
         self.step_model: StepModel | None = None
-        log.info("%s programs ready in %.1fs", weight_format, time.perf_counter() - t0)
+        log.info("%s ready in %.1fs", weight_format, time.perf_counter() - t0)
 
     @property
     def slots(self) -> int:
@@ -145,14 +163,12 @@ class LiteRunner(Runner):
     def describe(self) -> dict[str, object]:
         attention = "kernel" if self.cache.kernel else "numpy"
         described: dict[str, object] = {"name": "int8-lite", "weights": self.weight_format.value,
-                                         "attention": attention, "programs": {"made_at_load": len(self.layers) + 2}}
+                                         "attention": attention}
+        if self.programs is not None:
+            described["programs"] = {"made_at_load": len(self.programs.layers) + 2}
         if self.blocks is not None:
-            described["blocks"] = {"most_rows": self.blocks_rows, "avx512_vnni": self.blocks.kernel.wide,
-                                   "bytes": self.blocks.nbytes}
+            described["blocks"] = {"avx512_vnni": self.blocks.kernel.wide, "bytes": self.blocks.nbytes}
         return described
-
-    def _by_blocks(self, rows: int) -> bool:
-        return self.blocks is not None and 0 < rows <= self.blocks_rows
 
     def _blocks_forward(self, token_ids: Sequence[int], slots: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """The residual stream [n, d] after every layer, by blocks.c, its K/V written into the cache."""
@@ -164,17 +180,6 @@ class LiteRunner(Runner):
 
     def close(self) -> None:
         pass  # nothing runs in the background
-
-    def _forward(self, token_ids: Sequence[int], attend: Callable[[int, np.ndarray], np.ndarray]) -> np.ndarray:
-        """The residual stream [n, d] after every layer, for tokens whose attention `attend(layer, qkv)` gives."""
-        x = self.embeddings[np.asarray(token_ids, np.int64)].astype(np.float32)  # [n, d]
-        (qkv,) = self.first(x)
-        for i, layer in enumerate(self.layers):
-            out = layer(x, attend(i, qkv))
-            x = out[0]
-            if len(out) > 1:  # the next layer's qkv (the last layer gives x alone)
-                qkv = out[1]
-        return x
 
     def step(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:
@@ -194,8 +199,8 @@ class LiteRunner(Runner):
             all_slots = np.concatenate([decode_slots, *(np.full(b - a, slot) for slot, _, a, b in spans)])
             all_positions = np.concatenate([decode_positions, *(np.arange(start, start + b - a)
                                                                 for _, start, a, b in spans)])
-            if self._by_blocks(len(ids)):  # q4-blocks (which needs the kernel): a few rows, by blocks.c
-                return self._output(self._blocks_forward(ids, all_slots, all_positions), n, spans, chunks, True)
+            if self.blocks is not None:  # q4-blocks (which needs the kernel): every row by blocks.c
+                return self._output(self._blocks_forward(ids, all_slots, all_positions), n, spans, chunks)
             rows = self.cache.rows(all_slots, all_positions)
 
             def attend(layer: int, qkv: np.ndarray) -> np.ndarray:
@@ -206,14 +211,19 @@ class LiteRunner(Runner):
                 parts += [self.cache.extend(layer, qkv[a:b], slot, start) for slot, start, a, b in spans]
                 return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
-        return self._output(self._forward(ids, attend), n, spans, chunks, False)
+        return self._output(self._program_set.forward(ids, attend), n, spans, chunks)
+
+    @property
+    def _program_set(self) -> _Programs:
+        assert self.programs is not None, "q4-blocks runs no programs"
+        return self.programs
 
     def _output(self, x: np.ndarray, n: int, spans: Sequence[tuple[int, int, int, int]],
-                chunks: Sequence[PrefillChunk], by_blocks: bool) -> StepOutput:
+                chunks: Sequence[PrefillChunk]) -> StepOutput:
         """The logits of a step's decode rows and of the chunks that want them, from its residual stream x."""
         wanted = [i for i, chunk in enumerate(chunks) if chunk.wants_logits]
         logit_rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
-        logits = self._logits(x[logit_rows], by_blocks) if logit_rows else np.zeros((0, self.vocab_size), np.float32)
+        logits = self._logits(x[logit_rows]) if logit_rows else np.zeros((0, self.vocab_size), np.float32)
         prefilled: list[np.ndarray | None] = [None] * len(spans)
         for k, i in enumerate(wanted):
             prefilled[i] = logits[n + k]
@@ -226,18 +236,17 @@ class LiteRunner(Runner):
             assert logits is not None
             return logits
         self._check_chunk(start, len(token_ids))
-        if self._by_blocks(len(token_ids)):
+        if self.blocks is not None:
             positions = np.arange(start, start + len(token_ids))
-            x = self._blocks_forward(token_ids, np.full(len(token_ids), slot), positions)
-            return self._logits(x, True)
-        return self._logits(self._forward(token_ids, lambda i, qkv: self.cache.extend(i, qkv, slot, start)), False)
+            return self._logits(self._blocks_forward(token_ids, np.full(len(token_ids), slot), positions))
+        return self._logits(self._program_set.forward(token_ids,
+                                                      lambda i, qkv: self.cache.extend(i, qkv, slot, start)))
 
-    def _logits(self, x: np.ndarray, by_blocks: bool) -> np.ndarray:
+    def _logits(self, x: np.ndarray) -> np.ndarray:
         """[n, v] from the residual stream [n, d]: blocks.c's own (plain) stream, or the programs' rotated one."""
-        if by_blocks:
-            assert self.blocks is not None
+        if self.blocks is not None:
             return self.blocks.logits(x, self.cache.threads)
-        logits: np.ndarray = self.logits(x)[0]
+        logits: np.ndarray = self._program_set.logits(x)[0]
         return logits
 
     def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:

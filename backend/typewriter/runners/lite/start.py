@@ -1,8 +1,8 @@
 """Open an int8-lite runner for a model: its programs from the cache when the cache holds this file's, else made
 from the weights (rounded by GPTQ on the calibration text) and saved for the next start; its slots sized by the
 step times measured on this machine (kept beside the cached programs, so a warm start measures nothing, unless
-they were measured while other processes kept the machine busy). q4-blocks runs int8-lite's programs for its batched
-steps (the same cache entry) and packs the file's blocks at every start: a repack, with nothing to make."""
+they were measured while other processes kept the machine busy). q4-blocks makes no programs: it packs the file's
+blocks, once, and maps them from its own cache entry at later starts (blocks_cache.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ...architecture.model_config import ModelConfig
@@ -20,6 +20,7 @@ from ...engine.capacity import MOST_SLOTS, PROBE_ROWS, Probe, Sizing, StepModel,
 from ...errors import ModelFormatError
 from ...weights.source import Source, weight_reader
 from ..options import Encode, Progress, RunnerOptions
+from . import blocks_cache
 from .blocks import BlockModel
 from .calibration import text as calibration_text
 from .kernel import TILE as KERNEL_TILE
@@ -34,9 +35,7 @@ log = logging.getLogger("typewriter.lite")
 # Longer chunks cost no less a token, and each program keeps buffers for the most rows it ran
 # (docs/measurements/2026-12-03-int8-lite.md).
 MAX_CHUNK = 64
-# The programs a format runs for its batched steps: q4-blocks shares int8-lite's (and their cache entry).
-PROGRAMS_OF = {WeightFormat.Q4_BLOCKS: WeightFormat.INT8_LITE}
-CAPACITY = "capacity.json"  # beside a cache entry's programs: the step times measured on this machine
+CAPACITY = "capacity.json"  # in a format's cache entry: the step times measured on this machine
 PROBE_VERSION = 3  # how they were measured: a kept measurement of another version is measured again
 
 
@@ -57,26 +56,13 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     pool.shutdown(wait=False)
     slots = options.slots or MOST_SLOTS  # sized down below
     cache = ProgramCache(program_cache if path.is_file() else None)
-    programs_format = PROGRAMS_OF.get(weight_format, weight_format)
-    key = cache_key(path, cfg, programs_format.value) if cache.root else "uncached"
-    blocks = _blocks(source, cfg, building.result(), progress) if weight_format is WeightFormat.Q4_BLOCKS else None
-    runner = None
-    if programs := cache.load(key, cfg.n_layers):
-        progress(f"int8-lite: programs from {program_cache}")
-        try:
-            runner = _runner(cfg, slots, options, progress, programs, building.result(), blocks)
-        except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
-            log.warning("the cached int8-lite programs in %s did not load (%s); making them again", program_cache, e)
-            progress("int8-lite: the cached programs did not load; making them again")
-            cache.discard(key)
-    if runner is None:
-        with cache.making(key) as folder:
-            made = make_programs(cfg, weight_reader(source)[1], folder, lambda i, n: report_progress(progress, i, n),
-                                 calibration_ids(encode), two_pass=programs_format is WeightFormat.INT8_LITE,
-                                 kernel=building.result())
-            programs = cache.save(key, made, path, programs_format.value)
-            runner = _runner(cfg, slots, options, progress, programs, building.result(), blocks)
-    kept = runner.programs.folder if cache.root is not None else None
+    key = cache_key(path, cfg, weight_format.value) if cache.root else "uncached"
+    if weight_format is WeightFormat.Q4_BLOCKS:
+        runner, kept = _blocks_runner(source, cfg, slots, options, progress, cache, key, building.result())
+    else:
+        runner = _programs_runner(source, cfg, encode, slots, options, progress, cache, key, building)
+        assert runner.programs is not None
+        kept = runner.programs.set.folder if cache.root is not None else None
     if options.slots is not None:
         runner.sizing = Sizing(options.slots, "set")
         known = fit_step_model(runner, kept, measure_now=False)
@@ -93,24 +79,54 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     return runner
 
 
+def _programs_runner(source: Source, cfg: ModelConfig, encode: Encode, slots: int, options: RunnerOptions,
+                     progress: Progress, cache: ProgramCache, key: str, building: Future[Kernel | None]) -> LiteRunner:
+    """int8-lite's programs from the cache, else made (and saved)."""
+    weight_format = options.weights
+    if programs := cache.load(key, cfg.n_layers):
+        progress(f"int8-lite: programs from {cache.root}")
+        try:
+            return _runner(cfg, slots, options, progress, programs, building.result())
+        except (ValueError, RuntimeError) as e:  # LiteRT refused a cached flatbuffer: make them again
+            log.warning("the cached int8-lite programs in %s did not load (%s); making them again", cache.root, e)
+            progress("int8-lite: the cached programs did not load; making them again")
+            cache.discard(key)
+    with cache.making(key) as folder:
+        made = make_programs(cfg, weight_reader(source)[1], folder, lambda i, n: report_progress(progress, i, n),
+                             calibration_ids(encode), two_pass=weight_format is WeightFormat.INT8_LITE,
+                             kernel=building.result())
+        programs = cache.save(key, made, source.path, weight_format.value)
+        return _runner(cfg, slots, options, progress, programs, building.result())
+
+
 def _runner(cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Progress,
-            programs: ProgramSet, kernel: Kernel | None, blocks: BlockModel | None) -> LiteRunner:
+            programs: ProgramSet | None, kernel: Kernel | None, blocks: BlockModel | None = None) -> LiteRunner:
     max_context = min(options.max_context, cfg.max_position)
     return LiteRunner(cfg, None, slots=slots, max_len=max_context, max_chunk=min(MAX_CHUNK, max_context),
                       progress=progress, programs=programs, kernel=kernel, weight_format=options.weights,
                       blocks=blocks)
 
 
-def _blocks(source: Source, cfg: ModelConfig, kernel: Kernel | None, progress: Progress) -> BlockModel:
+def _blocks_runner(source: Source, cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Progress,
+                   cache: ProgramCache, key: str, kernel: Kernel | None) -> tuple[LiteRunner, Path | None]:
+    """q4-blocks: the file's blocks mapped from the cache, else packed (and saved); with the entry kept, if any."""
     if kernel is None or cfg.head_dim % KERNEL_TILE:
         raise ModelFormatError(f"--weights q4-blocks runs in int8-lite's C kernel, which cannot run {cfg.name} here "
                                "(see the warning above, or its heads are not a multiple of "
                                f"{KERNEL_TILE} channels): use --weights int8-lite")
-    progress("q4-blocks: packing the file's blocks")
+    weights = weight_reader(source)[1]
     t0 = time.perf_counter()
-    blocks = BlockModel(cfg, weight_reader(source)[1], kernel)
-    log.info("q4-blocks: %.0f MB of blocks packed in %.1fs", blocks.nbytes / 1e6, time.perf_counter() - t0)
-    return blocks
+    if (packed := blocks_cache.load(cache, key)) is not None:
+        progress(f"q4-blocks: blocks from {cache.root}")
+        blocks = BlockModel(cfg, weights, kernel, packed)
+        kept = cache.entry(key)
+    else:
+        progress("q4-blocks: packing the file's blocks")
+        blocks = BlockModel(cfg, weights, kernel)
+        kept = blocks_cache.save(cache, key, blocks, source.path)
+    log.info("q4-blocks: %.0f MB of blocks %s in %.1fs", blocks.nbytes / 1e6, "mapped" if packed else "packed",
+             time.perf_counter() - t0)
+    return _runner(cfg, slots, options, progress, None, kernel, blocks), kept
 
 
 def calibration_ids(encode: Encode) -> list[int]:
@@ -123,9 +139,7 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
     `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`. A kept probe taken
     under load is taken again, and the faster of the two kept (the machine's noise only adds), so a busy first
     start is not a machine's figure for good."""
-    # a format that shares another's programs steps at its own speed, so keeps its own measurements
-    name = CAPACITY if runner.weight_format not in PROGRAMS_OF else f"capacity-{runner.weight_format.value}.json"
-    known = folder / name if folder is not None else None
+    known = folder / CAPACITY if folder is not None else None
     cpu = cpu_signature()
     before = _read(known, cpu) if known is not None else None
     if not measure_now or (before is not None and not before.under_load):

@@ -1,0 +1,80 @@
+"""q4-blocks' cache: a model file's matrices as blocks.c packs them, in one file of the program cache's entry for
+that file, mapped at the next start instead of packed again (packing the real 1.5B takes longer than llama-server
+takes to start, docs/measurements/2026-12-06-q4-blocks-alone.md). Every piece's digest is checked before the kernel
+reads any: a damaged weight would not fail, it would answer wrongly; a damaged, partial or stale entry is a miss
+(logged) and packed again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from .blocks import BlockModel, PackedMatrix
+from .program_cache import MANIFEST, ProgramCache
+
+log = logging.getLogger("typewriter.lite")
+BLOCKS = "blocks.bin"
+ALIGN = 64  # each matrix starts on a cache line
+PIECE = 1 << 26  # bytes a digest covers: pieces are checked on two threads, hashlib holding no GIL meanwhile
+
+
+def load(cache: ProgramCache, key: str) -> dict[str, PackedMatrix] | None:
+    """The matrices saved under `key`, mapped read-only and checked; None where there are none or they are damaged
+    (the entry is removed then)."""
+    if (entry := cache.entry(key)) is None:
+        return None
+    try:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        matrices, pieces = manifest["matrices"], manifest["pieces"]
+        mapped = np.memmap(entry / BLOCKS, np.uint8, mode="r")
+        size = max((offset + nbytes for _, offset, nbytes, *_ in matrices), default=0)
+        if len(mapped) != size or len(pieces) != -(-size // PIECE):
+            raise ValueError(f"{BLOCKS} holds {len(mapped)} bytes, not the {size} its manifest names")
+        with ThreadPoolExecutor(2, thread_name_prefix="typewriter-digest") as pool:
+            if list(pool.map(_digest, (mapped[at:at + PIECE] for at in range(0, size, PIECE)))) != pieces:
+                raise ValueError(f"{BLOCKS} does not match its digests")
+        return {name: PackedMatrix(mapped[offset:offset + nbytes], int(inputs), int(out), int(fmt))
+                for name, offset, nbytes, inputs, out, fmt in matrices}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("the q4-blocks cache entry %s is unreadable or damaged (%s); packing the blocks again", entry, e)
+        cache.discard(key)
+        return None
+
+
+def save(cache: ProgramCache, key: str, blocks: BlockModel, model_file: Path) -> Path | None:
+    """Best effort, as the programs' save: the entry's folder, or None where it could not be written (logged)."""
+    if cache.root is None:
+        return None
+    with cache.making(key) as folder:
+        try:
+            index, offset = [], 0
+            with open(folder / BLOCKS, "wb") as f:
+                for name, m in blocks.matrices():
+                    f.write(bytes(-offset % ALIGN))
+                    offset += -offset % ALIGN
+                    f.write(m.packed.data)
+                    index.append([name, offset, m.packed.nbytes, m.inputs, m.out, m.format])
+                    offset += m.packed.nbytes
+            digests = _pieces_of(folder / BLOCKS)
+        except OSError as e:
+            log.warning("could not write the q4-blocks cache in %s (%s); the next start packs again", folder, e)
+            return None
+        return cache.save_entry(key, folder, model_file, "q4-blocks", {"matrices": index, "pieces": digests})
+
+
+def _pieces_of(path: Path) -> list[str]:
+    mapped = np.memmap(path, np.uint8, mode="r")
+    try:
+        return [_digest(mapped[at:at + PIECE]) for at in range(0, len(mapped), PIECE)]
+    finally:
+        del mapped
+
+
+def _digest(piece: np.ndarray) -> str:
+    return hashlib.sha256(piece.data).hexdigest()

@@ -1,0 +1,132 @@
+"""q4-blocks' cache (runners/lite/blocks_cache.py): a restart maps the packed blocks instead of packing them again and
+answers with the same bits; a damaged, cut or stale entry is a miss with a warning, packed again, never served."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGMLQuantizationType as Q
+from helpers import greedy_ids
+from tiny_model import random_weights, tiny_config, write_gguf
+
+from typewriter import assemble
+from typewriter.runners.lite import blocks_cache
+from typewriter.runners.lite.blocks import BlockModel
+from typewriter.runners.lite.kernel import load as load_kernel
+from typewriter.runners.lite.program_cache import MANIFEST, ProgramCache, cache_key
+from typewriter.runners.lite.runner import LiteRunner
+from typewriter.weights.source import open_source, weight_reader
+
+IDS = [5, 9, 40, 77, 100, 3, 8]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    cfg = tiny_config(tie_embeddings=False)
+    path = write_gguf(tmp_path_factory.mktemp("q4") / "tiny.gguf", cfg, random_weights(cfg, seed=5), quant=Q.Q4_1)
+    cfg, reader = weight_reader(open_source(path)[0])
+    kernel = load_kernel(None)
+    assert kernel is not None
+    return path, cfg, reader, kernel
+
+
+def logits(cfg, reader, kernel, packed=None) -> np.ndarray:
+    runner = LiteRunner(cfg, None, 1, 64, 64, kernel=kernel, weight_format="q4-blocks",
+                        blocks=BlockModel(cfg, reader, kernel, packed))
+    return runner.extend(0, 0, IDS, all_logits=True)
+
+
+def test_blocks_read_back_are_the_ones_saved_and_answer_with_the_same_bits(model, tmp_path):
+    path, cfg, reader, kernel = model
+    cache = ProgramCache(tmp_path / "cache")
+    key = cache_key(path, cfg, "q4-blocks")
+    assert blocks_cache.load(cache, key) is None
+    packed = BlockModel(cfg, reader, kernel)
+    entry = blocks_cache.save(cache, key, packed, path)
+    assert entry == tmp_path / "cache" / key
+    back = blocks_cache.load(cache, key)
+    assert back is not None and list(back) == [name for name, _ in packed.matrices()]
+    for name, matrix in packed.matrices():
+        assert (back[name].inputs, back[name].out, back[name].format) == (matrix.inputs, matrix.out, matrix.format)
+        np.testing.assert_array_equal(back[name].packed, matrix.packed)
+        assert not back[name].packed.flags.writeable  # mapped read-only: the file is never written through
+    np.testing.assert_array_equal(logits(cfg, reader, kernel, back), logits(cfg, reader, kernel))
+
+
+@pytest.mark.parametrize("damage", ["flipped", "cut", "manifest"])
+def test_a_damaged_entry_is_a_miss_with_a_warning_and_is_removed(model, tmp_path, caplog, damage):
+    path, cfg, reader, kernel = model
+    cache = ProgramCache(tmp_path / "cache")
+    key = cache_key(path, cfg, "q4-blocks")
+    entry = blocks_cache.save(cache, key, BlockModel(cfg, reader, kernel), path)
+    assert entry is not None
+    data = bytearray((entry / blocks_cache.BLOCKS).read_bytes())
+    if damage == "flipped":  # one bit of one weight: the kernel would run it and answer wrongly
+        data[len(data) // 3] ^= 0x01
+        (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
+    elif damage == "cut":  # a disk that filled up midway
+        (entry / blocks_cache.BLOCKS).write_bytes(bytes(data[:len(data) // 2]))
+    else:
+        manifest = json.loads((entry / MANIFEST).read_text())
+        del manifest["pieces"]
+        (entry / MANIFEST).write_text(json.dumps(manifest))
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        assert blocks_cache.load(cache, key) is None
+    assert "q4-blocks cache entry" in caplog.text and "packing the blocks again" in caplog.text
+    assert not entry.exists()  # the next save writes it whole
+
+
+def test_no_cache_or_an_unwritable_one_packs_and_keeps_nothing(model, tmp_path, caplog):
+    path, cfg, reader, kernel = model
+    blocks = BlockModel(cfg, reader, kernel)
+    assert blocks_cache.save(ProgramCache(None), "k", blocks, path) is None
+    assert blocks_cache.load(ProgramCache(None), "k") is None
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be")
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        assert blocks_cache.save(ProgramCache(blocked / "lite"), "k", blocks, path) is None
+    assert "could not write" in caplog.text
+
+
+def load(path, cache, progress=None):
+    return assemble.load(path, slots=2, max_context=64, max_queue=2, prefill_budget=8, compile="start",
+                        weight_format="q4-blocks", program_cache=str(cache) if cache else None,
+                        progress=progress or (lambda _: None))
+
+
+def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry_is_packed_again(tiny_gguf,
+                                                                                                    tmp_path):
+    said: list[str] = []
+    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
+    try:
+        first = greedy_ids(engine, tokenizer.encode("or so"))
+    finally:
+        engine.shutdown()
+    assert any("packing the file's blocks" in line for line in said)
+    assert not any("program" in line for line in said)  # q4-blocks makes no programs
+    (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
+    assert entry.name == cache_key(Path(tiny_gguf), engine.runner.cfg, "q4-blocks")
+    assert sorted(p.name for p in entry.iterdir()) == [blocks_cache.BLOCKS, MANIFEST]
+    said.clear()
+    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
+    try:
+        assert greedy_ids(engine, tokenizer.encode("or so")) == first
+    finally:
+        engine.shutdown()
+    assert any(f"blocks from {tmp_path / 'lite'}" in line for line in said)
+    assert not any("packing" in line for line in said)
+    data = bytearray((entry / blocks_cache.BLOCKS).read_bytes())
+    data[len(data) // 2] ^= 0x80
+    (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
+    said.clear()
+    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
+    try:
+        assert greedy_ids(engine, tokenizer.encode("or so")) == first  # packed again from the file, not the damage
+    finally:
+        engine.shutdown()
+    assert any("packing the file's blocks" in line for line in said)
+    assert blocks_cache.load(ProgramCache(tmp_path / "lite"), entry.name) is not None  # and saved whole again
