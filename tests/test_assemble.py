@@ -27,7 +27,7 @@ def _load(path, weight_format, tmp_path, compile="start"):
 
 
 def test_int8_lite_is_described_as_what_it_is_programs_made_at_load_and_nothing_to_compile(tiny_gguf, tmp_path):
-    engine, _, _ = _load(tiny_gguf, "auto", tmp_path)
+    engine, _, _ = _load(tiny_gguf, "int8-lite", tmp_path)
     try:
         assert isinstance(engine.runner, LiteRunner) and engine.runner.compiler is None
         described = engine.describe_runtime()
@@ -86,10 +86,11 @@ def test_the_servers_engine_keeps_readers_as_long_as_its_settings_say(tiny_gguf,
     assert Settings().engine.keep_for_readers_s > 0  # on by default: a class is served, not only its busiest
 
 
-@pytest.mark.parametrize("weight_format", ["int8-lite", "fp32"])
+@pytest.mark.parametrize("weight_format", ["int8-lite", "q4-blocks", "fp32"])
 def test_a_tokenizer_refused_ends_the_load_with_its_own_named_error(tmp_path, weight_format):
     """The tokenizer is made beside the runner: a first start's calibration waits for it, so int8-lite makes and
-    keeps no program for a model whose tokenizer is refused; XLA's load ends with the same error."""
+    keeps no program for a model whose tokenizer is refused, and q4-blocks keeps no blocks (it asks for the
+    tokenizer before saving them); XLA's load ends with the same error."""
     cfg = tiny_config()
     path = write_gguf(tmp_path / "odd.gguf", cfg, random_weights(cfg))
     data = path.read_bytes()

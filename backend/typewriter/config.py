@@ -45,14 +45,14 @@ class WeightFormat(enum.StrEnum):
     # bits, faster for a larger KL from fp32 (docs/measurements/2026-12-04-int8-lite-gptq-16-bit-rows.md).
     INT8_LITE = "int8-lite"
     INT8_LITE_FAST = "int8-lite-fast"
-    # int8-lite whose steps of a few rows (one student's decode) run the GGUF file's own 4-bit and 8-bit blocks in a
-    # C kernel, a layer at a time, fewer bytes a token; batched steps stay on int8-lite's programs
-    # (docs/measurements/2026-12-05-gguf-blocks-kernel.md).
+    # No programs: every step runs the GGUF file's own 4-bit and 8-bit blocks in a C kernel, a step's layers in one
+    # call, the model held once in about the file's bytes (docs/measurements/2026-12-05-gguf-blocks-kernel.md,
+    # docs/measurements/2026-12-06-q4-blocks-alone.md).
     Q4_BLOCKS = "q4-blocks"
 
     @property
     def lite(self) -> bool:
-        """Run by int8-lite's programs on LiteRT (else by XLA)."""
+        """Run by the lite runtime: int8-lite's programs on LiteRT, or q4-blocks' kernel (else by XLA)."""
         return self in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST, WeightFormat.Q4_BLOCKS)
 
     def resolved(self, family: str) -> WeightFormat:

@@ -107,6 +107,9 @@ def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry
     finally:
         engine.shutdown()
     assert any("packing the file's blocks" in line for line in said)
+    layers = engine.runner.cfg.n_layers
+    assert [line for line in said if line.endswith("packed")] == [f"q4-blocks: layer {i}/{layers} packed"
+                                                                  for i in range(1, layers + 1)]  # the page's bar
     assert not any("program" in line for line in said)  # q4-blocks makes no programs
     (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
     assert entry.name == cache_key(Path(tiny_gguf), engine.runner.cfg, "q4-blocks")

@@ -13,7 +13,7 @@ Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and m
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -223,8 +223,10 @@ class BlockModel:
     embeddings read a row at a time. `bind` points it at a HostCache's K/V arrays."""
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray], kernel: Kernel,
-                 packed: Mapping[str, PackedMatrix] | None = None):
-        """`packed`: the matrices packed before (blocks_cache.py), by `matrices()`' names; else packed here."""
+                 packed: Mapping[str, PackedMatrix] | None = None,
+                 progress: Callable[[int, int], None] = lambda done, total: None):
+        """`packed`: the matrices packed before (blocks_cache.py), by `matrices()`' names; else packed here, a
+        layer at a time, `progress(layers done, layers)` after each."""
         self.cfg, self.kernel = cfg, BlocksKernel(kernel)
         self._weights = weights
         gguf = weights.src if isinstance(weights, WeightReader) and isinstance(weights.src, GGUFFile) else None
@@ -237,11 +239,14 @@ class BlockModel:
         def floats(name: str) -> np.ndarray:
             return np.ascontiguousarray(weights[name], np.float32)
 
-        self.layers = [PackedLayer({m: matrix(f"layers.{i}.{m}") for m in MATRICES},
-                                   floats(f"layers.{i}.attention_norm"), floats(f"layers.{i}.ffn_norm"),
-                                   np.concatenate([floats(f"layers.{i}.{b}") for b in ("bq", "bk", "bv")])
-                                   if cfg.qkv_bias else None)
-                       for i in range(cfg.n_layers)]
+        self.layers: list[PackedLayer] = []
+        for i in range(cfg.n_layers):
+            self.layers.append(PackedLayer({m: matrix(f"layers.{i}.{m}") for m in MATRICES},
+                                           floats(f"layers.{i}.attention_norm"), floats(f"layers.{i}.ffn_norm"),
+                                           np.concatenate([floats(f"layers.{i}.{b}") for b in ("bq", "bk", "bv")])
+                                           if cfg.qkv_bias else None))
+            if packed is None:
+                progress(i + 1, cfg.n_layers)
         self.norm = floats("norm")
         self.output = matrix("output", "tok_embeddings" if cfg.tie_embeddings else "output")
         self._embeddings = None if gguf is not None else floats("tok_embeddings")  # [v, d]

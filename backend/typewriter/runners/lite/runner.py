@@ -162,10 +162,9 @@ class LiteRunner(Runner):
 
     def describe(self) -> dict[str, object]:
         attention = "kernel" if self.cache.kernel else "numpy"
+        made = len(self.programs.layers) + 2 if self.programs is not None else 0  # q4-blocks makes none
         described: dict[str, object] = {"name": "int8-lite", "weights": self.weight_format.value,
-                                         "attention": attention}
-        if self.programs is not None:
-            described["programs"] = {"made_at_load": len(self.programs.layers) + 2}
+                                         "attention": attention, "programs": {"made_at_load": made}}
         if self.blocks is not None:
             described["blocks"] = {"avx512_vnni": self.blocks.kernel.wide, "bytes": self.blocks.nbytes}
         return described

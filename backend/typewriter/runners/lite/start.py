@@ -58,7 +58,7 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     cache = ProgramCache(program_cache if path.is_file() else None)
     key = cache_key(path, cfg, weight_format.value) if cache.root else "uncached"
     if weight_format is WeightFormat.Q4_BLOCKS:
-        runner, kept = _blocks_runner(source, cfg, slots, options, progress, cache, key, building.result())
+        runner, kept = _blocks_runner(source, cfg, encode, slots, options, progress, cache, key, building.result())
     else:
         runner = _programs_runner(source, cfg, encode, slots, options, progress, cache, key, building)
         assert runner.programs is not None
@@ -68,14 +68,14 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
         known = fit_step_model(runner, kept, measure_now=False)
         runner.step_model = known.model if known is not None else None
         return runner
-    progress("int8-lite: sizing the slots by step time")
+    progress(f"{weight_format.value}: sizing the slots by step time")
     probe = fit_step_model(runner, kept, progress=progress)
     assert probe is not None
     runner.step_model = probe.model
     kv_bytes = cfg.n_layers * 2 * cfg.n_kv_heads * cfg.head_dim * 2  # float16 keys and values a token
     runner.sizing = sizing = size_slots(probe, runner.max_len, kv_bytes, available_memory())
     runner.reset_cache(sizing.most or sizing.slots)  # the engine opens `slots` of them; the rest stay untouched
-    progress(f"int8-lite: {sizing.summary()}")
+    progress(f"{weight_format.value}: {sizing.summary()}")
     return runner
 
 
@@ -107,9 +107,11 @@ def _runner(cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Prog
                       blocks=blocks)
 
 
-def _blocks_runner(source: Source, cfg: ModelConfig, slots: int, options: RunnerOptions, progress: Progress,
-                   cache: ProgramCache, key: str, kernel: Kernel | None) -> tuple[LiteRunner, Path | None]:
-    """q4-blocks: the file's blocks mapped from the cache, else packed (and saved); with the entry kept, if any."""
+def _blocks_runner(source: Source, cfg: ModelConfig, encode: Encode, slots: int, options: RunnerOptions,
+                   progress: Progress, cache: ProgramCache, key: str,
+                   kernel: Kernel | None) -> tuple[LiteRunner, Path | None]:
+    """q4-blocks: the file's blocks mapped from the cache, else packed (and saved, once the tokenizer is known to
+    be made: a model that cannot be served keeps nothing); with the entry kept, if any."""
     if kernel is None or cfg.head_dim % KERNEL_TILE:
         raise ModelFormatError(f"--weights q4-blocks runs in int8-lite's C kernel, which cannot run {cfg.name} here "
                                "(see the warning above, or its heads are not a multiple of "
@@ -122,11 +124,17 @@ def _blocks_runner(source: Source, cfg: ModelConfig, slots: int, options: Runner
         kept = cache.entry(key)
     else:
         progress("q4-blocks: packing the file's blocks")
-        blocks = BlockModel(cfg, weights, kernel)
+        blocks = BlockModel(cfg, weights, kernel, progress=lambda i, n: _report_packing(progress, i, n))
+        encode("")  # waits for the tokenizer: its refusal ends the load here
         kept = blocks_cache.save(cache, key, blocks, source.path)
     log.info("q4-blocks: %.0f MB of blocks %s in %.1fs", blocks.nbytes / 1e6, "mapped" if packed else "packed",
              time.perf_counter() - t0)
     return _runner(cfg, slots, options, progress, None, kernel, blocks), kept
+
+
+def _report_packing(progress: Progress, done: int, total: int) -> None:
+    if done % max(1, total // 5) == 0 or done == total:
+        progress(f"q4-blocks: layer {done}/{total} packed")
 
 
 def calibration_ids(encode: Encode) -> list[int]:
@@ -147,7 +155,7 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
     if before is not None:
         log.info("the kept step times were measured while other processes took %.0f%% of the CPU time; measuring "
                  "again", 100 * (before.others or 0.0))
-        progress("int8-lite: the kept step times were measured under load; measuring again")
+        progress(f"{runner.weight_format.value}: the kept step times were measured under load; measuring again")
     probe = _probe(runner, rounds)
     if before is not None and probe.under_load and _slower(probe, before, runner.max_len):
         probe = before
