@@ -34,9 +34,10 @@
 
 #define BLOCK 32
 #define LANES 16
-/* Rows computed together against one unpacked block: more would share each unpacking, but past these the
-   registers run out and a row costs several times more (docs/measurements/2026-12-05-gguf-blocks-kernel.md). */
-#define ROW_TILE 4     /* AVX-512: 32 registers */
+/* Rows computed together against one unpacked block: more share each unpacking until the registers run out. On
+   AVX-512, with each format compiled alone, 6 made a batched step faster than 4 and 8 no faster than 6
+   (docs/measurements/2026-12-06-q4-blocks-alone.md; AVX2's 2: 2026-12-05-gguf-blocks-kernel.md). */
+#define ROW_TILE 6     /* AVX-512: 32 registers */
 #define ROW_TILE256 2  /* AVX2: 16 */
 #define CHUNK_GROUPS 4 /* groups a thread takes at a time */
 #define SPIN 2000
@@ -90,7 +91,8 @@ void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint1
 
 /* ---- a row's inputs to 8 bits a block: xq, its scale dx and its sum sx ---- */
 
-static void quantize_rows(const float *x, int rows, int64_t in, int64_t stride, int8_t *xq, float *dx, int32_t *sx) {
+static void quantize_rows(const float *x, int rows, int64_t in, int64_t stride, int8_t *xq, float *dx, int32_t *sx,
+                          float *dsx) {
     const int64_t nb = in / BLOCK;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int r = 0; r < rows; r++)
@@ -116,6 +118,7 @@ static void quantize_rows(const float *x, int rows, int64_t in, int64_t stride, 
             t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
             t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
             dx[r * nb + b] = top / 127.0f, sx[r * nb + b] = _mm_cvtsi128_si32(t);
+            dsx[r * nb + b] = dx[r * nb + b] * (float)sx[r * nb + b];
         }
 }
 
@@ -126,6 +129,7 @@ typedef struct {
     const int8_t *xq;
     const float *dx;
     const int32_t *sx;
+    const float *dsx; /* dx x sx, the factor of Q4M's minimums */
     float *y;
     int64_t in, out, y_stride;
     int rows, format;
@@ -136,9 +140,10 @@ typedef struct {
 /* Lanes of group g that are real outputs (the last group may be padded). */
 static inline int lanes_of(const Call *c, int64_t g) { return c->out - g * LANES < LANES ? (int)(c->out - g * LANES) : LANES; }
 
-static inline __attribute__((always_inline)) VNNI void group512(const Call *c, int64_t g, int r0, const int rt) {
-    const int64_t nb = c->in / BLOCK, bb = block_bytes(c->format), at = weight_bytes(c->format);
-    const int four = c->format != Q8, mins = c->format == Q4M, offset = offset_of(c->format);
+static inline __attribute__((always_inline)) VNNI void group512(const Call *c, int64_t g, int r0, const int rt,
+                                                                 const int format) {
+    const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format);
+    const int four = format != Q8, mins = format == Q4M, offset = offset_of(format);
     const uint8_t *p = c->packed + g * nb * bb;
     __m512 f[ROW_TILE];
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
@@ -171,9 +176,10 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
                 }
             }
             const int64_t rb = (r0 + r) * nb + b;
-            const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(a0, a1), _mm512_set1_epi32(offset * c->sx[rb]));
+            __m512i dot = _mm512_add_epi32(a0, a1);
+            if (offset) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * c->sx[rb]));
             f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(c->dx[rb])), f[r]);
-            if (mins) f[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(c->dx[rb] * (float)c->sx[rb]), f[r]);
+            if (mins) f[r] = _mm512_fmadd_ps(m, _mm512_set1_ps(c->dsx[rb]), f[r]);
         }
     }
     const __mmask16 keep = (__mmask16)((1u << lanes_of(c, g)) - 1);
@@ -229,7 +235,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                 const int64_t rb = (r0 + r) * nb + b;
                 const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(a0, a1), _mm256_set1_epi32(offset * c->sx[rb]));
                 f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(c->dx[rb])), f[r]);
-                if (mins) f[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(c->dx[rb] * (float)c->sx[rb]), f[r]);
+                if (mins) f[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(c->dsx[rb]), f[r]);
             }
         }
         const int here = lanes - 8 * half < 8 ? lanes - 8 * half : 8;
@@ -258,12 +264,27 @@ void typewriter_blocks_set_wide(int on) {
     else wide = 0;
 }
 
+/* A row tile of each size for one format (a constant here, so each is compiled without the others' work). */
+static inline __attribute__((always_inline)) VNNI void tiles512(const Call *c, int64_t g, const int format) {
+    int r0 = 0;
+    for (; r0 + ROW_TILE <= c->rows; r0 += ROW_TILE) group512(c, g, r0, ROW_TILE, format);
+    switch (c->rows - r0) {
+        case 1: group512(c, g, r0, 1, format); break;
+        case 2: group512(c, g, r0, 2, format); break;
+        case 3: group512(c, g, r0, 3, format); break;
+#if ROW_TILE > 4
+        case 4: group512(c, g, r0, 4, format); break;
+        case 5: group512(c, g, r0, 5, format); break;
+#endif
+        default: break;
+    }
+}
+
 static VNNI void group_wide(const Call *c, int64_t g) {
-    for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE) {
-        switch (c->rows - r0) {
-            case 1: group512(c, g, r0, 1); break; case 2: group512(c, g, r0, 2); break;
-            case 3: group512(c, g, r0, 3); break; default: group512(c, g, r0, 4); break;
-        }
+    switch (c->format) {
+        case Q4: tiles512(c, g, Q4); break;
+        case Q4M: tiles512(c, g, Q4M); break;
+        default: tiles512(c, g, Q8); break;
     }
 }
 
@@ -328,9 +349,9 @@ static int helper_running(void) {
     return atomic_load(&helper_state) == 1;
 }
 
-/* Scratch a matmul of `rows` rows of `in` inputs needs: the quantized rows, then their scales and sums. */
+/* Scratch a matmul of `rows` rows of `in` inputs needs: the quantized rows, then their scales, sums and products. */
 static size_t scratch_bytes(int rows, int64_t in) {
-    return (size_t)((rows * in + 63) & ~(int64_t)63) + (size_t)rows * (in / BLOCK) * 8;
+    return (size_t)((rows * in + 63) & ~(int64_t)63) + (size_t)rows * (in / BLOCK) * 12;
 }
 
 /* y [rows, out] (rows `y_stride` floats apart) = x [rows, in] (rows `x_stride` apart) @ W. */
@@ -339,8 +360,9 @@ static void matmul(const uint8_t *packed, const float *x, int64_t x_stride, int 
     int8_t *xq = scratch;
     float *dx = (float *)(xq + ((rows * in + 63) & ~(int64_t)63));
     int32_t *sx = (int32_t *)(dx + rows * (in / BLOCK));
-    quantize_rows(x, rows, in, x_stride, xq, dx, sx);
-    Call call = {packed, xq, dx, sx, y, in, out, y_stride, rows, format, 0, 0};
+    float *dsx = (float *)(sx + rows * (in / BLOCK));
+    quantize_rows(x, rows, in, x_stride, xq, dx, sx, dsx);
+    Call call = {packed, xq, dx, sx, dsx, y, in, out, y_stride, rows, format, 0, 0};
     const int helped = threads > 1 && (out + LANES - 1) / LANES > CHUNK_GROUPS && helper_running();
     if (helped) {
         atomic_store(&posted, &call);
