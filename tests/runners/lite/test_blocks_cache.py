@@ -112,7 +112,8 @@ def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry
                                                                   for i in range(1, layers + 1)]  # the page's bar
     assert not any("program" in line for line in said)  # q4-blocks makes no programs
     (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
-    assert entry.name == cache_key(Path(tiny_gguf), engine.runner.cfg, "q4-blocks")
+    assert entry.name == cache_key(Path(tiny_gguf), engine.runner.cfg, "q4-blocks", blocks_cache.LAYOUT)
+    assert entry.name != cache_key(Path(tiny_gguf), engine.runner.cfg, "q4-blocks", "another layout")
     assert sorted(p.name for p in entry.iterdir()) == [blocks_cache.BLOCKS, MANIFEST]
     said.clear()
     engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)

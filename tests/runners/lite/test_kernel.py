@@ -6,10 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from repo import ROOT
 from tiny_model import random_weights, tiny_config
 
 from typewriter.runners.lite import kernel
@@ -169,3 +171,9 @@ def test_a_forked_child_shares_its_calls_and_finishes_them():
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"the child ended with status {status:#x}"
     finally:
         loaded.split_from(None)
+
+
+def test_every_kernel_source_ships_in_the_package():
+    """A wheel (not an editable install) holds only the package data: a source left out would fail every build."""
+    package = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert set(kernel.SOURCES) <= set(package["typewriter.runners.lite"])

@@ -19,6 +19,10 @@ from .blocks import BlockModel, PackedMatrix
 from .program_cache import MANIFEST, ProgramCache
 
 log = logging.getLogger("typewriter.lite")
+# The code that lays the blocks out: an entry is keyed by it (start.py), so a changed layout is a miss, not a
+# wrong answer.
+LAYOUT = hashlib.sha256(b"".join((Path(__file__).parent / name).read_bytes()
+                                 for name in ("blocks.c", "blocks.py"))).hexdigest()[:16]
 BLOCKS = "blocks.bin"
 ALIGN = 64  # each matrix starts on a cache line
 PIECE = 1 << 26  # bytes a digest covers: pieces are checked on two threads, hashlib holding no GIL meanwhile

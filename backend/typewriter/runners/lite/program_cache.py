@@ -32,11 +32,12 @@ MANIFEST = "manifest.json"
 OLD_MANIFEST = "source.json"  # read only to remove entries from before FORMAT_VERSION 4
 
 
-def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str) -> str:
+def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str, layout: str = "") -> str:
+    """`layout`: what else the entry's files depend on (q4-blocks: the packing code's digest)."""
     stat = model_file.stat()
     rounding = [gptq.DAMP, gptq.GROUP, hashlib.sha256(calibration_text().encode()).hexdigest()]
     identity = [FORMAT_VERSION, weight_format, str(model_file.resolve()), stat.st_size, stat.st_mtime_ns,
-                dataclasses.asdict(cfg), rounding]
+                dataclasses.asdict(cfg), rounding, *([layout] if layout else [])]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 

@@ -56,7 +56,8 @@ def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: Runne
     pool.shutdown(wait=False)
     slots = options.slots or MOST_SLOTS  # sized down below
     cache = ProgramCache(program_cache if path.is_file() else None)
-    key = cache_key(path, cfg, weight_format.value) if cache.root else "uncached"
+    layout = blocks_cache.LAYOUT if weight_format is WeightFormat.Q4_BLOCKS else ""
+    key = cache_key(path, cfg, weight_format.value, layout) if cache.root else "uncached"
     if weight_format is WeightFormat.Q4_BLOCKS:
         runner, kept = _blocks_runner(source, cfg, encode, slots, options, progress, cache, key, building.result())
     else:
