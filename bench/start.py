@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/start.py --json artifacts/start.json
     .venv/bin/python bench/start.py --model "$(scripts/fetch-qwen-0.5b.sh)"      # another GGUF file
+    .venv/bin/python bench/start.py --weights q4-blocks                          # another weight format
 
 Our server at its defaults (8 slots, 2,048 tokens of context each) and llama-server with the same slots and
 context (scripts/build-llama-server.sh builds it), each asked one tutoring question the moment it is ready:
@@ -54,7 +55,8 @@ def caches(folder: Path) -> dict[str, str]:
 def ours(cache: Path, args: argparse.Namespace) -> dict:
     port = free_port()
     argv = [sys.executable, "-m", "typewriter", "serve", "--host", HOST, "--port", str(port),
-            "--max-active", str(SLOTS), "--max-context", str(CONTEXT), "--model", args.model]
+            "--max-active", str(SLOTS), "--max-context", str(CONTEXT), "--model", args.model,
+            "--weights", args.weights]
     server = Server("typewriter", argv, port, "/readyz", caches(cache))
     t0 = time.perf_counter()
     with server.start(args.ready_timeout, poll_s=0.1):
@@ -86,12 +88,13 @@ def peer(binary: str, args: argparse.Namespace) -> dict:
             "rss_mb": rss // 1024}
 
 
-def cli(cache: Path, model: str) -> float:
+def cli(cache: Path, model: str, weights: str) -> float:
     """`typewriter generate`: launch to the first byte of the answer on stdout."""
     env = {**os.environ, **caches(cache)}
     t0 = time.perf_counter()
     process = subprocess.Popen([sys.executable, "-m", "typewriter", "generate", QUESTION[0]["content"],
-                                "--max-new-tokens", "8", "--model", model], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+                                "--max-new-tokens", "8", "--model", model, "--weights", weights],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     process.stdout.read(1)
     first = time.perf_counter() - t0
     process.stdout.read()
@@ -101,7 +104,7 @@ def cli(cache: Path, model: str) -> float:
 
 
 def run(args: argparse.Namespace) -> dict:
-    result = {"machine": os.uname().machine, "model": Path(args.model).name,
+    result = {"machine": os.uname().machine, "model": Path(args.model).name, "weights": args.weights,
               "load_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="typewriter-xla-") as server_cache, \
             tempfile.TemporaryDirectory(prefix="typewriter-xla-cli-") as cli_cache:
@@ -114,7 +117,7 @@ def run(args: argparse.Namespace) -> dict:
                 ours(Path(server_cache), args)["ready_s"] for _ in range(args.warm_repeats - 1)]
             print(f"  ready, cached, each run: {result['ours_warm_ready_s']}", file=sys.stderr, flush=True)
         for label in ("cold", "warm"):
-            result[f"cli_{label}_first_text_s"] = cli(Path(cli_cache), args.model)
+            result[f"cli_{label}_first_text_s"] = cli(Path(cli_cache), args.model, args.weights)
             print(f"typewriter generate, {label} cache: first text after {result[f'cli_{label}_first_text_s']} s",
                   file=sys.stderr, flush=True)
     if not args.no_peer:
@@ -148,6 +151,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--model", help="the GGUF file both servers load (default: the embedded model)")
+    parser.add_argument("--weights", default="auto", help="our server's and CLI's --weights (default auto)")
     parser.add_argument("--llama-server", help="a llama-server binary (default: build it with the script)")
     parser.add_argument("--no-peer", action="store_true", help="only our server and CLI")
     parser.add_argument("--ready-timeout", type=float, default=900.0, metavar="S")
