@@ -3,9 +3,8 @@ K/V cache on the host between them (attention.py). Each engine step is one pass 
 read once however many prompts it prefills; each call resizes them to its own rows, so none pays for padding.
 
 As `q4-blocks` there are no programs: every step runs the file's own blocks in blocks.c, every layer in one call,
-whatever its rows (as fast as the programs' step up to a class's decode rows and within a few tenths of it on a
-prefill chunk, docs/measurements/2026-12-06-q4-blocks-alone.md), so the model is held once, in about the file's
-bytes.
+whatever its rows, so the model is held once, in about the file's bytes. Its batched steps kept up with the
+programs' on the embedded model and cost a row more on larger ones (docs/measurements/2026-12-06-q4-blocks-alone.md).
 """
 
 from __future__ import annotations

@@ -128,8 +128,8 @@ def _blocks_runner(source: Source, cfg: ModelConfig, encode: Encode, slots: int,
         blocks = BlockModel(cfg, weights, kernel, progress=lambda i, n: _report_packing(progress, i, n))
         encode("")  # waits for the tokenizer: its refusal ends the load here
         kept = blocks_cache.save(cache, key, blocks, source.path)
-    log.info("q4-blocks: %.0f MB of blocks %s in %.1fs", blocks.nbytes / 1e6, "mapped" if packed else "packed",
-             time.perf_counter() - t0)
+    log.info("q4-blocks: %.0f MB of blocks %s in %.1fs", blocks.nbytes / 1e6,
+             "packed" if packed is None else "mapped", time.perf_counter() - t0)
     return _runner(cfg, slots, options, progress, None, kernel, blocks), kept
 
 
