@@ -17,7 +17,7 @@ from .architecture.model_config import ModelConfig
 from .config import Settings, WeightFormat, lite_cache_dir
 from .engine.engine import Engine
 from .engine.runner import Runner
-from .runners.heap import return_freed_memory
+from .runners.heap import release_mapped, return_freed_memory
 from .runners.options import Compile, Progress, RunnerOptions
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
@@ -65,6 +65,10 @@ def open_runner(model_path: str | Path | None, options: RunnerOptions,
             runner = open_xla(source, cfg, encode, options, progress)
         tokenizer = building.result()
     return_freed_memory()
+    # the model file's pages that making the runner and the tokenizer read (all of it, where the blocks were packed
+    # from it): q4-blocks reads the file's embedding rows again, a token's at a time
+    # (docs/measurements/2026-12-06-q4-blocks-alone.md)
+    release_mapped(path)
     return Opened(runner, tokenizer, cfg, path)
 
 

@@ -23,9 +23,10 @@ from ...architecture.model_config import ModelConfig
 from ...config import WeightFormat
 from ...engine.capacity import Sizing, StepModel
 from ...engine.runner import PrefillChunk, Runner, StepOutput
+from ..heap import release_mapped
 from .attention import HostCache
 from .blocks import BlockModel
-from .interpreter import lite_interpreter, release_mapped
+from .interpreter import lite_interpreter
 from .kernel import TILE as KERNEL_TILE
 from .kernel import Kernel
 from .kernel import load as load_kernel
