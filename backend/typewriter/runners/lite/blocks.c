@@ -1,5 +1,6 @@
-/* q4-blocks' kernel: a Llama-family decoder's matmuls on the GGUF file's own blocks, for steps of a few rows
-   (blocks.py repacks the file and calls it; kernel.py builds it into one library with attention.c).
+/* q4-blocks' kernel: a Llama-family decoder's matmuls on the GGUF file's own blocks, for every step of it, a
+   student's one row or a class's batch (blocks.py repacks the file and calls it; kernel.py builds it into one
+   library with attention.c).
 
    A matrix W [out, in] is held in blocks of 32 inputs, each with a float16 scale per output: at 4 bits as Q4
    (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1, and Q4_K's sub-blocks), or
