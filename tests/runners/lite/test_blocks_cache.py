@@ -134,3 +134,25 @@ def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry
         engine.shutdown()
     assert any("packing the file's blocks" in line for line in said)
     assert blocks_cache.load(ProgramCache(tmp_path / "lite"), entry.name) is not None  # and saved whole again
+
+
+def test_a_manifest_that_names_other_shapes_is_packed_again_not_read_out_of_bounds(tiny_gguf, tmp_path, caplog):
+    """Sizes and digests that match but matrices named for another's shape (the kernel would read past them)."""
+    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite")
+    try:
+        first = greedy_ids(engine, tokenizer.encode("or so"))
+    finally:
+        engine.shutdown()
+    (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
+    manifest = json.loads((entry / MANIFEST).read_text())
+    by_name = {m[0]: m for m in manifest["matrices"]}
+    by_name["layers.0.wq"][0], by_name["layers.0.w_gate"][0] = "layers.0.w_gate", "layers.0.wq"
+    (entry / MANIFEST).write_text(json.dumps(manifest))
+    said: list[str] = []
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
+    try:
+        assert greedy_ids(engine, tokenizer.encode("or so")) == first
+    finally:
+        engine.shutdown()
+    assert "does not fit the model" in caplog.text and any("packing the file's blocks" in line for line in said)

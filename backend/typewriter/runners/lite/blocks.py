@@ -218,6 +218,15 @@ def _status(status: int) -> None:
         raise IndexError("a slot or position is outside the cache (or past its RoPE angles)")
 
 
+def _shape(cfg: ModelConfig, name: str) -> tuple[int, int]:
+    """(inputs, outputs) of a matrix by `BlockModel.matrices()`' name."""
+    q, kv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes = {"wq": (cfg.dim, q), "wk": (cfg.dim, kv), "wv": (cfg.dim, kv), "wo": (q, cfg.dim),
+              "w_gate": (cfg.dim, cfg.hidden_dim), "w_up": (cfg.dim, cfg.hidden_dim),
+              "w_down": (cfg.hidden_dim, cfg.dim), "output": (cfg.dim, cfg.vocab_size)}
+    return shapes[name.rsplit(".", 1)[-1]]
+
+
 class BlockModel:
     """Every matrix of a Llama-family model packed for blocks.c, its norms and biases as float32, and the token
     embeddings read a row at a time. `bind` points it at a HostCache's K/V arrays."""
@@ -225,8 +234,8 @@ class BlockModel:
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray], kernel: Kernel,
                  packed: Mapping[str, PackedMatrix] | None = None,
                  progress: Callable[[int, int], None] = lambda done, total: None):
-        """`packed`: the matrices packed before (blocks_cache.py), by `matrices()`' names; else packed here, a
-        layer at a time, `progress(layers done, layers)` after each."""
+        """`packed`: the matrices packed before (blocks_cache.py), by `matrices()`' names, each checked against the
+        model's shapes (ValueError); else packed here, a layer at a time, `progress(layers done, layers)` after each."""
         self.cfg, self.kernel = cfg, BlocksKernel(kernel)
         self._weights = weights
         gguf = weights.src if isinstance(weights, WeightReader) and isinstance(weights.src, GGUFFile) else None
@@ -234,7 +243,15 @@ class BlockModel:
 
         def matrix(name: str, stored: str | None = None) -> PackedMatrix:
             """`stored`: the weights' name for it, where that is not `name`."""
-            return packed[name] if packed is not None else self.kernel.pack(self._blocks(stored or name))
+            if packed is None:
+                return self.kernel.pack(self._blocks(stored or name))
+            if name not in packed:
+                raise ValueError(f"no packed {name}")
+            m, (inputs, out) = packed[name], _shape(cfg, name)
+            if (m.inputs, m.out) != (inputs, out) or m.packed.nbytes != self.kernel.bytes(inputs, out, m.format):
+                raise ValueError(f"the packed {name} is {m.inputs} x {m.out} in {m.packed.nbytes} bytes, not the "
+                                 f"model's {inputs} x {out} in format {m.format}")
+            return m
 
         def floats(name: str) -> np.ndarray:
             return np.ascontiguousarray(weights[name], np.float32)

@@ -119,11 +119,18 @@ def _blocks_runner(source: Source, cfg: ModelConfig, encode: Encode, slots: int,
                                f"{KERNEL_TILE} channels): use --weights int8-lite")
     weights = weight_reader(source)[1]
     t0 = time.perf_counter()
+    blocks = None
     if (packed := blocks_cache.load(cache, key)) is not None:
-        progress(f"q4-blocks: blocks from {cache.root}")
-        blocks = BlockModel(cfg, weights, kernel, packed)
-        kept = cache.entry(key)
-    else:
+        try:
+            blocks = BlockModel(cfg, weights, kernel, packed)
+            progress(f"q4-blocks: blocks from {cache.root}")
+            kept = cache.entry(key)
+        except ValueError as e:  # a manifest that names other shapes than the model's
+            log.warning("the q4-blocks cache entry for %s does not fit the model (%s); packing the blocks again",
+                        source.path.name, e)
+            cache.discard(key)
+            packed = None
+    if blocks is None:
         progress("q4-blocks: packing the file's blocks")
         blocks = BlockModel(cfg, weights, kernel, progress=lambda i, n: _report_packing(progress, i, n))
         encode("")  # waits for the tokenizer: its refusal ends the load here
