@@ -1,6 +1,6 @@
 """q4-blocks: a model's matrices as the GGUF file's own blocks, repacked once for blocks.c (blocks_cache.py keeps
-them for the next start), which runs a step through every layer in one call. The file's types map to the kernel's formats exactly where
-they can (docs/measurements/2026-12-05-4-bit-weights-research.md, "Recommendation"):
+them for the next start), which runs a step through every layer in one call. The file's types map to the kernel's
+formats exactly where they can (docs/measurements/2026-12-05-4-bit-weights-research.md, "Recommendation"):
 
 - Q4_0 as Q4; Q4_1 as Q4M; Q4_K as Q4M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m).
 - Q8_0 and Q5_0 as Q8 (Q5_0's q - 16 fits 8 bits).
