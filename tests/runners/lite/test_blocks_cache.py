@@ -98,51 +98,44 @@ def load(path, cache, progress=None):
                         progress=progress or (lambda _: None))
 
 
+def answer(path, cache, progress=None):
+    """A load's greedy answer to "or so" and its model's config, the engine shut down after it."""
+    engine, tokenizer, _ = load(path, cache, progress)
+    try:
+        return greedy_ids(engine, tokenizer.encode("or so")), engine.runner.cfg
+    finally:
+        engine.shutdown()
+
+
 def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry_is_packed_again(tiny_gguf,
                                                                                                     tmp_path):
     said: list[str] = []
-    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
-    try:
-        first = greedy_ids(engine, tokenizer.encode("or so"))
-    finally:
-        engine.shutdown()
+    first, cfg = answer(tiny_gguf, tmp_path / "lite", said.append)
     assert any("packing the file's blocks" in line for line in said)
-    layers = engine.runner.cfg.n_layers
+    layers = cfg.n_layers
     assert [line for line in said if line.endswith("packed")] == [f"q4-blocks: layer {i}/{layers} packed"
                                                                   for i in range(1, layers + 1)]  # the page's bar
     assert not any("program" in line for line in said)  # q4-blocks makes no programs
     (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
-    assert entry.name == cache_key(Path(tiny_gguf), engine.runner.cfg, "q4-blocks", blocks_cache.LAYOUT)
-    assert entry.name != cache_key(Path(tiny_gguf), engine.runner.cfg, "q4-blocks", "another layout")
+    assert entry.name == cache_key(Path(tiny_gguf), cfg, "q4-blocks", blocks_cache.LAYOUT)
+    assert entry.name != cache_key(Path(tiny_gguf), cfg, "q4-blocks", "another layout")
     assert sorted(p.name for p in entry.iterdir()) == [blocks_cache.BLOCKS, MANIFEST]
     said.clear()
-    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
-    try:
-        assert greedy_ids(engine, tokenizer.encode("or so")) == first
-    finally:
-        engine.shutdown()
+    assert answer(tiny_gguf, tmp_path / "lite", said.append)[0] == first
     assert any(f"blocks from {tmp_path / 'lite'}" in line for line in said)
     assert not any("packing" in line for line in said)
     data = bytearray((entry / blocks_cache.BLOCKS).read_bytes())
     data[len(data) // 2] ^= 0x80
     (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
     said.clear()
-    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
-    try:
-        assert greedy_ids(engine, tokenizer.encode("or so")) == first  # packed again from the file, not the damage
-    finally:
-        engine.shutdown()
+    assert answer(tiny_gguf, tmp_path / "lite", said.append)[0] == first  # packed again, not the damage
     assert any("packing the file's blocks" in line for line in said)
     assert blocks_cache.load(ProgramCache(tmp_path / "lite"), entry.name) is not None  # and saved whole again
 
 
 def test_a_manifest_that_names_other_shapes_is_packed_again_not_read_out_of_bounds(tiny_gguf, tmp_path, caplog):
     """Sizes and digests that match but matrices named for another's shape (the kernel would read past them)."""
-    engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite")
-    try:
-        first = greedy_ids(engine, tokenizer.encode("or so"))
-    finally:
-        engine.shutdown()
+    first, _ = answer(tiny_gguf, tmp_path / "lite")
     (entry,) = (p for p in (tmp_path / "lite").iterdir() if p.name != "kernels")
     manifest = json.loads((entry / MANIFEST).read_text())
     by_name = {m[0]: m for m in manifest["matrices"]}
@@ -150,9 +143,5 @@ def test_a_manifest_that_names_other_shapes_is_packed_again_not_read_out_of_boun
     (entry / MANIFEST).write_text(json.dumps(manifest))
     said: list[str] = []
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
-        engine, tokenizer, _ = load(tiny_gguf, tmp_path / "lite", said.append)
-    try:
-        assert greedy_ids(engine, tokenizer.encode("or so")) == first
-    finally:
-        engine.shutdown()
+        assert answer(tiny_gguf, tmp_path / "lite", said.append)[0] == first
     assert "does not fit the model" in caplog.text and any("packing the file's blocks" in line for line in said)
