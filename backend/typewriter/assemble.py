@@ -17,7 +17,7 @@ from .architecture.model_config import ModelConfig
 from .config import Settings, WeightFormat, lite_cache_dir
 from .engine.engine import Engine
 from .engine.runner import Runner
-from .runners.heap import release_mapped, return_freed_memory
+from .heap import release_mapped, return_freed_memory
 from .runners.options import Compile, Progress, RunnerOptions
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path

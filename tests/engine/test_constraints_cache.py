@@ -93,3 +93,19 @@ def test_a_vocabulary_llguidance_cannot_take_fails_the_warm_up_quietly_and_the_f
     assert "could not be built ahead of the first one" in caplog.text
     with pytest.raises(BaseException, match="num_parents"):
         grammars.compile(regex(1), "a")
+
+
+def test_evicted_constraints_hand_their_freed_memory_back_once_per_trim_share_not_at_every_eviction(tokenizer,
+                                                                                                  monkeypatch):
+    trims = []
+    monkeypatch.setattr(constraints, "return_freed_memory", lambda: trims.append(grammars._kept.bytes))
+    monkeypatch.setattr(constraints, "TRIM_AFTER_BYTES", 3 * SMALL)
+    grammars = Grammars(tokenizer, VOCAB_SIZE, cache_bytes=10 * SMALL, owner_bytes=2 * SMALL)
+    for i in range(2):  # the share filled: nothing evicted yet
+        grammars.compile(regex(i), "a")
+    assert trims == []
+    for i in range(2, 8):  # six evictions: a trim after the third and the sixth
+        grammars.compile(regex(i), "a")
+    assert trims == [2 * SMALL, 2 * SMALL]
+    grammars.compile(regex(7), "a")  # found, nothing evicted
+    assert len(trims) == 2

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # only in llguidance's stubs
 import numpy as np
 
 from ..errors import InvalidRequest
+from ..heap import return_freed_memory
 from .request import Constraint, ConstraintKind
 
 log = logging.getLogger("typewriter.engine")
@@ -43,6 +44,10 @@ MASK_CPU_S = 0.01  # any later mask: above the costliest the limits let through,
 # The compiled constraints kept, in estimated bytes: in all, and for any one owner (a client).
 CACHE_BYTES = 256 << 20
 OWNER_BYTES = 32 << 20
+# glibc keeps what an evicted matcher freed (several MB, spread over the compiling threads' arenas) unless trimmed,
+# so the server's resident memory drifted tens of MB above the kept share; a trim after each eviction would make the
+# next masks fault their pages back in, so once per this much evicted.
+TRIM_AFTER_BYTES = 16 << 20
 # A kept matcher's estimated bytes, above the resident memory the study measured for one (end to end, with the
 # server's own share): per character of its grammar, per byte it forces (a lexer state each), and at least.
 _BYTES_PER_CHAR, _BYTES_PER_FORCED, _BYTES_AT_LEAST = 80, 400, 32 << 10
@@ -104,7 +109,13 @@ class Grammars:
                 return kept
         matcher, size = self._build(constraint)
         with self._lock:
-            return self._kept.put(owner, key, matcher, size)
+            kept = self._kept.put(owner, key, matcher, size)
+            trim = self._kept.evicted >= TRIM_AFTER_BYTES
+            if trim:
+                self._kept.evicted = 0
+        if trim:
+            return_freed_memory()
+        return kept
 
     def start(self, constraint: Constraint) -> ConstrainedAnswer:
         """An answer's own copy of the constraint, from whichever owner's kept one; one evicted since its owner
@@ -300,6 +311,7 @@ class _Kept:
         self._entries: OrderedDict[tuple[str, str, str], tuple[llguidance.LLMatcher, int]] = OrderedDict()
         self._held: Counter[str] = Counter()
         self._owners: dict[tuple[str, str], list[str]] = {}  # constraint -> the owners holding it
+        self.evicted = 0  # estimated bytes evicted since the owner of this cache last handed freed memory back
 
     @property
     def bytes(self) -> int:
@@ -335,6 +347,7 @@ class _Kept:
         """`owner`'s least recently used entry."""
         entry = next(k for k in self._entries if k[0] == owner)
         _, size = self._entries.pop(entry)
+        self.evicted += size
         self._held[owner] -= size
         if not self._held[owner]:
             del self._held[owner]

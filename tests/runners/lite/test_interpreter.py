@@ -1,4 +1,4 @@
-"""runners/heap.py's `release_mapped`: the runner lets go of each program file's pages once LiteRT has made its
+"""heap.py's `release_mapped`: the runner lets go of each program file's pages once LiteRT has made its
 interpreter, so a start never holds the files and XNNPACK's packed copies of them at once; a load lets go of the
 model file's once everything is made from it."""
 
@@ -10,7 +10,7 @@ import numpy as np
 
 from typewriter import assemble
 from typewriter.config import WeightFormat
-from typewriter.runners.heap import release_mapped
+from typewriter.heap import release_mapped
 from typewriter.runners.options import RunnerOptions
 
 MIB = 1 << 20

@@ -23,7 +23,7 @@ from ...architecture.model_config import ModelConfig
 from ...config import WeightFormat
 from ...engine.capacity import Sizing, StepModel
 from ...engine.runner import PrefillChunk, Runner, StepOutput
-from ..heap import release_mapped
+from ...heap import release_mapped
 from .attention import HostCache
 from .blocks import BlockModel
 from .interpreter import lite_interpreter

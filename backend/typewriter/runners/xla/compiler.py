@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import tensorflow as tf
 
-from ..heap import return_freed_memory
+from ...heap import return_freed_memory
 from .model import Transformer
 from .program_names import stable_names
 from .tf_env import quiet_compiles

@@ -1,4 +1,4 @@
-"""Memory the runners hand back to the system: glibc's freed heap, and the pages of files they mapped and read
+"""Memory the process hands back to the system: glibc's freed heap, and the pages of files it mapped and read
 (nothing here needs TensorFlow)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ MADV_DONTNEED = 4  # Linux: drop the pages from this process; a file's are read 
 
 def return_freed_memory() -> None:
     """A compile, and far more the int8-lite programs' making, leaves freed memory on glibc's heap
-    (docs/measurements/2026-12-03-int8-lite.md)."""
+    (docs/measurements/2026-12-03-int8-lite.md); so do evicted constraints."""
     if trim := _malloc_trim():
         trim(0)
 
