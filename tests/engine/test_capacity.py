@@ -131,6 +131,30 @@ def test_a_figure_measured_under_load_is_measured_again_and_the_faster_kept(tmp_
     assert lite_load.fit_step_model(Runner(), tmp_path) == third  # and nothing measured: `per_row` is spent
 
 
+def test_a_machine_busy_at_every_start_stops_being_measured_after_three_starts(tmp_path, monkeypatch):
+    """A neighbour (a poller, another service) that always takes more than BUSY of the CPUs: each start measured
+    the steps again, for seconds, for good."""
+    from typewriter.runners.lite import start as lite_load
+
+    class Runner:
+        slots, max_len = 64, 2048
+        weight_format = WeightFormat.INT8_LITE
+
+        def step(self, slots, tokens, positions):
+            pass
+
+    shares = iter([0.3] * lite_load.MOST_PROBES)  # each probe busy: an iterator spent by one more would raise
+    per_row = iter([0.005, 0.004, 0.006])
+    monkeypatch.setattr(lite_load.OthersBusy, "share", lambda self: next(shares))
+    monkeypatch.setattr(lite_load.StepModel, "fit", classmethod(lambda cls, measure, max_len, rows: cls(
+        0.005, next(per_row), 0.0)))
+    kept = [lite_load.fit_step_model(Runner(), tmp_path) for _ in range(lite_load.MOST_PROBES)]
+    assert all(k.under_load for k in kept) and kept[-1].model.per_row_s == 0.004  # the fastest of the three
+    said = []
+    assert lite_load.fit_step_model(Runner(), tmp_path, progress=said.append) == kept[-1]
+    assert said == []  # nothing measured, nothing said
+
+
 def test_the_probe_takes_its_steps_in_turns_and_keeps_each_probes_fastest(monkeypatch):
     from typewriter.runners.lite import start as lite_load
 

@@ -37,6 +37,9 @@ log = logging.getLogger("typewriter.lite")
 MAX_CHUNK = 64
 CAPACITY = "capacity.json"  # in a format's cache entry: the step times measured on this machine
 PROBE_VERSION = 3  # how they were measured: a kept measurement of another version is measured again
+# Starts that measure the step times while other processes keep the machine busy; past them the fastest stands: a
+# machine always that busy (a poller, a neighbour) would otherwise measure again at every start, for seconds.
+MOST_PROBES = 3
 
 
 def open_runner(source: Source, cfg: ModelConfig, encode: Encode, options: RunnerOptions,
@@ -154,11 +157,11 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
     """Read from `folder` (a cache entry) when measured there on a CPU like this one, else probed now (the caller's
     `reset_cache` drops the writes) and kept there; None when not kept and not `measure_now`. A kept probe taken
     under load is taken again, and the faster of the two kept (the machine's noise only adds), so a busy first
-    start is not a machine's figure for good."""
+    start is not a machine's figure for good; after MOST_PROBES starts, busy each, the fastest stands."""
     known = folder / CAPACITY if folder is not None else None
     cpu = cpu_signature()
-    before = _read(known, cpu) if known is not None else None
-    if not measure_now or (before is not None and not before.under_load):
+    before, probes = _read(known, cpu) if known is not None else (None, 0)
+    if not measure_now or (before is not None and (not before.under_load or probes >= MOST_PROBES)):
         return before
     if before is not None:
         log.info("the kept step times were measured while other processes took %.0f%% of the CPU time; measuring "
@@ -170,23 +173,25 @@ def fit_step_model(runner: LiteRunner, folder: Path | None, rounds: int = 6, mea
     if known is not None:
         try:
             known.write_text(json.dumps({"cpu": cpu, "probe": PROBE_VERSION, "model": dataclasses.asdict(probe.model),
-                                         "others": probe.others}))
+                                         "others": probe.others, "probes": probes + 1}))
         except OSError:
             pass  # measured again at the next start
     return probe
 
 
-def _read(known: Path, cpu: str) -> Probe | None:
+def _read(known: Path, cpu: str) -> tuple[Probe | None, int]:
+    """The kept probe, and how many starts have measured it (0: none kept)."""
     if not known.is_file():
-        return None
+        return None, 0
     try:
         saved = json.loads(known.read_text())
         if saved["cpu"] == cpu and saved.get("probe") == PROBE_VERSION:
             others = saved["others"]
-            return Probe(StepModel(**saved["model"]), None if others is None else float(others))
+            return (Probe(StepModel(**saved["model"]), None if others is None else float(others)),
+                    int(saved.get("probes", 1)))
     except (OSError, ValueError, KeyError, TypeError):
         pass  # measured again, and written over
-    return None
+    return None, 0
 
 
 def _slower(probe: Probe, than: Probe, max_len: int) -> bool:
