@@ -40,9 +40,8 @@ def load(cache: ProgramCache, key: str) -> dict[str, PackedMatrix] | None:
         size = max((offset + nbytes for _, offset, nbytes, *_ in matrices), default=0)
         if len(mapped) != size or len(pieces) != -(-size // PIECE):
             raise ValueError(f"{BLOCKS} holds {len(mapped)} bytes, not the {size} its manifest names")
-        with ThreadPoolExecutor(2, thread_name_prefix="typewriter-digest") as pool:
-            if list(pool.map(_digest, (mapped[at:at + PIECE] for at in range(0, size, PIECE)))) != pieces:
-                raise ValueError(f"{BLOCKS} does not match its digests")
+        if _digests(mapped) != pieces:
+            raise ValueError(f"{BLOCKS} does not match its digests")
         return {name: PackedMatrix(mapped[offset:offset + nbytes], int(inputs), int(out), int(fmt))
                 for name, offset, nbytes, inputs, out, fmt in matrices}
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -75,9 +74,15 @@ def save(cache: ProgramCache, key: str, blocks: BlockModel, model_file: Path) ->
 def _pieces_of(path: Path) -> list[str]:
     mapped = np.memmap(path, np.uint8, mode="r")
     try:
-        return [_digest(mapped[at:at + PIECE]) for at in range(0, len(mapped), PIECE)]
+        return _digests(mapped)
     finally:
         del mapped
+
+
+def _digests(mapped: np.ndarray) -> list[str]:
+    """Each piece's, on two threads."""
+    with ThreadPoolExecutor(2, thread_name_prefix="typewriter-digest") as pool:
+        return list(pool.map(_digest, (mapped[at:at + PIECE] for at in range(0, len(mapped), PIECE))))
 
 
 def _digest(piece: np.ndarray) -> str:
