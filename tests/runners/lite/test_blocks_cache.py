@@ -19,7 +19,7 @@ from typewriter.runners.lite.blocks import BlockModel
 from typewriter.runners.lite.kernel import load as load_kernel
 from typewriter.runners.lite.program_cache import MANIFEST, ProgramCache, cache_key
 from typewriter.runners.lite.runner import LiteRunner
-from typewriter.weights.source import open_source, weight_reader
+from typewriter.weights.source import open_source, read_config, weight_reader
 
 IDS = [5, 9, 40, 77, 100, 3, 8]
 
@@ -145,3 +145,15 @@ def test_a_manifest_that_names_other_shapes_is_packed_again_not_read_out_of_boun
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
         assert answer(tiny_gguf, tmp_path / "lite", said.append)[0] == first
     assert "does not fit the model" in caplog.text and any("packing the file's blocks" in line for line in said)
+
+
+def test_the_blocks_entry_is_keyed_by_the_packing_code_not_by_gptqs_rounding_which_rounds_none_of_it(tiny_gguf,
+                                                                                                      monkeypatch):
+    from typewriter.runners.lite import program_cache
+
+    cfg = read_config(open_source(Path(tiny_gguf))[0])
+    blocks_key = cache_key(Path(tiny_gguf), cfg, "q4-blocks", blocks_cache.LAYOUT)
+    programs_key = cache_key(Path(tiny_gguf), cfg, "int8-lite")
+    monkeypatch.setattr(program_cache, "calibration_text", lambda: "another calibration text")
+    assert cache_key(Path(tiny_gguf), cfg, "q4-blocks", blocks_cache.LAYOUT) == blocks_key
+    assert cache_key(Path(tiny_gguf), cfg, "int8-lite") != programs_key  # the programs are rounded by it

@@ -33,11 +33,12 @@ OLD_MANIFEST = "source.json"  # read only to remove entries from before FORMAT_V
 
 
 def cache_key(model_file: Path, cfg: ModelConfig, weight_format: str, layout: str = "") -> str:
-    """`layout`: what else the entry's files depend on (q4-blocks: the packing code's digest)."""
+    """`layout`: for q4-blocks' entry, the packing code's digest, which its files depend on (GPTQ's rounding, which
+    the programs' files do, rounds none of them)."""
     stat = model_file.stat()
-    rounding = [gptq.DAMP, gptq.GROUP, hashlib.sha256(calibration_text().encode()).hexdigest()]
+    made_by = [layout] if layout else [gptq.DAMP, gptq.GROUP, hashlib.sha256(calibration_text().encode()).hexdigest()]
     identity = [FORMAT_VERSION, weight_format, str(model_file.resolve()), stat.st_size, stat.st_mtime_ns,
-                dataclasses.asdict(cfg), rounding, *([layout] if layout else [])]
+                dataclasses.asdict(cfg), made_by]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
