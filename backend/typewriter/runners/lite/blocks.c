@@ -42,6 +42,9 @@
 #define ROW_TILE256 2  /* AVX2: 16 */
 #define CHUNK_GROUPS 4 /* groups a thread takes at a time */
 #define SPIN 2000
+/* Bytes ahead of the block being read that each block's loop asks the cache for: the hardware's prefetcher alone left
+   a student's step at about half the machine's read bandwidth (docs/measurements/2026-12-06-prefetch.md). */
+#define PREFETCH 4096
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
 enum { Q4 = 4, Q4M = 41, Q8 = 8 };
@@ -134,9 +137,18 @@ typedef struct {
     float *y;
     int64_t in, out, y_stride;
     int rows, format;
-    _Atomic int64_t next; /* the next chunk of groups to take */
-    _Atomic int left;     /* 1 once the helper, having taken this call, has finished with it */
 } Call;
+
+/* Matrices of one input, computed in one job: their groups numbered one after another, so the helper thread is
+   handed them once (q, k and v; gate and up) and each row is quantized once. */
+#define MOST_PARTS 3
+typedef struct {
+    Call part[MOST_PARTS];
+    int parts;
+    int64_t first[MOST_PARTS + 1]; /* part p's groups are first[p] .. first[p + 1] - 1 */
+    _Atomic int64_t next;          /* the next chunk of groups to take */
+    _Atomic int left;              /* 1 once the helper, having taken this job, has finished with it */
+} Job;
 
 /* Lanes of group g that are real outputs (the last group may be padded). */
 static inline int lanes_of(const Call *c, int64_t g) { return c->out - g * LANES < LANES ? (int)(c->out - g * LANES) : LANES; }
@@ -150,6 +162,7 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, p += bb) {
+        for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T0);
         __m512i w[8];
         if (four) {
             for (int j = 0; j < 4; j++) {
@@ -210,6 +223,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
         for (int r = 0; r < rt; r++) f[r] = _mm256_setzero_ps();
         const __m256i low = _mm256_set1_epi8(0x0F);
         for (int64_t b = 0; b < nb; b++, p += bb) {
+            for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T0);
             __m256i w[8];
             if (four) {
                 for (int j = 0; j < 4; j++) {
@@ -293,16 +307,19 @@ static void group_narrow(const Call *c, int64_t g) {
     for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE256) c->rows - r0 == 1 ? group256(c, g, r0, 1) : group256(c, g, r0, 2);
 }
 
-static void work(Call *c) {
-    const int64_t groups = (c->out + LANES - 1) / LANES;
+static void work(Job *j) {
+    const int64_t groups = j->first[j->parts];
     const int use_wide = typewriter_blocks_wide();
-    for (int64_t i; (i = atomic_fetch_add_explicit(&c->next, CHUNK_GROUPS, memory_order_relaxed)) < groups;)
-        for (int64_t g = i; g < i + CHUNK_GROUPS && g < groups; g++) use_wide ? group_wide(c, g) : group_narrow(c, g);
+    for (int64_t i; (i = atomic_fetch_add_explicit(&j->next, CHUNK_GROUPS, memory_order_relaxed)) < groups;)
+        for (int64_t g = i, p = 0; g < i + CHUNK_GROUPS && g < groups; g++) {
+            while (g >= j->first[p + 1]) p++;
+            use_wide ? group_wide(&j->part[p], g - j->first[p]) : group_narrow(&j->part[p], g - j->first[p]);
+        }
 }
 
 /* ---- one helper thread, as attention.c's: it spins a little after a call, then sleeps ---- */
 
-static Call *_Atomic posted;
+static Job *_Atomic posted;
 static _Atomic int sleeping, helper_state; /* helper_state: 0 none, 1 running, -1 could not start */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -318,10 +335,10 @@ static void *helper(void *unused) {
             atomic_store(&sleeping, 0);
             pthread_mutex_unlock(&lock);
         }
-        Call *call = atomic_exchange(&posted, NULL);
-        if (call) {
-            work(call);
-            atomic_store_explicit(&call->left, 1, memory_order_release);
+        Job *job = atomic_exchange(&posted, NULL);
+        if (job) {
+            work(job);
+            atomic_store_explicit(&job->left, 1, memory_order_release);
         }
     }
     return NULL;
@@ -355,28 +372,48 @@ static size_t scratch_bytes(int rows, int64_t in) {
     return (size_t)((rows * in + 63) & ~(int64_t)63) + (size_t)rows * (in / BLOCK) * 12;
 }
 
-/* y [rows, out] (rows `y_stride` floats apart) = x [rows, in] (rows `x_stride` apart) @ W. */
-static void matmul(const uint8_t *packed, const float *x, int64_t x_stride, int rows, int64_t in, int64_t out,
-                   int format, float *y, int64_t y_stride, void *scratch, int threads) {
+/* One matrix of a job: its weights, and where its outputs go (rows `y_stride` floats apart). */
+typedef struct {
+    const uint8_t *packed;
+    int64_t out;
+    int format;
+    float *y;
+    int64_t y_stride;
+} Target;
+
+/* Each target's y [rows, out] = x [rows, in] (rows `x_stride` apart) @ its W, in one job. */
+static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride, int rows, int64_t in,
+                    void *scratch, int threads) {
     int8_t *xq = scratch;
     float *dx = (float *)(xq + ((rows * in + 63) & ~(int64_t)63));
     int32_t *sx = (int32_t *)(dx + rows * (in / BLOCK));
     float *dsx = (float *)(sx + rows * (in / BLOCK));
     quantize_rows(x, rows, in, x_stride, xq, dx, sx, dsx);
-    Call call = {packed, xq, dx, sx, dsx, y, in, out, y_stride, rows, format, 0, 0};
-    const int helped = threads > 1 && (out + LANES - 1) / LANES > CHUNK_GROUPS && helper_running();
+    Job job = {.parts = parts};
+    for (int p = 0; p < parts; p++) {
+        job.part[p] = (Call){t[p].packed, xq, dx, sx, dsx, t[p].y, in, t[p].out, t[p].y_stride, rows, t[p].format};
+        job.first[p + 1] = job.first[p] + (t[p].out + LANES - 1) / LANES;
+    }
+    const int helped = threads > 1 && job.first[parts] > CHUNK_GROUPS && helper_running();
     if (helped) {
-        atomic_store(&posted, &call);
+        atomic_store(&posted, &job);
         if (atomic_load(&sleeping)) {
             pthread_mutex_lock(&lock);
             pthread_cond_signal(&wake);
             pthread_mutex_unlock(&lock);
         }
     }
-    work(&call);
+    work(&job);
     if (helped && atomic_exchange(&posted, NULL) == NULL) /* the helper took it: wait for its last group */
-        for (int spin = 0; !atomic_load_explicit(&call.left, memory_order_acquire); spin++)
+        for (int spin = 0; !atomic_load_explicit(&job.left, memory_order_acquire); spin++)
             spin < SPIN ? _mm_pause() : (void)sched_yield();
+}
+
+/* y [rows, out] (rows `y_stride` floats apart) = x [rows, in] (rows `x_stride` apart) @ W. */
+static void matmul(const uint8_t *packed, const float *x, int64_t x_stride, int rows, int64_t in, int64_t out,
+                   int format, float *y, int64_t y_stride, void *scratch, int threads) {
+    const Target target = {packed, out, format, y, y_stride};
+    matmuls(&target, 1, x, x_stride, rows, in, scratch, threads);
 }
 
 /* One matmul alone (blocks.py's tests and measurements): y [rows, out] = x [rows, in] @ W. Returns 0, or -2 when
@@ -495,9 +532,10 @@ int typewriter_blocks_layers(const Model *m, float *x, int t, const int64_t *slo
     for (int64_t i = 0; i < m->n_layers && !status; i++) {
         const Layer *L = m->layers + i;
         rms_norm(x, L->attention_norm, t, d, m->eps, normed);
-        matmul(L->q.packed, normed, d, t, d, L->q.out, (int)L->q.format, qkv, width, scratch, threads);
-        matmul(L->k.packed, normed, d, t, d, L->k.out, (int)L->k.format, qkv + h * e, width, scratch, threads);
-        matmul(L->v.packed, normed, d, t, d, L->v.out, (int)L->v.format, qkv + (h + k) * e, width, scratch, threads);
+        const Target qkv_of[3] = {{L->q.packed, L->q.out, (int)L->q.format, qkv, width},
+                                  {L->k.packed, L->k.out, (int)L->k.format, qkv + h * e, width},
+                                  {L->v.packed, L->v.out, (int)L->v.format, qkv + (h + k) * e, width}};
+        matmuls(qkv_of, 3, normed, d, t, d, scratch, threads);
         for (int r = 0; r < t; r++) {
             if (L->bias) add_into(qkv + r * width, L->bias, width);
             if (m->v_block) hadamard(qkv + r * width + (h + k) * e, k * e, m->v_block);
@@ -511,8 +549,9 @@ int typewriter_blocks_layers(const Model *m, float *x, int t, const int64_t *slo
         matmul(L->o.packed, attended, h * e, t, h * e, d, (int)L->o.format, added, d, scratch, threads);
         add_into(x, added, t * d);
         rms_norm(x, L->ffn_norm, t, d, m->eps, normed);
-        matmul(L->gate.packed, normed, d, t, d, f, (int)L->gate.format, gate, f, scratch, threads);
-        matmul(L->up.packed, normed, d, t, d, f, (int)L->up.format, up, f, scratch, threads);
+        const Target gate_up[2] = {{L->gate.packed, f, (int)L->gate.format, gate, f},
+                                   {L->up.packed, f, (int)L->up.format, up, f}};
+        matmuls(gate_up, 2, normed, d, t, d, scratch, threads);
         silu_times(gate, up, t * f);
         matmul(L->down.packed, gate, f, t, f, d, (int)L->down.format, added, d, scratch, threads);
         add_into(x, added, t * d);
