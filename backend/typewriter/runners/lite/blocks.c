@@ -43,7 +43,8 @@
 #define CHUNK_GROUPS 4 /* groups a thread takes at a time */
 #define SPIN 2000
 /* Bytes ahead of the block being read that each block's loop asks the cache for: the hardware's prefetcher alone left
-   a student's step at about half the machine's read bandwidth (docs/measurements/2026-12-06-prefetch.md). */
+   a student's step at about half the machine's read bandwidth; into L2, as far ahead as measured best
+   (docs/measurements/2026-12-06-prefetch.md). */
 #define PREFETCH 4096
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
@@ -162,7 +163,7 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++, p += bb) {
-        for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T0);
+        for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
         __m512i w[8];
         if (four) {
             for (int j = 0; j < 4; j++) {
@@ -223,7 +224,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
         for (int r = 0; r < rt; r++) f[r] = _mm256_setzero_ps();
         const __m256i low = _mm256_set1_epi8(0x0F);
         for (int64_t b = 0; b < nb; b++, p += bb) {
-            for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T0);
+            for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
             __m256i w[8];
             if (four) {
                 for (int j = 0; j < 4; j++) {
