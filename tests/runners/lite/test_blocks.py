@@ -43,34 +43,36 @@ def kl(want: np.ndarray, got: np.ndarray) -> np.ndarray:
 
 
 def k_quant_blocks(kind: Q, out: int, n: int, rng) -> np.ndarray:
-    """Random Q4_K or Q6_K rows [out, row bytes] with their float16 scales in a weight's range."""
-    size = {Q.Q4_K: 144, Q.Q6_K: 210}[kind]
+    """Random Q4_K, Q5_K or Q6_K rows [out, row bytes] with their float16 scales in a weight's range."""
+    size = {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}[kind]
     raw = rng.integers(0, 256, (out * n // 256, size), dtype=np.uint8)
     scales = rng.uniform(1e-3, 4e-3, (len(raw), 2)).astype(np.float16).view(np.uint8)
-    if kind == Q.Q4_K:
+    if kind in (Q.Q4_K, Q.Q5_K):
         raw[:, 0:4] = scales  # d, dmin
     else:
         raw[:, 208:210] = scales[:, :2]  # d, at the end
     return raw.reshape(out, -1)
 
 
-@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q8_0, Q.Q5_0])
+@pytest.mark.parametrize("kind", [Q.Q4_0, Q.Q4_1, Q.Q8_0, Q.Q5_0, Q.Q5_1])
 def test_the_file_s_own_block_types_repack_to_exactly_the_values_gguf_dequantizes(kind):
     rng = np.random.default_rng(1)
     w = rng.standard_normal((48, 128)).astype(np.float32)
     raw = quantize(w, kind)
     blocks = blocks_of(raw, kind, 48, 128)
-    assert blocks.format == {Q.Q4_0: 4, Q.Q4_1: 41, Q.Q8_0: 8, Q.Q5_0: 8}[kind]
+    assert blocks.format == {Q.Q4_0: 4, Q.Q4_1: 41, Q.Q8_0: 8, Q.Q5_0: 5, Q.Q5_1: 51}[kind]
     np.testing.assert_array_equal(blocks.dequantized(), dequantize(raw, kind))
 
 
-def test_q4_k_repacks_to_its_sub_blocks_up_to_float16_scales():
+@pytest.mark.parametrize("kind, fmt", [(Q.Q4_K, 41), (Q.Q5_K, 51)])
+def test_k_quants_repack_to_their_sub_blocks_up_to_float16_scales(kind, fmt):
     rng = np.random.default_rng(2)
-    raw = k_quant_blocks(Q.Q4_K, 32, 512, rng)
-    blocks = blocks_of(raw, Q.Q4_K, 32, 512)
-    want = dequantize(raw, Q.Q4_K)
-    assert blocks.format == 41 and blocks.mins is not None
-    step = blocks.scales.astype(np.float32).repeat(32, axis=1)  # a 4-bit step of each weight's block
+    raw = k_quant_blocks(kind, 32, 512, rng)
+    blocks = blocks_of(raw, kind, 32, 512)
+    want = dequantize(raw, kind)
+    assert blocks.format == fmt and blocks.mins is not None
+    assert blocks.q.min() >= 0 and blocks.q.max() == (15 if fmt == 41 else 31)  # Q5_K's fifth bits are there
+    step = blocks.scales.astype(np.float32).repeat(32, axis=1)  # a step of each weight's block
     assert np.abs(blocks.dequantized() - want).max() < 0.02 * step.max()  # float16 scales: far below a step
 
 
@@ -96,12 +98,14 @@ def rows_at_8_bits(x: np.ndarray) -> np.ndarray:
 def some_blocks(fmt: str, out: int, n: int, rng) -> Blocks:
     if fmt == "q8":
         return rounded_to_q8(rng.standard_normal((out, n)).astype(np.float32))
-    q = rng.integers(0, 16, (out, n)).astype(np.int8) - np.int8(8 if fmt == "q4" else 0)
-    mins = rng.uniform(-0.1, 0.1, (out, n // 32)).astype(np.float16) if fmt == "q4m" else None
-    return Blocks(q, rng.uniform(0.01, 0.02, (out, n // 32)).astype(np.float16), mins, {"q4": 4, "q4m": 41}[fmt])
+    levels = 32 if fmt.startswith("q5") else 16
+    q = rng.integers(0, levels, (out, n)).astype(np.int8) - np.int8(levels // 2 if fmt in ("q4", "q5") else 0)
+    mins = rng.uniform(-0.1, 0.1, (out, n // 32)).astype(np.float16) if fmt.endswith("m") else None
+    code = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51}[fmt]
+    return Blocks(q, rng.uniform(0.01, 0.02, (out, n // 32)).astype(np.float16), mins, code)
 
 
-@pytest.mark.parametrize("fmt", ["q4", "q4m", "q8"])
+@pytest.mark.parametrize("fmt", ["q4", "q4m", "q5", "q5m", "q8"])
 @pytest.mark.parametrize("out", [80, 265], ids=["whole-groups", "a-padded-group"])
 def test_the_kernel_multiplies_8_bit_rows_by_the_blocks_on_avx512_and_avx2_to_the_same_bits(kernel, fmt, out):
     rng = np.random.default_rng(4)
@@ -124,6 +128,18 @@ def test_the_kernel_multiplies_8_bit_rows_by_the_blocks_on_avx512_and_avx2_to_th
     assert not got[4].any()
     if True in paths:
         np.testing.assert_array_equal(paths[True], paths[False])
+
+
+def test_q5_0_held_at_5_bits_gives_the_bits_it_gave_at_8(kernel):
+    """Q5 reads 22 bytes a block of 32 where Q8 read 34, and its sums are the same exact integers."""
+    rng = np.random.default_rng(6)
+    raw = quantize(rng.standard_normal((40, 256)).astype(np.float32), Q.Q5_0)
+    five = blocks_of(raw, Q.Q5_0, 40, 256)
+    eight = Blocks(five.q, five.scales, None, 8)
+    x = rng.standard_normal((7, 256)).astype(np.float32)
+    packed = kernel.pack(five)
+    assert packed.packed.nbytes * 34 == kernel.pack(eight).packed.nbytes * 22
+    np.testing.assert_array_equal(kernel.matmul(packed, x, threads=2), kernel.matmul(kernel.pack(eight), x, threads=2))
 
 
 def test_a_row_gets_the_same_bits_alone_beside_others_and_on_either_thread_count(kernel):

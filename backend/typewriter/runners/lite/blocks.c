@@ -3,15 +3,18 @@
    library with attention.c).
 
    A matrix W [out, in] is held in blocks of 32 inputs, each with a float16 scale per output: at 4 bits as Q4
-   (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1, and Q4_K's sub-blocks), or
-   at 8 bits as Q8 (w = d * q, q in -127..127: Q8_0, Q5_0, and the types rounded to it). `format` names them: 4,
-   41, 8. Rows are quantized to 8 bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot
+   (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1, and Q4_K's sub-blocks), at 5
+   bits as Q5 (w = d * (q - 16): Q5_0) and Q5M (Q5_1, Q5_K's sub-blocks), or at 8 bits as Q8 (w = d * q, q in
+   -127..127: Q8_0 and the types rounded to it). `format` names them: 4, 41, 5, 51, 8. Rows are quantized to 8 bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot
    product is an exact integer, scaled once by both scales.
 
    Packed layout: outputs in groups of 16 (the last padded with zero weights); a group holds its blocks in input
    order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's 16 minimums). Q4 block:
    4 x 64 bytes, chunk j lane o holding output o's weights at inputs 4j..4j+3 in the low nibbles and 16+4j..16+4j+3
-   in the high ones (unsigned: Q4's + 8); Q8 block: 8 x 64 bytes, chunk j lane o the weights at 4j..4j+3 (+ 128).
+   in the high ones (unsigned: Q4's + 8); Q5 block: Q4's 4 x 64 bytes of low nibbles, then 8 64-bit masks of their
+   fifth bits, mask k's bit 4o + t that of the byte the nibble k (0-3 low, 4-7 high) of chunk k % 4, lane o, byte t
+   becomes (unsigned: Q5's + 16), so one masked add of 16 a chunk makes the weights; Q8 block: 8 x 64 bytes, chunk
+   j lane o the weights at 4j..4j+3 (+ 128).
    One VNNI vpdpbusd then takes a chunk against 4 inputs of the row broadcast to every lane: 16 outputs at once, no
    horizontal sums. The unsigned offset comes back as offset x the block's sum of the row's quantized inputs.
 
@@ -48,49 +51,54 @@
 #define PREFETCH 4096
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-enum { Q4 = 4, Q4M = 41, Q8 = 8 };
+enum { Q4 = 4, Q4M = 41, Q5 = 5, Q5M = 51, Q8 = 8 };
 
-static int weight_bits(int format) { return format == Q8 ? 8 : 4; }
+static int weight_bits(int format) { return format == Q8 ? 8 : format == Q5 || format == Q5M ? 5 : 4; }
+static int has_mins(int format) { return format == Q4M || format == Q5M; }
 static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
-static int64_t block_bytes(int format) { return weight_bytes(format) + LANES * 2 * (format == Q4M ? 2 : 1); }
-static int offset_of(int format) { return format == Q4 ? 8 : format == Q8 ? 128 : 0; } /* the unsigned offset */
+static int64_t block_bytes(int format) { return weight_bytes(format) + LANES * 2 * (has_mins(format) ? 2 : 1); }
+static int offset_of(int format) { return format == Q4 ? 8 : format == Q5 ? 16 : format == Q8 ? 128 : 0; } /* unsigned */
 
 /* Bytes of a packed matrix of `in` inputs and `out` outputs, 0 for a shape or format it cannot hold. */
 int64_t typewriter_blocks_bytes(int64_t in, int64_t out, int format) {
-    if (in <= 0 || out <= 0 || in % BLOCK || (format != Q4 && format != Q4M && format != Q8)) return 0;
+    if (in <= 0 || out <= 0 || in % BLOCK || (format != Q4 && format != Q4M && format != Q5 && format != Q5M &&
+                                              format != Q8))
+        return 0;
     return (out + LANES - 1) / LANES * (in / BLOCK) * block_bytes(format);
 }
 
-/* q [out, in] int8 (Q4: -8..7, Q4M: 0..15, Q8: -127..127), scales (and Q4M's minimums) [out, in / 32] float16
-   bits -> packed (typewriter_blocks_bytes of it). */
+/* q [out, in] int8 (Q4: -8..7, Q4M: 0..15, Q5: -16..15, Q5M: 0..31, Q8: -127..127), scales (and Q4M's and Q5M's
+   minimums) [out, in / 32] float16 bits -> packed (typewriter_blocks_bytes of it). */
 void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint16_t *mins, int64_t in, int64_t out,
                             int format, uint8_t *packed) {
     const int64_t nb = in / BLOCK, bb = block_bytes(format), weights = weight_bytes(format);
-    const int off = offset_of(format);
+    const int off = offset_of(format), five = weight_bits(format) == 5;
     memset(packed, 0, (size_t)typewriter_blocks_bytes(in, out, format));
     for (int64_t g = 0; g < (out + LANES - 1) / LANES; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *p = packed + (g * nb + b) * bb;
-            for (int o = 0; o < LANES && g * LANES + o < out; o++) {
-                const int8_t *w = q + (g * LANES + o) * in + b * BLOCK;
+            uint64_t high[8] = {0};
+            for (int o = 0; o < LANES; o++) {
+                /* a padded output's weights are the offset, so they sum to zero against any row */
+                const int real = g * LANES + o < out;
+                const int8_t *w = real ? q + (g * LANES + o) * in + b * BLOCK : NULL;
                 if (format != Q8) {
                     for (int j = 0; j < 4; j++)
-                        for (int t = 0; t < 4; t++)
-                            p[j * 64 + o * 4 + t] = (uint8_t)((w[4 * j + t] + off) | ((w[16 + 4 * j + t] + off) << 4));
+                        for (int t = 0; t < 4; t++) {
+                            const int lo = (real ? w[4 * j + t] : 0) + off, hi = (real ? w[16 + 4 * j + t] : 0) + off;
+                            p[j * 64 + o * 4 + t] = (uint8_t)((lo & 15) | (hi & 15) << 4);
+                            high[j] |= (uint64_t)(lo >> 4 & 1) << (4 * o + t);
+                            high[4 + j] |= (uint64_t)(hi >> 4 & 1) << (4 * o + t);
+                        }
                 } else {
                     for (int j = 0; j < 8; j++)
-                        for (int t = 0; t < 4; t++) p[j * 64 + o * 4 + t] = (uint8_t)(w[4 * j + t] + off);
+                        for (int t = 0; t < 4; t++) p[j * 64 + o * 4 + t] = (uint8_t)((real ? w[4 * j + t] : 0) + off);
                 }
+                if (!real) continue;
                 memcpy(p + weights + o * 2, scales + (g * LANES + o) * nb + b, 2);
-                if (format == Q4M) memcpy(p + weights + LANES * 2 + o * 2, mins + (g * LANES + o) * nb + b, 2);
+                if (has_mins(format)) memcpy(p + weights + LANES * 2 + o * 2, mins + (g * LANES + o) * nb + b, 2);
             }
-            /* a padded output's weights are the offset, so they sum to zero against any row */
-            for (int o = (int)(out - g * LANES); o < LANES; o++) {
-                if (format != Q8)
-                    for (int j = 0; j < 4; j++) memset(p + j * 64 + o * 4, off | (off << 4), 4);
-                else
-                    for (int j = 0; j < 8; j++) memset(p + j * 64 + o * 4, off, 4);
-            }
+            if (five) memcpy(p + LANES * BLOCK / 2, high, sizeof high);
         }
 }
 
@@ -157,11 +165,11 @@ static inline int lanes_of(const Call *c, int64_t g) { return c->out - g * LANES
 static inline __attribute__((always_inline)) VNNI void group512(const Call *c, int64_t g, int r0, const int rt,
                                                                  const int format) {
     const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format);
-    const int four = format != Q8, mins = format == Q4M, offset = offset_of(format);
+    const int four = format != Q8, five = weight_bits(format) == 5, mins = has_mins(format), offset = offset_of(format);
     const uint8_t *p = c->packed + g * nb * bb;
     __m512 f[ROW_TILE];
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
-    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i low = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     for (int64_t b = 0; b < nb; b++, p += bb) {
         for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
         __m512i w[8];
@@ -171,6 +179,12 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
                 w[j] = _mm512_and_si512(v, low);
                 w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
             }
+            if (five)
+                for (int k = 0; k < 8; k++) {
+                    uint64_t bits;
+                    memcpy(&bits, p + LANES * BLOCK / 2 + 8 * k, 8);
+                    w[k] = _mm512_mask_add_epi8(w[k], _cvtu64_mask64(bits), w[k], sixteen);
+                }
         } else {
             for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(p + 64 * j);
         }
@@ -201,6 +215,15 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
     for (int r = 0; r < rt; r++) _mm512_mask_storeu_ps(c->y + (r0 + r) * c->y_stride + g * LANES, keep, f[r]);
 }
 
+/* 32 bits -> 32 bytes, byte i 0xFF where bit i is set (llama.cpp's bytes_from_bits_32). */
+static inline __attribute__((always_inline)) __m256i bytes_of_bits(uint32_t bits) {
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits),
+                                               _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                                                 0x0101010101010101, 0x0000000000000000));
+    return _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                             _mm256_set1_epi64x(-1));
+}
+
 /* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's
    unsigned weights (at most 15) against 8-bit inputs never reach it; Q8's are made signed again and multiplied as
    |w| against x with w's sign, so every pair stays within 2 x 127 x 127 (and no offset is taken back). */
@@ -216,8 +239,8 @@ static inline __attribute__((always_inline)) __m256i dot256s(__m256i acc, __m256
 
 static inline __attribute__((always_inline)) void group256(const Call *c, int64_t g, int r0, const int rt) {
     const int64_t nb = c->in / BLOCK, bb = block_bytes(c->format), at = weight_bytes(c->format);
-    const int four = c->format != Q8, mins = c->format == Q4M, offset = c->format == Q8 ? 0 : offset_of(c->format);
-    const int lanes = lanes_of(c, g);
+    const int four = c->format != Q8, five = weight_bits(c->format) == 5, mins = has_mins(c->format);
+    const int offset = c->format == Q8 ? 0 : offset_of(c->format), lanes = lanes_of(c, g);
     for (int half = 0; half < 2 && 8 * half < lanes; half++) {
         const uint8_t *p = c->packed + g * nb * bb + 32 * half;
         __m256 f[ROW_TILE256];
@@ -232,6 +255,12 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                     w[j] = _mm256_and_si256(v, low);
                     w[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                 }
+                if (five) /* this half's 32 bits of each mask, a bit to a byte */
+                    for (int k = 0; k < 8; k++) {
+                        uint32_t bits;
+                        memcpy(&bits, p - 32 * half + LANES * BLOCK / 2 + 8 * k + 4 * half, 4);
+                        w[k] = _mm256_or_si256(w[k], _mm256_and_si256(bytes_of_bits(bits), _mm256_set1_epi8(16)));
+                    }
             } else {
                 const __m256i sign = _mm256_set1_epi8((char)0x80);
                 for (int j = 0; j < 8; j++)
@@ -300,6 +329,8 @@ static VNNI void group_wide(const Call *c, int64_t g) {
     switch (c->format) {
         case Q4: tiles512(c, g, Q4); break;
         case Q4M: tiles512(c, g, Q4M); break;
+        case Q5: tiles512(c, g, Q5); break;
+        case Q5M: tiles512(c, g, Q5M); break;
         default: tiles512(c, g, Q8); break;
     }
 }

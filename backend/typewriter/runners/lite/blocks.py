@@ -3,9 +3,11 @@ them for the next start), which runs a step through every layer in one call. The
 formats exactly where they can (docs/measurements/2026-12-05-4-bit-weights-research.md, "Recommendation"):
 
 - Q4_0 as Q4; Q4_1 as Q4M; Q4_K as Q4M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m).
-- Q8_0 and Q5_0 as Q8 (Q5_0's q - 16 fits 8 bits).
-- every other type (Q6_K, Q5_1, Q5_K, the float types of a directory or a test model) rounded to Q8 blocks
-  again: 8 bits a block of 32 against the file's 5 or 6, the one rounding this path adds.
+- Q5_0 as Q5; Q5_1 as Q5M; Q5_K as Q5M, as Q4_K. The 0.5B's layers are mostly Q5_0: held at 8 bits they read
+  1.5x its bytes (docs/measurements/2026-12-06-zen4.md).
+- Q8_0 as Q8.
+- every other type (Q6_K, the float types of a directory or a test model) rounded to Q8 blocks again: 8 bits a
+  block of 32 against the file's 6, the one rounding this path adds.
 
 Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and minimums [out, in / 32] float16.
 """
@@ -30,7 +32,7 @@ from .attention import HostCache
 from .kernel import Kernel
 
 BLOCK = 32
-FORMATS = {"q4": 4, "q4m": 41, "q8": 8}  # blocks.c's `format`
+FORMATS = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51, "q8": 8}  # blocks.c's `format`
 _P = ctypes.c_void_p
 MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
@@ -41,7 +43,7 @@ class Blocks:
 
     q: np.ndarray  # [out, in] int8
     scales: np.ndarray  # [out, in / 32] float16
-    mins: np.ndarray | None  # [out, in / 32] float16, Q4M only
+    mins: np.ndarray | None  # [out, in / 32] float16, Q4M and Q5M only
     format: int
 
     def dequantized(self) -> np.ndarray:
@@ -63,6 +65,24 @@ def _nibbles(qs: np.ndarray) -> np.ndarray:
     return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
 
 
+def _fifth_bits(qh: np.ndarray) -> np.ndarray:
+    """[n, 4] bytes, a bit a value (little-endian) -> [n, 32] uint8 0 or 16: Q5_0's and Q5_1's high bits."""
+    return np.unpackbits(np.ascontiguousarray(qh), axis=1, bitorder="little") << 4
+
+
+def _k_scales(b: np.ndarray, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's and Q5_K's sub-block scales and minimums as float16 [out, in / 32]: d x sc and -dmin x m."""
+    d, dmin = _half(b, 0).astype(np.float32), _half(b, 2).astype(np.float32)
+    sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [n, 8] each
+    return ((d * sc.astype(np.float32)).astype(np.float16).reshape(out, -1),
+            (-dmin * m.astype(np.float32)).astype(np.float16).reshape(out, -1))
+
+
+def _k_nibbles(qs: np.ndarray) -> np.ndarray:
+    """[n, 128] bytes -> [n, 8 sub-blocks, 32] uint8 0-15: sub-block 2c is chunk c's low nibbles, 2c + 1 its high."""
+    return ((qs.reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F).reshape(-1, 8, 32)
+
+
 def blocks_of(data: np.ndarray, kind: Q, out: int, n: int) -> Blocks:
     """A GGUF matrix's data (its rows' bytes [out, row bytes], or its numbers [out, in]) in the kernel's format."""
     raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
@@ -79,18 +99,22 @@ def blocks_of(data: np.ndarray, kind: Q, out: int, n: int) -> Blocks:
         return Blocks(b[:, 2:].view(np.int8).reshape(out, n), _half(b, 0).reshape(out, -1), None, FORMATS["q8"])
     if kind == Q.Q5_0:  # {f16 d; u8 qh[4]; u8 qs[16]}: ((q | bit << 4) - 16) * d
         b = raw.reshape(-1, 22)
-        high = np.unpackbits(np.ascontiguousarray(b[:, 2:6]), axis=1, bitorder="little") << 4
-        q = (_nibbles(b[:, 6:]) | high).astype(np.int8) - np.int8(16)
-        return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), None, FORMATS["q8"])
+        q = (_nibbles(b[:, 6:]) | _fifth_bits(b[:, 2:6])).astype(np.int8) - np.int8(16)
+        return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), None, FORMATS["q5"])
+    if kind == Q.Q5_1:  # {f16 d; f16 m; u8 qh[4]; u8 qs[16]}: (q | bit << 4) * d + m
+        b = raw.reshape(-1, 24)
+        q = (_nibbles(b[:, 8:]) | _fifth_bits(b[:, 4:8])).astype(np.int8)
+        return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), _half(b, 2).reshape(out, -1), FORMATS["q5m"])
     if kind == Q.Q4_K:  # 256 values: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 8 sub-blocks of 32
         b = raw.reshape(-1, 144)
-        d, dmin = _half(b, 0).astype(np.float32), _half(b, 2).astype(np.float32)
-        sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [n, 8] each
-        qs = b[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)  # [n, 4 chunks, 2, 32]
-        q = (qs & 0x0F).astype(np.int8).reshape(out, n)  # sub-block 2c: chunk c's low nibbles, 2c + 1 its high ones
-        scales = (d * sc.astype(np.float32)).astype(np.float16).reshape(out, -1)
-        mins = (-dmin * m.astype(np.float32)).astype(np.float16).reshape(out, -1)
-        return Blocks(q, scales, mins, FORMATS["q4m"])
+        scales, mins = _k_scales(b, out)
+        return Blocks(_k_nibbles(b[:, 16:]).astype(np.int8).reshape(out, n), scales, mins, FORMATS["q4m"])
+    if kind == Q.Q5_K:  # 256 values: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: sub-block s's fifth
+        b = raw.reshape(-1, 176)  # bits are bit s of qh's 32 bytes
+        high = ((b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1) << 4
+        scales, mins = _k_scales(b, out)
+        q = (_k_nibbles(b[:, 48:]) | high).astype(np.int8).reshape(out, n)
+        return Blocks(q, scales, mins, FORMATS["q5m"])
     return rounded_to_q8(dequantize(data, kind).reshape(out, n) if kind not in (Q.F32, Q.F16) else
                          np.asarray(data, np.float32).reshape(out, n))
 
