@@ -14,11 +14,37 @@ from typewriter.runners.options import RunnerOptions
 from typewriter.runners.xla.runner import XlaRunner
 
 
-def test_auto_picks_int8_lite_for_the_llama_family_and_fp32_for_the_others():
+def test_auto_picks_q4_blocks_on_avx512_vnni_else_int8_lite_for_the_llama_family_and_fp32_for_the_others():
     assert Settings().model.weights == "auto"
-    assert WeightFormat(Settings().model.weights).resolved(tiny_config().family) is WeightFormat.INT8_LITE
-    assert WeightFormat.AUTO.resolved(gpt2_config().family) is WeightFormat.FP32
-    assert WeightFormat.FP32.resolved(tiny_config().family) is WeightFormat.FP32
+    auto, llama = WeightFormat(Settings().model.weights), tiny_config().family
+    assert auto.resolved(llama, wide_blocks=True) is WeightFormat.Q4_BLOCKS
+    assert auto.resolved(llama, wide_blocks=False) is WeightFormat.INT8_LITE
+    assert WeightFormat.AUTO.resolved(gpt2_config().family, wide_blocks=True) is WeightFormat.FP32
+    assert WeightFormat.FP32.resolved(llama, wide_blocks=True) is WeightFormat.FP32
+    assert WeightFormat.INT8_LITE.resolved(llama, wide_blocks=True) is WeightFormat.INT8_LITE
+
+
+def test_q4_blocks_is_counted_wide_only_where_the_cpu_has_avx512_vnni_and_the_heads_fit(monkeypatch):
+    from typewriter.runners.lite import kernel
+
+    monkeypatch.setattr(kernel, "_cpu_flags", lambda: {"avx2", "fma", "f16c", *kernel.WIDE_FLAGS})
+    assert kernel.blocks_run_wide(64)
+    assert not kernel.blocks_run_wide(40)  # heads the attention kernel cannot take
+    monkeypatch.setattr(kernel, "_cpu_flags", lambda: {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl"})
+    assert not kernel.blocks_run_wide(64)  # no VNNI: AVX2's path, slower at a batch
+    monkeypatch.setattr(kernel, "_cpu_flags", lambda: None)
+    assert not kernel.blocks_run_wide(64)
+
+
+def test_the_default_runs_what_this_machine_s_kernel_runs_fastest(tiny_gguf, tmp_path):
+    from typewriter.runners.lite.kernel import blocks_run_wide
+
+    engine, _, _ = _load(tiny_gguf, "auto", tmp_path)
+    try:
+        described = engine.describe_runtime()
+    finally:
+        engine.shutdown()
+    assert described["weights"] == ("q4-blocks" if blocks_run_wide(tiny_config().head_dim) else "int8-lite")
 
 
 def _load(path, weight_format, tmp_path, compile="start"):

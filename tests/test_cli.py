@@ -10,9 +10,14 @@ import sys
 import pytest
 from repo import ROOT
 
+from typewriter.runners.lite.kernel import blocks_run_wide
+
 pytestmark = pytest.mark.slow
 
 SMALL = ["--max-context", "256"]  # fewer buckets to compile
+DEFAULT = "q4-blocks" if blocks_run_wide(64) else "int8-lite"  # what `auto` runs the embedded model as here
+MADE = {"q4-blocks": "q4-blocks: layer 30/30 packed", "int8-lite": "int8-lite: program 32/32"}
+KEPT = {"q4-blocks": "q4-blocks: blocks from", "int8-lite": "int8-lite: programs from"}
 
 
 def typewriter(*args: str, stdin: str | None = None, timeout: float = 600,
@@ -35,11 +40,11 @@ def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer(tmp_
     assert end["type"] == "end" and end["reason"] == "length"
     assert end["usage"] == {"prompt_tokens": 5, "completion_tokens": 12}
     assert end["timings"]["ttft_ms"] > 0 and end["timings"]["tokens_per_s"] > 0 and end["timings"]["load_ms"] > 0
-    assert "loaded" in run.stderr and "int8-lite: program 32/32" in run.stderr  # progress while making them
+    assert "loaded" in run.stderr and MADE[DEFAULT] in run.stderr  # progress while making them
     again = typewriter("generate", "--json", "--temperature", "0", "--raw", "--max-new-tokens", "12", *SMALL,
                        "The capital of France is", env=cache)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"int8-lite: programs from {tmp_path / 'lite'}" in again.stderr and "weights" not in again.stderr
+    assert f"{KEPT[DEFAULT]} {tmp_path / 'lite'}" in again.stderr and "weights" not in again.stderr
     assert again.stdout.splitlines()[:-1] == run.stdout.splitlines()[:-1]  # the same tokens from the cached ones
 
 
@@ -80,5 +85,5 @@ def test_bench_reports_every_measure_as_json():
     for key in ("load_s", "ttft_uncached_ms", "ttft_ms", "single_tokens_per_s", "aggregate_tokens_per_s",
                 "batched_vs_single"):
         assert result[key] > 0, key
-    assert result["compile_s"] == 0  # the default, int8-lite, compiles nothing
+    assert result["compile_s"] == 0  # the default, q4-blocks or int8-lite, compiles nothing
     assert result["ttft_ms"] < result["ttft_uncached_ms"]  # the second measure reuses all but the last token

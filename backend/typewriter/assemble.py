@@ -18,6 +18,7 @@ from .config import Settings, WeightFormat, lite_cache_dir
 from .engine.engine import Engine
 from .engine.runner import Runner
 from .heap import release_mapped, return_freed_memory
+from .runners.lite.kernel import blocks_run_wide
 from .runners.options import Compile, Progress, RunnerOptions
 from .text.tokenizer import Tokenizer
 from .weights import load_weights, resolve_model_path
@@ -46,7 +47,7 @@ def open_runner(model_path: str | Path | None, options: RunnerOptions,
     progress(f"loading {path}")
     source, _ = open_source(path)  # parsed once, for the config, the weights and the tokenizer
     cfg = read_config(source)
-    options = dataclasses.replace(options, weights=options.weights.resolved(cfg.family))
+    options = dataclasses.replace(options, weights=options.weights.resolved(cfg.family, blocks_run_wide(cfg.head_dim)))
     # The tokenizer is built beside the runner, whose program files' digests run without the GIL meanwhile
     # (docs/measurements/2026-12-05-cached-start.md); a runner that needs it first (to calibrate) waits for it.
     with ThreadPoolExecutor(1, thread_name_prefix="typewriter-tokenizer") as pool:

@@ -38,7 +38,8 @@ DEFAULT_MAX_NEW_TOKENS = 512  # an answer's length when a chat does not ask (at 
 
 # How a model's matrices are held and run (`--weights`): runners/lite/ runs the int8-lite formats, runners/xla/ the others.
 class WeightFormat(enum.StrEnum):
-    AUTO = "auto"  # int8-lite for the Llama family, which is all it runs; fp32 for the others
+    # Llama-family models: q4-blocks where its kernel runs on AVX-512 VNNI, else int8-lite; fp32 for the others
+    AUTO = "auto"
     FP32 = "fp32"  # XLA: the file's weights exactly
     INT8 = "int8"  # XLA: int8 x int8 after a rotation (runners/xla/quantized.py)
     # LiteRT programs: int8 weights rounded by GPTQ, the rows that need it at 16 bits; -fast keeps every row at 8
@@ -55,11 +56,16 @@ class WeightFormat(enum.StrEnum):
         """Run by the lite runtime: int8-lite's programs on LiteRT, or q4-blocks' kernel (else by XLA)."""
         return self in (WeightFormat.INT8_LITE, WeightFormat.INT8_LITE_FAST, WeightFormat.Q4_BLOCKS)
 
-    def resolved(self, family: str) -> WeightFormat:
-        """AUTO made concrete for a model `family`; any other format as it is."""
+    def resolved(self, family: str, wide_blocks: bool) -> WeightFormat:
+        """AUTO made concrete for a model `family` on this machine (`wide_blocks`: q4-blocks would run on AVX-512
+        VNNI, runners/lite/kernel.py's blocks_run_wide); any other format as it is. q4-blocks wins one student, a
+        class, the start, the memory and the KL on AVX-512 VNNI machines, Intel and AMD
+        (docs/measurements/2026-12-06-zen4.md)."""
         if self is not WeightFormat.AUTO:
             return self
-        return WeightFormat.INT8_LITE if family == "llama" else WeightFormat.FP32
+        if family != "llama":
+            return WeightFormat.FP32
+        return WeightFormat.Q4_BLOCKS if wide_blocks else WeightFormat.INT8_LITE
 
 
 WEIGHT_FORMATS = tuple(f.value for f in WeightFormat)

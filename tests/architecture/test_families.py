@@ -41,10 +41,10 @@ COMPILE_WAIT_S = 120  # the first answer compiles its programs (compile="lazy")
 GREEDY = SamplingParams(max_new_tokens=12, temperature=0.0, repetition_penalty=1.0)
 
 
-def answer(path, messages):
+def answer(path, messages, weight_format="auto"):
     """(prompt ids, answer ids, streamed text, tokenizer) from a real engine."""
     engine, tokenizer, _ = assemble.load(path, slots=1, max_context=64, max_queue=0, prefill_budget=8,
-                                        compile="lazy")
+                                        compile="lazy", weight_format=weight_format)
     try:
         ids = tokenizer.encode_chat(messages, system="")
         rec = Recorder()
@@ -67,7 +67,10 @@ def test_a_llama_with_a_sentencepiece_tokenizer_answers_as_the_greedy_loop_and_s
         path = write_gguf(tmp_path / "tiny.gguf", cfg, weights, tokenizer="spm")
     else:
         path = write_hf_dir(tmp_path / "hf", cfg, weights, tokenizer=form)
-    ids, answer_ids, text, tokenizer = answer(path, [{"role": "user", "content": "hello world"}])
+    # int8-lite, whose 16-bit rows keep a random model's greedy answer on fp32's: q4-blocks takes each row to 8 bits
+    # a block, as llama.cpp does, and a random model's near-ties may then go the other way (its greedy parity with
+    # its own kernel: runners/lite/test_blocks.py)
+    ids, answer_ids, text, tokenizer = answer(path, [{"role": "user", "content": "hello world"}], "int8-lite")
     assert ids[0] == tokenizer.bos_token_id and tokenizer.decode(ids).endswith("hello world [/INST]")
     model = build_model(*load_weights(path), slots=1, max_len=64)
     assert answer_ids == greedy_loop(model, ids, GREEDY.max_new_tokens, tokenizer.eos_token_ids)

@@ -75,6 +75,6 @@ def test_the_weights_help_names_int8_lite_as_the_fast_one_and_xlas_int8_as_slowe
     with pytest.raises(SystemExit):
         cli.main(["generate", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "int8-lite is the fast one" in help_text
+    assert "auto is q4-blocks on AVX-512 VNNI, else int8-lite for Llama models, else fp32" in help_text
     assert "XLA's int8 4x fewer bytes than fp32 but slower for one row" in help_text
     assert "int8 is faster" not in help_text

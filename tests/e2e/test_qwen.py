@@ -14,6 +14,7 @@ from playwright.sync_api import expect, sync_playwright
 from real_server import grpc_address, http_get, real_server
 from websockets.sync.client import connect
 
+from typewriter.runners.lite.kernel import blocks_run_wide
 from typewriter.server.grpc.gen import chat_pb2 as pb
 from typewriter.server.grpc.gen import chat_pb2_grpc
 
@@ -28,8 +29,8 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, qwen_model):
-    """One server for the module, its int8-lite programs in the user's own cache (made once, checked by digest
-    at every start, so a second run starts warm)."""
+    """One server for the module, its default format's blocks or programs in the user's own cache (made once,
+    checked by digest at every start, so a second run starts warm)."""
     log = tmp_path_factory.mktemp("qwen") / "server.log"
     with real_server(SETTINGS | {"TYPEWRITER_MODEL_PATH": str(qwen_model)}, log, args=["--grpc-port", "0"]) as base:
         yield base, log
@@ -51,7 +52,9 @@ def test_the_server_describes_the_model_and_its_runtime(server):
     status, body = http_get(f"{base}/readyz")
     ready = json.loads(body)
     assert status == 200 and ready["model"] == "qwen2.5-coder-0.5b-instruct"
-    assert ready["runtime"]["name"] == "int8-lite" and ready["runtime"]["programs"] == {"made_at_load": 26}
+    runtime, blocks = ready["runtime"], blocks_run_wide(64)  # the 0.5B's heads are of 64 channels
+    assert runtime["name"] == "int8-lite" and runtime["weights"] == ("q4-blocks" if blocks else "int8-lite")
+    assert runtime["programs"] == {"made_at_load": 0 if blocks else 26}  # q4-blocks makes none
 
 
 def test_a_question_in_english_and_one_in_chinese_stream_to_an_end(server):

@@ -22,15 +22,20 @@ SPIN = "while True: pass"
 
 
 def seeded_cache(folder: Path, model: Path) -> Path:
-    """A program cache with the embedded model's programs copied from the user's, where it holds them (the test is
-    of the probe, and making the programs on a busy machine takes minutes), and no kept step times."""
+    """A program cache with the embedded model's programs (or blocks) in the default format copied from the user's,
+    where it holds them (the test is of the probe, and making int8-lite's programs on a busy machine takes
+    minutes), and no kept step times."""
     from typewriter.config import WeightFormat, lite_cache_dir
+    from typewriter.runners.lite import blocks_cache
+    from typewriter.runners.lite.kernel import blocks_run_wide
     from typewriter.runners.lite.program_cache import cache_key
     from typewriter.runners.lite.start import CAPACITY
     from typewriter.weights.source import open_source, read_config
 
     source, _ = open_source(model)
-    key = cache_key(model, read_config(source), WeightFormat.INT8_LITE.value)
+    cfg = read_config(source)
+    fmt = WeightFormat.AUTO.resolved(cfg.family, blocks_run_wide(cfg.head_dim))
+    key = cache_key(model, cfg, fmt.value, blocks_cache.LAYOUT if fmt is WeightFormat.Q4_BLOCKS else "")
     mine = lite_cache_dir({k: v for k, v in os.environ.items() if k != "TYPEWRITER_LITE_CACHE"})
     if mine and (made := Path(mine) / key).is_dir():
         shutil.copytree(made, folder / key, ignore=shutil.ignore_patterns(CAPACITY))

@@ -44,11 +44,12 @@ def add_model_arguments(p: argparse.ArgumentParser, from_settings: bool = False,
                    help=f"tokens of KV cache per stream (default {context}{context_var})")
     if weights:
         p.add_argument("--weights", choices=WEIGHT_FORMATS, default=None if from_settings else default_weights,
-                       help=f"how the matrices are held: int8-lite is the fast one for a class (Llama models; "
-                       f"-fast trades some quality for faster batches), q4-blocks a GGUF file's own blocks in C "
-                       f"(faster for one student, held once in about the file's bytes, slower batches), fp32 exactly "
-                       f"the file's, XLA's int8 4x fewer bytes than fp32 but slower for one row; auto is int8-lite "
-                       f"where it runs, else fp32 (default {default_weights}{weights_var})")
+                       help=f"how the matrices are held: q4-blocks runs a GGUF file's own blocks in C (Llama "
+                       f"models; the fast one where the CPU has AVX-512 VNNI, held once in about the file's bytes), "
+                       f"int8-lite int8 LiteRT programs (Llama models; -fast trades some quality for faster "
+                       f"batches), fp32 exactly the file's, XLA's int8 4x fewer bytes than fp32 but slower for one "
+                       f"row; auto is q4-blocks on AVX-512 VNNI, else int8-lite for Llama models, else fp32 "
+                       f"(default {default_weights}{weights_var})")
 
 
 def check_model_arguments(args: argparse.Namespace) -> None:

@@ -159,18 +159,28 @@ def real_engine():
 
 CUTS = (1, 2, 5, 17, 40, 63, 99, 108)
 SYSTEM = "You are a helpful science tutor."  # pinned: the tutor's default may change, and with it the answer
-# Its greedy answer says "... move through a series of proteins," at tokens 107-111: "through", "through a" ... are
-# held back as a possible stop, and two cuts fall inside.
-STOP = "through a series of proteins"
+QUESTION = [{"role": "user", "content": "Explain how plants make food."}]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("params", "cuts"), [
-    (SamplingParams(max_new_tokens=120, temperature=0.0), CUTS),  # the server's default repetition penalty, 1.1
-    (SamplingParams(max_new_tokens=120, temperature=0.0, stop=(STOP,)), (*CUTS, 109, 110)),
-    (SamplingParams(max_new_tokens=120, temperature=0.7, seed=11), CUTS),
-], ids=["greedy", "greedy-with-a-stop", "seeded"])
-def test_the_real_model_continues_its_own_words_as_if_never_cut(real_engine, params, cuts):
+@pytest.mark.parametrize("params", [
+    SamplingParams(max_new_tokens=120, temperature=0.0),  # the server's default repetition penalty, 1.1
+    SamplingParams(max_new_tokens=120, temperature=0.7, seed=11),
+], ids=["greedy", "seeded"])
+def test_the_real_model_continues_its_own_words_as_if_never_cut(real_engine, params):
     engine, tokenizer = real_engine
-    prompt = tokenizer.encode_chat([{"role": "user", "content": "Explain how plants make food."}], system=SYSTEM)
-    continued_everywhere(engine, tokenizer, prompt, params, cuts)
+    continued_everywhere(engine, tokenizer, tokenizer.encode_chat(QUESTION, system=SYSTEM), params, CUTS)
+
+
+@pytest.mark.slow
+def test_the_real_model_continues_inside_a_stop_sequence_it_was_holding_back(real_engine):
+    """The stop is the words of the model's own greedy answer at tokens 107-111 (whatever this machine's weight
+    format makes them): their start is held back as a possible stop, and two cuts fall inside it."""
+    engine, tokenizer = real_engine
+    prompt = tokenizer.encode_chat(QUESTION, system=SYSTEM)
+    free = answer(engine, "free", prompt, SamplingParams(max_new_tokens=120, temperature=0.0))
+    texts = [e.text for e in free.tokens]
+    before, stop = "".join(texts[:107]), "".join(texts[107:112]).strip()
+    assert len(stop) >= 8 and free.text.find(stop) >= len(before), f"{stop!r} is not new at token 107"
+    params = SamplingParams(max_new_tokens=120, temperature=0.0, stop=(stop,))
+    continued_everywhere(engine, tokenizer, prompt, params, (*CUTS, 109, 110))

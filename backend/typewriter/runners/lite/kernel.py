@@ -25,6 +25,7 @@ SOURCE_DIR = Path(__file__).parent
 SOURCES = ("attention.c", "gptq.c", "blocks.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-pthread")
 TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
+WIDE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")  # blocks.c's typewriter_blocks_wide, as cpuinfo spells them
 _P = ctypes.c_void_p
 
 
@@ -200,12 +201,28 @@ def load(folder: str | None) -> Kernel | None:
     return None
 
 
-def _cpu_lacks() -> str | None:
+def blocks_run_wide(head_dim: int) -> bool:
+    """Whether q4-blocks would run here on blocks.c's AVX-512 VNNI path (its AVX2 one is 2-3.5x slower at a batch,
+    docs/measurements/2026-12-05-gguf-blocks-kernel.md), told without building the kernel: the CPU's flags, heads
+    the attention kernel takes, and a kernel built beside the sources or a compiler to build one."""
+    flags = _cpu_flags()
+    return (flags is not None and _cpu_lacks() is None and all(f in flags for f in WIDE_FLAGS) and
+            head_dim % TILE == 0 and (_library(SOURCE_DIR).exists() or shutil.which("cc") is not None))
+
+
+def _cpu_flags() -> set[str] | None:
     try:
-        flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
+        return None
+    return set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
+
+
+def _cpu_lacks() -> str | None:
+    flags = _cpu_flags()
+    if flags is None:
         return "/proc/cpuinfo is unreadable, so AVX2, FMA and F16C cannot be checked"
-    missing = [f for f in ("avx2", "fma", "f16c") if f not in flags.split()]
+    missing = [f for f in ("avx2", "fma", "f16c") if f not in flags]
     return f"the CPU lacks {', '.join(missing)}" if missing else None
 
 
