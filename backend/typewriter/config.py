@@ -58,9 +58,8 @@ class WeightFormat(enum.StrEnum):
 
     def resolved(self, family: str, wide_blocks: bool) -> WeightFormat:
         """AUTO made concrete for a model `family` on this machine (`wide_blocks`: q4-blocks would run on AVX-512
-        VNNI, runners/lite/kernel.py's blocks_run_wide); any other format as it is. q4-blocks wins one student, a
-        class, the start, the memory and the KL on AVX-512 VNNI machines, Intel and AMD
-        (docs/measurements/2026-12-06-zen4.md)."""
+        VNNI, runners/lite/kernel.py's blocks_run_wide); any other format as it is. There q4-blocks beats int8-lite
+        on one student, a class, the start, the memory and the KL (docs/measurements/2026-12-06-zen4.md)."""
         if self is not WeightFormat.AUTO:
             return self
         if family != "llama":
