@@ -176,7 +176,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--model", help="a GGUF file (default: the embedded model)")
     parser.add_argument("--servers", default="ours,llama", help="ours, llama or both (default: ours,llama)")
-    parser.add_argument("--weights", help="our server's --weights (default: its own, int8-lite for Llama models)")
+    parser.add_argument("--weights", help="our server's --weights (default: its own, auto)")
     parser.add_argument("--limit", type=int, default=200, help="English problems (default 200)")
     parser.add_argument("--offset", type=int, default=0, help="the first English problem (default 0)")
     parser.add_argument("--languages", default="en,es,zh", help="of en, es, zh (default: all three)")
