@@ -38,8 +38,7 @@ def main() -> int:
     prepare_environment(tempfile.mkdtemp(prefix="typewriter-xla-"))
     rows = [("start (Python)", rss_mb(), "")]
     tf = import_tensorflow()
-    from typewriter.config import Settings, WeightFormat
-    from typewriter.runners.lite.kernel import blocks_run_wide
+    from typewriter.config import Settings
     from typewriter.text.tokenizer import Tokenizer
     from typewriter.weights import load_weights, resolve_model_path
     from typewriter.weights.source import open_source
@@ -51,7 +50,9 @@ def main() -> int:
     tokenizer = Tokenizer.from_gguf(path, source.fields)
     rows.append(("weights read (float32 numpy) and the tokenizer", rss_mb(),
                  f"{sum(w.nbytes for w in weights.values()) / 2**20:.0f} MiB of arrays"))
-    fmt = WeightFormat(args.weights or Settings().model.weights).resolved(cfg.family, blocks_run_wide(cfg.head_dim))
+    from typewriter.assemble import weights_for  # here: the rows above are each stage's own memory
+
+    fmt = weights_for(cfg, args.weights or Settings().model.weights)
     if fmt.lite:  # built here from the weights already held, so each stage's memory is its own
         from typewriter.runners.lite.runner import LiteRunner
 

@@ -124,16 +124,14 @@ def main() -> int:
     prepare_environment(None)
     from classroom_servers import embedded_model
 
-    from typewriter.assemble import read_model
-    from typewriter.config import WeightFormat
-    from typewriter.runners.lite.kernel import blocks_run_wide
+    from typewriter.assemble import read_model, weights_for
     from typewriter.runners.lite.start import calibration_ids
     from typewriter.text.tokenizer import DEFAULT_SYSTEM_PROMPT
 
     answers = None if args.follow == "gold" else json.loads(Path(args.follow).read_text())
     path = args.model or (answers["model"] if answers else embedded_model())
     cfg, weights, tokenizer = read_model(Path(path))
-    fmt = args.format or WeightFormat.AUTO.resolved(cfg.family, blocks_run_wide(cfg.head_dim)).value
+    fmt = args.format or weights_for(cfg).value
     if answers is None:
         seqs = gold_sequences(args.limit, args.offset, tokenizer, DEFAULT_SYSTEM_PROMPT)
     else:

@@ -1,19 +1,31 @@
 """What several test files need: protocol v1 frames, reading them until a chat ends, waiting for a condition,
-recording an engine request's events, and a hand-moved clock for an engine driven step by step."""
+recording an engine request's events, a hand-moved clock for an engine driven step by step, and the weight format
+a model runs as here by default."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from pathlib import Path
 
 from typewriter.engine.request import Finished, GenerationRequest, SamplingParams, Token
 from typewriter.engine.step_cost import SEEN
 
 WAIT_S = 10.0  # generous: only reached when something is broken
+
+
+@functools.cache
+def default_weights(model: Path) -> str:
+    """What `auto` runs `model` as on this machine (assemble.weights_for): q4-blocks or int8-lite for a Llama."""
+    from typewriter.assemble import weights_for
+    from typewriter.weights.source import open_source, read_config
+
+    return weights_for(read_config(open_source(model)[0])).value
 
 
 class Clock:

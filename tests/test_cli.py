@@ -8,14 +8,14 @@ import subprocess
 import sys
 
 import pytest
+from helpers import default_weights
 from repo import ROOT
 
-from typewriter.runners.lite.kernel import blocks_run_wide
+from typewriter.weights.source import embedded_model_path
 
 pytestmark = pytest.mark.slow
 
 SMALL = ["--max-context", "256"]  # fewer buckets to compile
-DEFAULT = "q4-blocks" if blocks_run_wide(64) else "int8-lite"  # what `auto` runs the embedded model as here
 MADE = {"q4-blocks": "q4-blocks: layer 30/30 packed", "int8-lite": "int8-lite: program 32/32"}
 KEPT = {"q4-blocks": "q4-blocks: blocks from", "int8-lite": "int8-lite: programs from"}
 
@@ -40,11 +40,12 @@ def test_generate_json_streams_tokens_whose_texts_concatenate_to_the_answer(tmp_
     assert end["type"] == "end" and end["reason"] == "length"
     assert end["usage"] == {"prompt_tokens": 5, "completion_tokens": 12}
     assert end["timings"]["ttft_ms"] > 0 and end["timings"]["tokens_per_s"] > 0 and end["timings"]["load_ms"] > 0
-    assert "loaded" in run.stderr and MADE[DEFAULT] in run.stderr  # progress while making them
+    default = default_weights(embedded_model_path())  # what `auto` runs it as here
+    assert "loaded" in run.stderr and MADE[default] in run.stderr  # progress while making them
     again = typewriter("generate", "--json", "--temperature", "0", "--raw", "--max-new-tokens", "12", *SMALL,
                        "The capital of France is", env=cache)
     assert again.returncode == 0, again.stderr[-2000:]
-    assert f"{KEPT[DEFAULT]} {tmp_path / 'lite'}" in again.stderr and "weights" not in again.stderr
+    assert f"{KEPT[default]} {tmp_path / 'lite'}" in again.stderr and "weights" not in again.stderr
     assert again.stdout.splitlines()[:-1] == run.stdout.splitlines()[:-1]  # the same tokens from the cached ones
 
 

@@ -40,6 +40,12 @@ class LoadTimes:
     compile_s: float  # of which compiling programs (XLA; int8-lite compiles nothing)
 
 
+def weights_for(cfg: ModelConfig, weights: WeightFormat | str = WeightFormat.AUTO) -> WeightFormat:
+    """`weights` made concrete for the model `cfg` on this machine (`auto`: by runners/lite/kernel.py's
+    blocks_run_wide)."""
+    return WeightFormat(weights).resolved(cfg.family, blocks_run_wide(cfg.head_dim))
+
+
 def open_runner(model_path: str | Path | None, options: RunnerOptions,
                 progress: Progress = lambda _: None) -> Opened:
     """`model_path` None: the embedded model."""
@@ -47,7 +53,7 @@ def open_runner(model_path: str | Path | None, options: RunnerOptions,
     progress(f"loading {path}")
     source, _ = open_source(path)  # parsed once, for the config, the weights and the tokenizer
     cfg = read_config(source)
-    options = dataclasses.replace(options, weights=options.weights.resolved(cfg.family, blocks_run_wide(cfg.head_dim)))
+    options = dataclasses.replace(options, weights=weights_for(cfg, options.weights))
     # The tokenizer is built beside the runner, whose program files' digests run without the GIL meanwhile
     # (docs/measurements/2026-12-05-cached-start.md); a runner that needs it first (to calibrate) waits for it.
     with ThreadPoolExecutor(1, thread_name_prefix="typewriter-tokenizer") as pool:

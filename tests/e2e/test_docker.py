@@ -31,11 +31,10 @@ from docker_env import (
     stop_engine,
     wait_ready,
 )
+from helpers import default_weights
 from websockets.sync.client import connect
 
-from typewriter.runners.lite.kernel import blocks_run_wide
-
-EMBEDDED_HEAD_DIM = 64  # SmolLM2-135M's heads
+from typewriter.weights.source import embedded_model_path
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -181,7 +180,8 @@ def test_a_second_start_reads_the_compiled_programs_from_the_volume(project, ser
     measured["programs_cached_by_the_first_run"] = len(cached.stdout.split())
     # Back to the defaults for the tests after this one: the container runs on this CPU, so its default is this
     # machine's (q4-blocks' blocks on AVX-512 VNNI, else int8-lite's programs), which the first default start saved.
-    kept = ("q4-blocks: blocks from" if blocks_run_wide(EMBEDDED_HEAD_DIM) else "int8-lite: programs from")
+    kept = ("q4-blocks: blocks from" if default_weights(embedded_model_path()) == "q4-blocks" else
+            "int8-lite: programs from")
     lite = sh(["docker", "run", "--rm", "-v", f"{volume}:/cache", "--entrypoint", "ls", SERVE_IMAGE, "/cache/lite"])
     assert lite.stdout.split(), "the default start left nothing of its weight format's on the volume"
     project("rm", "--force", "typewriter")

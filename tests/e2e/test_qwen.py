@@ -10,11 +10,11 @@ import re
 import grpc
 import openai
 import pytest
+from helpers import default_weights
 from playwright.sync_api import expect, sync_playwright
 from real_server import grpc_address, http_get, real_server
 from websockets.sync.client import connect
 
-from typewriter.runners.lite.kernel import blocks_run_wide
 from typewriter.server.grpc.gen import chat_pb2 as pb
 from typewriter.server.grpc.gen import chat_pb2_grpc
 
@@ -47,12 +47,12 @@ def socket_answer(base: str, content: str, **params) -> tuple[str, dict]:
     return text, frame
 
 
-def test_the_server_describes_the_model_and_its_runtime(server):
+def test_the_server_describes_the_model_and_its_runtime(server, qwen_model):
     base, _ = server
     status, body = http_get(f"{base}/readyz")
     ready = json.loads(body)
     assert status == 200 and ready["model"] == "qwen2.5-coder-0.5b-instruct"
-    runtime, blocks = ready["runtime"], blocks_run_wide(64)  # the 0.5B's heads are of 64 channels
+    runtime, blocks = ready["runtime"], default_weights(qwen_model) == "q4-blocks"
     assert runtime["name"] == "int8-lite" and runtime["weights"] == ("q4-blocks" if blocks else "int8-lite")
     assert runtime["programs"] == {"made_at_load": 0 if blocks else 26}  # q4-blocks makes none
 

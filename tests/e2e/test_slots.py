@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers import default_weights
 from real_server import http_get, real_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -27,14 +28,13 @@ def seeded_cache(folder: Path, model: Path) -> Path:
     minutes), and no kept step times."""
     from typewriter.config import WeightFormat, lite_cache_dir
     from typewriter.runners.lite import blocks_cache
-    from typewriter.runners.lite.kernel import blocks_run_wide
     from typewriter.runners.lite.program_cache import cache_key
     from typewriter.runners.lite.start import CAPACITY
     from typewriter.weights.source import open_source, read_config
 
     source, _ = open_source(model)
     cfg = read_config(source)
-    fmt = WeightFormat.AUTO.resolved(cfg.family, blocks_run_wide(cfg.head_dim))
+    fmt = WeightFormat(default_weights(model))
     key = cache_key(model, cfg, fmt.value, blocks_cache.LAYOUT if fmt is WeightFormat.Q4_BLOCKS else "")
     mine = lite_cache_dir({k: v for k, v in os.environ.items() if k != "TYPEWRITER_LITE_CACHE"})
     if mine and (made := Path(mine) / key).is_dir():

@@ -2,12 +2,9 @@
 # One student on the three models, int8-lite and q4-blocks against llama.cpp (bench/bandwidth.py --measure):
 # floor.sh ROUND
 set -e
-out=bench/results/2026-12-06-zen4
-py=${PYTHON:-.venv/bin/python}
+. "$(dirname "$0")/models.sh"
 round=${1:-1}
-models="$HOME/.cache/typewriter/models"
-embedded=$($py -c "from typewriter.weights.source import embedded_model_path; print(embedded_model_path())")
-for pair in "135m $embedded" "0.5b $models/qwen2.5-coder-0.5b-instruct.gguf" "1.5b $models/qwen2.5-coder-1.5b-instruct.gguf"; do
+for pair in "135m $embedded" "0.5b $qwen05" "1.5b $qwen15"; do
   name=${pair%% *}
   uptime
   $py bench/bandwidth.py --model "${pair#* }" --measure --formats int8-lite,q4-blocks \

@@ -5,11 +5,12 @@
    A matrix W [out, in] is held in blocks of 32 inputs, each with a float16 scale per output: at 4 bits as Q4
    (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1, and Q4_K's sub-blocks), at 5
    bits as Q5 (w = d * (q - 16): Q5_0) and Q5M (Q5_1, Q5_K's sub-blocks), or at 8 bits as Q8 (w = d * q, q in
-   -127..127: Q8_0 and the types rounded to it). `format` names them: 4, 41, 5, 51, 8. Rows are quantized to 8 bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot
-   product is an exact integer, scaled once by both scales.
+   -127..127: Q8_0 and the types rounded to it). `format` names them: 4, 41, 5, 51, 8. Rows are quantized to 8
+   bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot product is an exact integer,
+   scaled once by both scales.
 
    Packed layout: outputs in groups of 16 (the last padded with zero weights); a group holds its blocks in input
-   order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's 16 minimums). Q4 block:
+   order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's or Q5M's 16 minimums). Q4 block:
    4 x 64 bytes, chunk j lane o holding output o's weights at inputs 4j..4j+3 in the low nibbles and 16+4j..16+4j+3
    in the high ones (unsigned: Q4's + 8); Q5 block: Q4's 4 x 64 bytes of low nibbles, then 8 64-bit masks of their
    fifth bits, mask k's bit 4o + t that of the byte the nibble k (0-3 low, 4-7 high) of chunk k % 4, lane o, byte t
@@ -57,7 +58,8 @@ static int weight_bits(int format) { return format == Q8 ? 8 : format == Q5 || f
 static int has_mins(int format) { return format == Q4M || format == Q5M; }
 static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
 static int64_t block_bytes(int format) { return weight_bytes(format) + LANES * 2 * (has_mins(format) ? 2 : 1); }
-static int offset_of(int format) { return format == Q4 ? 8 : format == Q5 ? 16 : format == Q8 ? 128 : 0; } /* unsigned */
+/* the unsigned offset */
+static int offset_of(int format) { return format == Q4 ? 8 : format == Q5 ? 16 : format == Q8 ? 128 : 0; }
 
 /* Bytes of a packed matrix of `in` inputs and `out` outputs, 0 for a shape or format it cannot hold. */
 int64_t typewriter_blocks_bytes(int64_t in, int64_t out, int format) {
@@ -224,8 +226,8 @@ static inline __attribute__((always_inline)) __m256i bytes_of_bits(uint32_t bits
                              _mm256_set1_epi64x(-1));
 }
 
-/* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's
-   unsigned weights (at most 15) against 8-bit inputs never reach it; Q8's are made signed again and multiplied as
+/* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's and
+   Q5's unsigned weights (at most 31) against 8-bit inputs never reach it; Q8's are made signed again and multiplied as
    |w| against x with w's sign, so every pair stays within 2 x 127 x 127 (and no offset is taken back). */
 static inline __attribute__((always_inline)) __m256i dot256(__m256i acc, __m256i w, int32_t x4) {
     const __m256i pairs = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x4));

@@ -25,6 +25,7 @@ SOURCE_DIR = Path(__file__).parent
 SOURCES = ("attention.c", "gptq.c", "blocks.c")
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fPIC", "-shared", "-pthread")
 TILE = 16  # attention.c's TILE: keys are stored in tiles of this many positions
+NEEDED_FLAGS = ("avx2", "fma", "f16c")  # FLAGS' extensions, as /proc/cpuinfo spells them
 WIDE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")  # blocks.c's typewriter_blocks_wide, as cpuinfo spells them
 _P = ctypes.c_void_p
 
@@ -206,8 +207,8 @@ def blocks_run_wide(head_dim: int) -> bool:
     docs/measurements/2026-12-05-gguf-blocks-kernel.md), told without building the kernel: the CPU's flags, heads
     the attention kernel takes, and a kernel built beside the sources or a compiler to build one."""
     flags = _cpu_flags()
-    return (flags is not None and _cpu_lacks() is None and all(f in flags for f in WIDE_FLAGS) and
-            head_dim % TILE == 0 and (_library(SOURCE_DIR).exists() or shutil.which("cc") is not None))
+    return (flags is not None and {*NEEDED_FLAGS, *WIDE_FLAGS} <= flags and head_dim % TILE == 0 and
+            (_library(SOURCE_DIR).exists() or shutil.which("cc") is not None))
 
 
 def _cpu_flags() -> set[str] | None:
@@ -222,7 +223,7 @@ def _cpu_lacks() -> str | None:
     flags = _cpu_flags()
     if flags is None:
         return "/proc/cpuinfo is unreadable, so AVX2, FMA and F16C cannot be checked"
-    missing = [f for f in ("avx2", "fma", "f16c") if f not in flags]
+    missing = [f for f in NEEDED_FLAGS if f not in flags]
     return f"the CPU lacks {', '.join(missing)}" if missing else None
 
 
