@@ -224,7 +224,7 @@ def test_hf_directory_loads_to_the_same_ids_template_and_eos(tok, tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(
         json.dumps(
             {
-                "chat_template": tok.hf.chat_template,
+                "chat_template": tok.template.source,
                 "bos_token": "<|im_start|>",
                 "eos_token": {"content": "<|im_end|>", "special": True},
             }

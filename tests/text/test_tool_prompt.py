@@ -27,7 +27,7 @@ CALLED = [{"role": "user", "content": "Add 2 and 3."},
 
 
 def test_a_template_without_a_tool_format_gets_the_generic_one(real_tokenizer):
-    assert "tools" not in real_tokenizer.hf.chat_template
+    assert "tools" not in real_tokenizer.template.source
     assert real_tokenizer.tool_format is GENERIC and tool_format(None) is GENERIC and not GENERIC.in_template
 
 

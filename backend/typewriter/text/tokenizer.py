@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tokenizers import AddedToken
 from tokenizers import Tokenizer as RawTokenizer
-from transformers import PreTrainedTokenizerFast
 
 from ..errors import ModelFormatError
-from .plain_text import PlainText
+from .chat_template import ChatTemplate
 from .token_text import LeadingSpace, TokenText
 from .tool_format import ToolFormat, tool_format
 from .tool_prompt import with_tools
@@ -43,17 +43,6 @@ PLAIN_CHAT_TEMPLATE = (
 )
 
 
-class _Shared:
-    """Hands transformers our tokenizer where it would deep-copy it, a JSON round trip that is most of a large
-    vocabulary's load; neither side changes it."""
-
-    def __init__(self, raw: RawTokenizer):
-        self.raw = raw
-
-    def __deepcopy__(self, memo: dict[int, object]) -> RawTokenizer:
-        return self.raw
-
-
 class Tokenizer:
     def __init__(
         self,
@@ -69,17 +58,18 @@ class Tokenizer:
     ):
         self.raw = raw
         self.name = name
+        self.special_tokens = {"bos_token": bos_token, "eos_token": eos_token, "unk_token": unk_token,
+                               "pad_token": pad_token}
+        # A named token the vocabulary holds as an ordinary piece (SentencePiece's "<unk>") becomes a special added
+        # token, as transformers makes it: typed by a client it is then a control token, encoded as plain text.
+        added = {token.content for token in raw.get_added_tokens_decoder().values()}
+        named = dict.fromkeys(t for t in self.special_tokens.values() if t is not None and t not in added)
+        if named:
+            raw.add_tokens([AddedToken(token, special=True) for token in named])
         self.plain_chat = chat_template is None
         self.tool_format: ToolFormat = tool_format(chat_template)
-        self.hf = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' own
-            tokenizer_object=_Shared(raw),
-            bos_token=bos_token,
-            eos_token=eos_token,
-            unk_token=unk_token,
-            pad_token=pad_token,
-            chat_template=PLAIN_CHAT_TEMPLATE if chat_template is None else chat_template,
-            clean_up_tokenization_spaces=False,
-        )
+        self.template = ChatTemplate(raw, PLAIN_CHAT_TEMPLATE if chat_template is None else chat_template,
+                                     self.special_tokens)
         self.vocab_size: int = raw.get_vocab_size(with_added_tokens=True)
         self.bos_token_id: int | None = raw.token_to_id(bos_token) if bos_token else None
         eos_id = raw.token_to_id(eos_token) if eos_token else None
@@ -89,7 +79,6 @@ class Tokenizer:
             i for i, tok in raw.get_added_tokens_decoder().items() if tok.special
         )
         self.token_text: TokenText = _spell_tokens(raw, self.special_ids, name)
-        self.plain = PlainText(self.hf)
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
@@ -169,9 +158,7 @@ class Tokenizer:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self.raw.save(str(folder / "tokenizer.json"))
-        hf = self.hf
-        config = {"chat_template": hf.chat_template, "bos_token": hf.bos_token, "eos_token": hf.eos_token,
-                  "unk_token": hf.unk_token, "pad_token": hf.pad_token}
+        config = {"chat_template": self.template.source, **self.special_tokens}
         (folder / "tokenizer_config.json").write_text(json.dumps(config, ensure_ascii=False, indent=1))
         (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": sorted(self.eos_token_ids)}))
 
@@ -195,10 +182,7 @@ class Tokenizer:
     default_system_prompt = DEFAULT_SYSTEM_PROMPT
 
     def render_chat(self, messages: Sequence[dict[str, str]], system: str | None = None) -> str:
-        text = self.hf.apply_chat_template(self._conversation(messages, system), tokenize=False,
-                                           add_generation_prompt=True)
-        assert isinstance(text, str)
-        return text
+        return self.template.render(self._conversation(messages, system))
 
     def encode_chat(self, messages: Sequence[dict[str, Any]], system: str | None = None,
                     tools: Sequence[dict[str, Any]] | None = None) -> list[int]:
@@ -209,15 +193,11 @@ class Tokenizer:
         if not self.tool_format.in_template:
             conversation = with_tools(conversation, [t["function"] for t in tools or ()], self.tool_format)
             tools = None
-        encoded: Any = self.hf.apply_chat_template(
-            self.plain.keys(conversation), tools=self.plain.keys(list(tools)) if tools else None,
-            tokenize=True, add_generation_prompt=True, sanitize_control_tokens=True,
-        )
-        return list(encoded["input_ids"])
+        return self.template.encode(conversation, tools)
 
     def encode_text(self, text: str) -> list[int]:
         """A client's text (an answer's start) as a message's content is encoded: control tokens as plain text."""
-        return self.plain.encode(text)
+        return self.template.encode_text(text)
 
     def chat_prefix(self, system: str | None = None) -> list[int]:
         """The ids every chat rendered with `system` begins with, whatever its messages: the prefix the cache
