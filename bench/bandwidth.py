@@ -19,7 +19,8 @@ Bytes a step reads (weights once, plus the K/V cache at `--position` and one emb
 - q4-blocks (runners/lite/blocks.c), the same bytes as `blocks exact` below.
 - candidates in bench/c/q4_matmul.c's block formats (32 weights a block, float16 scales): `blocks exact`, each
   matrix in the format that holds the file's own blocks exactly (Q4_0 as Q4, 18 bytes a block; Q4_1 and Q4_K as
-  Q4M with a minimum, 20; Q5_0 as Q5, 22; Q5_1 and Q5_K as Q5M, 24; 6- and 8-bit types as Q8, 34); `q4m + q8
+  Q4M with a minimum, 20; Q5_0 as Q5, 22; Q5_1 and Q5_K as Q5M, 24; Q6_K as Q6, 28 (a scale each half); Q8_0 and
+  the rest as Q8, 34); `q4m + q8
   logits`, every layer matrix at 20 and the logits at 34; `q4 + q8 logits`, the layers at 18.
 
 With --measure, one-student decode (bench/single_stream.py's runs: ours through `typewriter bench`, llama.cpp
@@ -40,9 +41,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 BLOCK = 32  # weights per block in the C kernel's formats
-# bytes a block: 16 of nibbles and a float16 scale; and a float16 minimum; 4 bytes more of fifth bits; 32 bytes
-Q4, Q4M, Q5, Q5M, Q8 = 18, 20, 22, 24, 34
-EXACT = {"Q4_0": Q4, "Q4_1": Q4M, "Q4_K": Q4M, "Q5_0": Q5, "Q5_1": Q5M, "Q5_K": Q5M}  # held exactly; others Q8
+# bytes a block: 16 of nibbles and a float16 scale; and a float16 minimum; 4 bytes more of fifth bits; Q5's and 4
+# more of sixth bits and a second scale; 32 bytes
+Q4, Q4M, Q5, Q5M, Q6, Q8 = 18, 20, 22, 24, 28, 34
+EXACT = {"Q4_0": Q4, "Q4_1": Q4M, "Q4_K": Q4M, "Q5_0": Q5, "Q5_1": Q5M, "Q5_K": Q5M, "Q6_K": Q6}  # others Q8
 DOWN_BLOCK = 64  # runners/lite/layers.py: the down projection's online rotation, a Hadamard inside blocks of this
 
 

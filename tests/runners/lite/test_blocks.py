@@ -76,11 +76,22 @@ def test_k_quants_repack_to_their_sub_blocks_up_to_float16_scales(kind, fmt):
     assert np.abs(blocks.dequantized() - want).max() < 0.02 * step.max()  # float16 scales: far below a step
 
 
+def test_q6_k_repacks_to_6_bit_blocks_with_a_scale_for_each_sub_block_of_16():
+    rng = np.random.default_rng(2)
+    raw = k_quant_blocks(Q.Q6_K, 32, 512, rng)
+    blocks = blocks_of(raw, Q.Q6_K, 32, 512)
+    assert blocks.format == 6 and blocks.mins is None and blocks.scales.shape == (32, 512 // 16)
+    assert blocks.q.min() == -32 and blocks.q.max() == 31  # both high bits are there
+    step = np.abs(blocks.scales.astype(np.float32)).repeat(16, axis=1)
+    # d x sc made float16: within its rounding of each weight (at most 32 steps from zero)
+    assert np.abs(blocks.dequantized() - dequantize(raw, Q.Q6_K)).max() <= 32 * 2**-11 * step.max()
+
+
 def test_other_types_round_to_8_bit_blocks_within_half_a_step():
     rng = np.random.default_rng(3)
-    raw = k_quant_blocks(Q.Q6_K, 16, 256, rng)
-    blocks = blocks_of(raw, Q.Q6_K, 16, 256)
-    want = dequantize(raw, Q.Q6_K).reshape(16, 256)
+    want = (rng.standard_normal((16, 256)) * 0.02).astype(np.float16)
+    blocks = blocks_of(want, Q.F16, 16, 256)
+    want = want.astype(np.float32)
     half_step = blocks.scales.astype(np.float32).repeat(32, axis=1) * 0.51  # float16 scales: a hair over half
     assert blocks.format == 8 and (np.abs(blocks.dequantized() - want) <= half_step).all()
     zero = rounded_to_q8(np.zeros((16, 64), np.float32))
@@ -98,14 +109,16 @@ def rows_at_8_bits(x: np.ndarray) -> np.ndarray:
 def some_blocks(fmt: str, out: int, n: int, rng) -> Blocks:
     if fmt == "q8":
         return rounded_to_q8(rng.standard_normal((out, n)).astype(np.float32))
-    levels = 32 if fmt.startswith("q5") else 16
-    q = rng.integers(0, levels, (out, n)).astype(np.int8) - np.int8(levels // 2 if fmt in ("q4", "q5") else 0)
+    levels = {"q5": 32, "q5m": 32, "q6": 64}.get(fmt, 16)
+    q = rng.integers(0, levels, (out, n)).astype(np.int8) - np.int8(levels // 2 if fmt in ("q4", "q5", "q6") else 0)
     mins = rng.uniform(-0.1, 0.1, (out, n // 32)).astype(np.float16) if fmt.endswith("m") else None
-    code = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51}[fmt]
-    return Blocks(q, rng.uniform(0.01, 0.02, (out, n // 32)).astype(np.float16), mins, code)
+    code = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51, "q6": 6}[fmt]
+    per = 16 if fmt == "q6" else 32  # Q6: a scale for each half of a block, of either sign as Q6_K's
+    scales = rng.uniform(0.01, 0.02, (out, n // per)) * rng.choice([-1, 1], (out, n // per))
+    return Blocks(q, scales.astype(np.float16), mins, code)
 
 
-@pytest.mark.parametrize("fmt", ["q4", "q4m", "q5", "q5m", "q8"])
+@pytest.mark.parametrize("fmt", ["q4", "q4m", "q5", "q5m", "q6", "q8"])
 @pytest.mark.parametrize("out", [80, 265], ids=["whole-groups", "a-padded-group"])
 def test_the_kernel_multiplies_8_bit_rows_by_the_blocks_on_avx512_and_avx2_to_the_same_bits(kernel, fmt, out):
     rng = np.random.default_rng(4)

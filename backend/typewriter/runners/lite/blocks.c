@@ -4,17 +4,20 @@
 
    A matrix W [out, in] is held in blocks of 32 inputs, each with a float16 scale per output: at 4 bits as Q4
    (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1, and Q4_K's sub-blocks), at 5
-   bits as Q5 (w = d * (q - 16): Q5_0) and Q5M (Q5_1, Q5_K's sub-blocks), or at 8 bits as Q8 (w = d * q, q in
-   -127..127: Q8_0 and the types rounded to it). `format` names them: 4, 41, 5, 51, 8. Rows are quantized to 8
+   bits as Q5 (w = d * (q - 16): Q5_0) and Q5M (Q5_1, Q5_K's sub-blocks), at 6 bits as Q6 (w = d * (q - 32) with a
+   scale for each half of the block: Q6_K's sub-blocks of 16), or at 8 bits as Q8 (w = d * q, q in -127..127: Q8_0 and
+   the types rounded to it). `format` names them: 4, 41, 5, 51, 6, 8. Rows are quantized to 8
    bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot product is an exact integer,
    scaled once by both scales.
 
    Packed layout: outputs in groups of 16 (the last padded with zero weights); a group holds its blocks in input
-   order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's or Q5M's 16 minimums). Q4 block:
+   order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's or Q5M's 16 minimums, or Q6's
+   16 scales of the block's second half). Q4 block:
    4 x 64 bytes, chunk j lane o holding output o's weights at inputs 4j..4j+3 in the low nibbles and 16+4j..16+4j+3
    in the high ones (unsigned: Q4's + 8); Q5 block: Q4's 4 x 64 bytes of low nibbles, then 8 64-bit masks of their
    fifth bits, mask k's bit 4o + t that of the byte the nibble k (0-3 low, 4-7 high) of chunk k % 4, lane o, byte t
-   becomes (unsigned: Q5's + 16), so one masked add of 16 a chunk makes the weights; Q8 block: 8 x 64 bytes, chunk
+   becomes (unsigned: Q5's + 16), so one masked add of 16 a chunk makes the weights; Q6 block: Q5's, then 8 more masks
+   of the sixth bits (unsigned: Q6's + 32; a second masked add, of 32); Q8 block: 8 x 64 bytes, chunk
    j lane o the weights at 4j..4j+3 (+ 128).
    One VNNI vpdpbusd then takes a chunk against 4 inputs of the row broadcast to every lane: 16 outputs at once, no
    horizontal sums. The unsigned offset comes back as offset x the block's sum of the row's quantized inputs.
@@ -52,34 +55,42 @@
 #define PREFETCH 4096
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-enum { Q4 = 4, Q4M = 41, Q5 = 5, Q5M = 51, Q8 = 8 };
+enum { Q4 = 4, Q4M = 41, Q5 = 5, Q5M = 51, Q6 = 6, Q8 = 8 };
 
-static int weight_bits(int format) { return format == Q8 ? 8 : format == Q5 || format == Q5M ? 5 : 4; }
+static int weight_bits(int format) {
+    return format == Q8 ? 8 : format == Q6 ? 6 : format == Q5 || format == Q5M ? 5 : 4;
+}
 static int has_mins(int format) { return format == Q4M || format == Q5M; }
+/* float16s a block holds for each output: a scale, and a minimum (Q4M, Q5M) or the second half's scale (Q6) */
+static int64_t block_bytes(int format) {
+    return LANES * BLOCK * weight_bits(format) / 8 + LANES * 2 * (has_mins(format) || format == Q6 ? 2 : 1);
+}
 static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
-static int64_t block_bytes(int format) { return weight_bytes(format) + LANES * 2 * (has_mins(format) ? 2 : 1); }
 /* the unsigned offset */
-static int offset_of(int format) { return format == Q4 ? 8 : format == Q5 ? 16 : format == Q8 ? 128 : 0; }
+static int offset_of(int format) {
+    return format == Q4 ? 8 : format == Q5 ? 16 : format == Q6 ? 32 : format == Q8 ? 128 : 0;
+}
 
 /* Bytes of a packed matrix of `in` inputs and `out` outputs, 0 for a shape or format it cannot hold. */
 int64_t typewriter_blocks_bytes(int64_t in, int64_t out, int format) {
     if (in <= 0 || out <= 0 || in % BLOCK || (format != Q4 && format != Q4M && format != Q5 && format != Q5M &&
-                                              format != Q8))
+                                              format != Q6 && format != Q8))
         return 0;
     return (out + LANES - 1) / LANES * (in / BLOCK) * block_bytes(format);
 }
 
-/* q [out, in] int8 (Q4: -8..7, Q4M: 0..15, Q5: -16..15, Q5M: 0..31, Q8: -127..127), scales (and Q4M's and Q5M's
-   minimums) [out, in / 32] float16 bits -> packed (typewriter_blocks_bytes of it). */
+/* q [out, in] int8 (Q4: -8..7, Q4M: 0..15, Q5: -16..15, Q5M: 0..31, Q6: -32..31, Q8: -127..127), scales (and Q4M's
+   and Q5M's minimums, Q6's second halves' scales) [out, in / 32] float16 bits -> packed (typewriter_blocks_bytes of
+   it). */
 void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint16_t *mins, int64_t in, int64_t out,
                             int format, uint8_t *packed) {
     const int64_t nb = in / BLOCK, bb = block_bytes(format), weights = weight_bytes(format);
-    const int off = offset_of(format), five = weight_bits(format) == 5;
+    const int off = offset_of(format), masks = weight_bits(format) == 6 ? 16 : weight_bits(format) == 5 ? 8 : 0;
     memset(packed, 0, (size_t)typewriter_blocks_bytes(in, out, format));
     for (int64_t g = 0; g < (out + LANES - 1) / LANES; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *p = packed + (g * nb + b) * bb;
-            uint64_t high[8] = {0};
+            uint64_t high[16] = {0}; /* the fifth bits' masks, then the sixth's */
             for (int o = 0; o < LANES; o++) {
                 /* a padded output's weights are the offset, so they sum to zero against any row */
                 const int real = g * LANES + o < out;
@@ -91,6 +102,8 @@ void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint1
                             p[j * 64 + o * 4 + t] = (uint8_t)((lo & 15) | (hi & 15) << 4);
                             high[j] |= (uint64_t)(lo >> 4 & 1) << (4 * o + t);
                             high[4 + j] |= (uint64_t)(hi >> 4 & 1) << (4 * o + t);
+                            high[8 + j] |= (uint64_t)(lo >> 5 & 1) << (4 * o + t);
+                            high[12 + j] |= (uint64_t)(hi >> 5 & 1) << (4 * o + t);
                         }
                 } else {
                     for (int j = 0; j < 8; j++)
@@ -98,16 +111,24 @@ void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint1
                 }
                 if (!real) continue;
                 memcpy(p + weights + o * 2, scales + (g * LANES + o) * nb + b, 2);
-                if (has_mins(format)) memcpy(p + weights + LANES * 2 + o * 2, mins + (g * LANES + o) * nb + b, 2);
+                if (has_mins(format) || format == Q6)
+                    memcpy(p + weights + LANES * 2 + o * 2, mins + (g * LANES + o) * nb + b, 2);
             }
-            if (five) memcpy(p + LANES * BLOCK / 2, high, sizeof high);
+            if (masks) memcpy(p + LANES * BLOCK / 2, high, 8 * (size_t)masks);
         }
 }
 
-/* ---- a row's inputs to 8 bits a block: xq, its scale dx and its sum sx ---- */
+/* ---- a row's inputs to 8 bits a block: xq, its scale dx, its sum sx and the sum of its first half sxl ---- */
+
+static inline int32_t sum8(__m256i s32) {
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
+    return _mm_cvtsi128_si32(t);
+}
 
 static void quantize_rows(const float *x, int rows, int64_t in, int64_t stride, int8_t *xq, float *dx, int32_t *sx,
-                          float *dsx) {
+                          float *dsx, int32_t *sxl) {
     const int64_t nb = in / BLOCK;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int r = 0; r < rows; r++)
@@ -128,11 +149,9 @@ static void quantize_rows(const float *x, int rows, int64_t in, int64_t stride, 
             const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b),
                                                            _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
             _mm256_storeu_si256((__m256i *)(xq + r * in + b * BLOCK), p8);
-            const __m256i s32 = _mm256_add_epi32(_mm256_add_epi32(n[0], n[1]), _mm256_add_epi32(n[2], n[3]));
-            __m128i t = _mm_add_epi32(_mm256_castsi256_si128(s32), _mm256_extracti128_si256(s32, 1));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4E));
-            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xB1));
-            dx[r * nb + b] = top / 127.0f, sx[r * nb + b] = _mm_cvtsi128_si32(t);
+            const int32_t first = sum8(_mm256_add_epi32(n[0], n[1]));
+            dx[r * nb + b] = top / 127.0f, sx[r * nb + b] = first + sum8(_mm256_add_epi32(n[2], n[3]));
+            sxl[r * nb + b] = first;
             dsx[r * nb + b] = dx[r * nb + b] * (float)sx[r * nb + b];
         }
 }
@@ -145,6 +164,7 @@ typedef struct {
     const float *dx;
     const int32_t *sx;
     const float *dsx; /* dx x sx, the factor of Q4M's minimums */
+    const int32_t *sxl; /* the sums of the blocks' first 16 inputs (Q6's two scales) */
     float *y;
     int64_t in, out, y_stride;
     int rows, format;
@@ -167,11 +187,12 @@ static inline int lanes_of(const Call *c, int64_t g) { return c->out - g * LANES
 static inline __attribute__((always_inline)) VNNI void group512(const Call *c, int64_t g, int r0, const int rt,
                                                                  const int format) {
     const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format);
-    const int four = format != Q8, five = weight_bits(format) == 5, mins = has_mins(format), offset = offset_of(format);
+    const int four = format != Q8, five = weight_bits(format) >= 5, six = format == Q6, mins = has_mins(format);
+    const int offset = offset_of(format);
     const uint8_t *p = c->packed + g * nb * bb;
     __m512 f[ROW_TILE];
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
-    const __m512i low = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    const __m512i low = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16), thirty_two = _mm512_set1_epi8(32);
     for (int64_t b = 0; b < nb; b++, p += bb) {
         for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
         __m512i w[8];
@@ -187,11 +208,17 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
                     memcpy(&bits, p + LANES * BLOCK / 2 + 8 * k, 8);
                     w[k] = _mm512_mask_add_epi8(w[k], _cvtu64_mask64(bits), w[k], sixteen);
                 }
+            if (six)
+                for (int k = 0; k < 8; k++) {
+                    uint64_t bits;
+                    memcpy(&bits, p + LANES * BLOCK / 2 + 64 + 8 * k, 8);
+                    w[k] = _mm512_mask_add_epi8(w[k], _cvtu64_mask64(bits), w[k], thirty_two);
+                }
         } else {
             for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(p + 64 * j);
         }
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at)));
-        const __m512 m = mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
+        const __m512 m = mins || six ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
         for (int r = 0; r < rt; r++) {
             const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
             __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
@@ -207,6 +234,14 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
                 }
             }
             const int64_t rb = (r0 + r) * nb + b;
+            if (six) { /* a0: inputs 0-15 at the scale d, a1: 16-31 at the scale m */
+                const __m512 dx = _mm512_set1_ps(c->dx[rb]);
+                const __m512i d0 = _mm512_sub_epi32(a0, _mm512_set1_epi32(offset * c->sxl[rb]));
+                const __m512i d1 = _mm512_sub_epi32(a1, _mm512_set1_epi32(offset * (c->sx[rb] - c->sxl[rb])));
+                f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(d, dx), f[r]);
+                f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(m, dx), f[r]);
+                continue;
+            }
             __m512i dot = _mm512_add_epi32(a0, a1);
             if (offset) dot = _mm512_sub_epi32(dot, _mm512_set1_epi32(offset * c->sx[rb]));
             f[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d, _mm512_set1_ps(c->dx[rb])), f[r]);
@@ -226,8 +261,8 @@ static inline __attribute__((always_inline)) __m256i bytes_of_bits(uint32_t bits
                              _mm256_set1_epi64x(-1));
 }
 
-/* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's and
-   Q5's unsigned weights (at most 31) against 8-bit inputs never reach it; Q8's are made signed again and multiplied as
+/* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's,
+   Q5's and Q6's unsigned weights (at most 63: 2 x 63 x 128 < 32,767) against 8-bit inputs never reach it; Q8's are made signed again and multiplied as
    |w| against x with w's sign, so every pair stays within 2 x 127 x 127 (and no offset is taken back). */
 static inline __attribute__((always_inline)) __m256i dot256(__m256i acc, __m256i w, int32_t x4) {
     const __m256i pairs = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x4));
@@ -241,7 +276,8 @@ static inline __attribute__((always_inline)) __m256i dot256s(__m256i acc, __m256
 
 static inline __attribute__((always_inline)) void group256(const Call *c, int64_t g, int r0, const int rt) {
     const int64_t nb = c->in / BLOCK, bb = block_bytes(c->format), at = weight_bytes(c->format);
-    const int four = c->format != Q8, five = weight_bits(c->format) == 5, mins = has_mins(c->format);
+    const int four = c->format != Q8, five = weight_bits(c->format) >= 5, six = c->format == Q6;
+    const int mins = has_mins(c->format);
     const int offset = c->format == Q8 ? 0 : offset_of(c->format), lanes = lanes_of(c, g);
     for (int half = 0; half < 2 && 8 * half < lanes; half++) {
         const uint8_t *p = c->packed + g * nb * bb + 32 * half;
@@ -263,6 +299,12 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                         memcpy(&bits, p - 32 * half + LANES * BLOCK / 2 + 8 * k + 4 * half, 4);
                         w[k] = _mm256_or_si256(w[k], _mm256_and_si256(bytes_of_bits(bits), _mm256_set1_epi8(16)));
                     }
+                if (six)
+                    for (int k = 0; k < 8; k++) {
+                        uint32_t bits;
+                        memcpy(&bits, p - 32 * half + LANES * BLOCK / 2 + 64 + 8 * k + 4 * half, 4);
+                        w[k] = _mm256_or_si256(w[k], _mm256_and_si256(bytes_of_bits(bits), _mm256_set1_epi8(32)));
+                    }
             } else {
                 const __m256i sign = _mm256_set1_epi8((char)0x80);
                 for (int j = 0; j < 8; j++)
@@ -270,7 +312,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
             }
             const uint8_t *s = p - 32 * half + at + 16 * half; /* this half's 8 scales */
             const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
-            const __m256 m = mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32))) : d;
+            const __m256 m = mins || six ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32))) : d;
             for (int r = 0; r < rt; r++) {
                 const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
                 __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
@@ -280,6 +322,14 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                     for (int j = 0; j < 8; j += 2) a0 = dot256s(a0, w[j], x4[j]), a1 = dot256s(a1, w[j + 1], x4[j + 1]);
                 }
                 const int64_t rb = (r0 + r) * nb + b;
+                if (six) { /* as group512's */
+                    const __m256 dx = _mm256_set1_ps(c->dx[rb]);
+                    const __m256i d0 = _mm256_sub_epi32(a0, _mm256_set1_epi32(offset * c->sxl[rb]));
+                    const __m256i d1 = _mm256_sub_epi32(a1, _mm256_set1_epi32(offset * (c->sx[rb] - c->sxl[rb])));
+                    f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d0), _mm256_mul_ps(d, dx), f[r]);
+                    f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d1), _mm256_mul_ps(m, dx), f[r]);
+                    continue;
+                }
                 const __m256i dot = _mm256_sub_epi32(_mm256_add_epi32(a0, a1), _mm256_set1_epi32(offset * c->sx[rb]));
                 f[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(d, _mm256_set1_ps(c->dx[rb])), f[r]);
                 if (mins) f[r] = _mm256_fmadd_ps(m, _mm256_set1_ps(c->dsx[rb]), f[r]);
@@ -333,6 +383,7 @@ static VNNI void group_wide(const Call *c, int64_t g) {
         case Q4M: tiles512(c, g, Q4M); break;
         case Q5: tiles512(c, g, Q5); break;
         case Q5M: tiles512(c, g, Q5M); break;
+        case Q6: tiles512(c, g, Q6); break;
         default: tiles512(c, g, Q8); break;
     }
 }
@@ -401,9 +452,10 @@ static int helper_running(void) {
     return atomic_load(&helper_state) == 1;
 }
 
-/* Scratch a matmul of `rows` rows of `in` inputs needs: the quantized rows, then their scales, sums and products. */
+/* Scratch a matmul of `rows` rows of `in` inputs needs: the quantized rows, then their scales, sums, products and
+   first halves' sums. */
 static size_t scratch_bytes(int rows, int64_t in) {
-    return (size_t)((rows * in + 63) & ~(int64_t)63) + (size_t)rows * (in / BLOCK) * 12;
+    return (size_t)((rows * in + 63) & ~(int64_t)63) + (size_t)rows * (in / BLOCK) * 16;
 }
 
 /* One matrix of a job: its weights, and where its outputs go (rows `y_stride` floats apart). */
@@ -422,10 +474,11 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
     float *dx = (float *)(xq + ((rows * in + 63) & ~(int64_t)63));
     int32_t *sx = (int32_t *)(dx + rows * (in / BLOCK));
     float *dsx = (float *)(sx + rows * (in / BLOCK));
-    quantize_rows(x, rows, in, x_stride, xq, dx, sx, dsx);
+    int32_t *sxl = (int32_t *)(dsx + rows * (in / BLOCK));
+    quantize_rows(x, rows, in, x_stride, xq, dx, sx, dsx, sxl);
     Job job = {.parts = parts};
     for (int p = 0; p < parts; p++) {
-        job.part[p] = (Call){t[p].packed, xq, dx, sx, dsx, t[p].y, in, t[p].out, t[p].y_stride, rows, t[p].format};
+        job.part[p] = (Call){t[p].packed, xq, dx, sx, dsx, sxl, t[p].y, in, t[p].out, t[p].y_stride, rows, t[p].format};
         job.first[p + 1] = job.first[p] + (t[p].out + LANES - 1) / LANES;
     }
     const int helped = threads > 1 && job.first[parts] > CHUNK_GROUPS && helper_running();

@@ -5,11 +5,14 @@ formats exactly where they can (docs/measurements/2026-12-05-4-bit-weights-resea
 - Q4_0 as Q4; Q4_1 as Q4M; Q4_K as Q4M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m).
 - Q5_0 as Q5; Q5_1 as Q5M; Q5_K as Q5M, as Q4_K. The 0.5B's layers are mostly Q5_0: held at 8 bits they read
   1.5x its bytes (docs/measurements/2026-12-06-zen4.md).
+- Q6_K as Q6: its sub-blocks of 16 each keep a scale (d x sc, float16). Held at 8 bits they read 1.3x the
+  bytes; the 1.5B's attn_v and ffn_down are Q6_K.
 - Q8_0 as Q8.
-- every other type (Q6_K, the float types of a directory or a test model) rounded to Q8 blocks again: 8 bits a
-  block of 32 against the file's 6, the one rounding this path adds.
+- every other type (the float types of a directory or a test model) rounded to Q8 blocks again, the one rounding
+  this path adds.
 
-Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and minimums [out, in / 32] float16.
+Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and minimums [out, in / 32] float16 (Q6's
+scales [out, in / 16]).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from .attention import HostCache
 from .kernel import Kernel
 
 BLOCK = 32
-FORMATS = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51, "q8": 8}  # blocks.c's `format`
+FORMATS = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51, "q6": 6, "q8": 8}  # blocks.c's `format`
 _P = ctypes.c_void_p
 MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
@@ -42,14 +45,15 @@ class Blocks:
     """A matrix as the kernel's format holds it, before packing."""
 
     q: np.ndarray  # [out, in] int8
-    scales: np.ndarray  # [out, in / 32] float16
+    scales: np.ndarray  # [out, in / 32] float16 ([out, in / 16]: Q6)
     mins: np.ndarray | None  # [out, in / 32] float16, Q4M and Q5M only
     format: int
 
     def dequantized(self) -> np.ndarray:
         """[out, in] float32: what the kernel multiplies by."""
         out, n = self.q.shape
-        w = self.q.astype(np.float32).reshape(out, n // BLOCK, BLOCK) * self.scales.astype(np.float32)[..., None]
+        group = n // self.scales.shape[1]
+        w = self.q.astype(np.float32).reshape(out, n // group, group) * self.scales.astype(np.float32)[..., None]
         if self.mins is not None:
             w += self.mins.astype(np.float32)[..., None]
         return w.reshape(out, n)
@@ -115,6 +119,13 @@ def blocks_of(data: np.ndarray, kind: Q, out: int, n: int) -> Blocks:
         scales, mins = _k_scales(b, out)
         q = (_k_nibbles(b[:, 48:]) | high).astype(np.int8).reshape(out, n)
         return Blocks(q, scales, mins, FORMATS["q5m"])
+    if kind == Q.Q6_K:  # 256 values: {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: 16 sub-blocks of 16
+        b = raw.reshape(-1, 210)
+        low = ((b[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F)
+        high = (b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
+        q = (low.reshape(-1, 8, 32) | high.reshape(-1, 8, 32) << 4).astype(np.int8) - np.int8(32)
+        scales = _half(b, 208).astype(np.float32) * b[:, 192:208].view(np.int8).astype(np.float32)
+        return Blocks(q.reshape(out, n), scales.astype(np.float16).reshape(out, -1), None, FORMATS["q6"])
     return rounded_to_q8(dequantize(data, kind).reshape(out, n) if kind not in (Q.F32, Q.F16) else
                          np.asarray(data, np.float32).reshape(out, n))
 
@@ -187,8 +198,11 @@ class BlocksKernel:
         if size == 0:
             raise ModelFormatError(f"q4-blocks takes matrices of a multiple of {BLOCK} inputs, not {n}")
         packed = np.empty(size, np.uint8)
-        q, scales = np.ascontiguousarray(blocks.q, np.int8), np.ascontiguousarray(blocks.scales, np.float16)
-        mins = None if blocks.mins is None else np.ascontiguousarray(blocks.mins, np.float16)
+        q, scales, mins = blocks.q, blocks.scales, blocks.mins
+        if blocks.format == FORMATS["q6"]:  # each block's halves' scales, where Q4M keeps its minimums
+            scales, mins = scales[:, 0::2], scales[:, 1::2]
+        q, scales = np.ascontiguousarray(q, np.int8), np.ascontiguousarray(scales, np.float16)
+        mins = None if mins is None else np.ascontiguousarray(mins, np.float16)
         self._pack(q.ctypes.data, scales.ctypes.data, None if mins is None else mins.ctypes.data, n, out,
                    blocks.format, packed.ctypes.data)
         return PackedMatrix(packed, n, out, blocks.format)
