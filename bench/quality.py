@@ -12,7 +12,7 @@ KL(fp32 || format) mean and p99 (nats), top-1 agreement with fp32, and perplexit
 int8-lite is measured as the server makes it (GPTQ on runners/lite/calibration.txt); `int8-lite-nearest` rounds each
 weight to its nearest step instead (as before GPTQ). q4-blocks is measured on its blocks kernel, the path of a
 student's decode steps, for every position (the kernel computes each row alone, so a prefilled row is what the same
-token decoded would give); its batched steps are int8-lite's.
+token decoded would give).
 """
 
 from __future__ import annotations
