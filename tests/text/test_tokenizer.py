@@ -310,3 +310,20 @@ def test_a_model_without_a_chat_template_gets_a_plain_transcript_not_a_failure_o
     assert tok.render_chat(messages, system="Be kind.") == (
         "Be kind.\n\nStudent: hi\n\nTutor: hello\n\nStudent: why?\n\nTutor:")
     assert tok.encode_chat(messages, system="") == tok.encode("Student: hi\n\nTutor: hello\n\nStudent: why?\n\nTutor:")
+
+
+def test_a_tokenizer_json_that_truncates_or_pads_never_cuts_or_pads_a_prompt(tok, tmp_path):
+    """Training settings in tokenizer.json (truncation at 4 tokens, padding to 64) would cut a prompt silently."""
+    tok.raw.save(str(tmp_path / "tokenizer.json"))
+    setup = json.loads((tmp_path / "tokenizer.json").read_text())
+    setup["truncation"] = {"max_length": 4, "stride": 0, "strategy": "LongestFirst", "direction": "Right"}
+    setup["padding"] = {"strategy": {"Fixed": 64}, "direction": "Right", "pad_to_multiple_of": None, "pad_id": 0,
+                        "pad_type_id": 0, "pad_token": "<|endoftext|>"}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(setup))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": tok.template.source,
+                                                                "eos_token": "<|im_end|>"}))
+    loaded = Tokenizer.load(tmp_path)
+    text = "Why is the sky blue? Explain it to me step by step."
+    assert loaded.encode(text) == tok.encode(text) and len(tok.encode(text)) > 4
+    messages = [{"role": "user", "content": text}]
+    assert loaded.encode_chat(messages) == tok.encode_chat(messages)

@@ -58,6 +58,10 @@ class Tokenizer:
     ):
         self.raw = raw
         self.name = name
+        # A tokenizer.json may set truncation or padding (for training); a prompt is never cut or padded here: the
+        # conversation is fitted to the context by text/conversation.py instead.
+        raw.no_truncation()
+        raw.no_padding()
         self.special_tokens = {"bos_token": bos_token, "eos_token": eos_token, "unk_token": unk_token,
                                "pad_token": pad_token}
         # A named token the vocabulary holds as an ordinary piece (SentencePiece's "<unk>") becomes a special added
