@@ -1,6 +1,6 @@
 """The model's chat template, rendered and encoded as transformers' `apply_chat_template(..., tokenize=True,
 sanitize_control_tokens=True)` does, without importing transformers: its import was a third of a cached start
-(docs/measurements/2026-12-06-cached-start.md). The same sandbox, options, filters and globals; the control tokens
+(docs/measurements/2026-12-06-q6-and-start.md). The same sandbox, options, filters and globals; the control tokens
 a client typed are marked in its strings and encoded as plain text, never as the tokens the template writes itself.
 tests/text/test_chat_template.py holds every template and tokenizer form we load to transformers' ids.
 """

@@ -61,11 +61,11 @@ static int weight_bits(int format) {
     return format == Q8 ? 8 : format == Q6 ? 6 : format == Q5 || format == Q5M ? 5 : 4;
 }
 static int has_mins(int format) { return format == Q4M || format == Q5M; }
+static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
 /* float16s a block holds for each output: a scale, and a minimum (Q4M, Q5M) or the second half's scale (Q6) */
 static int64_t block_bytes(int format) {
-    return LANES * BLOCK * weight_bits(format) / 8 + LANES * 2 * (has_mins(format) || format == Q6 ? 2 : 1);
+    return weight_bytes(format) + LANES * 2 * (has_mins(format) || format == Q6 ? 2 : 1);
 }
-static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
 /* the unsigned offset */
 static int offset_of(int format) {
     return format == Q4 ? 8 : format == Q5 ? 16 : format == Q6 ? 32 : format == Q8 ? 128 : 0;
