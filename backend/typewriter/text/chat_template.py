@@ -32,9 +32,10 @@ class ChatTemplate:
         """`special_tokens`: bos_token, eos_token, ... as the template may read them."""
         self.source = source
         self._raw = raw
-        self._template = _environment().from_string(source)
+        environment = _environment()
+        self._template = environment.from_string(source)
         self._special = {name: value for name, value in special_tokens.items() if value is not None}
-        literal = _literal_text(source)
+        literal = _literal_text(environment, source)
         added = raw.get_added_tokens_decoder().values()
         # Special tokens always, and the other added tokens the template writes, but whitespace (Gemma's "\n").
         control = [t.content for t in added if t.special or (t.content in literal and not t.content.isspace())]
@@ -138,9 +139,9 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
-def _literal_text(source: str) -> str:
+def _literal_text(environment: jinja2.Environment, source: str) -> str:
     """The template's literal text and string constants, joined by NULs so no search matches across two."""
-    tree = _environment().parse(source)
+    tree = environment.parse(source)
     literals = {node.data for node in tree.find_all(jinja2.nodes.TemplateData)}
     literals |= {node.value for node in tree.find_all(jinja2.nodes.Const) if isinstance(node.value, str)}
     return "\0".join(literals)

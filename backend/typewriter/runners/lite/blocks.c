@@ -202,17 +202,12 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
                 w[j] = _mm512_and_si512(v, low);
                 w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
             }
-            if (five)
-                for (int k = 0; k < 8; k++) {
+            if (five) /* the fifth bits' 8 masks, then Q6's sixth */
+                for (int k = 0; k < (six ? 16 : 8); k++) {
                     uint64_t bits;
                     memcpy(&bits, p + LANES * BLOCK / 2 + 8 * k, 8);
-                    w[k] = _mm512_mask_add_epi8(w[k], _cvtu64_mask64(bits), w[k], sixteen);
-                }
-            if (six)
-                for (int k = 0; k < 8; k++) {
-                    uint64_t bits;
-                    memcpy(&bits, p + LANES * BLOCK / 2 + 64 + 8 * k, 8);
-                    w[k] = _mm512_mask_add_epi8(w[k], _cvtu64_mask64(bits), w[k], thirty_two);
+                    const __m512i bit = k < 8 ? sixteen : thirty_two;
+                    w[k % 8] = _mm512_mask_add_epi8(w[k % 8], _cvtu64_mask64(bits), w[k % 8], bit);
                 }
         } else {
             for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(p + 64 * j);
@@ -261,9 +256,10 @@ static inline __attribute__((always_inline)) __m256i bytes_of_bits(uint32_t bits
                              _mm256_set1_epi64x(-1));
 }
 
-/* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's,
-   Q5's and Q6's unsigned weights (at most 63: 2 x 63 x 128 < 32,767) against 8-bit inputs never reach it; Q8's are made signed again and multiplied as
-   |w| against x with w's sign, so every pair stays within 2 x 127 x 127 (and no offset is taken back). */
+/* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's, Q5's
+   and Q6's unsigned weights (at most 63: 2 x 63 x 127 < 32,767) against 8-bit inputs never reach it; Q8's are made
+   signed again and multiplied as |w| against x with w's sign, so every pair stays within 2 x 127 x 127 (and no
+   offset is taken back). */
 static inline __attribute__((always_inline)) __m256i dot256(__m256i acc, __m256i w, int32_t x4) {
     const __m256i pairs = _mm256_maddubs_epi16(w, _mm256_set1_epi32(x4));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
@@ -293,17 +289,12 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                     w[j] = _mm256_and_si256(v, low);
                     w[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                 }
-                if (five) /* this half's 32 bits of each mask, a bit to a byte */
-                    for (int k = 0; k < 8; k++) {
+                if (five) /* this half's 32 bits of each mask, a bit to a byte: the fifth bits, then Q6's sixth */
+                    for (int k = 0; k < (six ? 16 : 8); k++) {
                         uint32_t bits;
                         memcpy(&bits, p - 32 * half + LANES * BLOCK / 2 + 8 * k + 4 * half, 4);
-                        w[k] = _mm256_or_si256(w[k], _mm256_and_si256(bytes_of_bits(bits), _mm256_set1_epi8(16)));
-                    }
-                if (six)
-                    for (int k = 0; k < 8; k++) {
-                        uint32_t bits;
-                        memcpy(&bits, p - 32 * half + LANES * BLOCK / 2 + 64 + 8 * k + 4 * half, 4);
-                        w[k] = _mm256_or_si256(w[k], _mm256_and_si256(bytes_of_bits(bits), _mm256_set1_epi8(32)));
+                        const __m256i bit = _mm256_set1_epi8(k < 8 ? 16 : 32);
+                        w[k % 8] = _mm256_or_si256(w[k % 8], _mm256_and_si256(bytes_of_bits(bits), bit));
                     }
             } else {
                 const __m256i sign = _mm256_set1_epi8((char)0x80);
