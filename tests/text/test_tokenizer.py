@@ -327,3 +327,79 @@ def test_a_tokenizer_json_that_truncates_or_pads_never_cuts_or_pads_a_prompt(tok
     assert loaded.encode(text) == tok.encode(text) and len(tok.encode(text)) > 4
     messages = [{"role": "user", "content": text}]
     assert loaded.encode_chat(messages) == tok.encode_chat(messages)
+
+
+def _spelled_by_decode(tok):
+    """Each non-special id's bytes as `tokenizers` decodes it alone (a whole character, or replacement characters
+    for a piece of one, which the table holds as the raw bytes instead)."""
+    return {i: tok.raw.decode([i], skip_special_tokens=False) for i in range(tok.vocab_size) if i not in tok.special_ids}
+
+
+def _check_spelling(tok):
+    for i, text in _spelled_by_decode(tok).items():
+        spelled = tok.token_bytes(i)
+        assert spelled.decode("utf-8", "replace") == text, i
+
+
+def test_each_tokens_bytes_read_together_are_the_ones_decode_gives_it_alone(tok):
+    _check_spelling(tok)
+
+
+def test_a_byte_level_vocabulary_with_a_token_outside_its_alphabet_spells_that_one_as_utf8(tmp_path):
+    """One token outside GPT-2's byte alphabet makes the joined spelling fail: each token is spelled alone then."""
+    path = _tiny_gguf(tmp_path / "tiny.gguf")
+    raw = Tokenizer.load(path).raw
+    raw.add_tokens(["中文"])  # a plain added token, outside the alphabet
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    raw.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|im_end|>"}))
+    tok = Tokenizer.load(folder)
+    assert tok.token_bytes(tok.raw.token_to_id("中文")) == "中文".encode()
+    assert tok.token_bytes(tok.raw.token_to_id("hel")) == b"hel"
+    _check_spelling(tok)
+
+
+def test_a_gguf_list_naming_one_token_twice_loads_and_spells_both_ids_as_llama_cpp_does(tmp_path):
+    """The tokenizer keeps one id for the text; the model may still write the other, which streams its text."""
+    writer = gguf.GGUFWriter(str(tmp_path / "twice.gguf"), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    alphabet = _byte_alphabet()
+    tokens = ["<|im_end|>"] + [alphabet[b] for b in range(256)] + ["he", "he"]
+    writer.add_token_list(tokens)
+    writer.add_token_types([3] + [1] * (len(tokens) - 1))
+    writer.add_token_merges(["h e"])
+    writer.add_eos_token_id(0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tok = Tokenizer.load(tmp_path / "twice.gguf")
+    assert tok.encode("he") == [258]
+    assert tok.token_bytes(257) == tok.token_bytes(258) == b"he"
+    assert tok.token_text.wordy.size == len(tokens)
+
+
+def test_wordy_tokens_are_those_with_a_letter_or_a_piece_of_a_character(tok):
+    """The whole table at once against the definition token by token, on SmolLM2's vocabulary and on bytes made to
+    straddle characters (a piece of one, a separator-like "a" beside them, surrogates' encodings, digits and
+    symbols past ASCII)."""
+    from random import Random
+
+    from typewriter.text.token_text import LeadingSpace, TokenText
+
+    def wordy(spelling: bytes) -> bool:
+        try:
+            return any(c.isalpha() for c in spelling.decode("utf-8"))
+        except UnicodeDecodeError:
+            return True
+
+    random = Random(7)
+    alphabet = [b" ", b"1", b"a", b"Z", b"\n", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac", b"\xff", b"\xe4",
+                b"\xb8", b"\xad", "²".encode(), "Ⅻ".encode(), "€".encode(), "中".encode(), "é".encode(),
+                b"\xed\xb2\x80", "🙂".encode()]
+    made = [b"".join(random.choice(alphabet) for _ in range(random.randint(0, 4))) for _ in range(5000)]
+    for table in (tok.token_text.table, made, [b""], [b"12", b"\xc3"]):
+        expected = [wordy(spelling) for spelling in table]
+        assert TokenText(list(table), LeadingSpace.KEEP).wordy.tolist() == expected

@@ -55,7 +55,10 @@ class Tokenizer:
         extra_eos_ids: Sequence[int] = (),
         unk_token: str | None = None,
         pad_token: str | None = None,
+        tokens: Sequence[str] | None = None,
     ):
+        """`tokens`: each id's token where the caller holds them (a GGUF file's list), so that they are not read
+        back out of `raw`."""
         self.raw = raw
         self.name = name
         # A tokenizer.json may set truncation or padding (for training); a prompt is never cut or padded here: the
@@ -82,7 +85,7 @@ class Tokenizer:
         self.special_ids: frozenset[int] = frozenset(
             i for i, tok in raw.get_added_tokens_decoder().items() if tok.special
         )
-        self.token_text: TokenText = _spell_tokens(raw, self.special_ids, name)
+        self.token_text: TokenText = _spell_tokens(raw, self.special_ids, name, tokens)
 
     @classmethod
     def load(cls, path: str | Path) -> Tokenizer:
@@ -125,6 +128,7 @@ class Tokenizer:
             eos_token=token("eos"),
             unk_token=token("unknown"),
             pad_token=token("padding"),
+            tokens=tokens,
         )
 
     @classmethod
@@ -254,15 +258,19 @@ _SUPPORTED_DECODERS = ("ByteLevel; SentencePiece-style: Sequence[Replace('▁', 
                        "or Metaspace")
 
 
-def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> TokenText:
+def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str,
+                  tokens: Sequence[str] | None = None) -> TokenText:
     """A decoder the stream could not follow token by token is refused here, at load, not on the first answer."""
     # the decoder's own JSON: the whole tokenizer's (to_str) is slow to write and parse
     decoder: dict[str, Any] = (json.loads(raw.decoder.__getstate__()) if raw.decoder is not None
                                else {"type": "none"})
     steps = decoder["decoders"] if decoder["type"] == "Sequence" else [decoder]
     kinds = [step["type"] for step in steps]
-    vocab = [(i, token) for token, i in raw.get_vocab(with_added_tokens=True).items() if i not in special_ids]
-    size = raw.get_vocab_size(with_added_tokens=True)
+    if tokens is not None:  # every id its own token, one the tokenizer's vocabulary shadows included (as llama.cpp)
+        vocab = [(i, token) for i, token in enumerate(tokens) if i not in special_ids]
+    else:
+        vocab = [(i, token) for token, i in raw.get_vocab(with_added_tokens=True).items() if i not in special_ids]
+    size = max(raw.get_vocab_size(with_added_tokens=True), len(tokens or ()))
 
     def refuse(why: str) -> ModelFormatError:
         return ModelFormatError(f"{name}: tokenizer.json decoder {json.dumps(decoder)[:200]} {why} "
@@ -270,15 +278,23 @@ def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str) -> 
 
     if kinds == ["ByteLevel"]:
         # Each alphabet character becomes its byte as latin-1; any other fails the encoding (those up to 255 map
-        # to U+FFFF first).
+        # to U+FFFF first). All tokens at once where every one is in the alphabet, one by one where not.
         to_latin1: dict[int, int | str] = {ord(c): b for b, c in _bytes_to_unicode().items()}
         to_latin1 |= {c: "\uffff" for c in range(256) if c not in to_latin1}
         table = [b""] * size
-        for i, token in vocab:
-            try:
-                table[i] = token.translate(to_latin1).encode("latin-1")
-            except UnicodeEncodeError:  # outside the alphabet: UTF-8, as tokenizers' ByteLevel decoder does
-                table[i] = token.encode("utf-8")
+        try:
+            spelled = "".join(token for _, token in vocab).translate(to_latin1).encode("latin-1")
+        except UnicodeEncodeError:
+            for i, token in vocab:
+                try:
+                    table[i] = token.translate(to_latin1).encode("latin-1")
+                except UnicodeEncodeError:  # outside the alphabet: UTF-8, as tokenizers' ByteLevel decoder does
+                    table[i] = token.encode("utf-8")
+        else:  # one byte a character
+            end = 0
+            for i, token in vocab:
+                start, end = end, end + len(token)
+                table[i] = spelled[start:end]
         return TokenText(table, LeadingSpace.KEEP)
 
     if kinds == ["Metaspace"]:
