@@ -4,6 +4,7 @@ model loads, readiness, a failed load, an engine that fails while serving, and t
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from helpers import chat, receive, serving, small_settings, until_terminal, wait_until
@@ -11,6 +12,7 @@ from scripted import factory, script_engine
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
+from typewriter.server import lifecycle
 from typewriter.server.app import create_app
 
 
@@ -39,6 +41,21 @@ def test_once_ready_the_server_prepares_constraints_before_any_request_asks_for_
     with TestClient(create_app(small_settings(), factory(engine))) as client:
         wait_until(lambda: client.get("/readyz").status_code == 200, "ready")
         wait_until(lambda: engine.grammars._tokenizer is not None, "the constraints' tokenizer built")
+
+
+def test_the_constraints_tokenizer_is_built_once_the_engine_is_idle_not_while_it_answers(monkeypatch):
+    monkeypatch.setattr(lifecycle, "WARM_WHEN_IDLE_S", 1.0)
+    with serving(script_engine(["x"] * 500, step_s=0.05)) as (client, engine):
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat(max_new_tokens=64))  # about 3 s of steps
+            assert receive(ws)["type"] == "start"
+            time.sleep(2.0)
+            assert engine.grammars._tokenizer is None, "built while a chat was being answered"
+            frames = until_terminal(lambda: receive(ws))
+        ended = time.monotonic()
+        wait_until(lambda: engine.grammars._tokenizer is not None, "the constraints' tokenizer built once idle")
+    assert frames[-1]["type"] == "end"
+    assert time.monotonic() - ended >= 0.9, "built before the engine had been idle for WARM_WHEN_IDLE_S"
 
 
 def test_readyz_reports_a_failed_load():

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # the engine's own records, named only: the server imports no
 
 log = logging.getLogger("typewriter.server")
 
+WARM_WHEN_IDLE_S = 0.5  # the engine idle this long before the constraints' tokenizers are built (_warm_when_idle)
+WARM_POLL_S = 0.1
+
 
 class GrammarCompiler(Protocol):
     def compile(self, constraint: Constraint, owner: str = "") -> object:
@@ -232,10 +235,25 @@ class ServerState:
             return
         self.engine, self.tokenizer, self.prompts = engine, tokenizer, prompts
         engine.on_step = self.metrics.step
-        threading.Thread(target=engine.grammars.warm, name="typewriter-grammars", daemon=True).start()
         self._move(Phase.READY)
+        threading.Thread(target=self._warm_when_idle, args=(engine,), name="typewriter-grammars", daemon=True).start()
         log.info("ready: %s, %s, queue %d, context %d",
                  self.settings.model.id, engine.describe_slots(), engine.max_queue, engine.max_context)
+
+    def _warm_when_idle(self, engine: EngineHandle) -> None:
+        """The constraints' tokenizers, built once the engine has had nothing to do for WARM_WHEN_IDLE_S: built as
+        the server turned ready, they held the GIL (a quarter of a second on a 150k vocabulary) just as the first
+        /readyz and the first chats came (docs/measurements/2026-12-06-start-off-the-gil.md). A constraint that comes
+        first builds them itself."""
+        idle_since = time.monotonic()
+        while self.phase is Phase.READY and engine.alive:
+            time.sleep(WARM_POLL_S)
+            stats = engine.stats()
+            if stats.active or stats.queued:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= WARM_WHEN_IDLE_S:
+                engine.grammars.warm()
+                return
 
     def _failed(self, message: str) -> None:
         if self.phase is Phase.LOADING:
