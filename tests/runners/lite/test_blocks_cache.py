@@ -57,7 +57,7 @@ def test_blocks_read_back_are_the_ones_saved_and_answer_with_the_same_bits(model
     np.testing.assert_array_equal(logits(cfg, reader, kernel, back), logits(cfg, reader, kernel))
 
 
-@pytest.mark.parametrize("damage", ["flipped", "cut", "manifest"])
+@pytest.mark.parametrize("damage", ["flipped", "zeroed", "cut", "manifest"])
 def test_a_damaged_entry_is_a_miss_with_a_warning_and_is_removed(model, tmp_path, caplog, damage):
     path, cfg, reader, kernel = model
     cache = ProgramCache(tmp_path / "cache")
@@ -67,6 +67,11 @@ def test_a_damaged_entry_is_a_miss_with_a_warning_and_is_removed(model, tmp_path
     data = bytearray((entry / blocks_cache.BLOCKS).read_bytes())
     if damage == "flipped":  # one bit of one weight: the kernel would run it and answer wrongly
         data[len(data) // 3] ^= 0x01
+        (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
+    elif damage == "zeroed":  # a page that came back from the disk as zeros
+        page = slice(len(data) // 2 // 4096 * 4096, len(data) // 2 // 4096 * 4096 + 4096)
+        assert any(data[page])
+        data[page] = bytes(4096)
         (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
     elif damage == "cut":  # a disk that filled up midway
         (entry / blocks_cache.BLOCKS).write_bytes(bytes(data[:len(data) // 2]))

@@ -2,7 +2,9 @@
 that file, mapped at the next start instead of packed again (packing the real 1.5B takes longer than llama-server
 takes to start, docs/measurements/2026-12-06-q4-blocks-alone.md). Every piece's digest is checked before the kernel
 reads any: a damaged weight would not fail, it would answer wrongly; a damaged, partial or stale entry is a miss
-(logged) and packed again.
+(logged) and packed again. The check is CRC-32, at three times SHA-256's speed: what it guards against is damage,
+not an adversary (the folder is the operator's, SECURITY.md), and a start reads every piece
+(docs/measurements/2026-12-06-start-off-the-gil.md).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,13 +22,13 @@ from .blocks import BlockModel, PackedMatrix
 from .program_cache import MANIFEST, ProgramCache
 
 log = logging.getLogger("typewriter.lite")
-# The code that lays the blocks out: an entry is keyed by it (start.py), so a changed layout is a miss, not a
-# wrong answer.
+# The code that lays the blocks out and checks them: an entry is keyed by it (start.py), so a changed layout or
+# check is a miss, not a wrong answer.
 LAYOUT = hashlib.sha256(b"".join((Path(__file__).parent / name).read_bytes()
-                                 for name in ("blocks.c", "blocks.py"))).hexdigest()[:16]
+                                 for name in ("blocks.c", "blocks.py", "blocks_cache.py"))).hexdigest()[:16]
 BLOCKS = "blocks.bin"
 ALIGN = 64  # each matrix starts on a cache line
-PIECE = 1 << 26  # bytes a digest covers: pieces are checked on two threads, hashlib holding no GIL meanwhile
+PIECE = 1 << 26  # bytes a check covers: pieces are checked on two threads, zlib holding no GIL meanwhile
 
 
 def load(cache: ProgramCache, key: str) -> dict[str, PackedMatrix] | None:
@@ -86,4 +89,4 @@ def _digests(mapped: np.ndarray) -> list[str]:
 
 
 def _digest(piece: np.ndarray) -> str:
-    return hashlib.sha256(piece.data).hexdigest()
+    return f"{zlib.crc32(piece.data):08x}"

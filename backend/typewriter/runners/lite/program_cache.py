@@ -141,10 +141,11 @@ class ProgramCache:
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
             if source == str(model_file.resolve()) and made_as == weight_format:
-                log.info("removing the int8-lite programs %s, made before %s changed", entry, model_file.name)
+                log.info("removing the %s cache entry %s, made before %s or its code changed", made_as, entry,
+                         model_file.name)
                 shutil.rmtree(entry, ignore_errors=True)
             elif not Path(source).exists():
-                log.info("removing the int8-lite programs %s: their model file %s is gone", entry, source)
+                log.info("removing the %s cache entry %s: its model file %s is gone", made_as, entry, source)
                 shutil.rmtree(entry, ignore_errors=True)
 
 
