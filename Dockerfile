@@ -50,6 +50,9 @@ RUN mkdir /kernel && ((apt-get update -qq && apt-get install -y -qq --no-install
 FROM packages AS serve
 COPY backend backend
 COPY --from=kernel /kernel/ backend/typewriter/runners/lite/
+# Compiled once here: with PYTHONDONTWRITEBYTECODE the editable install's modules were compiled again at every
+# start, a quarter of its imports (docs/measurements/2026-12-06-start-off-the-gil.md).
+RUN python -m compileall -q backend/typewriter
 COPY templates templates
 COPY static static
 COPY frontend frontend

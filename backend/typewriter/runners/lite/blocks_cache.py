@@ -2,7 +2,7 @@
 that file, mapped at the next start instead of packed again (packing the real 1.5B takes longer than llama-server
 takes to start, docs/measurements/2026-12-06-q4-blocks-alone.md). Every piece's digest is checked before the kernel
 reads any: a damaged weight would not fail, it would answer wrongly; a damaged, partial or stale entry is a miss
-(logged) and packed again. The check is CRC-32, at three times SHA-256's speed: what it guards against is damage,
+(logged) and packed again. The check is CRC-32, at over twice SHA-256's speed: what it guards against is damage,
 not an adversary (the folder is the operator's, SECURITY.md), and a start reads every piece
 (docs/measurements/2026-12-06-start-off-the-gil.md).
 """
