@@ -18,7 +18,7 @@ from typewriter.errors import ModelFormatError
 from typewriter.weights import load_weights
 from typewriter.weights.dequantize import dequantize as dequantize_fast
 from typewriter.weights.gguf_file import permute_rotary
-from typewriter.weights.gguf_reader import GGUFReader
+from typewriter.weights.gguf_reader import GGUFReader, _Cursor
 
 CONFIGS = {
     "llama-tied": tiny_config(),
@@ -298,6 +298,25 @@ def test_our_gguf_reader_reads_every_field_and_tensor_as_gguf_py_does(tmp_path, 
         mine = ours.tensors[t.name]
         assert (mine.shape, mine.tensor_type) == (tuple(int(d) for d in t.shape), t.tensor_type)
         np.testing.assert_array_equal(mine.data, t.data, err_msg=t.name)
+
+
+@pytest.mark.parametrize("nul", [False, True], ids=["plain", "a string holding a NUL"])
+def test_string_arrays_read_each_string_as_decoding_it_alone_would(tmp_path, nul):
+    """Read together, a string's bytes decode as they would alone: a piece of a character at its end or start, an
+    invalid byte, an empty string, characters of every width; one holding a NUL is read one string at a time."""
+    strings = [b"", b"plain", "é中🙂".encode(), b"\xe4\xb8", b"\xb8\xad", b"\xff", b"a\xc3", b"", "Ġthe".encode(),
+               b"\xf0\x9f", b"\x98\x80 x"] + ([b"nul\x00inside"] if nul else [])
+    writer = gguf.GGUFWriter(str(tmp_path / "strings.gguf"), "llama")
+    writer.add_array("test.strings", strings)
+    writer.add_string("test.after", "still read")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    fields = GGUFReader(tmp_path / "strings.gguf").fields
+    assert fields["test.strings"] == [piece.decode("utf-8", "replace") for piece in strings]
+    assert fields["test.after"] == "still read"
+    assert _Cursor(memoryview(b""), 0).strings(0) == []  # gguf-py writes no empty array; a file may hold one
 
 
 @pytest.mark.parametrize("cut", [3, 20, 200])
