@@ -177,7 +177,7 @@ typedef struct {
     Call part[MOST_PARTS];
     int parts;
     int64_t first[MOST_PARTS + 1]; /* part p's groups are first[p] .. first[p + 1] - 1 */
-    _Atomic int64_t next;          /* the next chunk of groups to take */
+    _Atomic int64_t next;          /* chunks of groups taken */
     _Atomic int left;              /* 1 once the helper, having taken this job, has finished with it */
 } Job;
 
@@ -383,14 +383,20 @@ static void group_narrow(const Call *c, int64_t g) {
     for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE256) c->rows - r0 == 1 ? group256(c, g, r0, 1) : group256(c, g, r0, 2);
 }
 
-static void work(Job *j) {
-    const int64_t groups = j->first[j->parts];
+/* The helper takes its chunks from the front, the caller from the back: each thread reads one run of the weights
+   in order, and the bytes each asks the cache for ahead (PREFETCH) are its own next ones, not its neighbour's, as
+   when the two took alternate chunks (docs/measurements/2026-12-06-start-off-the-gil.md). `next` counts the chunks
+   both have taken, so they never take the same one. */
+static void work(Job *j, int from_front) {
+    const int64_t groups = j->first[j->parts], chunks = (groups + CHUNK_GROUPS - 1) / CHUNK_GROUPS;
     const int use_wide = typewriter_blocks_wide();
-    for (int64_t i; (i = atomic_fetch_add_explicit(&j->next, CHUNK_GROUPS, memory_order_relaxed)) < groups;)
-        for (int64_t g = i, p = 0; g < i + CHUNK_GROUPS && g < groups; g++) {
+    for (int64_t taken = 0; atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) < chunks; taken++) {
+        const int64_t first = (from_front ? taken : chunks - 1 - taken) * CHUNK_GROUPS;
+        for (int64_t g = first, p = 0; g < first + CHUNK_GROUPS && g < groups; g++) {
             while (g >= j->first[p + 1]) p++;
             use_wide ? group_wide(&j->part[p], g - j->first[p]) : group_narrow(&j->part[p], g - j->first[p]);
         }
+    }
 }
 
 /* ---- one helper thread, as attention.c's: it spins a little after a call, then sleeps ---- */
@@ -413,7 +419,7 @@ static void *helper(void *unused) {
         }
         Job *job = atomic_exchange(&posted, NULL);
         if (job) {
-            work(job);
+            work(job, 1);
             atomic_store_explicit(&job->left, 1, memory_order_release);
         }
     }
@@ -481,7 +487,7 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
             pthread_mutex_unlock(&lock);
         }
     }
-    work(&job);
+    work(&job, 0);
     if (helped && atomic_exchange(&posted, NULL) == NULL) /* the helper took it: wait for its last group */
         for (int spin = 0; !atomic_load_explicit(&job.left, memory_order_acquire); spin++)
             spin < SPIN ? _mm_pause() : (void)sched_yield();
