@@ -385,7 +385,7 @@ static void group_narrow(const Call *c, int64_t g) {
 
 /* The helper takes its chunks from the front, the caller from the back: each thread reads one run of the weights
    in order, and the bytes each asks the cache for ahead (PREFETCH) are its own next ones, not its neighbour's, as
-   when the two took alternate chunks (docs/measurements/2026-12-06-start-off-the-gil.md). `next` counts the chunks
+   when the two took alternate chunks (docs/measurements/2026-12-06-two-runs.md). `next` counts the chunks
    both have taken, so they never take the same one. */
 static void work(Job *j, int from_front) {
     const int64_t groups = j->first[j->parts], chunks = (groups + CHUNK_GROUPS - 1) / CHUNK_GROUPS;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# ab-split.sh OLD.c NEW.c [ROUNDS] [MODEL]: q4-blocks' step on 1 row and on 16 at position 150 (the prefetch study's
+# ab.sh OLD.c NEW.c [ROUNDS] [MODEL]: q4-blocks' step on 1 row and on 16 at position 150 (the prefetch study's
 # step.py, median ms) with blocks.c as OLD.c, then as NEW.c, alternating, ROUNDS times (each is packed once into
 # the cache, then mapped). Leaves blocks.c as NEW.c.
 set -e
