@@ -76,13 +76,18 @@ def _silent_client(address: str, max_new_tokens: int = 200) -> socket.socket:
 
 
 def _metrics_once_the_slot_is_free(engine, address: str, sock: socket.socket) -> str:
-    """Wait (bounded) until the silent peer's chat has reached the engine and left its slot; then /metrics."""
+    """Wait (bounded) until the silent peer's chat has reached the engine and left its slot, then for /metrics to
+    count its end: the engine frees the slot before it hands the chat's end to the event loop, so a thread that
+    holds the GIL between the two (llguidance's tokenizers being built) lets /metrics answer in between."""
     try:
         deadline = time.monotonic() + 20
         while not engine.submitted or engine.stats().active:
             assert time.monotonic() < deadline, "the silent peer's chat still holds its slot"
             time.sleep(0.05)
-        return httpx.get(f"http://{address}/metrics").text
+        while 'typewriter_requests_total{reason="' not in (metrics := httpx.get(f"http://{address}/metrics").text):
+            assert time.monotonic() < deadline, "the silent peer's chat left its slot but its end was never counted"
+            time.sleep(0.05)
+        return metrics
     finally:
         sock.close()
 
