@@ -319,6 +319,18 @@ def test_string_arrays_read_each_string_as_decoding_it_alone_would(tmp_path, nul
     assert _Cursor(memoryview(b""), 0).strings(0) == []  # gguf-py writes no empty array; a file may hold one
 
 
+def test_a_gguf_file_naming_more_strings_than_it_holds_is_named_without_making_room_for_them(tmp_path):
+    """A count of 2^40 tokens in a file of kilobytes: refused by name, nothing the size of the count allocated."""
+    cfg = CONFIGS["llama-tied"]
+    path = write_gguf(tmp_path / "m.gguf", cfg, random_weights(cfg))
+    data = bytearray(path.read_bytes())
+    at = data.index(b"tokenizer.ggml.tokens") + len(b"tokenizer.ggml.tokens") + 8  # the value's type, the items'
+    data[at:at + 8] = (1 << 40).to_bytes(8, "little")  # the count
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelFormatError, match="not a readable GGUF file.*cannot fit in the file"):
+        load_weights(path)
+
+
 @pytest.mark.parametrize("cut", [3, 20, 200])
 def test_a_truncated_gguf_file_is_named_not_a_readable_gguf(tmp_path, cut):
     cfg = CONFIGS["llama-tied"]

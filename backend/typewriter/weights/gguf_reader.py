@@ -64,6 +64,8 @@ class _Cursor:
         a NUL between them (a vocabulary's strings one call at a time were most of the parse; decoding them together
         takes 40% off what is left); one at a time where a string holds a NUL itself."""
         buf, first, length = self.buf, self.at, _LENGTH.unpack_from
+        if n > (len(buf) - first) // 8:  # each string holds at least its length: a count no file holds is named here
+            raise GGUFFormatError(f"an array of {n} strings at {first} cannot fit in the file")
         starts = [0] * n
         at = first
         for k in range(n):  # a length past the end fails the next unpack (struct.error: the header ends early)
