@@ -1,8 +1,9 @@
-"""grammar_gil.py: llguidance's tokenizer for the embedded model's vocabulary, built as engine/constraints.py builds
-it (plain, then its slices), with a 1 ms ticker thread beside it: each part's time and the longest the ticker was
-held off (the GIL held)."""
-import threading
+"""grammar_gil.py [MODEL]: llguidance's tokenizer for a model's vocabulary (the embedded model's by default), built
+as engine/constraints.py builds it (plain, then its slices), with a 1 ms ticker thread beside it (bench/gil_ticker.py):
+each part's time and the longest the ticker was held off (the GIL held)."""
+import sys
 import time
+from pathlib import Path
 
 import llguidance
 
@@ -10,33 +11,18 @@ from typewriter.engine import constraints
 from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights.source import embedded_model_path
 
-tok = Tokenizer.load(embedded_model_path())
-gaps: list[float] = []
-stop = False
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from gil_ticker import GilTicker
 
-
-def ticker() -> None:
-    last = time.perf_counter()
-    while not stop:
-        time.sleep(0.001)
-        now = time.perf_counter()
-        gaps.append(now - last)
-        last = now
-
-
-thread = threading.Thread(target=ticker)
-thread.start()
-time.sleep(0.05)
-spelled = constraints._ByteVocabulary(tok, tok.vocab_size)
-began = time.perf_counter()
-plain = llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=tok.vocab_size,
-                               eos_token=sorted(tok.eos_token_ids), slices=[])
-middle = time.perf_counter()
-spelled.greedy = plain.greedy_tokenize
-plain.with_slices(llguidance.LLTokenizer.general_slices())
-end = time.perf_counter()
-time.sleep(0.02)
-stop = True
-thread.join()
+tok = Tokenizer.load(sys.argv[1] if len(sys.argv) > 1 else embedded_model_path())
+with GilTicker() as ticker:
+    spelled = constraints._ByteVocabulary(tok, tok.vocab_size)
+    began = time.perf_counter()
+    plain = llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=tok.vocab_size,
+                                   eos_token=sorted(tok.eos_token_ids), slices=[])
+    middle = time.perf_counter()
+    spelled.greedy = plain.greedy_tokenize
+    plain.with_slices(llguidance.LLTokenizer.general_slices())
+    end = time.perf_counter()
 print(f"plain {1000 * (middle - began):.0f} ms, with_slices {1000 * (end - middle):.0f} ms, "
-      f"longest gap {1000 * max(gaps):.0f} ms")
+      f"longest gap {1000 * ticker.longest_s:.0f} ms")

@@ -1,9 +1,9 @@
 """tokenizer_gil.py [MODEL]: whether `tokenizers` lets go of the GIL while it builds a tokenizer (so it could be built
-beside the imports): its three ways from files, with a 1 ms ticker beside each; the longest the ticker was held off."""
+beside the imports): its three ways from files, with bench/gil_ticker.py's 1 ms ticker beside each; the longest the
+ticker was held off."""
 import json
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -12,6 +12,9 @@ from tokenizers import models
 
 from typewriter.text.tokenizer import Tokenizer
 from typewriter.weights.source import embedded_model_path, open_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from gil_ticker import GilTicker
 
 path = Path(sys.argv[1]) if len(sys.argv) > 1 else embedded_model_path()
 source, _ = open_source(path)
@@ -24,26 +27,11 @@ text = (folder / "tokenizer.json").read_text()
 
 
 def held_off(name, build):
-    gaps, stop = [], False
-
-    def ticker():
-        last = time.perf_counter()
-        while not stop:
-            time.sleep(0.001)
-            now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
-
-    thread = threading.Thread(target=ticker)
-    thread.start()
-    time.sleep(0.02)
-    began = time.perf_counter()
-    build()
-    took = time.perf_counter() - began
-    time.sleep(0.01)
-    stop = True
-    thread.join()
-    print(f"{name}: {1000 * took:.0f} ms, the ticker held off {1000 * max(gaps):.0f} ms")
+    with GilTicker() as ticker:
+        began = time.perf_counter()
+        build()
+        took = time.perf_counter() - began
+    print(f"{name}: {1000 * took:.0f} ms, the ticker held off {1000 * ticker.longest_s:.0f} ms")
 
 
 held_off("Tokenizer.from_file(tokenizer.json)", lambda: RawTokenizer.from_file(str(folder / "tokenizer.json")))
