@@ -181,6 +181,8 @@ class ScriptTokenizer:
         self.system_prompt = system_prompt
         self.calls: list[tuple[list[dict[str, str]], str | None]] = []
         self.read = 0
+        self.prefixes = 0  # chat_prefix calls
+        self.prepared = 0  # prepare calls
 
     def encode_chat(self, messages, system=None, tools=None) -> list[int]:
         self.calls.append((list(messages), system))
@@ -192,8 +194,13 @@ class ScriptTokenizer:
         self.read += len(text)
         return len(text.split())
 
+    def prepare(self) -> None:
+        """As Tokenizer.prepare, counted: nothing here is built late."""
+        self.prepared += 1
+
     def chat_prefix(self, system=None) -> list[int]:
         """As Tokenizer.chat_prefix: the system prompt's message, if encoded, and the first message's start."""
+        self.prefixes += 1
         return self._encode(self._with_system([], system)) + [self.eos + 1]
 
     def _with_system(self, messages, system) -> list[dict[str, str]]:

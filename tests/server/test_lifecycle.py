@@ -43,19 +43,31 @@ def test_once_ready_the_server_prepares_constraints_before_any_request_asks_for_
         wait_until(lambda: engine.grammars._tokenizer is not None, "the constraints' tokenizer built")
 
 
-def test_the_constraints_tokenizer_is_built_once_the_engine_is_idle_not_while_it_answers(monkeypatch):
+def test_what_is_built_late_is_built_once_the_engine_is_idle_not_while_it_answers(monkeypatch):
+    """The tokenizer's BPE and the constraints' tokenizers wait for an idle engine; the classes' prompts, which the
+    first chat needs, are worked out for it, once."""
     monkeypatch.setattr(lifecycle, "WARM_WHEN_IDLE_S", 1.0)
     with serving(script_engine(["x"] * 500, step_s=0.05)) as (client, engine):
+        tokenizer = engine.tokenizer
+        assert tokenizer.prefixes == 0, "the classes' prompts were encoded before any chat or an idle engine"
         with client.websocket_connect("/ws") as ws:
             ws.send_json(chat(max_new_tokens=64))  # about 3 s of steps
             assert receive(ws)["type"] == "start"
+            prefixes = tokenizer.prefixes
+            assert prefixes > 0, "the first chat did not work out its class's prompt"
             time.sleep(2.0)
             assert engine.grammars._tokenizer is None, "built while a chat was being answered"
+            assert tokenizer.prepared == 0, "the tokenizer was prepared while a chat was being answered"
             frames = until_terminal(lambda: receive(ws))
         ended = time.monotonic()
         wait_until(lambda: engine.grammars._tokenizer is not None, "the constraints' tokenizer built once idle")
+        assert tokenizer.prepared == 1
+        with client.websocket_connect("/ws") as ws:
+            ws.send_json(chat("again", max_new_tokens=3))
+            assert until_terminal(lambda: receive(ws))[-1]["type"] == "end"
     assert frames[-1]["type"] == "end"
     assert time.monotonic() - ended >= 0.9, "built before the engine had been idle for WARM_WHEN_IDLE_S"
+    assert tokenizer.prefixes == prefixes, "the classes' prompts were encoded more than once"
 
 
 def test_readyz_reports_a_failed_load():

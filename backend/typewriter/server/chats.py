@@ -215,7 +215,7 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
         # a model shown the generic format in its prompt only is held to it whenever it calls
         grammar = tokenizer.tool_format.grammar(chat.tools.offered(), chat.tools.strict, chat.tools.must_call)
         params = dataclasses.replace(params, constraint=Constraint(ConstraintKind.GRAMMAR, grammar, "tools"))
-    prompt = server.prompt(classroom)
+    prompt = await server.class_prompt(classroom)
     messages, system = _system_prompt(tokenizer, [m.as_dict() for m in chat.messages], chat.id, prompt.system,
                                       client_system)
     engine_ids = [server.next_request_id() for _ in range(chat.n)]

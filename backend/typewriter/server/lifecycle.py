@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # the engine's own records, named only: the server imports no
 
 log = logging.getLogger("typewriter.server")
 
-WARM_WHEN_IDLE_S = 0.5  # the engine idle this long before the constraints' tokenizers are built (_warm_when_idle)
+WARM_WHEN_IDLE_S = 0.5  # the engine idle this long before what is built late is built (_warm_when_idle)
 WARM_POLL_S = 0.1
 
 
@@ -78,6 +78,7 @@ class ChatEncoder(Protocol):
     def chat_prefix(self, system: str | None = None) -> list[int]: ...
     def count(self, text: str, limit: int) -> int: ...  # reads no further than past `limit`
     def token_bytes(self, token_id: int) -> bytes: ...
+    def prepare(self) -> None: ...  # builds now what the first encoding would otherwise build
 
 
 Progress = Callable[[str], None]
@@ -139,7 +140,8 @@ class ServerState:
         self.owners = Owners()
         self.classes = load_classes(settings) if classes is None else classes
         self.identities = Identities(self.classes, settings.identity.identity_secret)
-        self.prompts: dict[str, ClassPrompt] = {}
+        self.prompts: dict[str, ClassPrompt] = {}  # worked out on the first chat or once idle (class_prompt)
+        self._prompts_lock = threading.Lock()
         self.progress = "starting"
         self.load_estimate = LoadEstimate()
         self.error: str | None = None
@@ -214,7 +216,6 @@ class ServerState:
     def _load(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             engine, tokenizer = self._factory(self.settings, self._report)
-            prompts = class_prompts(self.classes, self.settings, tokenizer)  # encoded here, off the event loop
         except Exception as e:  # shown on /readyz; the process decides to exit
             if isinstance(e, TypewriterError):  # a named, actionable error: no traceback
                 log.error("loading the model failed: %s", e)
@@ -222,29 +223,32 @@ class ServerState:
                 log.exception("loading the model failed")
             loop.call_soon_threadsafe(self._failed, f"{type(e).__name__}: {e}")
         else:
-            loop.call_soon_threadsafe(self._loaded, engine, tokenizer, prompts)
+            loop.call_soon_threadsafe(self._loaded, engine, tokenizer)
 
     def _report(self, message: str) -> None:
         self.progress = message
         self.load_estimate.report(message, time.monotonic())
         log.info("loading: %s", message)
 
-    def _loaded(self, engine: EngineHandle, tokenizer: ChatEncoder, prompts: dict[str, ClassPrompt]) -> None:
+    def _loaded(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:
         if self.phase is Phase.STOPPING:
             threading.Thread(target=engine.shutdown, daemon=True).start()
             return
-        self.engine, self.tokenizer, self.prompts = engine, tokenizer, prompts
+        self.engine, self.tokenizer = engine, tokenizer
         engine.on_step = self.metrics.step
         self._move(Phase.READY)
-        threading.Thread(target=self._warm_when_idle, args=(engine,), name="typewriter-grammars", daemon=True).start()
+        threading.Thread(target=self._warm_when_idle, args=(engine, tokenizer), name="typewriter-warm",
+                         daemon=True).start()
         log.info("ready: %s, %s, queue %d, context %d",
                  self.settings.model.id, engine.describe_slots(), engine.max_queue, engine.max_context)
 
-    def _warm_when_idle(self, engine: EngineHandle) -> None:
-        """The constraints' tokenizers, built once the engine has had nothing to do for WARM_WHEN_IDLE_S: built as
-        the server turned ready, they held the GIL (a quarter of a second on a 150k vocabulary) just as the first
-        /readyz and the first chats came (docs/measurements/2026-12-06-start-off-the-gil.md). A constraint that comes
-        first builds them itself."""
+    def _warm_when_idle(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:
+        """What is built late, built once the engine has had nothing to do for WARM_WHEN_IDLE_S: the tokenizer's
+        BPE (a GGUF's), the classes' prompts, the constraints' tokenizers. Built before ready or as the server turned
+        ready, each held the GIL (a quarter of a second apiece on a 150k vocabulary) on the start's path or just as
+        the first /readyz and chats came (docs/measurements/2026-12-06-start-off-the-gil.md,
+        docs/measurements/2026-12-06-late-tokenizer.md). A chat or constraint that comes first builds what it needs
+        itself."""
         idle_since = time.monotonic()
         while self.phase is Phase.READY and engine.alive:
             time.sleep(WARM_POLL_S)
@@ -252,6 +256,8 @@ class ServerState:
             if stats.active or stats.queued:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since >= WARM_WHEN_IDLE_S:
+                tokenizer.prepare()
+                self._class_prompts(tokenizer)
                 engine.grammars.warm()
                 return
 
@@ -303,8 +309,19 @@ class ServerState:
             log.warning("shutdown: %d streams did not end within %.1fs", self._in_flight,
                         self.settings.serving.shutdown_grace_s)
 
-    def prompt(self, classroom: Classroom) -> ClassPrompt:
-        return self.prompts[classroom.name]
+    async def class_prompt(self, classroom: Classroom) -> ClassPrompt:
+        """`classroom`'s prompt, its tokens encoded off the event loop the first time."""
+        prompt = self.prompts.get(classroom.name)
+        if prompt is None:
+            assert self.tokenizer is not None, "asked for a class's prompt before the model loaded"
+            prompt = (await asyncio.to_thread(self._class_prompts, self.tokenizer))[classroom.name]
+        return prompt
+
+    def _class_prompts(self, tokenizer: ChatEncoder) -> dict[str, ClassPrompt]:
+        with self._prompts_lock:
+            if not self.prompts:
+                self.prompts = class_prompts(self.classes, self.settings, tokenizer)
+            return self.prompts
 
     def _engine_counts(self) -> tuple[int, int]:
         if self.engine is None:

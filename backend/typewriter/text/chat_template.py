@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import jinja2
@@ -18,6 +19,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
+from tokenizers import AddedToken
 from tokenizers import Tokenizer as RawTokenizer
 
 # Private-use characters wrapped around the control tokens in client strings (transformers' own pair).
@@ -28,21 +30,22 @@ _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 
 
 class ChatTemplate:
-    def __init__(self, raw: RawTokenizer, source: str, special_tokens: Mapping[str, str | None]):
-        """`special_tokens`: bos_token, eos_token, ... as the template may read them."""
+    def __init__(self, added: Iterable[AddedToken], raw: Callable[[], RawTokenizer], source: str,
+                 special_tokens: Mapping[str, str | None]):
+        """`added`: the tokenizer's added tokens; `raw`: the tokenizer, asked for on the first encoding (a GGUF's is
+        built then); `special_tokens`: bos_token, eos_token, ... as the template may read them."""
         self.source = source
-        self._raw = raw
+        self._tokenizer = raw
         environment = _environment()
         self._template = environment.from_string(source)
         self._special = {name: value for name, value in special_tokens.items() if value is not None}
         literal = _literal_text(environment, source)
-        added = raw.get_added_tokens_decoder().values()
+        added = list(added)
         # Special tokens always, and the other added tokens the template writes, but whitespace (Gemma's "\n").
         control = [t.content for t in added if t.special or (t.content in literal and not t.content.isspace())]
         self._control = _alternatives(control)
         every_added = _alternatives([t.content for t in added])
         self._markers = re.compile(f"{MARK_START}({every_added.pattern}){MARK_END}|[{MARK_START}{MARK_END}]")
-        self._newline = self._encode("\n")
 
     def render(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> str:
         """The prompt text, with the generation prompt; JSON-shaped inputs only reach the template."""
@@ -81,7 +84,7 @@ class ChatTemplate:
                 continue
             as_text = i % 2 == 1
             piece_ids = self._piece(piece, as_text)
-            if as_text and self._raw.token_to_id(piece) in piece_ids:
+            if as_text and self._tokenizer().token_to_id(piece) in piece_ids:
                 raise ValueError(f"Can't sanitize {piece!r}: the tokenizer produces it from plain text")
             ids += piece_ids
         return ids
@@ -95,13 +98,17 @@ class ChatTemplate:
             return ids[len(self._newline):]
         return encode(piece)
 
+    @cached_property
+    def _newline(self) -> list[int]:
+        return self._encode("\n")
+
     def _encode(self, text: str) -> list[int]:
-        ids: list[int] = self._raw.encode(text, add_special_tokens=False).ids
+        ids: list[int] = self._tokenizer().encode(text, add_special_tokens=False).ids
         return ids
 
     def _encode_plain(self, text: str) -> list[int]:
         """`text` through the tokenizer's pipeline without its added tokens, special or not."""
-        raw = self._raw
+        raw = self._tokenizer()
         if raw.normalizer is not None:
             text = raw.normalizer.normalize_str(text)
         splits = [text] if raw.pre_tokenizer is None else [s for s, _ in raw.pre_tokenizer.pre_tokenize_str(text)]

@@ -16,6 +16,7 @@ from tokenizers import Tokenizer as RawTokenizer
 
 from ..errors import ModelFormatError
 from .chat_template import ChatTemplate
+from .gguf_tokenizer import LateRawTokenizer
 from .token_text import LeadingSpace, TokenText
 from .tool_format import ToolFormat, tool_format
 from .tool_prompt import with_tools
@@ -46,7 +47,7 @@ PLAIN_CHAT_TEMPLATE = (
 class Tokenizer:
     def __init__(
         self,
-        raw: RawTokenizer,
+        raw: RawTokenizer | LateRawTokenizer,
         *,
         name: str,
         chat_template: str | None,
@@ -58,8 +59,8 @@ class Tokenizer:
         tokens: Sequence[str] | None = None,
     ):
         """`tokens`: each id's token where the caller holds them (a GGUF file's list), so that they are not read
-        back out of `raw`."""
-        self.raw = raw
+        back out of `raw`. A LateRawTokenizer is built on the first encoding, or by `prepare`."""
+        self._raw = raw
         self.name = name
         # A tokenizer.json may set truncation or padding (for training); a prompt is never cut or padded here: the
         # conversation is fitted to the context by text/conversation.py instead.
@@ -75,7 +76,8 @@ class Tokenizer:
             raw.add_tokens([AddedToken(token, special=True) for token in named])
         self.plain_chat = chat_template is None
         self.tool_format: ToolFormat = tool_format(chat_template)
-        self.template = ChatTemplate(raw, PLAIN_CHAT_TEMPLATE if chat_template is None else chat_template,
+        self.template = ChatTemplate(raw.get_added_tokens_decoder().values(), lambda: self.raw,
+                                     PLAIN_CHAT_TEMPLATE if chat_template is None else chat_template,
                                      self.special_tokens)
         self.vocab_size: int = raw.get_vocab_size(with_added_tokens=True)
         self.bos_token_id: int | None = raw.token_to_id(bos_token) if bos_token else None
@@ -110,10 +112,8 @@ class Tokenizer:
             from ..weights.gguf_reader import GGUFReader
 
             fields = GGUFReader(path).fields
-        from .gguf_tokenizer import raw_tokenizer_from_gguf
-
         get = fields.get
-        raw = raw_tokenizer_from_gguf(path, fields)
+        raw = LateRawTokenizer(path, fields)
         tokens: list[str] = get("tokenizer.ggml.tokens") or []
 
         def token(key: str) -> str | None:
@@ -160,6 +160,16 @@ class Tokenizer:
             unk_token=_token_text(config.get("unk_token")),
             pad_token=_token_text(config.get("pad_token")),
         )
+
+    @property
+    def raw(self) -> RawTokenizer:
+        """The `tokenizers` tokenizer, built here if it is a GGUF's not built yet."""
+        raw = self._raw
+        return raw.build() if isinstance(raw, LateRawTokenizer) else raw
+
+    def prepare(self) -> None:
+        """Build now what is otherwise built on the first encoding (a GGUF's BPE): the server calls it once idle."""
+        _ = self.raw
 
     def save(self, folder: str | Path) -> None:
         """The Hugging Face files `from_hf_dir` reads back to an equal tokenizer."""
@@ -258,7 +268,7 @@ _SUPPORTED_DECODERS = ("ByteLevel; SentencePiece-style: Sequence[Replace('▁', 
                        "or Metaspace")
 
 
-def _spell_tokens(raw: RawTokenizer, special_ids: frozenset[int], name: str,
+def _spell_tokens(raw: RawTokenizer | LateRawTokenizer, special_ids: frozenset[int], name: str,
                   tokens: Sequence[str] | None = None) -> TokenText:
     """A decoder the stream could not follow token by token is refused here, at load, not on the first answer."""
     # the decoder's own JSON: the whole tokenizer's (to_str) is slow to write and parse
