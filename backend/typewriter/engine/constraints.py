@@ -11,6 +11,7 @@ while the step's forward pass runs, and a row whose mask is late sits out rather
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -21,12 +22,12 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoo
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-import llguidance
-import llguidance.numpy as llg_numpy
-
-if TYPE_CHECKING:  # only in llguidance's stubs
-    from llguidance._lib import JsonCompileOptions
 import numpy as np
+
+if TYPE_CHECKING:  # llguidance is imported by the first constraint or the warm-up, not by a start (a thirtieth of
+    # the embedded model's: docs/measurements/2026-12-06-late-tokenizer.md)
+    import llguidance
+    from llguidance._lib import JsonCompileOptions  # only in llguidance's stubs
 
 from ..errors import InvalidRequest
 from ..heap import return_freed_memory
@@ -34,11 +35,18 @@ from .request import Constraint, ConstraintKind
 
 log = logging.getLogger("typewriter.engine")
 
-# Each limit is several times what the lessons' schemas, tool grammars and patterns need, and low enough that
-# `0{100000}` or `a{1000000}` stop at their first token and an ambiguous grammar within its first rows (the study).
-LIMITS = llguidance.LLParserLimits(initial_lexer_fuel=200_000, step_lexer_fuel=20_000, step_max_items=2_000,
-                                   max_items_in_row=200, max_lexer_states=20_000, max_grammar_size=50_000,
-                                   verbose_errors=False)
+@functools.cache
+def parser_limits() -> llguidance.LLParserLimits:
+    """Each limit is several times what the lessons' schemas, tool grammars and patterns need, and low enough that
+    `0{100000}` or `a{1000000}` stop at their first token and an ambiguous grammar within its first rows (the
+    study). Made once, when llguidance is first imported."""
+    import llguidance
+
+    return llguidance.LLParserLimits(initial_lexer_fuel=200_000, step_lexer_fuel=20_000, step_max_items=2_000,
+                                     max_items_in_row=200, max_lexer_states=20_000, max_grammar_size=50_000,
+                                     verbose_errors=False)
+
+
 FIRST_MASK_CPU_S = 0.25  # the first mask builds the lexer, once, off the engine thread
 MASK_CPU_S = 0.01  # any later mask: above the costliest the limits let through, far below a step
 # The compiled constraints kept, in estimated bytes: in all, and for any one owner (a client).
@@ -76,6 +84,8 @@ class ConstraintFailed(RuntimeError):
 
 
 def grammar_text(constraint: Constraint) -> str:
+    import llguidance
+
     if constraint.kind is ConstraintKind.JSON_SCHEMA or constraint.kind is ConstraintKind.JSON_OBJECT:
         try:
             return llguidance.LLMatcher.grammar_from_json_schema(constraint.source, defaults=_JSON_OPTIONS)
@@ -127,10 +137,12 @@ class Grammars:
 
     def _build(self, constraint: Constraint) -> tuple[llguidance.LLMatcher, int]:
         """A probed matcher and the bytes it is estimated to hold; InvalidRequest if either is too much."""
+        import llguidance
+
         with self._lock:
             tokenizer = self._tokenizer = self._tokenizer or self._build_tokenizer()
         text = grammar_text(constraint)
-        matcher = llguidance.LLMatcher(tokenizer, text, log_level=0, limits=LIMITS)
+        matcher = llguidance.LLMatcher(tokenizer, text, log_level=0, limits=parser_limits())
         if matcher.is_error():
             raise InvalidRequest(constraint.origin, f"cannot be used as a constraint: {_first_line(matcher.get_error())}")
         forced = self._probe(constraint, matcher)
@@ -196,6 +208,8 @@ class Grammars:
         match, in Rust, is that callback (a Python one cost most of a forced mask). Built once without the mask's
         slices, which only masks use and which are most of a build that holds the GIL (the server answers nothing
         meanwhile), then given them: docs/measurements/2026-12-05-cached-start.md."""
+        import llguidance
+
         spelled = _ByteVocabulary(self.vocabulary, self.vocab_size)
         eos = sorted(self.vocabulary.eos_token_ids)
         plain = llguidance.LLTokenizer(llguidance.TokenizerWrapper(spelled), n_vocab=self.vocab_size, eos_token=eos,
@@ -214,6 +228,8 @@ class _Mask:
 
 
 def _compute_mask(matcher: llguidance.LLMatcher, vocab_size: int, eos: np.ndarray) -> _Mask:
+    import llguidance.numpy as llg_numpy
+
     bitmask = np.empty((1, _words(vocab_size)), dtype=np.int32)  # [1, vocab / 32]
     began = time.thread_time()  # CPU time: another thread's load does not count against the constraint
     llg_numpy.fill_next_token_bitmask(matcher, bitmask, 0)

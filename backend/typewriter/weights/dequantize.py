@@ -6,9 +6,9 @@ Q5_1, Q8_0) are done here in a few passes over the whole tensor, where gguf-py g
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES
-from gguf import GGMLQuantizationType as Q
-from gguf.quants import dequantize as gguf_dequantize
+
+from .ggml_types import GGML_QUANT_SIZES
+from .ggml_types import GGMLQuantizationType as Q
 
 
 def _half(blocks: np.ndarray, at: int) -> np.ndarray:
@@ -72,8 +72,11 @@ _DECODERS = {Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q5_0: _q5_0, Q.Q5_1: _q5_1, Q.Q8_0:
 
 def dequantize(data: np.ndarray, kind: Q) -> np.ndarray:
     """A tensor's data as the mapped file holds it -> float32, flat."""
-    if kind not in _DECODERS:
-        return np.asarray(gguf_dequantize(data, kind), dtype=np.float32).reshape(-1)
+    if kind not in _DECODERS:  # imported here: gguf-py is no part of a start from cached blocks
+        import gguf
+        from gguf.quants import dequantize as gguf_dequantize
+
+        return np.asarray(gguf_dequantize(data, gguf.GGMLQuantizationType(int(kind))), dtype=np.float32).reshape(-1)
     size = GGML_QUANT_SIZES[kind][1]  # bytes a block
     raw = np.ascontiguousarray(data, dtype=np.uint8).reshape(-1)
     if raw.size % size:

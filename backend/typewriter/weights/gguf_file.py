@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
 
 from ..architecture.families import GGUF_ARCHITECTURES, family_of_gguf
 from ..architecture.model_config import ModelConfig
 from ..errors import ModelFormatError
 from .dequantize import dequantize
+from .ggml_types import GGMLQuantizationType as Q
 from .gguf_reader import GGUFReader
 
 SUPPORTED_ARCHITECTURES = set(GGUF_ARCHITECTURES)

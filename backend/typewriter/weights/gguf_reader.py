@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from .ggml_types import GGML_QUANT_SIZES, GGMLQuantizationType
 
 MAGIC = b"GGUF"
 # value type -> struct format of one scalar (8: string, 9: array)

@@ -22,12 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from gguf import GGMLQuantizationType as Q
-from gguf.quants import Q4_K
 
 from ...architecture.model_config import ModelConfig
 from ...errors import ModelFormatError
 from ...weights.dequantize import dequantize
+from ...weights.ggml_types import GGMLQuantizationType as Q
 from ...weights.gguf_file import PERMUTED_QK, GGUFFile, unpermute_rotary
 from ...weights.source import WeightReader
 from ..rotation import Rotation
@@ -76,6 +75,8 @@ def _fifth_bits(qh: np.ndarray) -> np.ndarray:
 
 def _k_scales(b: np.ndarray, out: int) -> tuple[np.ndarray, np.ndarray]:
     """Q4_K's and Q5_K's sub-block scales and minimums as float16 [out, in / 32]: d x sc and -dmin x m."""
+    from gguf.quants import Q4_K  # packing only: gguf-py is no part of a start from cached blocks
+
     d, dmin = _half(b, 0).astype(np.float32), _half(b, 2).astype(np.float32)
     sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [n, 8] each
     return ((d * sc.astype(np.float32)).astype(np.float16).reshape(out, -1),
