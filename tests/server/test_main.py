@@ -207,3 +207,45 @@ def test_a_socket_whose_client_is_closing_as_the_server_stops_does_not_end_the_s
     _tolerate_closing(connection)
     connection.shutdown()
     assert connection.closed
+
+
+@pytest.mark.parametrize("load", ["ready", "failed"])
+def test_a_server_holding_the_collector_for_its_start_turns_it_back_on_once_loaded(load):
+    """`typewriter serve` turns Python's cyclic collector off for its imports and load (commands/serve.py); the
+    server turns it back on once the model is loaded, or failed to load, and never before."""
+    import gc
+
+    gate = threading.Event()
+    engine = script_engine()
+    loaded = factory(engine, gate=gate)
+
+    def load_or_fail(settings, progress):
+        handed = loaded(settings, progress)
+        if load == "failed":
+            raise RuntimeError("no weights")
+        return handed
+
+    settings = Settings.of(port=0, shutdown_grace_s=2.0)
+    app = create_app(settings, load_or_fail)
+    server = Server(uvicorn_config(app, settings, host="127.0.0.1", log_level="warning"), app.state.server,
+                    collector_held=True)
+    gc.disable()
+    thread = threading.Thread(target=server.run, daemon=True)
+    try:
+        thread.start()
+        deadline = time.monotonic() + 10
+        while not server.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        time.sleep(0.5)  # several of uvicorn's ticks while the model loads
+        assert not gc.isenabled(), "the collector was turned on while the model loaded"
+        gate.set()
+        while not gc.isenabled():
+            assert time.monotonic() < deadline + 10, "the collector stayed off once the model had loaded"
+            time.sleep(0.02)
+        assert app.state.server.phase.value == "ready" or load == "failed"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        gc.enable()
+    assert server.load_failed == (load == "failed")

@@ -5,6 +5,7 @@ refused value is named as the user gave it (`--port` or `TYPEWRITER_PORT`). serv
 from __future__ import annotations
 
 import argparse
+import gc
 
 from ..config import EMBEDDED_MODEL_ID, ENV_PREFIX, LOG_LEVELS, ConfigError, Settings
 from .args import add_model_arguments, setting_default
@@ -59,8 +60,15 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)  # before uvicorn, Starlette and TensorFlow are imported
     resolve_model_path(settings.model.model_path)  # a path that is not there, or not a model's: exit 2, not 1 after binding
-    from ..server.classes import load_classes
-    from ..server.main import serve
+    # No cyclic collection while the server's modules import and the model loads: the objects they make live as long
+    # as the process, and three generations' passes over them were a tenth of a cached start
+    # (docs/measurements/2026-12-06-late-tokenizer.md). The server turns the collector back on once ready.
+    gc.disable()
+    try:
+        from ..server.classes import load_classes
+        from ..server.main import serve
 
-    classes = load_classes(settings)  # a mistake in the file: exit 2, naming its line, before anything loads
-    return serve(settings, classes=classes)
+        classes = load_classes(settings)  # a mistake in the file: exit 2, naming its line, before anything loads
+        return serve(settings, classes=classes, collector_held=True)
+    finally:
+        gc.enable()

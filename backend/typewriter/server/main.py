@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 import sys
@@ -30,10 +31,11 @@ GRPC_GRACE_S = 1.0
 GRPC_DESCRIPTORS = 3  # a connection to the gRPC port: the client's, the proxy's to gRPC, and gRPC's own end of it
 
 
-def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine, classes: Classes | None = None) -> int:
+def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine, classes: Classes | None = None,
+          collector_held: bool = False) -> int:
     """Run until SIGTERM or SIGINT, then drain. Returns 0 after a drain, 1 if the model or the engine failed (so
     that a supervisor starts a fresh process), EXIT_CANNOT_LISTEN if a port cannot be bound. `classes` None: read
-    from `settings`."""
+    from `settings`; `collector_held`: as Server's."""
     try:
         sockets = listen(settings.serving.host, settings.serving.port)
     except OSError as e:
@@ -49,7 +51,7 @@ def serve(settings: Settings, engine_factory: EngineFactory = load_real_engine, 
     logging.basicConfig(level=settings.serving.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(settings, engine_factory, classes=classes)
-    server = Server(uvicorn_config(app, settings), app.state.server)
+    server = Server(uvicorn_config(app, settings), app.state.server, collector_held)
     try:
         server.run(sockets=sockets)
     finally:
@@ -87,9 +89,12 @@ class Server(uvicorn.Server):
     """uvicorn's server, plus gRPC beside it, an exit when the model fails to load, and every chat ended with
     reason `shutdown` before uvicorn would drop the sockets with 1012."""
 
-    def __init__(self, config: uvicorn.Config, state: ServerState):
+    def __init__(self, config: uvicorn.Config, state: ServerState, collector_held: bool = False):
+        """`collector_held`: Python's cyclic collector is off for the start (commands/serve.py); it is turned back on
+        at the first tick after the server is ready or the load failed."""
         super().__init__(config)
         self.state = state
+        self.collector_held = collector_held
         self.grpc: GrpcServer | None = None
         self.load_failed = False
         self.engine_failed = False
@@ -128,6 +133,9 @@ class Server(uvicorn.Server):
         return False
 
     async def on_tick(self, counter: int) -> bool:
+        if self.collector_held and self.state.phase is not Phase.LOADING:
+            gc.enable()
+            self.collector_held = False
         if self.state.phase is Phase.FAILED:
             print(f"typewriter: error: the model failed to load: {self.state.error}", file=sys.stderr, flush=True)
             self.load_failed = True
