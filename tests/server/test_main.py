@@ -212,7 +212,8 @@ def test_a_socket_whose_client_is_closing_as_the_server_stops_does_not_end_the_s
 @pytest.mark.parametrize("load", ["ready", "failed"])
 def test_a_server_holding_the_collector_for_its_start_turns_it_back_on_once_loaded(load):
     """`typewriter serve` turns Python's cyclic collector off for its imports and load (commands/serve.py); the
-    server turns it back on once the model is loaded, or failed to load, and never before."""
+    server turns it back on once the model is loaded, or failed to load, and never before, the start's objects
+    frozen."""
     import gc
 
     gate = threading.Event()
@@ -244,8 +245,10 @@ def test_a_server_holding_the_collector_for_its_start_turns_it_back_on_once_load
             assert time.monotonic() < deadline + 10, "the collector stayed off once the model had loaded"
             time.sleep(0.02)
         assert app.state.server.phase.value == "ready" or load == "failed"
+        assert gc.get_freeze_count() > 0, "the start's objects were left for the collector to go over"
     finally:
         server.should_exit = True
         thread.join(10)
+        gc.unfreeze()
         gc.enable()
     assert server.load_failed == (load == "failed")

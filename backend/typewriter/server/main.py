@@ -91,7 +91,9 @@ class Server(uvicorn.Server):
 
     def __init__(self, config: uvicorn.Config, state: ServerState, collector_held: bool = False):
         """`collector_held`: Python's cyclic collector is off for the start (commands/serve.py); it is turned back on
-        at the first tick after the server is ready or the load failed."""
+        at the first tick after the server is ready or the load failed, with the start's objects frozen first: they
+        live as long as the process, and a first full pass over them landed on the first chat
+        (docs/measurements/2026-12-06-late-tokenizer.md)."""
         super().__init__(config)
         self.state = state
         self.collector_held = collector_held
@@ -134,6 +136,7 @@ class Server(uvicorn.Server):
 
     async def on_tick(self, counter: int) -> bool:
         if self.collector_held and self.state.phase is not Phase.LOADING:
+            gc.freeze()
             gc.enable()
             self.collector_held = False
         if self.state.phase is Phase.FAILED:
