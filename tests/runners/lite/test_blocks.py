@@ -216,6 +216,31 @@ def test_rows_decoded_together_give_what_each_gives_alone(quantized):
     np.testing.assert_array_equal(together.decoded, np.stack(alone))
 
 
+def test_one_thread_and_two_give_the_same_bits_with_each_layer_s_attention_shared(tmp_path):
+    """On two threads each layer's attention groups (one a kv head of a decode row) are shared with blocks.c's
+    helper; each group is computed alone, so the logits and the cache are the bits one thread gives. A model wide
+    enough that its matmuls keep the helper spinning, and a context long enough that it takes groups."""
+    cfg = tiny_config(dim=256, n_heads=8, n_kv_heads=4, hidden_dim=512, max_position=1024, tie_embeddings=False)
+    path = write_gguf(tmp_path / "wide.gguf", cfg, random_weights(cfg, seed=5), quant=Q.Q4_0)
+    cfg, _ = load_weights(path)
+    runner = LiteRunner(cfg, weight_reader(open_source(path)[0])[1], 2, 1024, 64,
+                        weight_format=WeightFormat.Q4_BLOCKS)
+    assert runner.cache.threads == 2
+    prompt = [int(i) for i in np.random.default_rng(2).integers(0, cfg.vocab_size, 700)]
+    logits, shared = {}, {}
+    for slot, threads in ((0, 1), (1, 2)):
+        runner.cache.threads = threads
+        before = runner.cache.kernel.shared_groups()
+        runner.extend(slot, 0, prompt)
+        logits[threads] = np.stack([runner.decode([slot], [t], [700 + p])[0] for p, t in enumerate(IDS * 4)])
+        shared[threads] = runner.cache.kernel.shared_groups() - before
+    assert shared[1] == 0 and shared[2] > 0, shared  # the helper took groups: the bits below are its too
+    np.testing.assert_array_equal(logits[1], logits[2])
+    for layer in range(cfg.n_layers):
+        np.testing.assert_array_equal(runner.cache.k[layer][0], runner.cache.k[layer][1])
+        np.testing.assert_array_equal(runner.cache.v[layer][0], runner.cache.v[layer][1])
+
+
 def test_a_long_prompt_in_chunks_stays_close_to_fp32_and_decodes_as_in_one_call(quantized):
     """40 tokens in chunks of 8 and in one call: the same bits (each row alone), close to fp32, and the decode step
     after either reads the same cache."""

@@ -307,12 +307,15 @@ typedef struct {
     _Atomic int left;  /* 1 once the helper, having taken this call, has finished with it */
 } Call;
 
-static void work(Call *call, float *scratch) {
-    for (int i; (i = atomic_fetch_add_explicit(&call->next, 1, memory_order_relaxed)) < call->count;) {
+/* Returns the groups it computed. */
+static int work(Call *call, float *scratch) {
+    int done = 0;
+    for (int i; (i = atomic_fetch_add_explicit(&call->next, 1, memory_order_relaxed)) < call->count; done++) {
         const Group *g = call->groups + i;
         call->compute(call->q + g->first, call->n + g->first, g->count, call->keys + g->cache, call->padded,
                       call->values + g->cache, call->e, scratch, call->out + g->first);
     }
+    return done;
 }
 
 /* ---- one helper thread, started on first use: it takes a posted call and computes groups beside the caller.
@@ -376,6 +379,21 @@ static int helper_running(void) {
     return atomic_load(&helper_state) == 1;
 }
 
+/* Another thread's way to share a call's groups, set by the calling thread for its own calls only (blocks.c's layers:
+   its helper spins between their matmuls); int8-lite's calls keep to this file's helper. share(mine, theirs, call)
+   runs mine(call) here and theirs(call) on the other thread, returning once both are done. */
+typedef void (*Task)(void *);
+static _Thread_local void (*sharer)(Task, Task, void *);
+
+void typewriter_attention_share(void (*share)(Task, Task, void *)) { sharer = share; }
+
+static _Atomic int64_t shared_groups;  /* computed by a sharer's thread, since the library was loaded (tests) */
+
+int64_t typewriter_attention_shared_groups(void) { return atomic_load(&shared_groups); }
+
+static void mine(void *call) { work(call, ((Call *)call)->scratch[0]); }
+static void theirs(void *call) { atomic_fetch_add(&shared_groups, work(call, ((Call *)call)->scratch[1])); }
+
 /* The call's groups by the caller, and by the helper too when `helped`; returns once every group is done. */
 static void run(Call *call, int helped) {
     if (helped) {
@@ -396,7 +414,8 @@ static void run(Call *call, int helped) {
    [slots, k, stride, e]; row (i, h, r) is slot slots[i]'s token at positions[i], attending to that slot's positions
    0..positions[i]. Consecutive rows of one slot and head (a prompt chunk's, or a decode row's g) are computed
    ROWS (ROWS512) at a time, a group; with `threads` 2 and at least SPLIT_WORK positions to read in all, a helper
-   thread computes groups beside the caller's. Returns 0, -1 for a head size that is not a multiple of TILE, -2
+   thread computes groups beside the caller's (with `threads` 2 and a sharer set by this thread, whatever the size,
+   the sharer's thread does). Returns 0, -1 for a head size that is not a multiple of TILE, -2
    when out of memory, -3 for a slot or position outside the cache (nothing written then). */
 int typewriter_attend(const float *q, const int64_t *slots, const int64_t *positions, int t, int k, int g, int e,
                       const uint16_t *keys, const uint16_t *values, int64_t slot_count, int64_t stride, float *out,
@@ -411,12 +430,13 @@ int typewriter_attend(const float *q, const int64_t *slots, const int64_t *posit
         reads += positions[i] + 1;
     }
     const int padded = (most + TILE - 1) / TILE * TILE;
-    const int helped = threads > 1 && reads * k * g >= split_work && helper_running();
-    void *memory = malloc(sizeof(float) * ROWS512 * (size_t)padded * (helped ? 2 : 1) +
+    const int shared = threads > 1 && sharer != NULL;
+    const int helped = threads > 1 && !shared && reads * k * g >= split_work && helper_running();
+    void *memory = malloc(sizeof(float) * ROWS512 * (size_t)padded * (helped || shared ? 2 : 1) +
                           (sizeof(float *) * 2 + sizeof(int) + sizeof(Group)) * (size_t)total);
     if (!memory) return -2;
     float *scratch = memory;
-    const float **qs = (const float **)(scratch + (size_t)ROWS512 * padded * (helped ? 2 : 1));
+    const float **qs = (const float **)(scratch + (size_t)ROWS512 * padded * (helped || shared ? 2 : 1));
     float **outs = (float **)(qs + total);
     Group *groups = (Group *)(outs + total);
     int *n = (int *)(groups + total);
@@ -433,7 +453,10 @@ int typewriter_attend(const float *q, const int64_t *slots, const int64_t *posit
             }
     Call call = {typewriter_wide() ? rows512 : rows, groups, count, padded, e, qs, outs, n, keys, values,
                  {scratch, scratch + (size_t)ROWS512 * padded}, 0, 0};
-    run(&call, helped && count > 1);
+    if (shared && count > 1)
+        sharer(mine, theirs, &call);
+    else
+        run(&call, helped && count > 1);
     free(memory);
     return 0;
 }

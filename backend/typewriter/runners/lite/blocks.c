@@ -179,6 +179,8 @@ typedef struct {
     int64_t first[MOST_PARTS + 1]; /* part p's groups are first[p] .. first[p + 1] - 1 */
     _Atomic int64_t next;          /* chunks of groups taken */
     _Atomic int left;              /* 1 once the helper, having taken this job, has finished with it */
+    void (*task)(void *);          /* set: the helper runs task(arg) instead (attention's groups, `share`) */
+    void *arg;
 } Job;
 
 /* Lanes of group g that are real outputs (the last group may be padded). */
@@ -419,7 +421,7 @@ static void *helper(void *unused) {
         }
         Job *job = atomic_exchange(&posted, NULL);
         if (job) {
-            work(job, 1);
+            job->task ? job->task(job->arg) : work(job, 1);
             atomic_store_explicit(&job->left, 1, memory_order_release);
         }
     }
@@ -493,6 +495,26 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
             spin < SPIN ? _mm_pause() : (void)sched_yield();
 }
 
+/* attention.c's groups of a layer's call, `mine` by the caller and `theirs` by this helper, which spins between the
+   layer's matmuls: a decode row's few groups are shared without waking a thread, where attention.c's own helper
+   shares only calls of SPLIT_WORK positions and more (docs/measurements/2026-12-06-late-tokenizer.md). */
+static void share(void (*mine)(void *), void (*theirs)(void *), void *arg) {
+    Job job = {.task = theirs, .arg = arg};
+    const int helped = helper_running();
+    if (helped) {
+        atomic_store(&posted, &job);
+        if (atomic_load(&sleeping)) {
+            pthread_mutex_lock(&lock);
+            pthread_cond_signal(&wake);
+            pthread_mutex_unlock(&lock);
+        }
+    }
+    mine(arg);
+    if (helped && atomic_exchange(&posted, NULL) == NULL) /* the helper took it: wait for its last group */
+        for (int spin = 0; !atomic_load_explicit(&job.left, memory_order_acquire); spin++)
+            spin < SPIN ? _mm_pause() : (void)sched_yield();
+}
+
 /* y [rows, out] (rows `y_stride` floats apart) = x [rows, in] (rows `x_stride` apart) @ W. */
 static void matmul(const uint8_t *packed, const float *x, int64_t x_stride, int rows, int64_t in, int64_t out,
                    int format, float *y, int64_t y_stride, void *scratch, int threads) {
@@ -536,6 +558,7 @@ typedef struct {
     Matrix output;
 } Model;
 
+void typewriter_attention_share(void (*share)(void (*)(void *), void (*)(void *), void *));
 int typewriter_layer(const float *qkv, const int64_t *slots, const int64_t *positions, int t, int h, int k, int e,
                      const float *cos, const float *sin, int64_t angles, float scale, uint16_t *keys,
                      uint16_t *values, int64_t slot_count, int64_t stride, float *q, float *out, int threads);
@@ -613,6 +636,7 @@ int typewriter_blocks_layers(const Model *m, float *x, int t, const int64_t *slo
     float *gate = attended + t * h * e, *up = gate + t * f, *added = up + t * f;
     void *scratch = added + t * d;
     int status = 0;
+    typewriter_attention_share(threads > 1 ? share : NULL);
     for (int64_t i = 0; i < m->n_layers && !status; i++) {
         const Layer *L = m->layers + i;
         rms_norm(x, L->attention_norm, t, d, m->eps, normed);
@@ -640,6 +664,7 @@ int typewriter_blocks_layers(const Model *m, float *x, int t, const int64_t *slo
         matmul(L->down.packed, gate, f, t, f, d, (int)L->down.format, added, d, scratch, threads);
         add_into(x, added, t * d);
     }
+    typewriter_attention_share(NULL);
     free(memory);
     return status;
 }

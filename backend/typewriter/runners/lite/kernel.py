@@ -46,6 +46,7 @@ class Kernel:
         self._layer.argtypes = [*self._write.argtypes, _P, ctypes.c_int]
         self.library.typewriter_set_split_work.argtypes = [ctypes.c_int64]
         self.library.typewriter_set_wide.argtypes = [ctypes.c_int]
+        self.library.typewriter_attention_shared_groups.restype = ctypes.c_int64
         self.wide = bool(self.library.typewriter_wide())  # AVX-512: 16 lanes, the same bits (attention.c)
         self._gptq = self.library.typewriter_gptq
         self._gptq.restype = None
@@ -62,6 +63,10 @@ class Kernel:
         thread; None: attention.c's SPLIT_WORK."""
         rows_positions = -1 if rows_positions is None else rows_positions
         self.library.typewriter_set_split_work(rows_positions)
+
+    def shared_groups(self) -> int:
+        """For tests: the attention groups another thread computed through blocks.c's sharing, since loading."""
+        return int(self.library.typewriter_attention_shared_groups())
 
     def write(self, qkv: np.ndarray, slots: np.ndarray, positions: np.ndarray, heads: tuple[int, int, int],
               rope: tuple[np.ndarray, np.ndarray], keys: np.ndarray, values: np.ndarray) -> np.ndarray:
