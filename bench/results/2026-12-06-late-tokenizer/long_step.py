@@ -1,8 +1,13 @@
 """long_step.py: the 135M's q4-blocks step on one row and on 8 at position 1800 (100 steps each, after each slot's
 1,800-token prompt), median ms; ab.sh's SCRIPT, for attention shared with blocks.c's helper at long contexts."""
-import json, statistics, sys, time
+import json
+import statistics
+import sys
+import time
+
 sys.path.insert(0, "bench")
 from blocks_step import open_runner
+
 runner = open_runner(None, 8, "q4-blocks")
 P = 1800
 for slot in range(8):
