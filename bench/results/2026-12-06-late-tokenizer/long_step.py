@@ -18,6 +18,8 @@ for n in (1, 8):
     runner.step(slots, tokens, positions)
     t = []
     for _ in range(100):
-        a = time.perf_counter(); runner.step(slots, tokens, positions); t.append((time.perf_counter() - a) * 1000)
+        a = time.perf_counter()
+        runner.step(slots, tokens, positions)
+        t.append((time.perf_counter() - a) * 1000)
     out[n] = round(statistics.median(t), 2)
 print(json.dumps(out))
