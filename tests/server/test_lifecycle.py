@@ -47,6 +47,7 @@ def test_what_is_built_late_is_built_once_the_engine_is_idle_not_while_it_answer
     """The tokenizer's BPE and the constraints' tokenizers wait for an idle engine; the classes' prompts, which the
     first chat needs, are worked out for it, once."""
     monkeypatch.setattr(lifecycle, "WARM_WHEN_IDLE_S", 1.0)
+    monkeypatch.setattr(lifecycle, "TOKENIZER_WHEN_QUIET_S", 1.0)
     with serving(script_engine(["x"] * 500, step_s=0.05)) as (client, engine):
         tokenizer = engine.tokenizer
         assert tokenizer.prefixes == 0, "the classes' prompts were encoded before any chat or an idle engine"
@@ -68,6 +69,16 @@ def test_what_is_built_late_is_built_once_the_engine_is_idle_not_while_it_answer
     assert frames[-1]["type"] == "end"
     assert time.monotonic() - ended >= 0.9, "built before the engine had been idle for WARM_WHEN_IDLE_S"
     assert tokenizer.prefixes == prefixes, "the classes' prompts were encoded more than once"
+
+
+def test_a_chat_being_opened_keeps_the_server_from_counting_as_quiet():
+    """One still being encoded is not the engine's yet: the warm-up must not start under it."""
+    with serving(script_engine()) as (client, engine):
+        state = client.app.state.server
+        state.chat_came()
+        came = time.monotonic()
+        assert state._quiet_for(engine, 0.5)
+        assert time.monotonic() - came >= 0.5
 
 
 def test_readyz_reports_a_failed_load():

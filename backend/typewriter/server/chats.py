@@ -194,6 +194,7 @@ async def open_chat(server: ServerState, chat: Chat, client: Identity, owner: st
     if not server.ready or engine is None or tokenizer is None:
         raise Refusal("internal", "the server is not accepting chats (its engine stopped); see /readyz",
                               chat.id)
+    server.chat_came()
     limited = server.limits.allow_chat(client, chat.n)  # each of n choices is a chat
     if limited is not None:
         wait_s, why = limited

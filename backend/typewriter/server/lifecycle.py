@@ -29,7 +29,11 @@ if TYPE_CHECKING:  # the engine's own records, named only: the server imports no
 
 log = logging.getLogger("typewriter.server")
 
-WARM_WHEN_IDLE_S = 0.5  # the engine idle this long before what is built late is built (_warm_when_idle)
+# The server quiet this long (_quiet_for) before what is built late is built (_warm_when_idle): the tokenizer's BPE
+# and the classes' prompts soon, so that a class coming a moment after ready finds them, but not at once, so that the
+# first /readyz does not wait on them; the constraints' tokenizers later (docs/measurements/2026-12-06-late-tokenizer.md).
+TOKENIZER_WHEN_QUIET_S = 0.1
+WARM_WHEN_IDLE_S = 0.5
 WARM_POLL_S = 0.1
 
 
@@ -156,6 +160,7 @@ class ServerState:
         self._drained = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._chat_came_at = 0.0  # time.monotonic() of the latest chat opened (chat_came)
 
     @property
     def ready(self) -> bool:
@@ -243,23 +248,38 @@ class ServerState:
                  self.settings.model.id, engine.describe_slots(), engine.max_queue, engine.max_context)
 
     def _warm_when_idle(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:
-        """What is built late, built once the engine has had nothing to do for WARM_WHEN_IDLE_S: the tokenizer's
-        BPE (a GGUF's), the classes' prompts, the constraints' tokenizers. Built before ready or as the server turned
-        ready, each held the GIL (a quarter of a second apiece on a 150k vocabulary) on the start's path or just as
-        the first /readyz and chats came (docs/measurements/2026-12-06-start-off-the-gil.md,
+        """What is built late, each part once the server has been quiet a while (`_quiet_for`): the tokenizer's BPE
+        (a GGUF's) and the classes' prompts after TOKENIZER_WHEN_QUIET_S, the constraints' tokenizers after
+        WARM_WHEN_IDLE_S. Built before ready or as the
+        server turned ready, each held the GIL (a quarter of a second apiece on a 150k vocabulary) on the start's
+        path or just as the first /readyz and chats came; built one after another, the last held a class's first
+        chats back (docs/measurements/2026-12-06-start-off-the-gil.md,
         docs/measurements/2026-12-06-late-tokenizer.md). A chat or constraint that comes first builds what it needs
         itself."""
-        idle_since = time.monotonic()
+        parts = ((tokenizer.prepare, TOKENIZER_WHEN_QUIET_S),
+                 (lambda: self._class_prompts(tokenizer), TOKENIZER_WHEN_QUIET_S),
+                 (engine.grammars.warm, WARM_WHEN_IDLE_S))
+        for part, quiet_s in parts:
+            if not self._quiet_for(engine, quiet_s):
+                return
+            part()
+
+    def _quiet_for(self, engine: EngineHandle, seconds: float) -> bool:
+        """True once, for `seconds`, the engine has had nothing to do, no chat has streamed and none has come (one
+        being encoded is not the engine's yet); False if the server stops serving first."""
+        quiet_since = time.monotonic()
         while self.phase is Phase.READY and engine.alive:
             time.sleep(WARM_POLL_S)
             stats = engine.stats()
-            if stats.active or stats.queued:
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= WARM_WHEN_IDLE_S:
-                tokenizer.prepare()
-                self._class_prompts(tokenizer)
-                engine.grammars.warm()
-                return
+            if stats.active or stats.queued or self._in_flight:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - max(quiet_since, self._chat_came_at) >= seconds:
+                return True
+        return False
+
+    def chat_came(self) -> None:
+        """A chat is being opened: the warm-up waits for a quiet server."""
+        self._chat_came_at = time.monotonic()
 
     def _failed(self, message: str) -> None:
         if self.phase is Phase.LOADING:

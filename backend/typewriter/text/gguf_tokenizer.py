@@ -117,6 +117,8 @@ class LateRawTokenizer:
                 raw.add_special_tokens([t for t in self._first if t.special])
                 raw.add_tokens(self._later)
                 self._raw = raw
+                # every fact comes from `raw` now: the lists it was built from go (Qwen2.5's merges: ~20 MB)
+                self._fields, self._tokens, self._ids = {}, [], {}
             return self._raw
 
     # What a load reads, answered from the lists until the tokenizer is built, and by it after.
