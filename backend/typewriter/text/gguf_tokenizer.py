@@ -14,6 +14,7 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from tokenizers import Tokenizer as RawTokenizer
 
 from ..errors import ModelFormatError
+from ..heap import return_freed_memory
 
 # GGUF `tokenizer.ggml.token_type` values (gguf.TokenType).
 _CONTROL, _USER_DEFINED = 3, 4
@@ -117,8 +118,11 @@ class LateRawTokenizer:
                 raw.add_special_tokens([t for t in self._first if t.special])
                 raw.add_tokens(self._later)
                 self._raw = raw
-                # every fact comes from `raw` now: the lists it was built from go (Qwen2.5's merges: ~20 MB)
+                # every fact comes from `raw` now: the lists it was built from go, and the heap the merges' pairs
+                # took goes back to the system, as the load's did when the BPE was built there (about 20 MB on
+                # Qwen2.5's: docs/measurements/2026-12-06-late-tokenizer.md)
                 self._fields, self._tokens, self._ids = {}, [], {}
+                return_freed_memory()
             return self._raw
 
     # What a load reads, answered from the lists until the tokenizer is built, and by it after.
