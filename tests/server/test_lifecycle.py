@@ -71,6 +71,18 @@ def test_what_is_built_late_is_built_once_the_engine_is_idle_not_while_it_answer
     assert tokenizer.prefixes == prefixes, "the classes' prompts were encoded more than once"
 
 
+def test_a_part_of_the_warm_up_that_fails_leaves_the_others_built(monkeypatch):
+    engine = script_engine()
+
+    def broken() -> None:
+        raise RuntimeError("no BPE today")
+
+    monkeypatch.setattr(engine.tokenizer, "prepare", broken)
+    with serving(engine) as (client, _):
+        wait_until(lambda: engine.grammars._tokenizer is not None, "the constraints' tokenizer built")
+        assert engine.tokenizer.prefixes > 0, "the classes' prompts were not worked out"
+
+
 def test_a_chat_being_opened_keeps_the_server_from_counting_as_quiet():
     """One still being encoded is not the engine's yet: the warm-up must not start under it."""
     with serving(script_engine()) as (client, engine):

@@ -250,19 +250,21 @@ class ServerState:
     def _warm_when_idle(self, engine: EngineHandle, tokenizer: ChatEncoder) -> None:
         """What is built late, each part once the server has been quiet a while (`_quiet_for`): the tokenizer's BPE
         (a GGUF's) and the classes' prompts after TOKENIZER_WHEN_QUIET_S, the constraints' tokenizers after
-        WARM_WHEN_IDLE_S. Built before ready or as the
-        server turned ready, each held the GIL (a quarter of a second apiece on a 150k vocabulary) on the start's
-        path or just as the first /readyz and chats came; built one after another, the last held a class's first
-        chats back (docs/measurements/2026-12-06-start-off-the-gil.md,
+        WARM_WHEN_IDLE_S. Built before ready or as the server turned ready, each held the GIL (a quarter of a second
+        apiece on a 150k vocabulary) on the start's path or just as the first /readyz and chats came; built one after
+        another, the last held a class's first chats back (docs/measurements/2026-12-06-start-off-the-gil.md,
         docs/measurements/2026-12-06-late-tokenizer.md). A chat or constraint that comes first builds what it needs
-        itself."""
+        itself, and meets the same error if a part fails here."""
         parts = ((tokenizer.prepare, TOKENIZER_WHEN_QUIET_S),
                  (lambda: self._class_prompts(tokenizer), TOKENIZER_WHEN_QUIET_S),
                  (engine.grammars.warm, WARM_WHEN_IDLE_S))
         for part, quiet_s in parts:
             if not self._quiet_for(engine, quiet_s):
                 return
-            part()
+            try:
+                part()
+            except Exception:
+                log.exception("building ahead of the first chat failed; the first chat that needs it tries again")
 
     def _quiet_for(self, engine: EngineHandle, seconds: float) -> bool:
         """True once, for `seconds`, the engine has had nothing to do, no chat has streamed and none has come (one
