@@ -18,7 +18,7 @@ from typewriter.text.tokenizer import END_OF_TURN_TOKENS, Tokenizer
 from typewriter.weights.gguf_reader import GGUFReader
 from typewriter.weights.source import embedded_model_path
 
-_CONTROL, _USER_DEFINED, _NORMAL, _UNKNOWN = 3, 4, 1, 2
+_CONTROL, _USER_DEFINED, _NORMAL = 3, 4, 1  # gguf.TokenType
 
 
 def _byte_alphabet() -> list[str]:
