@@ -15,26 +15,29 @@ from classroom_servers import HOST, free_port
 from start import ask
 
 
+def start(model: str, tree: str, cache: str | None) -> tuple[subprocess.Popen[bytes], int, float]:
+    """`typewriter serve` from `tree` with 8 slots, once /readyz answers 200: the process, its port and the seconds
+    from launch."""
+    env = {**os.environ, "PYTHONPATH": f"{tree}/backend"} | ({"TYPEWRITER_LITE_CACHE": cache} if cache else {})
+    port = free_port()
+    began = time.perf_counter()
+    server = subprocess.Popen([sys.executable, "-m", "typewriter", "serve", "--host", HOST, "--port", str(port),
+                               "--max-active", "8", "--max-context", "2048", "--model", model], cwd=tree, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while True:
+        try:
+            if httpx.get(f"http://{HOST}:{port}/readyz", timeout=2).status_code == 200:
+                return server, port, time.perf_counter() - began
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.02)
+
+
 def main() -> None:
     model, n = sys.argv[1], int(sys.argv[2])
     tree = sys.argv[3] if len(sys.argv) > 3 else os.getcwd()
-    env = {**os.environ, "PYTHONPATH": f"{tree}/backend"}
-    if len(sys.argv) > 4:
-        env["TYPEWRITER_LITE_CACHE"] = sys.argv[4]
     for _ in range(n):
-        port = free_port()
-        began = time.perf_counter()
-        server = subprocess.Popen([sys.executable, "-m", "typewriter", "serve", "--host", HOST, "--port", str(port),
-                                   "--max-active", "8", "--max-context", "2048", "--model", model], cwd=tree, env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while True:
-            try:
-                if httpx.get(f"http://{HOST}:{port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.02)
-        ready = time.perf_counter() - began
+        server, port, ready = start(model, tree, sys.argv[4] if len(sys.argv) > 4 else None)
         first = ready + ask(TypewriterChat(f"ws://{HOST}:{port}/ws", Params(32, 60)))
         print(f"ready {ready:.2f} first {first:.2f} gap {first - ready:.2f}", flush=True)
         server.terminate()

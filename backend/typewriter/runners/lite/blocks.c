@@ -451,6 +451,23 @@ static int helper_running(void) {
     return atomic_load(&helper_state) == 1;
 }
 
+/* `job` handed to the helper, woken if it sleeps; the caller works beside it, then `join`s. */
+static void post(Job *job) {
+    atomic_store(&posted, job);
+    if (atomic_load(&sleeping)) {
+        pthread_mutex_lock(&lock);
+        pthread_cond_signal(&wake);
+        pthread_mutex_unlock(&lock);
+    }
+}
+
+/* Once the caller's share of a posted job is done: the job back if the helper never took it, else its end awaited. */
+static void join(Job *job) {
+    if (atomic_exchange(&posted, NULL) == NULL) /* the helper took it: wait for its last group */
+        for (int spin = 0; !atomic_load_explicit(&job->left, memory_order_acquire); spin++)
+            spin < SPIN ? _mm_pause() : (void)sched_yield();
+}
+
 /* Scratch a matmul of `rows` rows of `in` inputs needs: the quantized rows, then their scales, sums, products and
    first halves' sums. */
 static size_t scratch_bytes(int rows, int64_t in) {
@@ -481,18 +498,9 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
         job.first[p + 1] = job.first[p] + (t[p].out + LANES - 1) / LANES;
     }
     const int helped = threads > 1 && job.first[parts] > CHUNK_GROUPS && helper_running();
-    if (helped) {
-        atomic_store(&posted, &job);
-        if (atomic_load(&sleeping)) {
-            pthread_mutex_lock(&lock);
-            pthread_cond_signal(&wake);
-            pthread_mutex_unlock(&lock);
-        }
-    }
+    if (helped) post(&job);
     work(&job, 0);
-    if (helped && atomic_exchange(&posted, NULL) == NULL) /* the helper took it: wait for its last group */
-        for (int spin = 0; !atomic_load_explicit(&job.left, memory_order_acquire); spin++)
-            spin < SPIN ? _mm_pause() : (void)sched_yield();
+    if (helped) join(&job);
 }
 
 /* attention.c's groups of a layer's call, `mine` by the caller and `theirs` by this helper, which spins between the
@@ -501,18 +509,9 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
 static void share(void (*mine)(void *), void (*theirs)(void *), void *arg) {
     Job job = {.task = theirs, .arg = arg};
     const int helped = helper_running();
-    if (helped) {
-        atomic_store(&posted, &job);
-        if (atomic_load(&sleeping)) {
-            pthread_mutex_lock(&lock);
-            pthread_cond_signal(&wake);
-            pthread_mutex_unlock(&lock);
-        }
-    }
+    if (helped) post(&job);
     mine(arg);
-    if (helped && atomic_exchange(&posted, NULL) == NULL) /* the helper took it: wait for its last group */
-        for (int spin = 0; !atomic_load_explicit(&job.left, memory_order_acquire); spin++)
-            spin < SPIN ? _mm_pause() : (void)sched_yield();
+    if (helped) join(&job);
 }
 
 /* y [rows, out] (rows `y_stride` floats apart) = x [rows, in] (rows `x_stride` apart) @ W. */
