@@ -9,7 +9,7 @@ import pytest
 
 from typewriter.engine.logprobs import distribution, token_logprobs
 from typewriter.engine.request import SamplingParams
-from typewriter.engine.sampling import Sampler
+from typewriter.engine.sampling import Sampler, Seen
 
 DRAWS = 20_000
 
@@ -21,11 +21,10 @@ DRAWS = 20_000
 def test_the_sampler_draws_each_token_as_often_as_its_logprob_says(params):
     logits = np.random.default_rng(0).standard_normal(40) * 2
     logits[[3, 9]] = -np.inf  # masked by a constraint
-    history = [1, 2, 5]
+    history = Seen([1, 2, 5])
     ids, logp = distribution(params, logits, history)
     sampler = Sampler(params)
-    # a copy each time: Sampler.sample penalises a float64 row in place (the engine hands it float32 rows)
-    drawn = np.bincount([sampler.sample(logits.copy(), history) for _ in range(DRAWS)], minlength=40) / DRAWS
+    drawn = np.bincount([sampler.sample(logits, history) for _ in range(DRAWS)], minlength=40) / DRAWS
     expected = np.zeros(40)
     expected[ids] = np.exp(logp)
     assert np.isclose(expected.sum(), 1.0)
@@ -36,8 +35,8 @@ def test_the_sampler_draws_each_token_as_often_as_its_logprob_says(params):
 def test_the_listed_alternatives_are_the_likeliest_and_include_the_drawn_token_when_it_is_one():
     params = SamplingParams(temperature=1.0, top_k=3, top_p=1.0, repetition_penalty=1.0)
     logits = np.array([0.0, 3.0, 1.0, 2.0, -1.0])
-    out = token_logprobs(params, logits, [], 3, 2)
+    out = token_logprobs(params, logits, Seen(), 3, 2)
     assert [i for i, _ in out.top] == [1, 3]
     assert np.isclose(out.logprob, dict(out.top)[3])
-    greedy = token_logprobs(SamplingParams(temperature=0.0, repetition_penalty=1.0), logits, [], 1, 5)
+    greedy = token_logprobs(SamplingParams(temperature=0.0, repetition_penalty=1.0), logits, Seen(), 1, 5)
     assert np.isclose(sum(np.exp(p) for _, p in greedy.top), 1.0)  # temperature 1 over the whole row

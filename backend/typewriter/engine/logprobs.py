@@ -4,18 +4,16 @@ could not draw is never listed; a greedy answer reports the penalised, masked ro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from .request import SamplingParams, TokenLogprobs
-from .sampling import _nucleus, _penalise
+from .sampling import Seen, _nucleus, _penalise
 
 
-def token_logprobs(params: SamplingParams, logits: np.ndarray, history: Sequence[int], token_id: int,
+def token_logprobs(params: SamplingParams, logits: np.ndarray, seen: Seen, token_id: int,
                    top: int) -> TokenLogprobs:
     """`logits`: the row [vocab] the token was drawn from, masked and not yet penalised."""
-    ids, logp = distribution(params, logits, history)
+    ids, logp = distribution(params, logits, seen)
     order = np.lexsort((ids, -logp))  # likeliest first; ties to the lower id, as the sampler breaks them
     ids, logp = ids[order], logp[order]
     found = np.flatnonzero(ids == token_id)
@@ -23,10 +21,10 @@ def token_logprobs(params: SamplingParams, logits: np.ndarray, history: Sequence
     return TokenLogprobs(chosen, tuple((int(i), float(p)) for i, p in zip(ids[:top], logp[:top])))
 
 
-def distribution(params: SamplingParams, logits: np.ndarray, history: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def distribution(params: SamplingParams, logits: np.ndarray, seen: Seen) -> tuple[np.ndarray, np.ndarray]:
     logits = np.asarray(logits, dtype=np.float64).reshape(-1).copy()
-    if params.repetition_penalty != 1.0 and len(history):
-        logits = _penalise(logits, history, params.repetition_penalty)
+    if params.repetition_penalty != 1.0 and len(seen):
+        logits = _penalise(logits, seen, params.repetition_penalty)
     ids = np.flatnonzero(np.isfinite(logits))  # a masked token has no probability at all
     scores = logits[ids] / (params.temperature if not params.greedy else 1.0)
     if not params.greedy and 0 < params.top_k < scores.size:

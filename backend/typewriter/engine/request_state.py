@@ -17,7 +17,7 @@ from .constraints import ConstrainedAnswer
 from .logprobs import token_logprobs
 from .repetition import LoopGuard
 from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
-from .sampling import Sampler
+from .sampling import Sampler, Seen
 from .wrap_up import WrapUp
 
 
@@ -66,7 +66,7 @@ class RequestState:
         # worked sum repeats by nature: weighing either made maths answers wrong
         # (docs/measurements/2026-12-05-tutor-correctness.md).
         self._wordy = tokenizer.token_text.wordy
-        self.penalised: list[int] = [t for t in (start.ids if start else ()) if self._is_word(t)]
+        self.penalised = Seen(t for t in (start.ids if start else ()) if self._is_word(t))
         self.detokenizer = IncrementalDetokenizer(tokenizer)
         self.stops = StopMatcher(request.params.stop)
         self.loops = LoopGuard() if request.params.loop_guard else None
@@ -125,10 +125,9 @@ class RequestState:
             logits = self.constraint.mask(logits)
         if self.wrap_up is not None:
             logits = self.wrap_up.steer(logits)
-        history = self.penalised
-        token_id = self.sampler.sample(logits, history)
+        token_id = self.sampler.sample(logits, self.penalised)
         if self.params.logprobs is not None:
-            self.logprobs = token_logprobs(self.params, logits, history, token_id, self.params.logprobs)
+            self.logprobs = token_logprobs(self.params, logits, self.penalised, token_id, self.params.logprobs)
         return token_id
 
     def take(self, token_id: int, now: float) -> tuple[str, FinishReason | None]:
@@ -136,7 +135,7 @@ class RequestState:
         token's text carries all held back but an unfinished UTF-8 character; never a stop sequence or what follows."""
         self.output_ids.append(token_id)
         if self._is_word(token_id):
-            self.penalised.append(token_id)
+            self.penalised.add(token_id)
         if len(self.output_ids) == 1:
             self.first_token = now
         if self.constraint is not None:
