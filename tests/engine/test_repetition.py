@@ -91,3 +91,28 @@ def test_loop_guard_is_a_boolean_param():
 
     with pytest.raises(InvalidRequest, match="loop_guard"):
         SamplingParams(loop_guard="no")
+
+
+def runs_by_arrays(tokens) -> list[bool]:
+    """The guard as first written, every period's run in an array: the reference its bookkeeping must match."""
+    from typewriter.engine.repetition import MAX_PERIOD
+
+    recent, runs = np.full(MAX_PERIOD, -1, np.int64), np.zeros(MAX_PERIOD, np.int64)
+    needed = np.maximum(MIN_TOKENS, REPEATS * np.arange(1, MAX_PERIOD + 1))
+    out = []
+    for t in tokens:
+        runs = (runs + 1) * (recent == t)
+        recent = np.roll(recent, 1)
+        recent[0] = t
+        out.append(bool((runs >= needed).any()))
+    return out
+
+
+def test_the_guard_trips_exactly_where_every_periods_run_counted_in_arrays_would():
+    rng = np.random.default_rng(3)
+    for case in range(40):
+        unit = [int(t) for t in rng.integers(0, 6 if case % 2 else 400, int(rng.integers(1, 140)))]
+        noise = [int(t) for t in rng.integers(0, 8, int(rng.integers(0, 300)))]
+        tokens = noise + unit * int(rng.integers(1, 9)) + noise[: len(noise) // 2] + unit * 3
+        guard = LoopGuard()
+        assert [guard.push(t) for t in tokens] == runs_by_arrays(tokens), case
