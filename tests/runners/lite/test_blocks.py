@@ -15,6 +15,7 @@ from typewriter import assemble
 from typewriter.config import Settings, WeightFormat
 from typewriter.engine.request import FinishReason, GenerationRequest, SamplingParams
 from typewriter.engine.runner import PrefillChunk
+from typewriter.runners.lite import blocks as blocks_module
 from typewriter.runners.lite.blocks import Blocks, BlocksKernel, blocks_of, rounded_to_q8
 from typewriter.runners.lite.kernel import load as load_kernel
 from typewriter.runners.lite.runner import LiteRunner
@@ -196,6 +197,21 @@ def test_decode_steps_stay_close_to_fp32_on_the_file_s_own_blocks(quantized):
     described = runner.describe()
     assert described["blocks"] == {"avx512_vnni": runner.blocks.kernel.wide, "bytes": runner.blocks.nbytes}
     assert runner.programs is None and described["programs"] == {"made_at_load": 0}  # held once, as blocks
+
+
+def test_embedding_rows_kept_are_the_file_s_rows_and_stay_bounded(quantized, monkeypatch):
+    cfg, _, runner = quantized
+    model = runner.blocks
+    _, reader = weight_reader(open_source(model._gguf.path)[0])
+    want = reader.rows("tok_embeddings", 0, cfg.vocab_size)
+    monkeypatch.setattr(blocks_module, "EMBEDDING_ROWS_KEPT", 5)
+    model._rows_kept.clear()
+    ids = [3, 1, 3, 7, 2, 9, 11, 3, 1, 0, 5, 7]
+    got = model.embed(ids)
+    np.testing.assert_array_equal(got, want[ids])
+    got[:] = 0  # the caller's copy: the rows kept are untouched
+    np.testing.assert_array_equal(model.embed(ids), want[ids])
+    assert len(model._rows_kept) == 5
 
 
 def test_a_decoded_token_is_the_same_bits_as_that_token_in_a_chunk(quantized):

@@ -146,6 +146,10 @@ class Matrix(ctypes.Structure):
     _fields_ = [("packed", _P), ("inputs", ctypes.c_int64), ("out", ctypes.c_int64), ("format", ctypes.c_int64)]
 
 
+# A GGUF's embedding rows kept as float32 once read: a step's token is mostly one said before, and reading a row from
+# the file's blocks is several array operations (docs/measurements/2026-12-06-per-token-python.md). The oldest goes
+# first; a row of the 1.5B is 6 KB.
+EMBEDDING_ROWS_KEPT = 1024
 FIELDS = ("q", "k", "v", "o", "gate", "up", "down")  # a layer's matrices in the C struct, in MATRICES' order
 
 
@@ -306,6 +310,7 @@ class BlockModel:
         self.norm = floats("norm")
         self.output = matrix("output", "tok_embeddings" if cfg.tie_embeddings else "output")
         self._embeddings = None if gguf is not None else floats("tok_embeddings")  # [v, d]
+        self._rows_kept: dict[int, np.ndarray] = {}  # a GGUF's: id -> [d] float32, EMBEDDING_ROWS_KEPT at most
         # V is cached as int8-lite's programs cache it: rotated inside blocks of the head's Hadamard (layers.py)
         self.v_block = Rotation.of(cfg.head_dim).b
         self._model: Model | None = None
@@ -339,8 +344,20 @@ class BlockModel:
         """[n, d] float32: the file's embedding rows as stored (not rotated: the kernel reads the plain stream)."""
         if self._embeddings is not None:
             return np.ascontiguousarray(self._embeddings[np.asarray(ids, np.int64)])
-        assert isinstance(self._weights, WeightReader)
-        return np.concatenate([self._weights.rows("tok_embeddings", i, i + 1) for i in ids]).astype(np.float32)
+        out = np.empty((len(ids), self.cfg.dim), np.float32)
+        for k, token_id in enumerate(ids):
+            out[k] = self._row(int(token_id))
+        return out
+
+    def _row(self, token_id: int) -> np.ndarray:
+        kept = self._rows_kept
+        if (row := kept.get(token_id)) is None:
+            assert isinstance(self._weights, WeightReader)
+            row = self._weights.rows("tok_embeddings", token_id, token_id + 1).reshape(-1).astype(np.float32)
+            if len(kept) >= EMBEDDING_ROWS_KEPT:
+                del kept[next(iter(kept))]
+            kept[token_id] = row
+        return row
 
     def bind(self, cache: HostCache) -> None:
         """The kernel's view of the model, writing into `cache` (made again when the runner's cache is)."""

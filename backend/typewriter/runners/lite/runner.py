@@ -195,9 +195,11 @@ class LiteRunner(Runner):
 
         ids = [*tokens, *(t for chunk in chunks for t in chunk.token_ids)]
         if self.cache.kernel:  # every row in one call a layer, its slots and positions made once
-            all_slots = np.concatenate([decode_slots, *(np.full(b - a, slot) for slot, _, a, b in spans)])
-            all_positions = np.concatenate([decode_positions, *(np.arange(start, start + b - a)
-                                                                for _, start, a, b in spans)])
+            all_slots, all_positions = decode_slots, decode_positions
+            if spans:
+                all_slots = np.concatenate([decode_slots, *(np.full(b - a, slot) for slot, _, a, b in spans)])
+                all_positions = np.concatenate([decode_positions, *(np.arange(start, start + b - a)
+                                                                    for _, start, a, b in spans)])
             if self.blocks is not None:  # q4-blocks (which needs the kernel): every row by blocks.c
                 return self._output(self._blocks_forward(ids, all_slots, all_positions), n, spans, chunks)
             rows = self.cache.rows(all_slots, all_positions)
