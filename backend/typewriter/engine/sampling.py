@@ -108,6 +108,8 @@ def _greedy(row: np.ndarray, seen: Seen | None, penalty: float) -> int:
     best = int(np.argmax(row))  # the first maximum: ties go to the lowest id
     if seen is None:
         return best
+    if penalty >= 1.0 and best not in seen:  # a penalty of 1 or more only lowers the seen ids: none passes it
+        return best
     ids = _within(seen, row.size)
     if not ids.size:
         return best
