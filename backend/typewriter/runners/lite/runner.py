@@ -184,9 +184,11 @@ class LiteRunner(Runner):
              chunks: Sequence[PrefillChunk] = ()) -> StepOutput:
         """A chunk that does not end its prompt costs the logits program no row. A failure fails the whole step."""
         n = len(slots)
+        # Python's max: an array's, the first array operation after the last step's kernel, cost several times more
+        # (docs/measurements/2026-12-06-per-token-python.md)
+        if n and (last := max(positions)) >= self.max_len:
+            raise ValueError(f"position {last} is past the cache's {self.max_len}")
         decode_slots, decode_positions = np.asarray(slots, np.int64), np.asarray(positions, np.int64)
-        if n and decode_positions.max() >= self.max_len:
-            raise ValueError(f"position {decode_positions.max()} is past the cache's {self.max_len}")
         spans, end = [], n
         for chunk in chunks:
             self._check_chunk(chunk.start, len(chunk.token_ids))
