@@ -1,77 +1,89 @@
 """engine_parts.py [MODEL|-] (ROWS=N in the environment, default 1): N students through the Engine (q4-blocks, N
 slots, 257 greedy tokens each, three runs), each part of a step timed where it runs (perf_counter_ns wrappers):
 median microseconds a call. Also times the logits row's argmax twice before the sampler (cold, then warm) and counts
-how often the first maximum was a penalised id. Run with PYTHONPATH=backend."""
-import sys, time, statistics, queue, collections, json
+how often the first maximum was a penalised id. Run from the repository root with PYTHONPATH=backend."""
+import collections
+import json
+import os
+import queue
+import statistics
+import sys
+import time
+
+import numpy as np
+
 from typewriter.assemble import load
 from typewriter.commands.bench import TUTOR_QUESTION
-from typewriter.engine.request import GenerationRequest, SamplingParams, Finished
-from typewriter.engine import engine as E
+from typewriter.engine import sampling
+from typewriter.engine.repetition import LoopGuard
+from typewriter.engine.request import Finished, GenerationRequest, SamplingParams
+from typewriter.engine.request_state import RequestState
+from typewriter.text.detokenizer import IncrementalDetokenizer
+from typewriter.text.stops import StopMatcher
+
 model = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] != "-" else None
-ROWS = int(__import__("os").environ.get("ROWS", "1"))
-engine, tok, _ = load(model, slots=ROWS, max_context=2048, max_queue=0, prefill_budget=512, weight_format="q4-blocks")
-prompt = tok.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])
-acc = collections.defaultdict(list)
-def wrap(obj, name, label):
-    f = getattr(obj, name)
-    def w(*a, **k):
-        t = time.perf_counter_ns(); r = f(*a, **k); acc[label].append(time.perf_counter_ns() - t); return r
-    setattr(obj, name, w)
-r = engine.runner
-wrap(engine.scheduler, "schedule", "schedule")
-wrap(engine, "_take", "_take")
-wrap(engine, "_emit", "_emit")
-wrap(engine, "step", "step")
-wrap(engine.grammars, "wait", "grammars.wait")
-wrap(engine.grammars, "begin", "grammars.begin")
-wrap(engine.scheduler.costs, "observe", "costs.observe")
-wrap(engine, "_weigh_slots", "_weigh_slots")
-wrap(engine, "_wait_for_work", "_wait_for_work")
-wrap(r, "step", "runner.step")
-bm = r.blocks
-for n in ("forward", "logits", "embed"):
-    if hasattr(bm, n): wrap(bm, n, "blocks." + n)
-from typewriter.engine import request_state as RS
-from typewriter.engine import repetition as REP
-from typewriter.text import detokenizer as DT, stops as ST
-for cls, n in ((REP.LoopGuard, "push"), (DT.IncrementalDetokenizer, "push"), (ST.StopMatcher, "push")):
-    f = getattr(cls, n)
-    def mk2(f, label):
-        def w(self, *a, **k):
-            t = time.perf_counter_ns(); r = f(self, *a, **k); acc[label].append(time.perf_counter_ns() - t); return r
-        return w
-    setattr(cls, n, mk2(f, cls.__name__ + "." + n))
-for n in ("sample", "take", "_pipe"):
-    f = getattr(RS.RequestState, n)
-    def mk(f, n):
-        def w(self, *a, **k):
-            t = time.perf_counter_ns(); r = f(self, *a, **k); acc["rs." + n].append(time.perf_counter_ns() - t); return r
-        return w
-    setattr(RS.RequestState, n, mk(f, n))
-from typewriter.engine import sampling as SM
-f0 = SM.Sampler.sample
-import numpy as np
-cnt = collections.Counter()
-def ws(self, *a, **k):
-    row, seen = a
-    t = time.perf_counter_ns(); b = int(np.argmax(row)); acc["argmax"].append(time.perf_counter_ns() - t)
-    t = time.perf_counter_ns(); b2 = int(np.argmax(row)); acc["argmax2"].append(time.perf_counter_ns() - t)
-    cnt[b in seen] += 1
-    t = time.perf_counter_ns(); r = f0(self, *a, **k); acc["sampler.sample"].append(time.perf_counter_ns() - t); return r
-SM.Sampler.sample = ws
-def go(n):
-    params = SamplingParams(max_new_tokens=n, temperature=0.0, ignore_eos=True)
-    ev = queue.SimpleQueue()
+ROWS = int(os.environ.get("ROWS", "1"))
+engine, tokenizer, _ = load(model, slots=ROWS, max_context=2048, max_queue=0, prefill_budget=512,
+                            weight_format="q4-blocks")
+prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])
+took: dict[str, list[int]] = collections.defaultdict(list)
+
+
+def timed(function, label):
+    def call(*args, **kwargs):
+        began = time.perf_counter_ns()
+        out = function(*args, **kwargs)
+        took[label].append(time.perf_counter_ns() - began)
+        return out
+    return call
+
+
+for owner, name, label in [(engine.scheduler, "schedule", "schedule"), (engine, "_take", "_take"),
+                           (engine, "_emit", "_emit"), (engine, "step", "step"),
+                           (engine.grammars, "wait", "grammars.wait"), (engine.grammars, "begin", "grammars.begin"),
+                           (engine.scheduler.costs, "observe", "costs.observe"),
+                           (engine, "_weigh_slots", "_weigh_slots"), (engine, "_wait_for_work", "_wait_for_work"),
+                           (engine.runner, "step", "runner.step"), (engine.runner.blocks, "forward", "blocks.forward"),
+                           (engine.runner.blocks, "logits", "blocks.logits"),
+                           (engine.runner.blocks, "embed", "blocks.embed")]:
+    setattr(owner, name, timed(getattr(owner, name), label))
+for cls, name in [(LoopGuard, "push"), (IncrementalDetokenizer, "push"), (StopMatcher, "push"),
+                  (RequestState, "sample"), (RequestState, "take"), (RequestState, "_pipe")]:
+    setattr(cls, name, timed(getattr(cls, name), f"{cls.__name__}.{name}"))
+first_is_seen: collections.Counter[bool] = collections.Counter()
+sample = sampling.Sampler.sample
+
+
+def sample_timed(self, row, seen):
+    for label in ("argmax", "argmax2"):  # the row as the kernel left it, then again
+        began = time.perf_counter_ns()
+        best = int(np.argmax(row))
+        took[label].append(time.perf_counter_ns() - began)
+    first_is_seen[best in seen] += 1
+    return timed(sample, "sampler.sample")(self, row, seen)
+
+
+sampling.Sampler.sample = sample_timed
+
+
+def run(tokens: int) -> Finished:
+    params = SamplingParams(max_new_tokens=tokens, temperature=0.0, ignore_eos=True)
+    events: queue.SimpleQueue = queue.SimpleQueue()
     for i in range(ROWS):
-        engine.submit(GenerationRequest(f"r{time.perf_counter_ns()}-{i}", prompt + [10 + i], params), ev.put)
+        engine.submit(GenerationRequest(f"r{time.perf_counter_ns()}-{i}", prompt + [10 + i], params), events.put)
     done = 0
     while done < ROWS:
-        e = ev.get()
-        if isinstance(e, Finished): done += 1
-    return e
-go(16)
+        event = events.get()
+        if isinstance(event, Finished):
+            done, last = done + 1, event
+    return last
+
+
+run(16)
 for _ in range(3):
-    acc.clear(); e = go(257)
-    print(json.dumps({"token_ms": round(1000 / e.timings.tokens_per_s, 3), **{k: round(statistics.median(v[3:]) / 1000, 1) for k, v in acc.items()}}))
-print(cnt)
+    took.clear()
+    finished = run(257)
+    print(json.dumps({"token_ms": round(1000 / finished.timings.tokens_per_s, 3),
+                      **{k: round(statistics.median(v[3:]) / 1000, 1) for k, v in took.items()}}))
+print(first_is_seen)
 engine.shutdown()
