@@ -158,3 +158,16 @@ def test_seen_keeps_each_id_once_ascending_and_never_a_negative_one():
         seen.add(token_id)
     assert seen.ids.tolist() == [1, 2, 3, 5, 9, 40, *range(100, 140)]
     assert len(seen) == 46 and 40 in seen and -1 not in seen and 4 not in seen
+
+
+def test_greedy_masks_a_writeable_row_only_for_a_moment_and_reads_a_read_only_one():
+    """The best unseen id is found with the seen ones masked: in the caller's row, put back before returning, or in a
+    copy where the row cannot be written."""
+    row = np.array([0.5, 3.0, 2.0, 2.9, -1.0], dtype=np.float32)  # its maximum, id 1, was said before
+    before = row.copy()
+    sampler = Sampler(params(temperature=0.0, repetition_penalty=2.0))
+    assert sampler.sample(row, Seen([1, 4])) == 3  # 3.0 -> 1.5; the best unseen is 2.9
+    np.testing.assert_array_equal(row, before)
+    row.flags.writeable = False
+    assert sampler.sample(row, Seen([1, 4])) == 3
+    assert sampler.sample(row, Seen([1, 3])) == 2  # 3.0 -> 1.5 and 2.9 -> 1.45 both under 2.0
