@@ -108,13 +108,14 @@ def _greedy(row: np.ndarray, seen: Seen | None, penalty: float) -> int:
     best = int(np.argmax(row))  # the first maximum: ties go to the lowest id
     if seen is None:
         return best
-    if penalty >= 1.0 and best not in seen:  # a penalty of 1 or more only lowers the seen ids: none passes it
+    best_seen = best in seen
+    if penalty >= 1.0 and not best_seen:  # a penalty of 1 or more only lowers the seen ids: none passes it
         return best
     ids = _within(seen, row.size)
     if not ids.size:
         return best
     raw = row[ids]
-    if best in seen:  # the best id not seen: the row without the seen ones, put back as it was before returning
+    if best_seen:  # the best id not seen: the row without the seen ones, put back as it was before returning
         others = row if row.flags.writeable else row.copy()
         others[ids] = -np.inf
         try:

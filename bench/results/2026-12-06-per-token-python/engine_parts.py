@@ -11,6 +11,7 @@ import sys
 import time
 
 import numpy as np
+from timing import timed  # this folder's: a script's own folder is on its path
 
 from typewriter.assemble import load
 from typewriter.commands.bench import TUTOR_QUESTION
@@ -29,15 +30,6 @@ prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])
 took: dict[str, list[int]] = collections.defaultdict(list)
 
 
-def timed(function, label):
-    def call(*args, **kwargs):
-        began = time.perf_counter_ns()
-        out = function(*args, **kwargs)
-        took[label].append(time.perf_counter_ns() - began)
-        return out
-    return call
-
-
 for owner, name, label in [(engine.scheduler, "schedule", "schedule"), (engine, "_take", "_take"),
                            (engine, "_emit", "_emit"), (engine, "step", "step"),
                            (engine.grammars, "wait", "grammars.wait"), (engine.grammars, "begin", "grammars.begin"),
@@ -46,10 +38,10 @@ for owner, name, label in [(engine.scheduler, "schedule", "schedule"), (engine, 
                            (engine.runner, "step", "runner.step"), (engine.runner.blocks, "forward", "blocks.forward"),
                            (engine.runner.blocks, "logits", "blocks.logits"),
                            (engine.runner.blocks, "embed", "blocks.embed")]:
-    setattr(owner, name, timed(getattr(owner, name), label))
+    setattr(owner, name, timed(getattr(owner, name), label, took))
 for cls, name in [(LoopGuard, "push"), (IncrementalDetokenizer, "push"), (StopMatcher, "push"),
                   (RequestState, "sample"), (RequestState, "take"), (RequestState, "_pipe")]:
-    setattr(cls, name, timed(getattr(cls, name), f"{cls.__name__}.{name}"))
+    setattr(cls, name, timed(getattr(cls, name), f"{cls.__name__}.{name}", took))
 first_is_seen: collections.Counter[bool] = collections.Counter()
 sample = sampling.Sampler.sample
 
@@ -60,7 +52,7 @@ def sample_timed(self, row, seen):
         best = int(np.argmax(row))
         took[label].append(time.perf_counter_ns() - began)
     first_is_seen[best in seen] += 1
-    return timed(sample, "sampler.sample")(self, row, seen)
+    return timed(sample, "sampler.sample", took)(self, row, seen)
 
 
 sampling.Sampler.sample = sample_timed

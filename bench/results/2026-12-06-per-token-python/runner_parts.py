@@ -11,6 +11,7 @@ import numpy as np
 
 sys.path.insert(0, "bench")
 from blocks_step import open_runner
+from timing import timed  # this folder's: a script's own folder is on its path
 
 from typewriter.runners.lite.kernel import Rows
 
@@ -19,18 +20,9 @@ runner.extend(0, 0, [(i % 1000) + 10 for i in range(150)])
 took: dict[str, list[int]] = collections.defaultdict(list)
 
 
-def timed(function, label):
-    def call(*args, **kwargs):
-        began = time.perf_counter_ns()
-        out = function(*args, **kwargs)
-        took[label].append(time.perf_counter_ns() - began)
-        return out
-    return call
-
-
 for owner, name in [(runner, "step"), (runner.cache, "rows"), (runner.blocks, "embed"), (runner.blocks, "forward"),
                     (runner.blocks, "logits")]:
-    setattr(owner, name, timed(getattr(owner, name), name))
+    setattr(owner, name, timed(getattr(owner, name), name, took))
 for _ in range(30):
     runner.step([0], [5], [150])
 took.clear()
