@@ -23,6 +23,9 @@ class PrefillChunk:
     start: int
     token_ids: Sequence[int]
     wants_logits: bool = True  # it ends its prompt: its last logits give the first answer token
+    # it checks a draft (engine/drafting.py): the answer's last token and the tokens guessed to follow it, whose
+    # logits [n, vocab] after each token it wants
+    every_logits: bool = False
 
     @property
     def length(self) -> int:
@@ -42,7 +45,8 @@ class StepFault:
 @dataclass
 class StepOutput:
     decoded: np.ndarray  # [rows, vocab]: the decode rows' logits, in the order given
-    prefilled: list[np.ndarray | None]  # per chunk: logits [vocab] after its last token, None if not wanted
+    prefilled: list[np.ndarray | None]  # per chunk: logits [vocab] after its last token, None if not wanted;
+    # [n, vocab] after each of its tokens where it wants every_logits
     faults: list[StepFault] = field(default_factory=list)
 
 
@@ -59,7 +63,10 @@ class CallByCall(Protocol):
 
 def step_call_by_call(runner: CallByCall, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
                       chunks: Sequence[PrefillChunk]) -> StepOutput:
-    """`Runner.step` as a call per chunk, then one for the decode rows; a failed call faults its requests only."""
+    """`Runner.step` as a call per chunk, then one for the decode rows; a failed call faults its requests only.
+    A call gives the logits after a chunk's last token only, so no chunk may check a draft."""
+    if any(chunk.every_logits for chunk in chunks):
+        raise ValueError("a runner called chunk by chunk checks no drafts (its checks_drafts is False)")
     faults: list[StepFault] = []
     prefilled: list[np.ndarray | None] = []
     for i, chunk in enumerate(chunks):
@@ -108,6 +115,10 @@ class Runner(Protocol):
     def vocab_size(self) -> int: ...
 
     compiler: Compiler | None
+    # The engine checks drafts on it (engine/drafting.py): a row's logits are the same bits whatever rows share its
+    # step, so a draft checked in one chunk gives the answer decoding alone gives, and a step of a few rows costs
+    # little more than a step of one.
+    checks_drafts: bool
     sizing: Sizing
     step_model: StepModel | None  # decode steps measured before serving (int8-lite), else None
 

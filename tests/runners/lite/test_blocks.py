@@ -232,6 +232,25 @@ def test_rows_decoded_together_give_what_each_gives_alone(quantized):
     np.testing.assert_array_equal(together.decoded, np.stack(alone))
 
 
+def test_a_chunk_that_checks_a_draft_gives_each_row_the_bits_decoding_it_alone_gives(quantized):
+    """Beside a decode row and a prompt's chunk in the same step: the check's logits [n, v] after each of its
+    tokens, what the engine takes a draft's tokens from (engine/drafting.py)."""
+    _, _, runner = quantized
+    assert runner.checks_drafts
+    for slot in (0, 1, 2):
+        runner.extend(slot, 0, IDS[:8])
+    alone = np.stack([runner.decode([2], [t], [8 + p])[0] for p, t in enumerate(IDS[8:13])])
+    decode_alone = runner.decode([0], [IDS[3]], [8])[0]
+    runner.extend(0, 0, IDS[:8])
+    out = runner.step([0], [IDS[3]], [8], [PrefillChunk(1, 8, IDS[8:13], every_logits=True)])
+    assert out.prefilled[0].shape == (5, runner.vocab_size)
+    np.testing.assert_array_equal(out.prefilled[0], alone)
+    np.testing.assert_array_equal(out.decoded[0], decode_alone)
+    for layer in range(runner.cfg.n_layers):  # the check's K/V written as decoding writes them (keys in tiles)
+        np.testing.assert_array_equal(runner.cache.k[layer][1][:, 0, :, :13], runner.cache.k[layer][2][:, 0, :, :13])
+        np.testing.assert_array_equal(runner.cache.v[layer][1][:, :13], runner.cache.v[layer][2][:, :13])
+
+
 def test_one_thread_and_two_give_the_same_bits_with_each_layer_s_attention_shared(tmp_path):
     """On two threads each layer's attention groups (one a kv head of a decode row) are shared with blocks.c's
     helper; each group is computed alone, so the logits and the cache are the bits one thread gives. A model wide

@@ -135,6 +135,10 @@ class LiteRunner(Runner):
             self.blocks.bind(self.cache)
         self.sizing = Sizing(slots, "set")  # start.py sizes it for this machine
         self.step_model: StepModel | None = None
+        # blocks.c works each row alone, in the same order whatever rows share its step (tests/runners/lite/
+        # test_drafts_real.py). int8-lite's rows are exact alone too, but its programs allocate their tensors again
+        # at each change of rows, which a draft's step makes (docs/measurements/2026-12-06-drafts.md).
+        self.checks_drafts = self.blocks is not None
         log.info("%s ready in %.1fs", weight_format, time.perf_counter() - t0)
 
     @property
@@ -224,12 +228,16 @@ class LiteRunner(Runner):
     def _output(self, x: np.ndarray, n: int, spans: Sequence[tuple[int, int, int, int]],
                 chunks: Sequence[PrefillChunk]) -> StepOutput:
         """The logits of a step's decode rows and of the chunks that want them, from its residual stream x."""
-        wanted = [i for i, chunk in enumerate(chunks) if chunk.wants_logits]
-        logit_rows = [*range(n), *(spans[i][3] - 1 for i in wanted)]
+        logit_rows, wanted = list(range(n)), []
+        for i, (chunk, (_, _, a, b)) in enumerate(zip(chunks, spans)):
+            if chunk.wants_logits or chunk.every_logits:
+                first = a if chunk.every_logits else b - 1
+                wanted.append((i, len(logit_rows), len(logit_rows) + b - first, chunk.every_logits))
+                logit_rows += range(first, b)
         logits = self._logits(x[logit_rows]) if logit_rows else np.zeros((0, self.vocab_size), np.float32)
         prefilled: list[np.ndarray | None] = [None] * len(spans)
-        for k, i in enumerate(wanted):
-            prefilled[i] = logits[n + k]
+        for i, a, b, every in wanted:
+            prefilled[i] = logits[a:b] if every else logits[a]
         return StepOutput(logits[:n], prefilled)
 
     def extend(self, slot: int, start: int, token_ids: Sequence[int], all_logits: bool = False) -> np.ndarray:

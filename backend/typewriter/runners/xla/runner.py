@@ -22,6 +22,7 @@ class XlaRunner(Runner, CallByCall):
         self.compiler = ProgramCompiler(model, chunk_buckets, batch_buckets)
         self.sizing = Sizing(model.cache.slots, "set")
         self.step_model: StepModel | None = None  # XLA's steps are not measured before serving
+        self.checks_drafts = False  # a call per chunk gives its last logits only
 
     @property
     def slots(self) -> int:
