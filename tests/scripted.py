@@ -58,6 +58,7 @@ class ChainRunner:
         self.compiler = ChainCompiler(self)
         self.sizing = Sizing(slots, "set")
         self.step_model = None
+        self.checks_drafts = False  # a call per chunk gives only its last logits
 
     def describe(self) -> dict:
         return {"name": "scripted", "weights": "none", "programs": self.compiler.status()}
@@ -145,13 +146,48 @@ class OnePassChainRunner(ChainRunner):
         chunk_slots = [c.slot for c in chunks]
         assert len(set(chunk_slots)) == len(chunk_slots), f"two chunks for one slot: {chunk_slots}"
         assert not set(chunk_slots) & set(slots), f"a slot both prefills and decodes: {chunk_slots}, {slots}"
-        self.calls.append(("step", tuple(slots), tuple((c.slot, c.start, len(c.token_ids)) for c in chunks)))
+        self.calls.append(("step", tuple(slots), tuple((c.slot, c.start, len(c.token_ids), c.every_logits)
+                                                       for c in chunks)))
         prefilled = [self.extend(c.slot, c.start, c.token_ids) if c.wants_logits else self._write(c) for c in chunks]
         decoded = self.decode(slots, tokens, positions) if slots else np.zeros((0, self.vocab_size), np.float32)
         return StepOutput(decoded, prefilled)
 
     def _write(self, chunk) -> None:
         self.extend(chunk.slot, chunk.start, chunk.token_ids)
+
+
+class ContextRunner(OnePassChainRunner):
+    """A one-pass runner whose next token follows from every token before it (`row(context)`: the logits after a
+    slot's positions 0..p), not only the last, and which checks drafts: a chunk with `every_logits` gives the logits
+    after each of its tokens. Its cache is cut at each write, so a position the engine wrote but then dropped is
+    never read again, as a real runner's attention reads only positions up to the row's own."""
+
+    def __init__(self, row: Callable[[list[int]], np.ndarray], vocab_size: int, **options):
+        super().__init__(lambda token: 0, vocab_size, **options)
+        self.row = row
+        self.checks_drafts = True
+
+    def step(self, slots, tokens, positions, chunks=()) -> StepOutput:
+        out = super().step(slots, tokens, positions, chunks)
+        for i, chunk in enumerate(chunks):
+            if chunk.every_logits:
+                cache = self.cache[chunk.slot]
+                out.prefilled[i] = np.stack([self.row(cache[:chunk.start + k + 1])
+                                             for k in range(len(chunk.token_ids))])
+        return out
+
+    def extend(self, slot: int, start: int, token_ids: Sequence[int]) -> np.ndarray:
+        super().extend(slot, start, token_ids)
+        return self.row(self.cache[slot])
+
+    def decode(self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]) -> np.ndarray:
+        super().decode(slots, tokens, positions)
+        return np.stack([self.row(self.cache[slot][:position + 1]) for slot, position in zip(slots, positions)])
+
+    @property
+    def checks(self) -> list[tuple[int, int, int]]:
+        """(slot, start, rows) of every chunk that checked a draft, in order."""
+        return [chunk[:3] for call in self.calls if call[0] == "step" for chunk in call[2] if chunk[3]]
 
 
 def letter_runner(eos_after_z: bool = False, one_pass: bool = False, **options) -> ChainRunner:

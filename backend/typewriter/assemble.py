@@ -92,6 +92,7 @@ def load(
     weight_format: WeightFormat | str = WeightFormat.AUTO,
     program_cache: str | None = None,
     keep_for_readers_s: float = 0.0,
+    draft_tokens: int = 0,
 ) -> tuple[Engine, Tokenizer, LoadTimes]:
     """`slots` None: as many as this machine carries, or XLA's fixed count; `program_cache` None: int8-lite's
     programs made every time. No other defaults: the server's come from Settings, and each command picks its own."""
@@ -103,7 +104,7 @@ def load(
     progress(f"loaded {opened.path.name} in {load_s:.1f}s")  # the file: its general.name is no stable id
     engine = Engine(runner, opened.tokenizer, max_queue=max_queue, prefill_budget=prefill_budget,
                     model_name=opened.cfg.name, queue_timeout_s=queue_timeout_s, parameters=opened.cfg.parameters,
-                    keep_for_readers_s=keep_for_readers_s)
+                    keep_for_readers_s=keep_for_readers_s, draft_tokens=draft_tokens)
     compile_s = runner.compiler.warm_up_s if runner.compiler is not None else 0.0
     return engine.start(), opened.tokenizer, LoadTimes(load_s, compile_s)
 
@@ -114,7 +115,8 @@ def load_engine(settings: Settings, progress: Progress = lambda _: None) -> tupl
                                 max_queue=settings.engine.max_queue, prefill_budget=settings.engine.prefill_budget,
                                 progress=progress, compile="start", queue_timeout_s=settings.engine.queue_timeout_s,
                                 weight_format=settings.model.weights, program_cache=lite_cache_dir(),
-                                keep_for_readers_s=settings.engine.keep_for_readers_s)
+                                keep_for_readers_s=settings.engine.keep_for_readers_s,
+                                draft_tokens=settings.engine.draft_tokens)
     return engine, tokenizer
 
 

@@ -33,6 +33,9 @@ BOOLEANS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0
 
 
 MAX_READING_S = 3600.0  # the longest Engine.keep_for_readers_s
+# The most tokens a step guesses for one answer and checks (engine/drafting.py): with the row they follow, blocks.c's
+# AVX-512 row tile, beyond which a row costs a pass over the weights more (docs/measurements/2026-12-06-drafts.md).
+MOST_DRAFT_TOKENS = 5
 DEFAULT_MAX_NEW_TOKENS = 512  # an answer's length when a chat does not ask (at most the cap, below)
 
 
@@ -161,6 +164,11 @@ class Engine:
     # (docs/measurements/2026-12-05-fairness.md). 0: only clients with a request in the engine count
     # (work-conserving). A lone client is never held back: nobody else is kept.
     keep_for_readers_s: float = 30.0
+    # Where a step runs one student or a few (bound by memory, not arithmetic), the tokens each answer's last few
+    # tokens were followed by earlier in its conversation are checked as a draft in the same step: those that match
+    # are the answer's a fraction of a step each, the same tokens decoding alone gives, on q4-blocks (its rows are
+    # exact whatever shares their step). The most guessed a step, 0 to MOST_DRAFT_TOKENS; 0: never.
+    draft_tokens: int = MOST_DRAFT_TOKENS
 
     def __post_init__(self) -> None:
         if self.max_active is not None:
@@ -169,6 +177,9 @@ class Engine:
         _at_least("max_context", self.max_context, 16)
         _at_least("prefill_budget", self.prefill_budget, 1)
         _at_least("keep_for_readers_s", self.keep_for_readers_s, 0.0)
+        _at_least("draft_tokens", self.draft_tokens, 0)
+        if self.draft_tokens > MOST_DRAFT_TOKENS:
+            raise ConfigError("draft_tokens", f"must be at most {MOST_DRAFT_TOKENS}, got {self.draft_tokens}")
         if self.keep_for_readers_s > MAX_READING_S:  # each kept reader is remembered: an hour bounds how many
             raise ConfigError("keep_for_readers_s", f"must be at most {MAX_READING_S}, got {self.keep_for_readers_s}")
         for name in ("request_timeout_s", "queue_timeout_s"):

@@ -107,6 +107,16 @@ def test_the_engine_tells_its_observer_each_computing_step_its_time_and_decode_r
     assert seen == [StepStats(0.0, 0), StepStats(0.25, 2), StepStats(0.25, 2)]
 
 
+def test_draft_tokens_are_counted_taken_and_refused():
+    metrics = Metrics(lambda: (0, 0))
+    metrics.step(StepStats(0.01, 1, drafted=5, taken=3))
+    metrics.step(StepStats(0.01, 2))
+    metrics.step(StepStats(0.01, 1, drafted=2, taken=0))
+    text = metrics.render().decode()
+    assert 'typewriter_draft_tokens_total{outcome="taken"} 3.0' in text
+    assert 'typewriter_draft_tokens_total{outcome="refused"} 4.0' in text
+
+
 def test_an_observer_that_fails_is_dropped_and_the_answer_goes_on(tiny_gguf, caplog):
     tokenizer = Tokenizer.load(tiny_gguf)
     engine = Engine(letter_runner(), tokenizer, max_queue=4, prefill_budget=8, clock=Clock())

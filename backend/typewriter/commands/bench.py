@@ -10,7 +10,7 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..config import ConfigError, Settings, default_model_id
+from ..config import MOST_DRAFT_TOKENS, ConfigError, Settings, default_model_id
 from ..engine.request import Event, Finished, GenerationRequest, SamplingParams, Token
 from ..progress import StderrProgress
 from .args import add_model_arguments, check_model_arguments, positive_int
@@ -28,6 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="decode tokens to time (default %(default)s)")
     parser.add_argument("--streams", type=positive_int, default=4, metavar="N",
                         help="concurrent streams for the batched run (default %(default)s)")
+    parser.add_argument("--draft-tokens", type=int, default=Settings().engine.draft_tokens, metavar="N",
+                        choices=range(MOST_DRAFT_TOKENS + 1),
+                        help="tokens guessed from the conversation and checked in a step, 0 to "
+                             f"{MOST_DRAFT_TOKENS} (default %(default)s; 0: none)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     # The batched run submits its N streams to N slots, so every one finds a slot free and none waits.
     engine, tokenizer, times = load(args.model, slots=streams, max_context=args.max_context, max_queue=0,
                                     prefill_budget=Settings().engine.prefill_budget, progress=progress,
+                                    draft_tokens=args.draft_tokens,
                                     weight_format=args.weights)
     try:
         prompt = tokenizer.encode_chat([{"role": "user", "content": TUTOR_QUESTION}])  # the tutor's system prompt
@@ -58,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
             "ttft_uncached_ms": round(uncached, 1),  # every prompt token computed
             "ttft_ms": round(ttft, 1),  # all but the last token found in the prefix cache
             "decode_tokens": args.tokens,
+            "draft_tokens": engine.draft_tokens,  # 0 where the runner's rows are not exact alone
             "single_tokens_per_s": round(single["tokens_per_s"], 2),
         }
         if streams > 1:

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     # One question at a time, and a stopped answer has ended before the next question is sent, so the one
     # slot is always free and nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
-                                prefill_budget=Settings().engine.prefill_budget, progress=StderrProgress(),
+                                prefill_budget=Settings().engine.prefill_budget,
+                                draft_tokens=Settings().engine.draft_tokens, progress=StderrProgress(),
                                 compile="lazy", weight_format=args.weights,  # only what this request needs
                                 program_cache=lite_cache_dir())
     history: list[dict[str, str]] = []

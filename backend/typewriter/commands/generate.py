@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     # One request at a time: it always finds the one slot free, so nothing ever waits in a queue.
     engine, tokenizer, _ = load(args.model, slots=1, max_context=args.max_context, max_queue=0,
-                                prefill_budget=Settings().engine.prefill_budget, progress=StderrProgress(),
+                                prefill_budget=Settings().engine.prefill_budget,
+                                draft_tokens=Settings().engine.draft_tokens, progress=StderrProgress(),
                                 compile="lazy", weight_format=args.weights,  # only what this request needs
                                 program_cache=lite_cache_dir())
     try:

@@ -10,7 +10,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -20,6 +20,7 @@ from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .capacity import typical_position
 from .constraints import MASK_WAIT_MIN_S, MASK_WAIT_SHARE, ConstraintFailed, Grammars
+from .drafting import MOST_ROWS, Drafts
 from .request import (
     Event,
     Finished,
@@ -83,15 +84,20 @@ class StepStats:
     seconds: float
     decode_rows: int  # 0: the step only prefilled
     parked: int = 0  # requests that gave their slot back to a client short of its share
+    drafted: int = 0  # draft tokens checked (engine/drafting.py)
+    taken: int = 0  # of them, taken as the answer's
 
 
 class Engine:
     def __init__(self, runner: Runner, tokenizer: Vocabulary, max_queue: int, prefill_budget: int,
                  model_name: str = "model", clock: Callable[[], float] = time.perf_counter,
-                 queue_timeout_s: float | None = None, parameters: int = 0, keep_for_readers_s: float = 0.0):
+                 queue_timeout_s: float | None = None, parameters: int = 0, keep_for_readers_s: float = 0.0,
+                 draft_tokens: int = 0):
         """`queue_timeout_s` None: a request waits for a slot as long as it takes; `parameters`: the model's
         weights' count, which sets the repetition penalty a request gets when it names none (0: not known);
-        `keep_for_readers_s`: how long a client whose answer ended keeps its share of the slots (scheduler.py)."""
+        `keep_for_readers_s`: how long a client whose answer ended keeps its share of the slots (scheduler.py);
+        `draft_tokens`: the most tokens a step guesses for an answer from its conversation and checks (0: none;
+        drafting.py), where the runner's rows are exact alone."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
@@ -100,6 +106,7 @@ class Engine:
         self.repetition_penalty = default_repetition_penalty(parameters)
         self.max_context = runner.max_len
         self.max_queue = max_queue
+        self.draft_tokens = min(draft_tokens, MOST_ROWS - 1, runner.max_chunk - 1) if runner.checks_drafts else 0
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
@@ -118,6 +125,7 @@ class Engine:
         self._cancelled: set[str] = set()
         self._faulty_steps = 0
         self._runner_s = 0.0  # the last step's runner call alone, what the capacity probe timed
+        self._taken = 0  # the last step's draft tokens taken
         self._thread = threading.Thread(target=self._run, name="typewriter-engine", daemon=True)
 
     def start(self) -> Engine:
@@ -256,15 +264,20 @@ class Engine:
         late = [r for r in decode if r.constraint is not None and r.constraint.held is not None]  # sit this step out
         decode = [r for r in decode if r not in late]
         positions = sum(request.num_tokens - 1 for request in decode)  # before each takes its token
-        faults += self._compute(chunks, decode, late)
+        drafts = self._drafts(chunks, decode)
+        checks = [PrefillChunk(request.slot, request.num_tokens - 1, [request.output_ids[-1], *draft],
+                               every_logits=True) for request, draft in drafts]
+        faults += self._compute(chunks, decode, late, drafts, checks)
         if chunks or decode:
             took = self.clock() - began
             if not faults:
                 with self._lock:
-                    self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
-                if decode and not chunks:
+                    self.scheduler.costs.observe(len(decode) - len(checks),
+                                                 [(c.start, c.length) for c in chunks + checks], took)
+                if decode and not chunks and not checks:  # the probe timed decode rows alone
                     self._weigh_slots(len(decode), positions, self._runner_s)
-            self._observe(StepStats(took, len(decode), len(plan.parked)))
+            self._observe(StepStats(took, len(decode), len(plan.parked), sum(c.length - 1 for c in checks),
+                                    self._taken))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
             raise EngineFault(f"{self._faulty_steps} steps in a row failed; the model state may be unusable")
@@ -279,9 +292,12 @@ class Engine:
             return plan.chunks, plan.decode
         return chunks, rows
 
-    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState], late: list[RequestState]) -> int:
+    def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState], late: list[RequestState],
+                 drafts: Sequence[tuple[RequestState, list[int]]] = (), checks: Sequence[PrefillChunk] = ()) -> int:
         """1 if any of it failed (ending exactly the requests it concerned), else 0. `late`: rows holding logits
-        whose mask was not ready; each takes its token in the first step its mask is."""
+        whose mask was not ready; each takes its token in the first step its mask is. `drafts`: rows of `batch`
+        checked as `checks` (a chunk each) instead of decoded."""
+        self._taken = 0
         if not chunks and not batch:
             self.grammars.wait([r.constraint for r in late if r.constraint], LATE_MASK_POLL_S, any_one=True)
             self._take_ready([(request, None) for request in late])
@@ -290,17 +306,19 @@ class Engine:
         # Each mask depends only on the tokens already taken: computed on worker threads during the forward pass.
         sampled = batch + [request for c, request in zip(chunks, prefilling) if c.wants_logits]
         self.grammars.begin([request.constraint for request in sampled if request.constraint])
+        checking = [request for request, _ in drafts]
+        rows = [request for request in batch if request not in checking]
         began, wall = self.clock(), time.perf_counter()
         try:
-            out = self.runner.step([request.slot for request in batch], [request.output_ids[-1] for request in batch],
-                                   [request.num_tokens - 1 for request in batch], chunks)
+            out = self.runner.step([request.slot for request in rows], [request.output_ids[-1] for request in rows],
+                                   [request.num_tokens - 1 for request in rows], [*chunks, *checks])
         except Exception:
             return self._fail(prefilling + batch, "a step")
         self._runner_s = self.clock() - began
         forward_s = time.perf_counter() - wall  # late masks are waited for in real time, whatever the engine's clock
         decode_failed = False
         for fault in out.faults:
-            requests = [prefilling[i] for i in fault.chunks] + (batch if fault.decode else [])
+            requests = [(prefilling + checking)[i] for i in fault.chunks] + (rows if fault.decode else [])
             decode_failed |= fault.decode
             log.error("%s failed for %s; ending only those requests", fault.what, ", ".join(s.id for s in requests),
                       exc_info=fault.error)
@@ -312,15 +330,53 @@ class Engine:
                     self.scheduler.prefilled(chunk)
                 if logits is not None:
                     takes.append((request, logits))
-        if batch and not decode_failed:
+        if rows and not decode_failed:
+            takes += zip(rows, out.decoded)
+        if (rows and not decode_failed) or checks:
             self.decode_steps += 1
-            takes += zip(batch, out.decoded)
         takes += [(request, None) for request in late]
         # A late mask holds its own row back, never the others, beyond a share of the step.
         self.grammars.wait([r.constraint for r, _ in takes if r.constraint], max(MASK_WAIT_MIN_S,
                                                                                   MASK_WAIT_SHARE * forward_s))
         self._take_ready(takes)
+        for (request, draft), logits in zip(drafts, out.prefilled[len(chunks):]):
+            self._taken += self._check(request, draft, logits)
         return 1 if out.faults else 0
+
+    def _drafts(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> list[tuple[RequestState, list[int]]]:
+        """Each decode row's draft, where it has one: only in a step that prefills nothing and stays within
+        MOST_ROWS rows, bound by memory, where a row more costs a fraction of the step (drafting.py)."""
+        room = MOST_ROWS - len(batch)
+        if not self.draft_tokens or chunks or room <= 0:
+            return []
+        drafts = []
+        for request in batch:
+            if request.constraint is not None:  # its masks are made a token ahead, on other threads
+                continue
+            if request.drafts is None:
+                request.drafts = Drafts(self.draft_tokens)
+            # the answer's tokens left after this row's, and the cache's positions after the chunk's first
+            left = min(room, request.params.max_new_tokens - request.last_index - 2,
+                       self.max_context - request.num_tokens)
+            draft = request.drafts.propose(request.prompt_ids, request.output_ids, left) if left > 0 else []
+            if draft:
+                drafts.append((request, draft))
+                room -= len(draft)
+        return drafts
+
+    def _check(self, request: RequestState, draft: list[int], logits: np.ndarray | None) -> int:
+        """Each row's token taken in turn, as a decode step takes it, up to the first that is not the draft's:
+        of the draft, the tokens taken."""
+        if logits is None or request.status is Status.FINISHED:  # its chunk failed
+            return 0
+        taken = 0
+        for guess, row in zip([*draft, None], logits):
+            if not self._take(request, row) or request.output_ids[-1] != guess:
+                break
+            taken += 1
+        assert request.drafts is not None
+        request.drafts.checked(len(draft), taken)
+        return taken
 
     def _take_ready(self, takes: list[tuple[RequestState, np.ndarray | None]]) -> None:
         """Take each row's token whose mask is ready; a row whose mask is not holds its logits (None: it held them)."""
@@ -347,19 +403,21 @@ class Engine:
             held, answer.held = answer.held, None
             self._take(request, held)
 
-    def _take(self, request: RequestState, logits: np.ndarray) -> None:
+    def _take(self, request: RequestState, logits: np.ndarray) -> bool:
+        """Whether the answer goes on."""
         try:
             token_id = request.sample(logits)
             text, reason = request.take(token_id, self.clock())
         except ConstraintFailed as e:  # a limit reached mid-answer: the client's constraint, not a fault
             self._finish(request, FinishReason.CONSTRAINT, str(e))
-            return
+            return False
         except Exception:
             self._fail([request], "sampling or detokenizing")
-            return
+            return False
         self._emit(request, Token(request.id, request.last_index, token_id, text, request.logprobs))
         if reason is not None:
             self._finish(request, reason)
+        return reason is None
 
     def _fail(self, requests: list[RequestState], what: str) -> int:
         """From an except block: log once and end exactly `requests`; 1, a fault."""

@@ -14,6 +14,7 @@ from ..errors import InvalidRequest
 from ..text.detokenizer import IncrementalDetokenizer, Spelling
 from ..text.stops import StopMatcher
 from .constraints import ConstrainedAnswer
+from .drafting import Drafts
 from .logprobs import token_logprobs
 from .repetition import LoopGuard
 from .request import AnswerStart, Event, FinishReason, GenerationRequest, Timings, TokenLogprobs
@@ -71,6 +72,7 @@ class RequestState:
         self.stops = StopMatcher(request.params.stop)
         self.loops = LoopGuard() if request.params.loop_guard else None
         self.wrap_up: WrapUp | None = None  # steering a constrained answer that loops to its end
+        self.drafts: Drafts | None = None  # its guesses from the conversation, once the engine drafts for it
         self._table = tokenizer.token_text.table
         self.last_position = 0
         self.submitted = now

@@ -99,6 +99,9 @@ class Metrics:
         self.batch_size = Histogram(
             "typewriter_engine_batch_size", "Streams decoded together in one decode step.",
             buckets=_BATCH_BUCKETS, registry=r)
+        self.draft_tokens = Counter(
+            "typewriter_draft_tokens", "Tokens guessed from a chat's conversation and checked in a step, by outcome: "
+            "taken (the answer's, each for a fraction of a step) or refused.", ["outcome"], registry=r)
 
     def step(self, stats: StepStats) -> None:
         """On the engine thread: nothing here may block."""
@@ -107,6 +110,9 @@ class Metrics:
             self.batch_size.observe(stats.decode_rows)
         if stats.parked:
             self.parked.inc(stats.parked)
+        if stats.drafted:
+            self.draft_tokens.labels(outcome="taken").inc(stats.taken)
+            self.draft_tokens.labels(outcome="refused").inc(stats.drafted - stats.taken)
 
     def started(self, event: Started) -> None:
         self.queue_wait.observe(event.queue_ms / 1000)

@@ -1,0 +1,69 @@
+"""Drafts from the conversation (prompt lookup): where the last few tokens said already appeared earlier in the
+prompt or the answer, the tokens that followed them then are guessed to follow again. A step checks a draft by
+computing its positions as one chunk, which reads the weights once however many rows it has, so on one student
+(a step bound by memory, not by arithmetic) each draft token taken is a token for a fraction of a step. Each row's
+token is taken exactly as a decode step's would be, in order, and the first that differs from the draft ends it:
+the answer is the one decoding alone gives, token for token, given a runner whose rows do not depend on the rows
+beside them (`Runner.checks_drafts`). Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..config import MOST_DRAFT_TOKENS
+
+LONGEST_MATCH = 4  # tokens of the answer's end looked up, longest first
+SHORTEST_MATCH = 2  # a single token's last occurrence guessed too often wrong to pay its rows
+# The most rows a step with drafts in it may have: drafts are for steps bound by memory, one student or a few.
+MOST_ROWS = MOST_DRAFT_TOKENS + 1
+
+
+class Drafts:
+    """One request's drafts: where each run of SHORTEST_MATCH..LONGEST_MATCH tokens last ended, and how long a
+    draft has been paying: it grows by one each time it is taken whole and halves each time none of it is."""
+
+    def __init__(self, most: int):
+        self.most = most
+        self.length = most
+        self._follows: list[dict[tuple[int, ...], int]] = [{} for _ in range(LONGEST_MATCH + 1)]
+        self._tokens: list[int] = []  # the prompt and the answer, as far as seen
+        self._indexed = 0  # tokens whose runs are recorded
+        self.drafted = 0  # tokens proposed, for the figures
+        self.taken = 0  # of them, taken
+
+    def propose(self, prompt: Sequence[int], answer: Sequence[int], room: int) -> list[int]:
+        """At most min(self.length, room) tokens guessed to follow the prompt and the answer so far (each only
+        ever grows)."""
+        tokens = self._tokens
+        seen = len(tokens) - len(prompt)
+        tokens.extend(prompt[len(tokens):] if seen < 0 else answer[seen:])
+        if seen < 0:
+            tokens.extend(answer)
+        self._index(tokens)
+        n = len(tokens)
+        want = min(self.length, room)
+        if want <= 0:
+            return []
+        for size in range(min(LONGEST_MATCH, n - 1), SHORTEST_MATCH - 1, -1):
+            at = self._follows[size].get(tuple(tokens[n - size:]))
+            if at is not None:
+                return list(tokens[at:at + want])
+        return []
+
+    def checked(self, drafted: int, taken: int) -> None:
+        """`taken` of a draft of `drafted` tokens matched the answer."""
+        self.drafted += drafted
+        self.taken += taken
+        if taken == drafted:
+            self.length = min(self.most, self.length + 1)
+        elif taken == 0:
+            self.length = max(1, self.length // 2)
+
+    def _index(self, tokens: Sequence[int]) -> None:
+        """Records each run ending before the last token with where its next token is, so a lookup of the
+        answer's own end finds an earlier place, never itself."""
+        for end in range(max(self._indexed, SHORTEST_MATCH), len(tokens)):
+            for size in range(SHORTEST_MATCH, min(LONGEST_MATCH, end) + 1):
+                self._follows[size][tuple(tokens[end - size:end])] = end
+        self._indexed = max(self._indexed, len(tokens))
