@@ -26,7 +26,8 @@ def import_llama_cpp():
     return llama_cpp
 
 
-def open_model(path: str, n_ctx: int, logits_all: bool = False, threads: int = 2):
+def open_model(path: str, n_ctx: int, logits_all: bool = False, threads: int = 2, draft_model=None):
+    """`draft_model`: llama-cpp-python's speculative drafts (a LlamaDraftModel), which keep every position's logits."""
     llama_cpp = import_llama_cpp()
     return llama_cpp.Llama(path, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, logits_all=logits_all,
-                           verbose=False)
+                           verbose=False, draft_model=draft_model)

@@ -162,7 +162,7 @@ def test_a_constrained_answer_is_never_drafted(tokenizer):
     assert len(rec.tokens) == 30 and not engine.runner.checks and not any(s.drafted for s in stats)
 
 
-def test_no_drafts_in_a_step_that_prefills_and_at_most_most_rows_rows_in_one_that_drafts(tokenizer):
+def test_no_drafts_in_a_step_that_prefills_and_each_answer_an_equal_share_of_most_rows(tokenizer):
     engine = engine_of(tokenizer, MOST_DRAFT_TOKENS, slots=4)
     recs = []
     for i in range(4):
@@ -181,7 +181,9 @@ def test_no_drafts_in_a_step_that_prefills_and_at_most_most_rows_rows_in_one_tha
         prefills = [c for c in chunks if not c[3]]
         assert not (checks and prefills)
         if checks:
-            assert len(decoding) + sum(c[2] for c in checks) <= MOST_ROWS
+            answers = len(decoding) + len(checks)
+            assert all(c[2] - 1 <= (MOST_ROWS - answers) // answers for c in checks)
+            assert answers < MOST_ROWS
     assert any(len([c for c in chunks if c[3]]) >= 2 for _, _, chunks in steps)  # two answers drafted together
     assert all(len(r.tokens) == 80 for r in recs)
 

@@ -345,9 +345,10 @@ class Engine:
 
     def _drafts(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> list[tuple[RequestState, list[int]]]:
         """Each decode row's draft, where it has one: only in a step that prefills nothing and stays within
-        MOST_ROWS rows, bound by memory, where a row more costs a fraction of the step (drafting.py)."""
-        room = MOST_ROWS - len(batch)
-        if not self.draft_tokens or chunks or room <= 0:
+        MOST_ROWS rows, bound by memory, where a row more costs a fraction of the step (drafting.py). Every row
+        slows the step for all, so each answer's draft gets an equal share of the rows left."""
+        share = (MOST_ROWS - len(batch)) // max(1, len(batch))
+        if not self.draft_tokens or chunks or share <= 0:
             return []
         drafts = []
         for request in batch:
@@ -356,12 +357,11 @@ class Engine:
             if request.drafts is None:
                 request.drafts = Drafts(self.draft_tokens)
             # the answer's tokens left after this row's, and the cache's positions after the chunk's first
-            left = min(room, request.params.max_new_tokens - request.last_index - 2,
+            left = min(share, request.params.max_new_tokens - request.last_index - 2,
                        self.max_context - request.num_tokens)
             draft = request.drafts.propose(request.prompt_ids, request.output_ids, left) if left > 0 else []
             if draft:
                 drafts.append((request, draft))
-                room -= len(draft)
         return drafts
 
     def _check(self, request: RequestState, draft: list[int], logits: np.ndarray | None) -> int:
