@@ -1,9 +1,10 @@
 """One student alone: idle time to first token for the tutoring prompt and decode tokens/s, for each of our
 weight formats (`typewriter bench --streams 1`, a process each) and for llama.cpp through llama-cpp-python on the
-same GGUF file, in this process's main thread (from another Python thread it decoded several times slower), with
-2 threads. Ratios are taken within the run. Time to first token is measured twice on each side: with every prompt
-token computed (`ttft_uncached_ms`: ours with `cache_prompt=False`, llama.cpp after `reset()`), and asked again
-with all but the last token cached (`ttft_ms`: our prefix cache, llama.cpp's own prefix reuse).
+same GGUF file, both a token a step (no drafts), in this process's main thread (from another Python thread it
+decoded several times slower), with 2 threads. Ratios are taken within the run. Time to first token is measured
+twice on each side: with every prompt token computed (`ttft_uncached_ms`: ours with `cache_prompt=False`,
+llama.cpp after `reset()`), and asked again with all but the last token cached (`ttft_ms`: our prefix cache,
+llama.cpp's own prefix reuse).
 
     .venv/bin/python bench/single_stream.py [--formats fp32,int8] [--tokens 128] [--model F.gguf]
         [--peer-threads 2] [--json artifacts/single.json]
@@ -23,8 +24,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def ours(fmt: str, tokens: int, model: str | None = None) -> dict:
+    # one token a step, as llama.cpp's: what the weights' bytes bound (drafts, several a step: bench/drafts.py)
     command = [sys.executable, "-m", "typewriter", "bench", "--json", "--streams", "1", "--tokens", str(tokens),
-               "--weights", fmt, *(["--model", model] if model else [])]
+               "--draft-tokens", "0", "--weights", fmt, *(["--model", model] if model else [])]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return {"ttft_uncached_ms": result["ttft_uncached_ms"], "ttft_ms": result["ttft_ms"],

@@ -16,7 +16,7 @@ from scripted import ChainRunner, ContextRunner, OnePassChainRunner, letters
 from tiny_model import IM_END, VOCAB_SIZE, byte_token
 
 from typewriter.config import MOST_DRAFT_TOKENS
-from typewriter.engine.drafting import MOST_ROWS, Drafts
+from typewriter.engine.drafting import LONGEST_REST, MOST_ROWS, Drafts
 from typewriter.engine.engine import Engine, StepStats
 from typewriter.engine.request import (
     Constraint,
@@ -197,11 +197,29 @@ def test_the_guess_length_grows_while_taken_whole_and_halves_when_none_is():
     assert drafts.length == 3
     drafts.checked(3, 0)
     assert drafts.length == 1
-    drafts.checked(1, 0)
-    assert drafts.length == 1  # never below one: a guess taken again grows it back
     for _ in range(10):
         drafts.checked(drafts.length, drafts.length)
     assert drafts.length == 5
+
+
+def test_a_refused_guess_of_one_token_rests_the_guessing_for_longer_each_time_until_one_is_taken():
+    prompt = [1, 2, 3, 4, 1, 2]  # the answer's end 1, 2 is always found: a guess every step unless resting
+
+    def guessing_steps(drafts: Drafts, steps: int) -> list[bool]:
+        return [bool(drafts.propose(prompt, [], 5)) for _ in range(steps)]
+
+    drafts = Drafts(5)
+    drafts.length = 1
+    rests = []
+    for _ in range(7):
+        drafts.checked(1, 0)
+        steps = guessing_steps(drafts, 40)
+        rests.append(steps.index(True))
+    assert rests == [1, 2, 4, 8, 16, LONGEST_REST, LONGEST_REST]
+    drafts.checked(1, 1)  # taken: the next refusal rests one step again
+    drafts.length = 1
+    drafts.checked(1, 0)
+    assert guessing_steps(drafts, 3) == [False, True, True]
 
 
 def test_a_guess_follows_the_latest_earlier_run_of_the_longest_match():

@@ -19,9 +19,15 @@ SHORTEST_MATCH = 2  # a single token's last occurrence guessed too often wrong t
 MOST_ROWS = MOST_DRAFT_TOKENS + 1
 
 
+# Steps a request goes without guessing after a guess of one token is refused, doubling while they are: an answer
+# whose guesses never pay costs a row in this many steps at worst.
+LONGEST_REST = 16
+
+
 class Drafts:
-    """One request's drafts: where each run of SHORTEST_MATCH..LONGEST_MATCH tokens last ended, and how long a
-    draft has been paying: it grows by one each time it is taken whole and halves each time none of it is."""
+    """One request's guesses: where each run of SHORTEST_MATCH..LONGEST_MATCH tokens last ended, and how long a
+    guess has been paying: it grows by one each time it is taken whole and halves each time none of it is; a guess
+    of one token refused makes it rest a step, then 2, 4, .. LONGEST_REST, until one is taken."""
 
     def __init__(self, most: int):
         self.most = most
@@ -29,20 +35,21 @@ class Drafts:
         self._follows: list[dict[tuple[int, ...], int]] = [{} for _ in range(LONGEST_MATCH + 1)]
         self._tokens: list[int] = []  # the prompt and the answer, as far as seen
         self._indexed = 0  # tokens whose runs are recorded
-        self.drafted = 0  # tokens proposed, for the figures
-        self.taken = 0  # of them, taken
+        self._rest = 0  # steps left without a guess
+        self._next_rest = 1
 
     def propose(self, prompt: Sequence[int], answer: Sequence[int], room: int) -> list[int]:
-        """At most min(self.length, room) tokens guessed to follow the prompt and the answer so far (each only
-        ever grows)."""
+        """At most min(self.length, room) tokens guessed to follow the prompt and then the answer so far (each
+        only ever grows between calls)."""
         tokens = self._tokens
-        seen = len(tokens) - len(prompt)
-        tokens.extend(prompt[len(tokens):] if seen < 0 else answer[seen:])
-        if seen < 0:
-            tokens.extend(answer)
+        if len(tokens) < len(prompt):
+            tokens.extend(prompt[len(tokens):])
+        tokens.extend(answer[len(tokens) - len(prompt):])
         self._index(tokens)
-        n = len(tokens)
-        want = min(self.length, room)
+        if self._rest > 0:
+            self._rest -= 1
+            return []
+        n, want = len(tokens), min(self.length, room)
         if want <= 0:
             return []
         for size in range(min(LONGEST_MATCH, n - 1), SHORTEST_MATCH - 1, -1):
@@ -52,9 +59,11 @@ class Drafts:
         return []
 
     def checked(self, drafted: int, taken: int) -> None:
-        """`taken` of a draft of `drafted` tokens matched the answer."""
-        self.drafted += drafted
-        self.taken += taken
+        """`taken` of a guess of `drafted` tokens were the answer's."""
+        if taken == 0 and self.length == 1:
+            self._rest, self._next_rest = self._next_rest, min(LONGEST_REST, 2 * self._next_rest)
+        elif taken:
+            self._next_rest = 1
         if taken == drafted:
             self.length = min(self.most, self.length + 1)
         elif taken == 0:
