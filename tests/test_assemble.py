@@ -45,11 +45,12 @@ def test_the_default_runs_what_this_machine_s_kernel_runs_fastest(tiny_gguf, tmp
     finally:
         engine.shutdown()
     assert described["weights"] == ("q4-blocks" if blocks_run_wide(tiny_config().head_dim) else "int8-lite")
+    assert described["draft_tokens"] == (3 if described["weights"] == "q4-blocks" else 0)  # as asked, on q4-blocks
 
 
 def _load(path, weight_format, tmp_path, compile="start"):
     return assemble.load(path, slots=2, max_context=64, max_queue=2, prefill_budget=8, compile=compile,
-                        weight_format=weight_format, program_cache=str(tmp_path / "lite"))
+                        weight_format=weight_format, program_cache=str(tmp_path / "lite"), draft_tokens=3)
 
 
 def test_int8_lite_is_described_as_what_it_is_programs_made_at_load_and_nothing_to_compile(tiny_gguf, tmp_path):
@@ -60,6 +61,7 @@ def test_int8_lite_is_described_as_what_it_is_programs_made_at_load_and_nothing_
     finally:
         engine.shutdown()
     assert described["name"] == described["weights"] == "int8-lite"
+    assert described["draft_tokens"] == 0  # asked for 3: its programs allocate again at each change of rows
     assert described["programs"] == {"made_at_load": tiny_config().n_layers + 2}
     assert described["attention"] in ("kernel", "numpy")
 

@@ -80,12 +80,12 @@ def same_answer(tokenizer, soft: bool = False, **params) -> tuple[list[int], lis
     for drafts in (0, MOST_DRAFT_TOKENS):
         rec, stats, steps = answer(engine_of(tokenizer, drafts, soft), tokenizer, **params)
         finished = rec.events[-1]
-        runs[drafts] = ([(t.token_id, t.text, t.index) for t in rec.tokens], finished.reason,
+        runs[drafts] = ([(t.token_id, t.text, t.index, t.logprobs) for t in rec.tokens], finished.reason,
                         finished.completion_tokens, stats, steps)
     (plain, reason, n, _, plain_steps), (drafted, reason_d, n_d, stats, steps) = runs[0], runs[MOST_DRAFT_TOKENS]
     assert drafted == plain and reason_d == reason and n_d == n
     assert not any(s.drafted for s in runs[0][3])  # 0: no drafts at all
-    return [t for t, _, _ in plain], stats, steps, plain_steps
+    return [t for t, _, _, _ in plain], stats, steps, plain_steps
 
 
 def test_greedy_answers_are_the_same_with_drafts_in_fewer_steps_some_guesses_wrong(tokenizer):
@@ -109,6 +109,11 @@ def test_a_repetition_penalty_sees_each_taken_draft_token_as_decoding_does(token
     assert sum(s.taken for s in stats) > 0
     unpenalised, _, _, _ = same_answer(tokenizer, soft=True)
     assert ids != unpenalised
+
+
+def test_each_taken_draft_token_carries_the_logprobs_decoding_gives_it(tokenizer):
+    ids, stats, _, _ = same_answer(tokenizer, soft=True, logprobs=3)  # same_answer compares them token by token
+    assert sum(s.taken for s in stats) > 0
 
 
 @pytest.mark.parametrize("limit", [1, 2, 9, 40, 41])

@@ -198,7 +198,7 @@ class Engine:
         slots = self.runner.sizing.describe() | {"count": self.max_active}
         if self.slot_cap is not None and (change := self.slot_cap.last) is not None:
             slots["last_change"] = {"from": change.before, "to": change.after, "why": change.why}
-        return {**self.runner.describe(), "slots": slots}
+        return {**self.runner.describe(), "slots": slots, "draft_tokens": self.draft_tokens}
 
     def describe_slots(self) -> str:
         """The start-up line's: how many slots, why, and whether they move."""
