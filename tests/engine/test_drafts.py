@@ -26,6 +26,7 @@ from typewriter.engine.request import (
     SamplingParams,
 )
 from typewriter.engine.runner import PrefillChunk
+from typewriter.engine.step_cost import StepCost
 from typewriter.text.tokenizer import Tokenizer
 
 SONG = "the cat sat on the mat. the cat ran to the hat. the dog sat on the log. "
@@ -144,6 +145,33 @@ def test_a_check_is_one_chunk_of_the_last_token_and_the_guess_at_its_positions(t
     assert checks and all(2 <= rows <= MOST_ROWS for _, _, rows in checks)
     # each check starts where the answer's last token goes: right after what the steps before kept
     assert all(b[1] > a[1] for a, b in itertools.pairwise(checks))
+
+
+def test_a_step_that_checks_guesses_teaches_the_step_costs_nothing(tokenizer):
+    """Its rows are neither decode rows nor a prompt's: taught as chunks beside answers, they would make prompts'
+    chunks small (the scheduler sizes them by these costs)."""
+    engine = engine_of(tokenizer, MOST_DRAFT_TOKENS, slots=2)
+    engine.scheduler.costs = StepCost()
+    clock = engine.clock
+    seen: list[tuple[int, tuple]] = []
+    real_observe = engine.scheduler.costs.observe
+
+    def observe(decode_rows, chunks, seconds):
+        seen.append((decode_rows, tuple(chunks)))
+        real_observe(decode_rows, chunks, seconds)
+
+    engine.scheduler.costs.observe = observe
+    recs = [Recorder(), Recorder()]
+    for i, rec in enumerate(recs):
+        engine.submit(GenerationRequest(f"r{i}", tokenizer.encode("the cat"),
+                                        SamplingParams(temperature=0.0, repetition_penalty=1.0, max_new_tokens=60)), rec)
+    while not all(r.done for r in recs):
+        clock.now += 0.01
+        engine.step()
+    model_steps = [call for call in engine.runner.calls if call[0] == "step"]
+    checking = [call for call in model_steps if any(chunk[3] for chunk in call[2])]
+    assert checking
+    assert len(seen) == len(model_steps) - len(checking)  # every other step that ran the model taught its figures
 
 
 def test_a_runner_whose_rows_depend_on_their_step_gets_no_drafts(tokenizer):

@@ -270,11 +270,13 @@ class Engine:
         faults += self._compute(chunks, decode, late, drafts, checks)
         if chunks or decode:
             took = self.clock() - began
-            if not faults:
+            # A checked guess's rows are neither a decode row nor a prompt's (a few, bound by memory, each a fraction
+            # of a prompt token's cost would be): taught as either, they sized prompts' chunks small beside answers
+            # and put a class's first tokens back (docs/measurements/2026-12-06-drafts.md).
+            if not faults and not checks:
                 with self._lock:
-                    self.scheduler.costs.observe(len(decode) - len(checks),
-                                                 [(c.start, c.length) for c in chunks + checks], took)
-                if decode and not chunks and not checks:  # the probe timed decode rows alone
+                    self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
+                if decode and not chunks:  # the probe timed decode rows alone
                     self._weigh_slots(len(decode), positions, self._runner_s)
             self._observe(StepStats(took, len(decode), len(plan.parked), sum(c.length - 1 for c in checks),
                                     self._taken))
@@ -365,8 +367,8 @@ class Engine:
         return drafts
 
     def _check(self, request: RequestState, draft: list[int], logits: np.ndarray | None) -> int:
-        """Each row's token taken in turn, as a decode step takes it, up to the first that is not the draft's:
-        of the draft, the tokens taken."""
+        """Each row's token taken in turn, as a decode step takes it, up to the first that is not the draft's or
+        ends the answer: of the draft, the tokens taken with the answer going on after them."""
         if logits is None or request.status is Status.FINISHED:  # its chunk failed
             return 0
         taken = 0
