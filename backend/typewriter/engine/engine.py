@@ -16,11 +16,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..config import MOST_DRAFT_TOKENS
 from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .capacity import typical_position
 from .constraints import MASK_WAIT_MIN_S, MASK_WAIT_SHARE, ConstraintFailed, Grammars
-from .drafting import MOST_ROWS, Drafts
+from .drafting import ALONE, Drafts
 from .request import (
     Event,
     Finished,
@@ -106,7 +107,7 @@ class Engine:
         self.repetition_penalty = default_repetition_penalty(parameters)
         self.max_context = runner.max_len
         self.max_queue = max_queue
-        self.draft_tokens = min(draft_tokens, MOST_ROWS - 1, runner.max_chunk - 1) if runner.checks_drafts else 0
+        self.draft_tokens = min(draft_tokens, MOST_DRAFT_TOKENS, runner.max_chunk - 1) if runner.checks_drafts else 0
         self.vocab_size = runner.vocab_size
         self.scheduler = Scheduler(runner.slots, max_queue, runner.max_chunk, prefill_budget,
                                    queue_timeout_s=queue_timeout_s, piece=_piece(tokenizer), context=runner.max_len,
@@ -346,11 +347,9 @@ class Engine:
         return 1 if out.faults else 0
 
     def _drafts(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> list[tuple[RequestState, list[int]]]:
-        """Each decode row's draft, where it has one: only in a step that prefills nothing and stays within
-        MOST_ROWS rows, bound by memory, where a row more costs a fraction of the step (drafting.py). Every row
-        slows the step for all, so each answer's draft gets an equal share of the rows left."""
-        share = (MOST_ROWS - len(batch)) // max(1, len(batch))
-        if not self.draft_tokens or chunks or share <= 0:
+        """Each decode row's draft, where it has one: only in a step that prefills nothing and decodes an answer
+        alone (drafting.py)."""
+        if not self.draft_tokens or chunks or len(batch) > ALONE:
             return []
         drafts = []
         for request in batch:
@@ -359,7 +358,7 @@ class Engine:
             if request.drafts is None:
                 request.drafts = Drafts(self.draft_tokens)
             # the answer's tokens left after this row's, and the cache's positions after the chunk's first
-            left = min(share, request.params.max_new_tokens - request.last_index - 2,
+            left = min(self.draft_tokens, request.params.max_new_tokens - request.last_index - 2,
                        self.max_context - request.num_tokens)
             draft = request.drafts.propose(request.prompt_ids, request.output_ids, left) if left > 0 else []
             if draft:
