@@ -164,10 +164,10 @@ class Engine:
     # (docs/measurements/2026-12-05-fairness.md). 0: only clients with a request in the engine count
     # (work-conserving). A lone client is never held back: nobody else is kept.
     keep_for_readers_s: float = 30.0
-    # Where a step runs one student or a few (bound by memory, not arithmetic), the tokens each answer's last few
-    # tokens were followed by earlier in its conversation are checked as a draft in the same step: those that match
-    # are the answer's a fraction of a step each, the same tokens decoding alone gives, on q4-blocks (its rows are
-    # exact whatever shares their step). The most guessed a step, 0 to MOST_DRAFT_TOKENS; 0: never.
+    # Where an answer decodes alone (a step bound by memory, not arithmetic), the tokens its last few tokens were
+    # followed by earlier in its conversation are checked as a draft in the same step: those that match are the
+    # answer's for a fraction of a step each, the same tokens as without drafts, on q4-blocks (its rows are exact
+    # whatever shares their step). The most guessed a step, 0 to MOST_DRAFT_TOKENS; 0: never.
     draft_tokens: int = MOST_DRAFT_TOKENS
 
     def __post_init__(self) -> None:

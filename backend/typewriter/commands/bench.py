@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
             "ttft_uncached_ms": round(uncached, 1),  # every prompt token computed
             "ttft_ms": round(ttft, 1),  # all but the last token found in the prefix cache
             "decode_tokens": args.tokens,
-            "draft_tokens": engine.draft_tokens,  # 0 where the runner's rows are not exact alone
+            "draft_tokens": engine.draft_tokens,  # 0 where the runner checks no drafts
             "single_tokens_per_s": round(single["tokens_per_s"], 2),
         }
         if streams > 1:

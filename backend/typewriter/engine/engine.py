@@ -98,7 +98,7 @@ class Engine:
         weights' count, which sets the repetition penalty a request gets when it names none (0: not known);
         `keep_for_readers_s`: how long a client whose answer ended keeps its share of the slots (scheduler.py);
         `draft_tokens`: the most tokens a step guesses for an answer from its conversation and checks (0: none;
-        drafting.py), where the runner's rows are exact alone."""
+        drafting.py), where the runner checks drafts."""
         self.runner = runner
         self.tokenizer = tokenizer
         self.eos_ids = frozenset(tokenizer.eos_token_ids)
