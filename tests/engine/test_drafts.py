@@ -115,6 +115,8 @@ def test_a_repetition_penalty_sees_each_taken_draft_token_as_decoding_does(token
 def test_each_taken_draft_token_carries_the_logprobs_decoding_gives_it(tokenizer):
     ids, stats, _, _ = same_answer(tokenizer, soft=True, logprobs=3)  # same_answer compares them token by token
     assert sum(s.taken for s in stats) > 0
+    rec, _, _ = answer(engine_of(tokenizer, MOST_DRAFT_TOKENS, soft=True), tokenizer, logprobs=3)
+    assert all(t.logprobs is not None for t in rec.tokens)
 
 
 @pytest.mark.parametrize("limit", [1, 2, 9, 40, 41])
