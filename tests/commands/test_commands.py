@@ -176,7 +176,8 @@ def test_generate_json_streams_tokens_then_the_end_on_a_single_slot_that_never_q
     assert call | {"progress": None} == {"model_path": "m.gguf", "slots": 1, "max_context": Settings().engine.max_context,
                                          "max_queue": 0, "prefill_budget": Settings().engine.prefill_budget, "progress": None,
                                          "compile": "lazy", "weight_format": Settings().model.weights,
-                                         "program_cache": lite_cache_dir()}
+                                         "program_cache": lite_cache_dir(),
+                                         "draft_tokens": Settings().engine.draft_tokens}
     # the CLI compiles only what its request needs
     assert [t["text"] for t in lines[:-1]] == ["Hello", ",", " world", "!", ""]  # the eos token has no text
     assert [t["index"] for t in lines[:-1]] == [0, 1, 2, 3, 4]
