@@ -136,7 +136,7 @@ class LiteRunner(Runner):
         self.sizing = Sizing(slots, "set")  # start.py sizes it for this machine
         self.step_model: StepModel | None = None
         # blocks.c works each row alone, in the same order whatever rows share its step (tests/runners/lite/
-        # test_drafts_real.py). int8-lite's rows are exact alone too, but its programs allocate their tensors again
+        # test_runner_drafts.py). int8-lite's rows are exact alone too, but its programs allocate their tensors again
         # at each change of rows, which a draft's step makes (docs/measurements/2026-12-06-drafts.md).
         self.checks_drafts = self.blocks is not None
         log.info("%s ready in %.1fs", weight_format, time.perf_counter() - t0)
