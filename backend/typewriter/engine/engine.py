@@ -271,9 +271,8 @@ class Engine:
         faults += self._compute(chunks, decode, late, drafts, checks)
         if chunks or decode:
             took = self.clock() - began
-            # A checked guess's rows are neither a decode row nor a prompt's (a few, bound by memory, each a fraction
-            # of a prompt token's cost would be): taught as either, they sized prompts' chunks small beside answers
-            # and put a class's first tokens back (docs/measurements/2026-12-06-drafts.md).
+            # A checked guess's rows are neither decode rows nor a prompt's (a few in a step bound by memory): taught
+            # as a prompt's chunk they would make prompt tokens look dear, and the prompts' chunks beside answers small.
             if not faults and not checks:
                 with self._lock:
                     self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
