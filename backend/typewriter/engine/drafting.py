@@ -13,10 +13,6 @@ from collections.abc import Sequence
 
 LONGEST_MATCH = 4  # tokens of the answer's end looked up, longest first
 SHORTEST_MATCH = 2  # a single token's last occurrence guessed too often wrong to pay its rows
-# Drafts are for an answer decoding alone, whose step is bound by memory: a row more costs a step a tenth to a
-# sixth of its time on the smaller models, which every answer in it would pay; a class of 32 drafting beside other
-# answers ran slower (docs/measurements/2026-12-06-drafts.md).
-ALONE = 1
 # Steps a request goes without guessing after a guess of one token is refused, doubling while they are: an answer
 # whose guesses never pay costs a row in this many steps at worst.
 LONGEST_REST = 16

@@ -21,7 +21,7 @@ from ..errors import EngineStopped, InvalidRequest, PromptTooLong
 from ..text.detokenizer import Spelling
 from .capacity import typical_position
 from .constraints import MASK_WAIT_MIN_S, MASK_WAIT_SHARE, ConstraintFailed, Grammars
-from .drafting import ALONE, Drafts
+from .drafting import Drafts
 from .request import (
     Event,
     Finished,
@@ -266,19 +266,17 @@ class Engine:
         decode = [r for r in decode if r not in late]
         positions = sum(request.num_tokens - 1 for request in decode)  # before each takes its token
         drafts = self._drafts(chunks, decode)
-        checks = [PrefillChunk(request.slot, request.num_tokens - 1, [request.output_ids[-1], *draft],
-                               every_logits=True) for request, draft in drafts]
-        faults += self._compute(chunks, decode, late, drafts, checks)
+        faults += self._compute(chunks, decode, late, drafts)
         if chunks or decode:
             took = self.clock() - began
             # A checked guess's rows are neither decode rows nor a prompt's (a few in a step bound by memory): taught
             # as a prompt's chunk they would make prompt tokens look dear, and the prompts' chunks beside answers small.
-            if not faults and not checks:
+            if not faults and not drafts:
                 with self._lock:
                     self.scheduler.costs.observe(len(decode), [(c.start, c.length) for c in chunks], took)
                 if decode and not chunks:  # the probe timed decode rows alone
                     self._weigh_slots(len(decode), positions, self._runner_s)
-            self._observe(StepStats(took, len(decode), len(plan.parked), sum(c.length - 1 for c in checks),
+            self._observe(StepStats(took, len(decode), len(plan.parked), sum(len(d) for _, d in drafts),
                                     self._taken))
         self._faulty_steps = self._faulty_steps + 1 if faults else 0
         if self._faulty_steps >= MAX_FAULTY_STEPS:
@@ -295,10 +293,10 @@ class Engine:
         return chunks, rows
 
     def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState], late: list[RequestState],
-                 drafts: Sequence[tuple[RequestState, list[int]]] = (), checks: Sequence[PrefillChunk] = ()) -> int:
+                 drafts: Sequence[tuple[RequestState, list[int]]] = ()) -> int:
         """1 if any of it failed (ending exactly the requests it concerned), else 0. `late`: rows holding logits
         whose mask was not ready; each takes its token in the first step its mask is. `drafts`: rows of `batch`
-        checked as `checks` (a chunk each) instead of decoded."""
+        checked as a chunk each (the last token and the guess) instead of decoded."""
         self._taken = 0
         if not chunks and not batch:
             self.grammars.wait([r.constraint for r in late if r.constraint], LATE_MASK_POLL_S, any_one=True)
@@ -310,6 +308,8 @@ class Engine:
         self.grammars.begin([request.constraint for request in sampled if request.constraint])
         checking = [request for request, _ in drafts]
         rows = [request for request in batch if request not in checking]
+        checks = [PrefillChunk(request.slot, request.num_tokens - 1, [request.output_ids[-1], *draft],
+                               every_logits=True) for request, draft in drafts]
         began, wall = self.clock(), time.perf_counter()
         try:
             out = self.runner.step([request.slot for request in rows], [request.output_ids[-1] for request in rows],
@@ -346,23 +346,21 @@ class Engine:
         return 1 if out.faults else 0
 
     def _drafts(self, chunks: list[PrefillChunk], batch: list[RequestState]) -> list[tuple[RequestState, list[int]]]:
-        """Each decode row's draft, where it has one: only in a step that prefills nothing and decodes an answer
-        alone (drafting.py)."""
-        if not self.draft_tokens or chunks or len(batch) > ALONE:
+        """The draft of an answer decoding alone in a step that prefills nothing, where it has one: a row more costs
+        a step a tenth to a sixth of its time on the smaller models, which every answer in it would pay, and a class
+        of 32 drafting beside other answers ran slower (docs/measurements/2026-12-06-drafts.md)."""
+        if not self.draft_tokens or chunks or len(batch) != 1:
             return []
-        drafts = []
-        for request in batch:
-            if request.constraint is not None:  # its masks are made a token ahead, on other threads
-                continue
-            if request.drafts is None:
-                request.drafts = Drafts(self.draft_tokens)
-            # the answer's tokens left after this row's, and the cache's positions after the chunk's first
-            left = min(self.draft_tokens, request.params.max_new_tokens - request.last_index - 2,
-                       self.max_context - request.num_tokens)
-            draft = request.drafts.propose(request.prompt_ids, request.output_ids, left) if left > 0 else []
-            if draft:
-                drafts.append((request, draft))
-        return drafts
+        (request,) = batch
+        if request.constraint is not None:  # its masks are made a token ahead, on other threads
+            return []
+        if request.drafts is None:
+            request.drafts = Drafts(self.draft_tokens)
+        # the answer's tokens left after this row's, and the cache's positions after the chunk's first
+        left = min(self.draft_tokens, request.params.max_new_tokens - request.last_index - 2,
+                   self.max_context - request.num_tokens)
+        draft = request.drafts.propose(request.prompt_ids, request.output_ids, left) if left > 0 else []
+        return [(request, draft)] if draft else []
 
     def _check(self, request: RequestState, draft: list[int], logits: np.ndarray | None) -> int:
         """Each row's token taken in turn, as a decode step takes it, up to the first that is not the draft's or
