@@ -65,27 +65,40 @@ def test_the_file_s_own_block_types_repack_to_exactly_the_values_gguf_dequantize
     np.testing.assert_array_equal(blocks.dequantized(), dequantize(raw, kind))
 
 
-@pytest.mark.parametrize("kind, fmt", [(Q.Q4_K, 41), (Q.Q5_K, 51)])
-def test_k_quants_repack_to_their_sub_blocks_up_to_float16_scales(kind, fmt):
+def test_q5_k_repacks_to_its_sub_blocks_up_to_float16_scales():
     rng = np.random.default_rng(2)
-    raw = k_quant_blocks(kind, 32, 512, rng)
-    blocks = blocks_of(raw, kind, 32, 512)
-    want = dequantize(raw, kind)
-    assert blocks.format == fmt and blocks.mins is not None
-    assert blocks.q.min() >= 0 and blocks.q.max() == (15 if fmt == 41 else 31)  # Q5_K's fifth bits are there
+    raw = k_quant_blocks(Q.Q5_K, 32, 512, rng)
+    blocks = blocks_of(raw, Q.Q5_K, 32, 512)
+    want = dequantize(raw, Q.Q5_K)
+    assert blocks.format == 51 and blocks.mins is not None and blocks.supers is None
+    assert blocks.q.min() >= 0 and blocks.q.max() == 31  # the fifth bits are there
     step = blocks.scales.astype(np.float32).repeat(32, axis=1)  # a step of each weight's block
     assert np.abs(blocks.dequantized() - want).max() < 0.02 * step.max()  # float16 scales: far below a step
 
 
-def test_q6_k_repacks_to_6_bit_blocks_with_a_scale_for_each_sub_block_of_16():
+@pytest.mark.parametrize("kind, fmt, scales", [(Q.Q4_K, 42, (32, 512 // 32)), (Q.Q6_K, 62, (32, 512 // 16))])
+def test_q4_k_and_q6_k_repack_their_scales_as_the_file_has_them_to_exactly_what_gguf_dequantizes(kind, fmt, scales):
     rng = np.random.default_rng(2)
-    raw = k_quant_blocks(Q.Q6_K, 32, 512, rng)
-    blocks = blocks_of(raw, Q.Q6_K, 32, 512)
-    assert blocks.format == 6 and blocks.mins is None and blocks.scales.shape == (32, 512 // 16)
-    assert blocks.q.min() == -32 and blocks.q.max() == 31  # both high bits are there
-    step = np.abs(blocks.scales.astype(np.float32)).repeat(16, axis=1)
-    # d x sc made float16: within its rounding of each weight (at most 32 steps from zero)
-    assert np.abs(blocks.dequantized() - dequantize(raw, Q.Q6_K)).max() <= 32 * 2**-11 * step.max()
+    raw = k_quant_blocks(kind, 32, 512, rng)
+    blocks = blocks_of(raw, kind, 32, 512)
+    assert blocks.format == fmt and blocks.scales.shape == scales and blocks.supers is not None
+    assert blocks.supers.shape == (32, 512 // 256, 2 if kind == Q.Q4_K else 1)
+    if kind == Q.Q4_K:
+        assert blocks.q.min() == 0 and blocks.q.max() == 15 and blocks.scales.max() == blocks.mins.max() == 63
+    else:
+        assert blocks.q.min() == -32 and blocks.q.max() == 31  # both high bits are there
+        assert blocks.mins is None and blocks.scales.min() < 0 < blocks.scales.max()
+    np.testing.assert_array_equal(blocks.dequantized(), dequantize(raw, kind))
+
+
+@pytest.mark.parametrize("kind, per_block", [(Q.Q4_K, 18.5), (Q.Q6_K, 26.25)])
+def test_k_quants_pack_to_their_file_s_bytes_but_q4_k_s_minimums_half_byte(kernel, kind, per_block):
+    """A group of 16 outputs holds each super-block's float16 d (Q4_K's dmin too) once: the file's 210 bytes a
+    Q6_K super-block of 256, and Q4_K's 144 but for its 6-bit scales and minimums kept a byte each."""
+    raw = k_quant_blocks(kind, 48, 1024, np.random.default_rng(3))
+    packed = kernel.pack(blocks_of(raw, kind, 48, 1024))
+    assert packed.packed.nbytes == 48 * 1024 // 32 * per_block
+    assert kernel.bytes(1024 + 32, 48, 42) == kernel.bytes(1024 + 32, 48, 62) == 0  # whole super-blocks only
 
 
 def test_other_types_round_to_8_bit_blocks_within_half_a_step():
@@ -110,6 +123,9 @@ def rows_at_8_bits(x: np.ndarray) -> np.ndarray:
 def some_blocks(fmt: str, out: int, n: int, rng) -> Blocks:
     if fmt == "q8":
         return rounded_to_q8(rng.standard_normal((out, n)).astype(np.float32))
+    if fmt in ("q4k", "q6k"):
+        kind = Q.Q4_K if fmt == "q4k" else Q.Q6_K
+        return blocks_of(k_quant_blocks(kind, out, n, rng).reshape(-1), kind, out, n)
     levels = {"q5": 32, "q5m": 32, "q6": 64}.get(fmt, 16)
     q = rng.integers(0, levels, (out, n)).astype(np.int8) - np.int8(levels // 2 if fmt in ("q4", "q5", "q6") else 0)
     mins = rng.uniform(-0.1, 0.1, (out, n // 32)).astype(np.float16) if fmt.endswith("m") else None
@@ -119,13 +135,13 @@ def some_blocks(fmt: str, out: int, n: int, rng) -> Blocks:
     return Blocks(q, scales.astype(np.float16), mins, code)
 
 
-@pytest.mark.parametrize("fmt", ["q4", "q4m", "q5", "q5m", "q6", "q8"])
+@pytest.mark.parametrize("fmt", ["q4", "q4m", "q4k", "q5", "q5m", "q6", "q6k", "q8"])
 @pytest.mark.parametrize("out", [80, 265], ids=["whole-groups", "a-padded-group"])
 def test_the_kernel_multiplies_8_bit_rows_by_the_blocks_on_avx512_and_avx2_to_the_same_bits(kernel, fmt, out):
     rng = np.random.default_rng(4)
-    blocks = some_blocks(fmt, out, 256, rng)
+    blocks = some_blocks(fmt, out, 512, rng)  # two of a K-quant's super-blocks
     packed = kernel.pack(blocks)
-    x = rng.standard_normal((11, 256)).astype(np.float32)
+    x = rng.standard_normal((11, 512)).astype(np.float32)
     x[3, 5] *= 50  # an outlier spoils only its own block's steps
     x[4] = 0.0
     want = rows_at_8_bits(x).astype(np.float64) @ blocks.dequantized().T.astype(np.float64)

@@ -55,41 +55,60 @@
 #define PREFETCH 4096
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-enum { Q4 = 4, Q4M = 41, Q5 = 5, Q5M = 51, Q6 = 6, Q8 = 8 };
+enum { Q4 = 4, Q4M = 41, Q4K = 42, Q5 = 5, Q5M = 51, Q6 = 6, Q6K = 62, Q8 = 8 };
+#define SUPER 8 /* blocks of a K-quant's super-block of 256 inputs */
 
+static int is_k(int format) { return format == Q4K || format == Q6K; }
+static int is_six(int format) { return format == Q6 || format == Q6K; }
 static int weight_bits(int format) {
-    return format == Q8 ? 8 : format == Q6 ? 6 : format == Q5 || format == Q5M ? 5 : 4;
+    return format == Q8 ? 8 : is_six(format) ? 6 : format == Q5 || format == Q5M ? 5 : 4;
 }
-static int has_mins(int format) { return format == Q4M || format == Q5M; }
+static int has_mins(int format) { return format == Q4M || format == Q5M || format == Q4K; }
 static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
-/* float16s a block holds for each output: a scale, and a minimum (Q4M, Q5M) or the second half's scale (Q6) */
+/* what a block holds for each output after its weights: float16s, a scale and a minimum (Q4M, Q5M) or the second
+   half's scale (Q6); or a K-quant's two bytes, Q4K's 6-bit scale and minimum, Q6K's two halves' int8 scales */
 static int64_t block_bytes(int format) {
-    return weight_bytes(format) + LANES * 2 * (has_mins(format) || format == Q6 ? 2 : 1);
+    return weight_bytes(format) + LANES * (is_k(format) ? 2 : 2 * (has_mins(format) || format == Q6 ? 2 : 1));
 }
+/* a K-quant's super-block header, before its SUPER blocks: each output's float16 d (and Q4K's dmin) */
+static int64_t header_bytes(int format) { return format == Q4K ? LANES * 4 : format == Q6K ? LANES * 2 : 0; }
 /* the unsigned offset */
 static int offset_of(int format) {
-    return format == Q4 ? 8 : format == Q5 ? 16 : format == Q6 ? 32 : format == Q8 ? 128 : 0;
+    return format == Q4 ? 8 : format == Q5 ? 16 : is_six(format) ? 32 : format == Q8 ? 128 : 0;
+}
+/* Bytes of one group of 16 outputs */
+static int64_t group_bytes(int64_t in, int format) {
+    return in / BLOCK * block_bytes(format) + in / (BLOCK * SUPER) * header_bytes(format);
 }
 
 /* Bytes of a packed matrix of `in` inputs and `out` outputs, 0 for a shape or format it cannot hold. */
 int64_t typewriter_blocks_bytes(int64_t in, int64_t out, int format) {
-    if (in <= 0 || out <= 0 || in % BLOCK || (format != Q4 && format != Q4M && format != Q5 && format != Q5M &&
-                                              format != Q6 && format != Q8))
+    if (in <= 0 || out <= 0 || in % BLOCK || (format != Q4 && format != Q4M && format != Q4K && format != Q5 &&
+                                              format != Q5M && format != Q6 && format != Q6K && format != Q8))
         return 0;
-    return (out + LANES - 1) / LANES * (in / BLOCK) * block_bytes(format);
+    if (is_k(format) && in % (BLOCK * SUPER)) return 0;
+    return (out + LANES - 1) / LANES * group_bytes(in, format);
 }
 
-/* q [out, in] int8 (Q4: -8..7, Q4M: 0..15, Q5: -16..15, Q5M: 0..31, Q6: -32..31, Q8: -127..127), scales (and Q4M's
-   and Q5M's minimums, Q6's second halves' scales) [out, in / 32] float16 bits -> packed (typewriter_blocks_bytes of
-   it). */
-void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint16_t *mins, int64_t in, int64_t out,
-                            int format, uint8_t *packed) {
-    const int64_t nb = in / BLOCK, bb = block_bytes(format), weights = weight_bytes(format);
+/* q [out, in] int8 (Q4: -8..7, Q4M, Q4K: 0..15, Q5: -16..15, Q5M: 0..31, Q6, Q6K: -32..31, Q8: -127..127), scales
+   (and Q4M's and Q5M's minimums, Q6's second halves' scales) [out, in / 32] float16 bits -> packed
+   (typewriter_blocks_bytes of it). K-quants: Q4K's scales and minimums [out, in / 32] uint8 (0..63) and supers
+   [out, in / 256, 2] float16 bits (d, dmin); Q6K's scales and second halves' scales [out, in / 32] int8 and supers
+   [out, in / 256] (d). */
+void typewriter_blocks_pack(const int8_t *q, const void *scales, const void *mins, const uint16_t *supers,
+                            int64_t in, int64_t out, int format, uint8_t *packed) {
+    const int64_t nb = in / BLOCK, bb = block_bytes(format), weights = weight_bytes(format), hb = header_bytes(format);
     const int off = offset_of(format), masks = weight_bits(format) == 6 ? 16 : weight_bits(format) == 5 ? 8 : 0;
+    const int k = is_k(format), per_super = format == Q4K ? 2 : 1;
     memset(packed, 0, (size_t)typewriter_blocks_bytes(in, out, format));
     for (int64_t g = 0; g < (out + LANES - 1) / LANES; g++)
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *p = packed + (g * nb + b) * bb;
+            uint8_t *p = packed + g * group_bytes(in, format) + b * bb + (k ? (b / SUPER + 1) * hb : 0);
+            if (k && b % SUPER == 0) /* the super-block's header: each output's d, then Q4K's dmin */
+                for (int o = 0; o < LANES && g * LANES + o < out; o++)
+                    for (int s = 0; s < per_super; s++)
+                        memcpy(p - hb + s * LANES * 2 + o * 2,
+                               supers + ((g * LANES + o) * (nb / SUPER) + b / SUPER) * per_super + s, 2);
             uint64_t high[16] = {0}; /* the fifth bits' masks, then the sixth's */
             for (int o = 0; o < LANES; o++) {
                 /* a padded output's weights are the offset, so they sum to zero against any row */
@@ -110,9 +129,14 @@ void typewriter_blocks_pack(const int8_t *q, const uint16_t *scales, const uint1
                         for (int t = 0; t < 4; t++) p[j * 64 + o * 4 + t] = (uint8_t)((real ? w[4 * j + t] : 0) + off);
                 }
                 if (!real) continue;
-                memcpy(p + weights + o * 2, scales + (g * LANES + o) * nb + b, 2);
+                if (k) {
+                    p[weights + o] = ((const uint8_t *)scales)[(g * LANES + o) * nb + b];
+                    p[weights + LANES + o] = ((const uint8_t *)mins)[(g * LANES + o) * nb + b];
+                    continue;
+                }
+                memcpy(p + weights + o * 2, (const uint16_t *)scales + (g * LANES + o) * nb + b, 2);
                 if (has_mins(format) || format == Q6)
-                    memcpy(p + weights + LANES * 2 + o * 2, mins + (g * LANES + o) * nb + b, 2);
+                    memcpy(p + weights + LANES * 2 + o * 2, (const uint16_t *)mins + (g * LANES + o) * nb + b, 2);
             }
             if (masks) memcpy(p + LANES * BLOCK / 2, high, 8 * (size_t)masks);
         }
@@ -186,16 +210,31 @@ typedef struct {
 /* Lanes of group g that are real outputs (the last group may be padded). */
 static inline int lanes_of(const Call *c, int64_t g) { return c->out - g * LANES < LANES ? (int)(c->out - g * LANES) : LANES; }
 
+/* A K-quant's 16 bytes of sub-block scales as floats: Q4K's unsigned, Q6K's signed */
+static inline __attribute__((always_inline)) VNNI __m512 k_scales512(const uint8_t *s, const int format) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)s);
+    return _mm512_cvtepi32_ps(format == Q4K ? _mm512_cvtepu8_epi32(v) : _mm512_cvtepi8_epi32(v));
+}
+
 static inline __attribute__((always_inline)) VNNI void group512(const Call *c, int64_t g, int r0, const int rt,
                                                                  const int format) {
-    const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format);
-    const int four = format != Q8, five = weight_bits(format) >= 5, six = format == Q6, mins = has_mins(format);
-    const int offset = offset_of(format);
-    const uint8_t *p = c->packed + g * nb * bb;
+    const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format), hb = header_bytes(format);
+    const int four = format != Q8, five = weight_bits(format) >= 5, six = is_six(format), mins = has_mins(format);
+    const int offset = offset_of(format), k = is_k(format);
+    const uint8_t *p = c->packed + g * group_bytes(c->in, format);
     __m512 f[ROW_TILE];
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16), thirty_two = _mm512_set1_epi8(32);
+    __m512 super_d = _mm512_setzero_ps(), super_min = super_d; /* a K-quant's d, and Q4K's -dmin */
     for (int64_t b = 0; b < nb; b++, p += bb) {
+        if (k && b % SUPER == 0) {
+            super_d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+            if (mins) /* negated as a sign bit, so that (-dmin) x m is -(dmin x m) to the bit */
+                super_min = _mm512_castsi512_ps(_mm512_xor_si512(
+                    _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)))),
+                    _mm512_set1_epi32((int)0x80000000u)));
+            p += hb;
+        }
         for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
         __m512i w[8];
         if (four) {
@@ -214,8 +253,14 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
         } else {
             for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(p + 64 * j);
         }
-        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at)));
-        const __m512 m = mins || six ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
+        __m512 d, m;
+        if (k) { /* Q4K: d x sc and -dmin x m, in float32 as llama.cpp's; Q6K: d x each half's int8 scale */
+            d = _mm512_mul_ps(super_d, k_scales512(p + at, format));
+            m = _mm512_mul_ps(format == Q4K ? super_min : super_d, k_scales512(p + at + LANES, format));
+        } else {
+            d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at)));
+            m = mins || six ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
+        }
         for (int r = 0; r < rt; r++) {
             const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
             __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
@@ -272,17 +317,33 @@ static inline __attribute__((always_inline)) __m256i dot256s(__m256i acc, __m256
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 
+/* k_scales512's, 8 bytes */
+static inline __attribute__((always_inline)) __m256 k_scales256(const uint8_t *s, const int format) {
+    const __m128i v = _mm_loadl_epi64((const __m128i *)s);
+    return _mm256_cvtepi32_ps(format == Q4K ? _mm256_cvtepu8_epi32(v) : _mm256_cvtepi8_epi32(v));
+}
+
 static inline __attribute__((always_inline)) void group256(const Call *c, int64_t g, int r0, const int rt) {
-    const int64_t nb = c->in / BLOCK, bb = block_bytes(c->format), at = weight_bytes(c->format);
-    const int four = c->format != Q8, five = weight_bits(c->format) >= 5, six = c->format == Q6;
-    const int mins = has_mins(c->format);
-    const int offset = c->format == Q8 ? 0 : offset_of(c->format), lanes = lanes_of(c, g);
+    const int format = c->format;
+    const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format), hb = header_bytes(format);
+    const int four = format != Q8, five = weight_bits(format) >= 5, six = is_six(format), k = is_k(format);
+    const int mins = has_mins(format);
+    const int offset = format == Q8 ? 0 : offset_of(format), lanes = lanes_of(c, g);
     for (int half = 0; half < 2 && 8 * half < lanes; half++) {
-        const uint8_t *p = c->packed + g * nb * bb + 32 * half;
+        const uint8_t *p = c->packed + g * group_bytes(c->in, format) + 32 * half;
         __m256 f[ROW_TILE256];
         for (int r = 0; r < rt; r++) f[r] = _mm256_setzero_ps();
         const __m256i low = _mm256_set1_epi8(0x0F);
+        __m256 super_d = _mm256_setzero_ps(), super_min = super_d; /* as group512's, this half's 8 outputs */
         for (int64_t b = 0; b < nb; b++, p += bb) {
+            if (k && b % SUPER == 0) {
+                const uint8_t *h = p - 32 * half + 16 * half;
+                super_d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+                if (mins)
+                    super_min = _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 32))),
+                                              _mm256_set1_ps(-0.0f));
+                p += hb;
+            }
             for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
             __m256i w[8];
             if (four) {
@@ -303,9 +364,16 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                 for (int j = 0; j < 8; j++)
                     w[j] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + 64 * j)), sign);
             }
-            const uint8_t *s = p - 32 * half + at + 16 * half; /* this half's 8 scales */
-            const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
-            const __m256 m = mins || six ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32))) : d;
+            __m256 d, m;
+            if (k) { /* this half's 8 bytes of each */
+                const uint8_t *s = p - 32 * half + at + 8 * half;
+                d = _mm256_mul_ps(super_d, k_scales256(s, format));
+                m = _mm256_mul_ps(format == Q4K ? super_min : super_d, k_scales256(s + LANES, format));
+            } else {
+                const uint8_t *s = p - 32 * half + at + 16 * half; /* this half's 8 scales */
+                d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
+                m = mins || six ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32))) : d;
+            }
             for (int r = 0; r < rt; r++) {
                 const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
                 __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
@@ -374,9 +442,11 @@ static VNNI void group_wide(const Call *c, int64_t g) {
     switch (c->format) {
         case Q4: tiles512(c, g, Q4); break;
         case Q4M: tiles512(c, g, Q4M); break;
+        case Q4K: tiles512(c, g, Q4K); break;
         case Q5: tiles512(c, g, Q5); break;
         case Q5M: tiles512(c, g, Q5M); break;
         case Q6: tiles512(c, g, Q6); break;
+        case Q6K: tiles512(c, g, Q6K); break;
         default: tiles512(c, g, Q8); break;
     }
 }

@@ -2,17 +2,20 @@
 them for the next start), which runs a step through every layer in one call. The file's types map to the kernel's
 formats exactly where they can (docs/measurements/2026-12-05-4-bit-weights-research.md, "Recommendation"):
 
-- Q4_0 as Q4; Q4_1 as Q4M; Q4_K as Q4M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m).
-- Q5_0 as Q5; Q5_1 as Q5M; Q5_K as Q5M, as Q4_K. The 0.5B's layers are mostly Q5_0: held at 8 bits they read
-  1.5x its bytes (docs/measurements/2026-12-06-zen4.md).
-- Q6_K as Q6: its sub-blocks of 16 each keep a scale (d x sc, float16). Held at 8 bits they read 1.3x the
-  bytes; the 1.5B's attn_v and ffn_down are Q6_K.
+- Q4_0 as Q4; Q4_1 as Q4M; Q4_K as Q4K: its super-blocks' d and dmin and its sub-blocks' 6-bit scales and minimums
+  as the file has them (a byte each), 18.5 bytes a block of 32 against the file's 18 (Q4M with float16 d x sc and
+  -dmin x m read 20: docs/measurements/2026-12-07-k-quant-scales.md).
+- Q5_0 as Q5; Q5_1 as Q5M; Q5_K as Q5M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m). The
+  0.5B's layers are mostly Q5_0: held at 8 bits they read 1.5x its bytes (docs/measurements/2026-12-06-zen4.md).
+- Q6_K as Q6K: its super-blocks' d and its sub-blocks of 16's int8 scales as the file has them, its bytes exactly.
+  The 1.5B's attn_v and ffn_down are Q6_K.
 - Q8_0 as Q8.
 - every other type (the float types of a directory or a test model) rounded to Q8 blocks again, the one rounding
   this path adds.
 
 Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and minimums [out, in / 32] float16 (Q6's
-scales [out, in / 16]).
+scales [out, in / 16]); a K-quant's sub-blocks' scales (Q4K's minimums too) as the file's integers, with their
+super-blocks' float16 d (and dmin) [out, in / 256, 2 or 1].
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ from .attention import HostCache
 from .kernel import Kernel
 
 BLOCK = 32
-FORMATS = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51, "q6": 6, "q8": 8}  # blocks.c's `format`
+FORMATS = {"q4": 4, "q4m": 41, "q4k": 42, "q5": 5, "q5m": 51, "q6": 6, "q6k": 62, "q8": 8}  # blocks.c's `format`
+SUPER = 256  # a K-quant's super-block
 _P = ctypes.c_void_p
 MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
@@ -44,17 +48,25 @@ class Blocks:
     """A matrix as the kernel's format holds it, before packing."""
 
     q: np.ndarray  # [out, in] int8
-    scales: np.ndarray  # [out, in / 32] float16 ([out, in / 16]: Q6)
-    mins: np.ndarray | None  # [out, in / 32] float16, Q4M and Q5M only
+    scales: np.ndarray  # [out, in / 32] float16 ([out, in / 16]: Q6); Q4K's uint8, Q6K's int8 [out, in / 16]
+    mins: np.ndarray | None  # [out, in / 32] float16, Q4M and Q5M; Q4K's uint8
     format: int
+    supers: np.ndarray | None = None  # a K-quant's [out, in / 256, 2] float16 d and dmin (Q4K), [.., 1] d (Q6K)
 
     def dequantized(self) -> np.ndarray:
-        """[out, in] float32: what the kernel multiplies by."""
+        """[out, in] float32: what the kernel multiplies by (a K-quant's d x sc and -dmin x m in float32)."""
         out, n = self.q.shape
         group = n // self.scales.shape[1]
-        w = self.q.astype(np.float32).reshape(out, n // group, group) * self.scales.astype(np.float32)[..., None]
-        if self.mins is not None:
-            w += self.mins.astype(np.float32)[..., None]
+        scales = self.scales.astype(np.float32)
+        mins = None if self.mins is None else self.mins.astype(np.float32)
+        if self.supers is not None:
+            each = SUPER // group  # sub-blocks a super-block
+            scales = self.supers[..., 0].astype(np.float32).repeat(each, axis=1) * scales
+            if mins is not None:
+                mins = -self.supers[..., 1].astype(np.float32).repeat(each, axis=1) * mins
+        w = self.q.astype(np.float32).reshape(out, n // group, group) * scales[..., None]
+        if mins is not None:
+            w += mins[..., None]
         return w.reshape(out, n)
 
 
@@ -74,7 +86,7 @@ def _fifth_bits(qh: np.ndarray) -> np.ndarray:
 
 
 def _k_scales(b: np.ndarray, out: int) -> tuple[np.ndarray, np.ndarray]:
-    """Q4_K's and Q5_K's sub-block scales and minimums as float16 [out, in / 32]: d x sc and -dmin x m."""
+    """Q5_K's sub-block scales and minimums as float16 [out, in / 32]: d x sc and -dmin x m."""
     from gguf.quants import Q4_K  # packing only: gguf-py is no part of a start from cached blocks
 
     d, dmin = _half(b, 0).astype(np.float32), _half(b, 2).astype(np.float32)
@@ -111,9 +123,13 @@ def blocks_of(data: np.ndarray, kind: Q, out: int, n: int) -> Blocks:
         q = (_nibbles(b[:, 8:]) | _fifth_bits(b[:, 4:8])).astype(np.int8)
         return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), _half(b, 2).reshape(out, -1), FORMATS["q5m"])
     if kind == Q.Q4_K:  # 256 values: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 8 sub-blocks of 32
+        from gguf.quants import Q4_K  # packing only: gguf-py is no part of a start from cached blocks
+
         b = raw.reshape(-1, 144)
-        scales, mins = _k_scales(b, out)
-        return Blocks(_k_nibbles(b[:, 16:]).astype(np.int8).reshape(out, n), scales, mins, FORMATS["q4m"])
+        sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [n, 8] each, 0..63
+        return Blocks(_k_nibbles(b[:, 16:]).astype(np.int8).reshape(out, n), sc.astype(np.uint8).reshape(out, -1),
+                      m.astype(np.uint8).reshape(out, -1), FORMATS["q4k"], b[:, :4].copy().view(np.float16)
+                      .reshape(out, -1, 2))
     if kind == Q.Q5_K:  # 256 values: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: sub-block s's fifth
         b = raw.reshape(-1, 176)  # bits are bit s of qh's 32 bytes
         high = ((b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1) << 4
@@ -125,8 +141,8 @@ def blocks_of(data: np.ndarray, kind: Q, out: int, n: int) -> Blocks:
         low = ((b[:, :128].reshape(-1, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)) & 0x0F)
         high = (b[:, 128:192].reshape(-1, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)) & 3
         q = (low.reshape(-1, 8, 32) | high.reshape(-1, 8, 32) << 4).astype(np.int8) - np.int8(32)
-        scales = _half(b, 208).astype(np.float32) * b[:, 192:208].view(np.int8).astype(np.float32)
-        return Blocks(q.reshape(out, n), scales.astype(np.float16).reshape(out, -1), None, FORMATS["q6"])
+        return Blocks(q.reshape(out, n), b[:, 192:208].view(np.int8).reshape(out, -1), None, FORMATS["q6k"],
+                      _half(b, 208).reshape(out, -1, 1))
     return rounded_to_q8(dequantize(data, kind).reshape(out, n) if kind not in (Q.F32, Q.F16) else
                          np.asarray(data, np.float32).reshape(out, n))
 
@@ -176,7 +192,7 @@ class BlocksKernel:
         self.bytes.restype, self.bytes.argtypes = ctypes.c_int64, [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
         self._pack = lib.typewriter_blocks_pack
         self._pack.restype = None
-        self._pack.argtypes = [_P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, _P]
+        self._pack.argtypes = [_P, _P, _P, _P, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, _P]
         self._matmul = lib.typewriter_blocks_matmul
         self._matmul.restype = ctypes.c_int
         self._matmul.argtypes = [_P, _P, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int, _P, ctypes.c_int]
@@ -203,13 +219,17 @@ class BlocksKernel:
         if size == 0:
             raise ModelFormatError(f"q4-blocks takes matrices of a multiple of {BLOCK} inputs, not {n}")
         packed = np.empty(size, np.uint8)
-        q, scales, mins = blocks.q, blocks.scales, blocks.mins
-        if blocks.format == FORMATS["q6"]:  # each block's halves' scales, where Q4M keeps its minimums
+        q, scales, mins, supers = blocks.q, blocks.scales, blocks.mins, blocks.supers
+        if blocks.format in (FORMATS["q6"], FORMATS["q6k"]):  # each block's halves' scales, where Q4M has minimums
             scales, mins = scales[:, 0::2], scales[:, 1::2]
-        q, scales = np.ascontiguousarray(q, np.int8), np.ascontiguousarray(scales, np.float16)
-        mins = None if mins is None else np.ascontiguousarray(mins, np.float16)
-        self._pack(q.ctypes.data, scales.ctypes.data, None if mins is None else mins.ctypes.data, n, out,
-                   blocks.format, packed.ctypes.data)
+        kind = {FORMATS["q4k"]: np.uint8, FORMATS["q6k"]: np.int8}.get(blocks.format, np.float16)
+        if (supers is None) != (kind is np.float16):
+            raise ValueError(f"format {blocks.format} {'takes' if supers is None else 'has no'} super-blocks")
+        q, scales = np.ascontiguousarray(q, np.int8), np.ascontiguousarray(scales, kind)
+        mins = None if mins is None else np.ascontiguousarray(mins, kind)
+        supers = None if supers is None else np.ascontiguousarray(supers, np.float16)
+        self._pack(q.ctypes.data, scales.ctypes.data, None if mins is None else mins.ctypes.data,
+                   None if supers is None else supers.ctypes.data, n, out, blocks.format, packed.ctypes.data)
         return PackedMatrix(packed, n, out, blocks.format)
 
     def matmul(self, m: PackedMatrix, x: np.ndarray, threads: int = 1) -> np.ndarray:
