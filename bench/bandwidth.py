@@ -20,7 +20,7 @@ Bytes a step reads (weights once, plus the K/V cache at `--position` and one emb
 - candidates in bench/c/q4_matmul.c's block formats (32 weights a block, float16 scales): `blocks exact`, each
   matrix in the format that holds the file's own blocks exactly (Q4_0 as Q4, 18 bytes a block; Q4_1 as Q4M with a
   minimum, 20; Q4_K as Q4K, 18.5 (its 6-bit scales and minimums a byte each); Q5_0 as Q5, 22; Q5_1 and Q5_K as Q5M,
-  24; Q6_K as Q6K, 26.25, the file's own; Q8_0 and the rest as Q8, 34); `q4m + q8
+  24; Q6_K as Q6K, 26.5 (the file's 26.25 and its blocks on cache lines); Q8_0 and the rest as Q8, 34); `q4m + q8
   logits`, every layer matrix at 20 and the logits at 34; `q4 + q8 logits`, the layers at 18.
 
 With --measure, one-student decode (bench/single_stream.py's runs: ours through `typewriter bench`, llama.cpp
@@ -44,7 +44,7 @@ BLOCK = 32  # weights per block in the C kernel's formats
 # bytes a block: 16 of nibbles and a float16 scale; and a float16 minimum; 4 bytes more of fifth bits; Q5's and 4
 # more of sixth bits and a second scale; 32 bytes. The K-quants' (Q4K, Q6K): a byte for each sub-block's scale (and
 # Q4K's minimum) and a float16 d (and dmin) for each super-block of 256
-Q4, Q4M, Q4K, Q5, Q5M, Q6K, Q8 = 18, 20, 18.5, 22, 24, 26.25, 34
+Q4, Q4M, Q4K, Q5, Q5M, Q6K, Q8 = 18, 20, 18.5, 22, 24, 26.5, 34
 EXACT = {"Q4_0": Q4, "Q4_1": Q4M, "Q4_K": Q4K, "Q5_0": Q5, "Q5_1": Q5M, "Q5_K": Q5M, "Q6_K": Q6K}  # others Q8
 DOWN_BLOCK = 64  # runners/lite/layers.py: the down projection's online rotation, a Hadamard inside blocks of this
 

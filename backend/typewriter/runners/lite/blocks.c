@@ -65,13 +65,17 @@ static int weight_bits(int format) {
 }
 static int has_mins(int format) { return format == Q4M || format == Q5M || format == Q4K; }
 static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
-/* what a block holds for each output after its weights: float16s, a scale and a minimum (Q4M, Q5M) or the second
-   half's scale (Q6); or a K-quant's two bytes, Q4K's 6-bit scale and minimum, Q6K's two halves' int8 scales */
+/* A block's weights, then for each output float16s: a scale, and a minimum (Q4M, Q5M) or the second half's scale
+   (Q6). A K-quant's block is its weights alone: its scales are in its super-block's header. */
 static int64_t block_bytes(int format) {
-    return weight_bytes(format) + LANES * (is_k(format) ? 2 : 2 * (has_mins(format) || format == Q6 ? 2 : 1));
+    return weight_bytes(format) + (is_k(format) ? 0 : LANES * 2 * (has_mins(format) || format == Q6 ? 2 : 1));
 }
-/* a K-quant's super-block header, before its SUPER blocks: each output's float16 d (and Q4K's dmin) */
-static int64_t header_bytes(int format) { return format == Q4K ? LANES * 4 : format == Q6K ? LANES * 2 : 0; }
+/* A K-quant's super-block header, before its SUPER blocks: each output's float16 d, then Q4K's dmin (Q6K leaves
+   those 32 bytes empty); then for each block each output's byte of its first scale (Q4K's 6-bit scale, Q6K's first
+   half's int8), then of its second (Q4K's 6-bit minimum, Q6K's second half's): 320 bytes, so that every block
+   starts on a cache line as the other formats' do (a vector load across two lines costs twice). */
+#define K_SCALES 64 /* where a header's blocks' scales start */
+static int64_t header_bytes(int format) { return is_k(format) ? K_SCALES + SUPER * LANES * 2 : 0; }
 /* the unsigned offset */
 static int offset_of(int format) {
     return format == Q4 ? 8 : format == Q5 ? 16 : is_six(format) ? 32 : format == Q8 ? 128 : 0;
@@ -104,10 +108,11 @@ void typewriter_blocks_pack(const int8_t *q, const void *scales, const void *min
     for (int64_t g = 0; g < (out + LANES - 1) / LANES; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *p = packed + g * group_bytes(in, format) + b * bb + (k ? (b / SUPER + 1) * hb : 0);
-            if (k && b % SUPER == 0) /* the super-block's header: each output's d, then Q4K's dmin */
+            uint8_t *header = p - (b % SUPER) * bb - hb;
+            if (k && b % SUPER == 0) /* each output's d, then Q4K's dmin */
                 for (int o = 0; o < LANES && g * LANES + o < out; o++)
                     for (int s = 0; s < per_super; s++)
-                        memcpy(p - hb + s * LANES * 2 + o * 2,
+                        memcpy(header + s * LANES * 2 + o * 2,
                                supers + ((g * LANES + o) * (nb / SUPER) + b / SUPER) * per_super + s, 2);
             uint64_t high[16] = {0}; /* the fifth bits' masks, then the sixth's */
             for (int o = 0; o < LANES; o++) {
@@ -130,8 +135,9 @@ void typewriter_blocks_pack(const int8_t *q, const void *scales, const void *min
                 }
                 if (!real) continue;
                 if (k) {
-                    p[weights + o] = ((const uint8_t *)scales)[(g * LANES + o) * nb + b];
-                    p[weights + LANES + o] = ((const uint8_t *)mins)[(g * LANES + o) * nb + b];
+                    uint8_t *at = header + K_SCALES + (b % SUPER) * LANES * 2;
+                    at[o] = ((const uint8_t *)scales)[(g * LANES + o) * nb + b];
+                    at[LANES + o] = ((const uint8_t *)mins)[(g * LANES + o) * nb + b];
                     continue;
                 }
                 memcpy(p + weights + o * 2, (const uint16_t *)scales + (g * LANES + o) * nb + b, 2);
@@ -226,8 +232,10 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16), thirty_two = _mm512_set1_epi8(32);
     __m512 super_d = _mm512_setzero_ps(), super_min = super_d; /* a K-quant's d, and Q4K's -dmin */
+    const uint8_t *header = p;
     for (int64_t b = 0; b < nb; b++, p += bb) {
         if (k && b % SUPER == 0) {
+            header = p;
             super_d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
             if (mins) /* negated as a sign bit, so that (-dmin) x m is -(dmin x m) to the bit */
                 super_min = _mm512_castsi512_ps(_mm512_xor_si512(
@@ -255,8 +263,9 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
         }
         __m512 d, m;
         if (k) { /* Q4K: d x sc and -dmin x m, in float32 as llama.cpp's; Q6K: d x each half's int8 scale */
-            d = _mm512_mul_ps(super_d, k_scales512(p + at, format));
-            m = _mm512_mul_ps(format == Q4K ? super_min : super_d, k_scales512(p + at + LANES, format));
+            const uint8_t *s = header + K_SCALES + (b % SUPER) * LANES * 2;
+            d = _mm512_mul_ps(super_d, k_scales512(s, format));
+            m = _mm512_mul_ps(format == Q4K ? super_min : super_d, k_scales512(s + LANES, format));
         } else {
             d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at)));
             m = mins || six ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
@@ -335,9 +344,11 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
         for (int r = 0; r < rt; r++) f[r] = _mm256_setzero_ps();
         const __m256i low = _mm256_set1_epi8(0x0F);
         __m256 super_d = _mm256_setzero_ps(), super_min = super_d; /* as group512's, this half's 8 outputs */
+        const uint8_t *header = p;
         for (int64_t b = 0; b < nb; b++, p += bb) {
             if (k && b % SUPER == 0) {
-                const uint8_t *h = p - 32 * half + 16 * half;
+                header = p - 32 * half;
+                const uint8_t *h = header + 16 * half;
                 super_d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
                 if (mins)
                     super_min = _mm256_xor_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + 32))),
@@ -366,7 +377,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
             }
             __m256 d, m;
             if (k) { /* this half's 8 bytes of each */
-                const uint8_t *s = p - 32 * half + at + 8 * half;
+                const uint8_t *s = header + K_SCALES + (b % SUPER) * LANES * 2 + 8 * half;
                 d = _mm256_mul_ps(super_d, k_scales256(s, format));
                 m = _mm256_mul_ps(format == Q4K ? super_min : super_d, k_scales256(s + LANES, format));
             } else {

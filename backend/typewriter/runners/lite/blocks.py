@@ -7,8 +7,8 @@ formats exactly where they can (docs/measurements/2026-12-05-4-bit-weights-resea
   -dmin x m read 20: docs/measurements/2026-12-07-k-quant-scales.md).
 - Q5_0 as Q5; Q5_1 as Q5M; Q5_K as Q5M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m). The
   0.5B's layers are mostly Q5_0: held at 8 bits they read 1.5x its bytes (docs/measurements/2026-12-06-zen4.md).
-- Q6_K as Q6K: its super-blocks' d and its sub-blocks of 16's int8 scales as the file has them, its bytes exactly.
-  The 1.5B's attn_v and ffn_down are Q6_K.
+- Q6_K as Q6K: its super-blocks' d and its sub-blocks of 16's int8 scales as the file has them, 26.5 bytes a block
+  against the file's 26.25 (each block on a cache line) and Q6's 28. The 1.5B's attn_v and ffn_down are Q6_K.
 - Q8_0 as Q8.
 - every other type (the float types of a directory or a test model) rounded to Q8 blocks again, the one rounding
   this path adds.
