@@ -232,7 +232,7 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
     for (int r = 0; r < rt; r++) f[r] = _mm512_setzero_ps();
     const __m512i low = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16), thirty_two = _mm512_set1_epi8(32);
     __m512 super_d = _mm512_setzero_ps(), super_min = super_d; /* a K-quant's d, and Q4K's -dmin */
-    const uint8_t *header = p;
+    const uint8_t *header = p, *ahead = p + PREFETCH; /* the next line to ask the cache for */
     for (int64_t b = 0; b < nb; b++, p += bb) {
         if (k && b % SUPER == 0) {
             header = p;
@@ -243,7 +243,7 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
                     _mm512_set1_epi32((int)0x80000000u)));
             p += hb;
         }
-        for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
+        for (; ahead < p + PREFETCH + bb; ahead += 64) _mm_prefetch((const char *)ahead, _MM_HINT_T1);
         __m512i w[8];
         if (four) {
             for (int j = 0; j < 4; j++) {
@@ -344,7 +344,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
         for (int r = 0; r < rt; r++) f[r] = _mm256_setzero_ps();
         const __m256i low = _mm256_set1_epi8(0x0F);
         __m256 super_d = _mm256_setzero_ps(), super_min = super_d; /* as group512's, this half's 8 outputs */
-        const uint8_t *header = p;
+        const uint8_t *header = p, *ahead = p + PREFETCH; /* as group512's */
         for (int64_t b = 0; b < nb; b++, p += bb) {
             if (k && b % SUPER == 0) {
                 header = p - 32 * half;
@@ -355,7 +355,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                                               _mm256_set1_ps(-0.0f));
                 p += hb;
             }
-            for (int64_t at = 0; at < bb; at += 64) _mm_prefetch((const char *)(p + PREFETCH + at), _MM_HINT_T1);
+            for (; ahead < p + PREFETCH + bb; ahead += 64) _mm_prefetch((const char *)ahead, _MM_HINT_T1);
             __m256i w[8];
             if (four) {
                 for (int j = 0; j < 4; j++) {
