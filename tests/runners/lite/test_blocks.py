@@ -127,16 +127,15 @@ def some_blocks(fmt: str, out: int, n: int, rng) -> Blocks:
     if fmt in ("q4k", "q6k"):
         kind = Q.Q4_K if fmt == "q4k" else Q.Q6_K
         return blocks_of(k_quant_blocks(kind, out, n, rng).reshape(-1), kind, out, n)
-    levels = {"q5": 32, "q5m": 32, "q6": 64}.get(fmt, 16)
-    q = rng.integers(0, levels, (out, n)).astype(np.int8) - np.int8(levels // 2 if fmt in ("q4", "q5", "q6") else 0)
+    levels = {"q5": 32, "q5m": 32}.get(fmt, 16)
+    q = rng.integers(0, levels, (out, n)).astype(np.int8) - np.int8(levels // 2 if fmt in ("q4", "q5") else 0)
     mins = rng.uniform(-0.1, 0.1, (out, n // 32)).astype(np.float16) if fmt.endswith("m") else None
-    code = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51, "q6": 6}[fmt]
-    per = 16 if fmt == "q6" else 32  # Q6: a scale for each half of a block, of either sign as Q6_K's
-    scales = rng.uniform(0.01, 0.02, (out, n // per)) * rng.choice([-1, 1], (out, n // per))
+    code = {"q4": 4, "q4m": 41, "q5": 5, "q5m": 51}[fmt]
+    scales = rng.uniform(0.01, 0.02, (out, n // 32)) * rng.choice([-1, 1], (out, n // 32))
     return Blocks(q, scales.astype(np.float16), mins, code)
 
 
-@pytest.mark.parametrize("fmt", ["q4", "q4m", "q4k", "q5", "q5m", "q6", "q6k", "q8"])
+@pytest.mark.parametrize("fmt", ["q4", "q4m", "q4k", "q5", "q5m", "q6k", "q8"])
 @pytest.mark.parametrize("out", [80, 265], ids=["whole-groups", "a-padded-group"])
 def test_the_kernel_multiplies_8_bit_rows_by_the_blocks_on_avx512_and_avx2_to_the_same_bits(kernel, fmt, out):
     rng = np.random.default_rng(4)

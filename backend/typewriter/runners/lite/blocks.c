@@ -3,22 +3,24 @@
    library with attention.c).
 
    A matrix W [out, in] is held in blocks of 32 inputs, each with a float16 scale per output: at 4 bits as Q4
-   (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1, and Q4_K's sub-blocks), at 5
-   bits as Q5 (w = d * (q - 16): Q5_0) and Q5M (Q5_1, Q5_K's sub-blocks), at 6 bits as Q6 (w = d * (q - 32) with a
-   scale for each half of the block: Q6_K's sub-blocks of 16), or at 8 bits as Q8 (w = d * q, q in -127..127: Q8_0 and
-   the types rounded to it). `format` names them: 4, 41, 5, 51, 6, 8. Rows are quantized to 8
+   (w = d * (q - 8), GGUF's Q4_0), Q4M (w = d * q + m with a float16 minimum too: Q4_1), at 5 bits as Q5
+   (w = d * (q - 16): Q5_0) and Q5M (Q5_1, Q5_K's sub-blocks), or at 8 bits as Q8 (w = d * q, q in -127..127: Q8_0
+   and the types rounded to it). Or as a K-quant's super-blocks of 256 inputs hold them, a float16 d for each and a
+   byte for each sub-block: Q4K (Q4_K: w = d * sc * q - dmin * m, sc and m 6-bit) and Q6K (Q6_K, at 6 bits:
+   w = d * sc * (q - 32), an int8 sc for each half of a block). `format` names them: 4, 41, 5, 51, 8, 42, 62. Rows
+   are quantized to 8
    bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot product is an exact integer,
    scaled once by both scales.
 
    Packed layout: outputs in groups of 16 (the last padded with zero weights); a group holds its blocks in input
-   order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's or Q5M's 16 minimums, or Q6's
-   16 scales of the block's second half). Q4 block:
+   order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's or Q5M's 16 minimums). Q4 block:
    4 x 64 bytes, chunk j lane o holding output o's weights at inputs 4j..4j+3 in the low nibbles and 16+4j..16+4j+3
    in the high ones (unsigned: Q4's + 8); Q5 block: Q4's 4 x 64 bytes of low nibbles, then 8 64-bit masks of their
    fifth bits, mask k's bit 4o + t that of the byte the nibble k (0-3 low, 4-7 high) of chunk k % 4, lane o, byte t
-   becomes (unsigned: Q5's + 16), so one masked add of 16 a chunk makes the weights; Q6 block: Q5's, then 8 more masks
-   of the sixth bits (unsigned: Q6's + 32; a second masked add, of 32); Q8 block: 8 x 64 bytes, chunk
-   j lane o the weights at 4j..4j+3 (+ 128).
+   becomes (unsigned: Q5's + 16), so one masked add of 16 a chunk makes the weights; Q8 block: 8 x 64 bytes, chunk
+   j lane o the weights at 4j..4j+3 (+ 128). Q4K's blocks are Q4M's weights alone; Q6K's Q5's, then 8 more masks of
+   the sixth bits (unsigned: Q6K's + 32; a second masked add, of 32); each 8 after a header (header_bytes) with
+   their scales.
    One VNNI vpdpbusd then takes a chunk against 4 inputs of the row broadcast to every lane: 16 outputs at once, no
    horizontal sums. The unsigned offset comes back as offset x the block's sum of the row's quantized inputs.
 
@@ -55,20 +57,19 @@
 #define PREFETCH 4096
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
 
-enum { Q4 = 4, Q4M = 41, Q4K = 42, Q5 = 5, Q5M = 51, Q6 = 6, Q6K = 62, Q8 = 8 };
+enum { Q4 = 4, Q4M = 41, Q4K = 42, Q5 = 5, Q5M = 51, Q6K = 62, Q8 = 8 };
 #define SUPER 8 /* blocks of a K-quant's super-block of 256 inputs */
 
 static int is_k(int format) { return format == Q4K || format == Q6K; }
-static int is_six(int format) { return format == Q6 || format == Q6K; }
 static int weight_bits(int format) {
-    return format == Q8 ? 8 : is_six(format) ? 6 : format == Q5 || format == Q5M ? 5 : 4;
+    return format == Q8 ? 8 : format == Q6K ? 6 : format == Q5 || format == Q5M ? 5 : 4;
 }
 static int has_mins(int format) { return format == Q4M || format == Q5M || format == Q4K; }
 static int64_t weight_bytes(int format) { return LANES * BLOCK * weight_bits(format) / 8; }
-/* A block's weights, then for each output float16s: a scale, and a minimum (Q4M, Q5M) or the second half's scale
-   (Q6). A K-quant's block is its weights alone: its scales are in its super-block's header. */
+/* A block's weights, then for each output float16s: a scale, and a minimum (Q4M, Q5M). A K-quant's block is its
+   weights alone: its scales are in its super-block's header. */
 static int64_t block_bytes(int format) {
-    return weight_bytes(format) + (is_k(format) ? 0 : LANES * 2 * (has_mins(format) || format == Q6 ? 2 : 1));
+    return weight_bytes(format) + (is_k(format) ? 0 : LANES * 2 * (has_mins(format) ? 2 : 1));
 }
 /* A K-quant's super-block header, before its SUPER blocks: each output's float16 d, then Q4K's dmin (Q6K leaves
    those 32 bytes empty); then for each block each output's byte of its first scale (Q4K's 6-bit scale, Q6K's first
@@ -78,7 +79,7 @@ static int64_t block_bytes(int format) {
 static int64_t header_bytes(int format) { return is_k(format) ? K_SCALES + SUPER * LANES * 2 : 0; }
 /* the unsigned offset */
 static int offset_of(int format) {
-    return format == Q4 ? 8 : format == Q5 ? 16 : is_six(format) ? 32 : format == Q8 ? 128 : 0;
+    return format == Q4 ? 8 : format == Q5 ? 16 : format == Q6K ? 32 : format == Q8 ? 128 : 0;
 }
 /* Bytes of one group of 16 outputs */
 static int64_t group_bytes(int64_t in, int format) {
@@ -88,14 +89,14 @@ static int64_t group_bytes(int64_t in, int format) {
 /* Bytes of a packed matrix of `in` inputs and `out` outputs, 0 for a shape or format it cannot hold. */
 int64_t typewriter_blocks_bytes(int64_t in, int64_t out, int format) {
     if (in <= 0 || out <= 0 || in % BLOCK || (format != Q4 && format != Q4M && format != Q4K && format != Q5 &&
-                                              format != Q5M && format != Q6 && format != Q6K && format != Q8))
+                                              format != Q5M && format != Q6K && format != Q8))
         return 0;
     if (is_k(format) && in % (BLOCK * SUPER)) return 0;
     return (out + LANES - 1) / LANES * group_bytes(in, format);
 }
 
-/* q [out, in] int8 (Q4: -8..7, Q4M, Q4K: 0..15, Q5: -16..15, Q5M: 0..31, Q6, Q6K: -32..31, Q8: -127..127), scales
-   (and Q4M's and Q5M's minimums, Q6's second halves' scales) [out, in / 32] float16 bits -> packed
+/* q [out, in] int8 (Q4: -8..7, Q4M, Q4K: 0..15, Q5: -16..15, Q5M: 0..31, Q6K: -32..31, Q8: -127..127), scales
+   (and Q4M's and Q5M's minimums) [out, in / 32] float16 bits -> packed
    (typewriter_blocks_bytes of it). K-quants: Q4K's scales and minimums [out, in / 32] uint8 (0..63) and supers
    [out, in / 256, 2] float16 bits (d, dmin); Q6K's scales and second halves' scales [out, in / 32] int8 and supers
    [out, in / 256] (d). */
@@ -141,7 +142,7 @@ void typewriter_blocks_pack(const int8_t *q, const void *scales, const void *min
                     continue;
                 }
                 memcpy(p + weights + o * 2, (const uint16_t *)scales + (g * LANES + o) * nb + b, 2);
-                if (has_mins(format) || format == Q6)
+                if (has_mins(format))
                     memcpy(p + weights + LANES * 2 + o * 2, (const uint16_t *)mins + (g * LANES + o) * nb + b, 2);
             }
             if (masks) memcpy(p + LANES * BLOCK / 2, high, 8 * (size_t)masks);
@@ -194,7 +195,7 @@ typedef struct {
     const float *dx;
     const int32_t *sx;
     const float *dsx; /* dx x sx, the factor of Q4M's minimums */
-    const int32_t *sxl; /* the sums of the blocks' first 16 inputs (Q6's two scales) */
+    const int32_t *sxl; /* the sums of the blocks' first 16 inputs (Q6K's two scales) */
     float *y;
     int64_t in, out, y_stride;
     int rows, format;
@@ -225,7 +226,7 @@ static inline __attribute__((always_inline)) VNNI __m512 k_scales512(const uint8
 static inline __attribute__((always_inline)) VNNI void group512(const Call *c, int64_t g, int r0, const int rt,
                                                                  const int format) {
     const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format), hb = header_bytes(format);
-    const int four = format != Q8, five = weight_bits(format) >= 5, six = is_six(format), mins = has_mins(format);
+    const int four = format != Q8, five = weight_bits(format) >= 5, six = format == Q6K, mins = has_mins(format);
     const int offset = offset_of(format), k = is_k(format);
     const uint8_t *p = c->packed + g * group_bytes(c->in, format);
     __m512 f[ROW_TILE];
@@ -251,12 +252,12 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
                 w[j] = _mm512_and_si512(v, low);
                 w[4 + j] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
             }
-            if (five) /* the fifth bits' 8 masks, then Q6's sixth */
-                for (int k = 0; k < (six ? 16 : 8); k++) {
+            if (five) /* the fifth bits' 8 masks, then Q6K's sixth */
+                for (int i = 0; i < (six ? 16 : 8); i++) {
                     uint64_t bits;
-                    memcpy(&bits, p + LANES * BLOCK / 2 + 8 * k, 8);
-                    const __m512i bit = k < 8 ? sixteen : thirty_two;
-                    w[k % 8] = _mm512_mask_add_epi8(w[k % 8], _cvtu64_mask64(bits), w[k % 8], bit);
+                    memcpy(&bits, p + LANES * BLOCK / 2 + 8 * i, 8);
+                    const __m512i bit = i < 8 ? sixteen : thirty_two;
+                    w[i % 8] = _mm512_mask_add_epi8(w[i % 8], _cvtu64_mask64(bits), w[i % 8], bit);
                 }
         } else {
             for (int j = 0; j < 8; j++) w[j] = _mm512_loadu_si512(p + 64 * j);
@@ -268,7 +269,7 @@ static inline __attribute__((always_inline)) VNNI void group512(const Call *c, i
             m = _mm512_mul_ps(format == Q4K ? super_min : super_d, k_scales512(s + LANES, format));
         } else {
             d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at)));
-            m = mins || six ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
+            m = mins ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + at + 32))) : d;
         }
         for (int r = 0; r < rt; r++) {
             const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
@@ -313,7 +314,7 @@ static inline __attribute__((always_inline)) __m256i bytes_of_bits(uint32_t bits
 }
 
 /* AVX2: each 64-byte chunk as two halves of 8 lanes. vpmaddubsw adds pairs to 16 bits with saturation: Q4's, Q5's
-   and Q6's unsigned weights (at most 63: 2 x 63 x 127 < 32,767) against 8-bit inputs never reach it; Q8's are made
+   and Q6K's unsigned weights (at most 63: 2 x 63 x 127 < 32,767) against 8-bit inputs never reach it; Q8's are made
    signed again and multiplied as |w| against x with w's sign, so every pair stays within 2 x 127 x 127 (and no
    offset is taken back). */
 static inline __attribute__((always_inline)) __m256i dot256(__m256i acc, __m256i w, int32_t x4) {
@@ -335,7 +336,7 @@ static inline __attribute__((always_inline)) __m256 k_scales256(const uint8_t *s
 static inline __attribute__((always_inline)) void group256(const Call *c, int64_t g, int r0, const int rt) {
     const int format = c->format;
     const int64_t nb = c->in / BLOCK, bb = block_bytes(format), at = weight_bytes(format), hb = header_bytes(format);
-    const int four = format != Q8, five = weight_bits(format) >= 5, six = is_six(format), k = is_k(format);
+    const int four = format != Q8, five = weight_bits(format) >= 5, six = format == Q6K, k = is_k(format);
     const int mins = has_mins(format);
     const int offset = format == Q8 ? 0 : offset_of(format), lanes = lanes_of(c, g);
     for (int half = 0; half < 2 && 8 * half < lanes; half++) {
@@ -363,12 +364,12 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
                     w[j] = _mm256_and_si256(v, low);
                     w[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
                 }
-                if (five) /* this half's 32 bits of each mask, a bit to a byte: the fifth bits, then Q6's sixth */
-                    for (int k = 0; k < (six ? 16 : 8); k++) {
+                if (five) /* this half's 32 bits of each mask, a bit to a byte: the fifth bits, then Q6K's sixth */
+                    for (int i = 0; i < (six ? 16 : 8); i++) {
                         uint32_t bits;
-                        memcpy(&bits, p - 32 * half + LANES * BLOCK / 2 + 8 * k + 4 * half, 4);
-                        const __m256i bit = _mm256_set1_epi8(k < 8 ? 16 : 32);
-                        w[k % 8] = _mm256_or_si256(w[k % 8], _mm256_and_si256(bytes_of_bits(bits), bit));
+                        memcpy(&bits, p - 32 * half + LANES * BLOCK / 2 + 8 * i + 4 * half, 4);
+                        const __m256i bit = _mm256_set1_epi8(i < 8 ? 16 : 32);
+                        w[i % 8] = _mm256_or_si256(w[i % 8], _mm256_and_si256(bytes_of_bits(bits), bit));
                     }
             } else {
                 const __m256i sign = _mm256_set1_epi8((char)0x80);
@@ -383,7 +384,7 @@ static inline __attribute__((always_inline)) void group256(const Call *c, int64_
             } else {
                 const uint8_t *s = p - 32 * half + at + 16 * half; /* this half's 8 scales */
                 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)s));
-                m = mins || six ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32))) : d;
+                m = mins ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + 32))) : d;
             }
             for (int r = 0; r < rt; r++) {
                 const int32_t *x4 = (const int32_t *)(c->xq + (r0 + r) * c->in + b * BLOCK);
@@ -456,7 +457,6 @@ static VNNI void group_wide(const Call *c, int64_t g) {
         case Q4K: tiles512(c, g, Q4K); break;
         case Q5: tiles512(c, g, Q5); break;
         case Q5M: tiles512(c, g, Q5M); break;
-        case Q6: tiles512(c, g, Q6); break;
         case Q6K: tiles512(c, g, Q6K); break;
         default: tiles512(c, g, Q8); break;
     }

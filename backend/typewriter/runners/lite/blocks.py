@@ -4,17 +4,18 @@ formats exactly where they can (docs/measurements/2026-12-05-4-bit-weights-resea
 
 - Q4_0 as Q4; Q4_1 as Q4M; Q4_K as Q4K: its super-blocks' d and dmin and its sub-blocks' 6-bit scales and minimums
   as the file has them (a byte each), 18.5 bytes a block of 32 against the file's 18 (Q4M with float16 d x sc and
-  -dmin x m read 20: docs/measurements/2026-12-07-k-quant-scales.md).
+  -dmin x m read 20: docs/measurements/2026-12-06-k-quant-scales.md).
 - Q5_0 as Q5; Q5_1 as Q5M; Q5_K as Q5M, its sub-blocks' scales and minimums made float16 (d x sc, -dmin x m). The
   0.5B's layers are mostly Q5_0: held at 8 bits they read 1.5x its bytes (docs/measurements/2026-12-06-zen4.md).
 - Q6_K as Q6K: its super-blocks' d and its sub-blocks of 16's int8 scales as the file has them, 26.5 bytes a block
-  against the file's 26.25 (each block on a cache line) and Q6's 28. The 1.5B's attn_v and ffn_down are Q6_K.
+  against the file's 26.25 (each block on a cache line; two float16 scales a block read 28). The 1.5B's attn_v and
+  ffn_down are Q6_K.
 - Q8_0 as Q8.
 - every other type (the float types of a directory or a test model) rounded to Q8 blocks again, the one rounding
   this path adds.
 
-Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and minimums [out, in / 32] float16 (Q6's
-scales [out, in / 16]); a K-quant's sub-blocks' scales (Q4K's minimums too) as the file's integers, with their
+Shapes: [out, in] as GGUF stores a matrix's rows; q [out, in] int8, scales and minimums [out, in / 32] float16; a
+K-quant's sub-blocks' scales (Q4K's minimums too, Q6K's [out, in / 16]) as the file's integers, with their
 super-blocks' float16 d (and dmin) [out, in / 256, 2 or 1].
 """
 
@@ -37,7 +38,7 @@ from .attention import HostCache
 from .kernel import Kernel
 
 BLOCK = 32
-FORMATS = {"q4": 4, "q4m": 41, "q4k": 42, "q5": 5, "q5m": 51, "q6": 6, "q6k": 62, "q8": 8}  # blocks.c's `format`
+FORMATS = {"q4": 4, "q4m": 41, "q4k": 42, "q5": 5, "q5m": 51, "q6k": 62, "q8": 8}  # blocks.c's `format`
 SUPER = 256  # a K-quant's super-block
 _P = ctypes.c_void_p
 MATRICES = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
@@ -48,7 +49,7 @@ class Blocks:
     """A matrix as the kernel's format holds it, before packing."""
 
     q: np.ndarray  # [out, in] int8
-    scales: np.ndarray  # [out, in / 32] float16 ([out, in / 16]: Q6); Q4K's uint8, Q6K's int8 [out, in / 16]
+    scales: np.ndarray  # [out, in / 32] float16; Q4K's uint8, Q6K's int8 [out, in / 16]
     mins: np.ndarray | None  # [out, in / 32] float16, Q4M and Q5M; Q4K's uint8
     format: int
     supers: np.ndarray | None = None  # a K-quant's [out, in / 256, 2] float16 d and dmin (Q4K), [.., 1] d (Q6K)
@@ -220,7 +221,7 @@ class BlocksKernel:
             raise ModelFormatError(f"q4-blocks takes matrices of a multiple of {BLOCK} inputs, not {n}")
         packed = np.empty(size, np.uint8)
         q, scales, mins, supers = blocks.q, blocks.scales, blocks.mins, blocks.supers
-        if blocks.format in (FORMATS["q6"], FORMATS["q6k"]):  # each block's halves' scales, where Q4M has minimums
+        if blocks.format == FORMATS["q6k"]:  # each block's halves' scales, where Q4K has minimums
             scales, mins = scales[:, 0::2], scales[:, 1::2]
         kind = {FORMATS["q4k"]: np.uint8, FORMATS["q6k"]: np.int8}.get(blocks.format, np.float16)
         if (supers is None) != (kind is np.float16):
