@@ -8,9 +8,8 @@
    and the types rounded to it). Or as a K-quant's super-blocks of 256 inputs hold them, a float16 d for each and a
    byte for each sub-block: Q4K (Q4_K: w = d * sc * q - dmin * m, sc and m 6-bit) and Q6K (Q6_K, at 6 bits:
    w = d * sc * (q - 32), an int8 sc for each half of a block). `format` names them: 4, 41, 5, 51, 8, 42, 62. Rows
-   are quantized to 8
-   bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot product is an exact integer,
-   scaled once by both scales.
+   are quantized to 8 bits a block of 32 (one float scale each, as llama.cpp's Q8_0), so a block's dot product is an
+   exact integer, scaled once by both scales.
 
    Packed layout: outputs in groups of 16 (the last padded with zero weights); a group holds its blocks in input
    order, each block the 16 outputs' weights, then their 16 float16 scales (then Q4M's or Q5M's 16 minimums). Q4 block:
@@ -73,8 +72,9 @@ static int64_t block_bytes(int format) {
 }
 /* A K-quant's super-block header, before its SUPER blocks: each output's float16 d, then Q4K's dmin (Q6K leaves
    those 32 bytes empty); then for each block each output's byte of its first scale (Q4K's 6-bit scale, Q6K's first
-   half's int8), then of its second (Q4K's 6-bit minimum, Q6K's second half's): 320 bytes, so that every block
-   starts on a cache line as the other formats' do (a vector load across two lines costs twice). */
+   half's int8), then of its second (Q4K's 6-bit minimum, Q6K's second half's): 320 bytes, so that every block starts
+   on a cache line (with the scale bytes after each block's weights a row's step was no faster and a batch's slower:
+   docs/measurements/2026-12-06-k-quant-scales.md). */
 #define K_SCALES 64 /* where a header's blocks' scales start */
 static int64_t header_bytes(int format) { return is_k(format) ? K_SCALES + SUPER * LANES * 2 : 0; }
 /* the unsigned offset */
@@ -96,10 +96,9 @@ int64_t typewriter_blocks_bytes(int64_t in, int64_t out, int format) {
 }
 
 /* q [out, in] int8 (Q4: -8..7, Q4M, Q4K: 0..15, Q5: -16..15, Q5M: 0..31, Q6K: -32..31, Q8: -127..127), scales
-   (and Q4M's and Q5M's minimums) [out, in / 32] float16 bits -> packed
-   (typewriter_blocks_bytes of it). K-quants: Q4K's scales and minimums [out, in / 32] uint8 (0..63) and supers
-   [out, in / 256, 2] float16 bits (d, dmin); Q6K's scales and second halves' scales [out, in / 32] int8 and supers
-   [out, in / 256] (d). */
+   (and Q4M's and Q5M's minimums) [out, in / 32] float16 bits -> packed (typewriter_blocks_bytes of it). K-quants:
+   Q4K's scales and minimums [out, in / 32] uint8 (0..63) and supers [out, in / 256, 2] float16 bits (d, dmin); Q6K's
+   scales and second halves' scales [out, in / 32] int8 and supers [out, in / 256] (d). */
 void typewriter_blocks_pack(const int8_t *q, const void *scales, const void *mins, const uint16_t *supers,
                             int64_t in, int64_t out, int format, uint8_t *packed) {
     const int64_t nb = in / BLOCK, bb = block_bytes(format), weights = weight_bytes(format), hb = header_bytes(format);
@@ -109,7 +108,7 @@ void typewriter_blocks_pack(const int8_t *q, const void *scales, const void *min
     for (int64_t g = 0; g < (out + LANES - 1) / LANES; g++)
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *p = packed + g * group_bytes(in, format) + b * bb + (k ? (b / SUPER + 1) * hb : 0);
-            uint8_t *header = p - (b % SUPER) * bb - hb;
+            uint8_t *header = k ? p - (b % SUPER) * bb - hb : NULL;
             if (k && b % SUPER == 0) /* each output's d, then Q4K's dmin */
                 for (int o = 0; o < LANES && g * LANES + o < out; o++)
                     for (int s = 0; s < per_super; s++)

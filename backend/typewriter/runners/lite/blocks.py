@@ -86,12 +86,18 @@ def _fifth_bits(qh: np.ndarray) -> np.ndarray:
     return np.unpackbits(np.ascontiguousarray(qh), axis=1, bitorder="little") << 4
 
 
-def _k_scales(b: np.ndarray, out: int) -> tuple[np.ndarray, np.ndarray]:
-    """Q5_K's sub-block scales and minimums as float16 [out, in / 32]: d x sc and -dmin x m."""
+def _scales_and_mins(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's and Q5_K's super-blocks [n, bytes] -> their sub-blocks' 6-bit scales and minimums [n, 8] uint8 each."""
     from gguf.quants import Q4_K  # packing only: gguf-py is no part of a start from cached blocks
 
+    sc, m = Q4_K.get_scale_min(b[:, 4:16])
+    return sc.astype(np.uint8), m.astype(np.uint8)
+
+
+def _k_scales(b: np.ndarray, out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Q5_K's sub-block scales and minimums as float16 [out, in / 32]: d x sc and -dmin x m."""
     d, dmin = _half(b, 0).astype(np.float32), _half(b, 2).astype(np.float32)
-    sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [n, 8] each
+    sc, m = _scales_and_mins(b)
     return ((d * sc.astype(np.float32)).astype(np.float16).reshape(out, -1),
             (-dmin * m.astype(np.float32)).astype(np.float16).reshape(out, -1))
 
@@ -124,13 +130,10 @@ def blocks_of(data: np.ndarray, kind: Q, out: int, n: int) -> Blocks:
         q = (_nibbles(b[:, 8:]) | _fifth_bits(b[:, 4:8])).astype(np.int8)
         return Blocks(q.reshape(out, n), _half(b, 0).reshape(out, -1), _half(b, 2).reshape(out, -1), FORMATS["q5m"])
     if kind == Q.Q4_K:  # 256 values: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}, 8 sub-blocks of 32
-        from gguf.quants import Q4_K  # packing only: gguf-py is no part of a start from cached blocks
-
         b = raw.reshape(-1, 144)
-        sc, m = Q4_K.get_scale_min(b[:, 4:16])  # [n, 8] each, 0..63
-        return Blocks(_k_nibbles(b[:, 16:]).astype(np.int8).reshape(out, n), sc.astype(np.uint8).reshape(out, -1),
-                      m.astype(np.uint8).reshape(out, -1), FORMATS["q4k"], b[:, :4].copy().view(np.float16)
-                      .reshape(out, -1, 2))
+        sc, m = _scales_and_mins(b)
+        return Blocks(_k_nibbles(b[:, 16:]).astype(np.int8).reshape(out, n), sc.reshape(out, -1), m.reshape(out, -1),
+                      FORMATS["q4k"], b[:, :4].copy().view(np.float16).reshape(out, -1, 2))
     if kind == Q.Q5_K:  # 256 values: {f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]}: sub-block s's fifth
         b = raw.reshape(-1, 176)  # bits are bit s of qh's 32 bytes
         high = ((b[:, 16:48].reshape(-1, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1) << 4
