@@ -293,7 +293,7 @@ class Engine:
         return chunks, rows
 
     def _compute(self, chunks: list[PrefillChunk], batch: list[RequestState], late: list[RequestState],
-                 drafts: Sequence[tuple[RequestState, list[int]]] = ()) -> int:
+                 drafts: Sequence[tuple[RequestState, list[int]]]) -> int:
         """1 if any of it failed (ending exactly the requests it concerned), else 0. `late`: rows holding logits
         whose mask was not ready; each takes its token in the first step its mask is. `drafts`: rows of `batch`
         checked as a chunk each (the last token and the guess) instead of decoded."""
@@ -356,10 +356,10 @@ class Engine:
             return []
         if request.drafts is None:
             request.drafts = Drafts(self.draft_tokens)
-        # the answer's tokens left after this row's, and the cache's positions after the chunk's first
-        left = min(self.draft_tokens, request.params.max_new_tokens - request.last_index - 2,
-                   self.max_context - request.num_tokens)
-        draft = request.drafts.propose(request.prompt_ids, request.output_ids, left) if left > 0 else []
+        # room: the answer's tokens left after this row's, and the cache's positions after the chunk's first (the
+        # guess's own length, at most draft_tokens, is Drafts')
+        room = min(request.params.max_new_tokens - request.last_index - 2, self.max_context - request.num_tokens)
+        draft = request.drafts.propose(request.prompt_ids, request.output_ids, room)
         return [(request, draft)] if draft else []
 
     def _check(self, request: RequestState, draft: list[int], logits: np.ndarray | None) -> int:
