@@ -107,7 +107,8 @@ def wait_ready(url: str, container: str, since: float, timeout_s: float = READY_
 def host_network_compose(path: Path, serve_image: str, dev_image: str, jupyter_port: int) -> Path:
     """docker-compose.yml as shipped, with every service and build on the host's network: published ports go
     (Compose refuses them beside `network_mode: host`), the server listens on loopback, no restart policy (a test
-    wants to see an exit), a short drain so a stop test is quick, and JupyterLab on `jupyter_port`."""
+    wants to see an exit), no drain (a stop ends running answers at once: however fast the model writes, the stop
+    test's answer is still running; tests/server time the drain itself), and JupyterLab on `jupyter_port`."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     for service in compose["services"].values():
         service.pop("ports", None)
@@ -117,7 +118,7 @@ def host_network_compose(path: Path, serve_image: str, dev_image: str, jupyter_p
     serve, dev = compose["services"]["typewriter"], compose["services"]["dev"]
     serve["image"], dev["image"] = serve_image, dev_image
     serve["restart"] = "no"
-    serve["environment"] |= {"TYPEWRITER_HOST": "127.0.0.1", "TYPEWRITER_DRAIN_S": "2"}
+    serve["environment"] |= {"TYPEWRITER_HOST": "127.0.0.1", "TYPEWRITER_DRAIN_S": "0"}
     # On the host's network the server is on loopback, not behind the name `typewriter`.
     dev["environment"]["TYPEWRITER_URL"] = "http://127.0.0.1:${TYPEWRITER_PORT}"
     dev["command"] = ["jupyter", "lab", "--ip=127.0.0.1", f"--port={jupyter_port}", "--no-browser",
