@@ -150,6 +150,8 @@ def test_the_kernel_multiplies_8_bit_rows_by_the_blocks_on_avx512_and_avx2_to_th
         kernel.set_wide(wide)
         try:
             paths[wide] = kernel.matmul(packed, x, threads=2)
+            for few in (slice(0, 1), slice(3, 6)):  # a row alone and in a short tile: its own bits
+                np.testing.assert_array_equal(kernel.matmul(packed, x[few], threads=2), paths[wide][few])
         finally:
             kernel.set_wide(True)
     got = paths[False]
