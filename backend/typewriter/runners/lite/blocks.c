@@ -48,7 +48,7 @@
    (docs/measurements/2026-12-06-q4-blocks-alone.md; AVX2's 2: 2026-12-05-gguf-blocks-kernel.md). */
 #define ROW_TILE 6     /* AVX-512: 32 registers */
 #define ROW_TILE256 2  /* AVX2: 16 */
-#define CHUNK_GROUPS 4 /* groups a thread takes at a time */
+#define CHUNK_GROUPS 2 /* the fewest groups a thread takes at a time */
 #define SPIN 2000
 /* Bytes ahead of the block being read that each block's loop asks the cache for: the hardware's prefetcher alone left
    a student's step at about half the machine's read bandwidth; into L2, as far ahead as measured best
@@ -465,19 +465,26 @@ static void group_narrow(const Call *c, int64_t g) {
     for (int r0 = 0; r0 < c->rows; r0 += ROW_TILE256) c->rows - r0 == 1 ? group256(c, g, r0, 1) : group256(c, g, r0, 2);
 }
 
-/* The helper takes its chunks from the front, the caller from the back: each thread reads one run of the weights
+/* The helper takes its groups from the front, the caller from the back: each thread reads one run of the weights
    in order, and the bytes each asks the cache for ahead (PREFETCH) are its own next ones, not its neighbour's, as
-   when the two took alternate chunks (docs/measurements/2026-12-06-two-runs.md). `next` counts the chunks
-   both have taken, so they never take the same one. */
+   when the two took alternate chunks (docs/measurements/2026-12-06-two-runs.md). `next` counts the groups both have
+   taken, so they never take the same one. Each take is a quarter of what was left when the thread last looked, at
+   least CHUNK_GROUPS: few atomic adds on a line both cores write (each a full barrier), and small takes at the end,
+   where the two meet (docs/measurements/2026-12-07-zen5.md). */
 static void work(Job *j, int from_front) {
-    const int64_t groups = j->first[j->parts], chunks = (groups + CHUNK_GROUPS - 1) / CHUNK_GROUPS;
+    const int64_t groups = j->first[j->parts];
     const int use_wide = typewriter_blocks_wide();
-    for (int64_t taken = 0; atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) < chunks; taken++) {
-        const int64_t first = (from_front ? taken : chunks - 1 - taken) * CHUNK_GROUPS;
-        for (int64_t g = first, p = 0; g < first + CHUNK_GROUPS && g < groups; g++) {
+    for (int64_t mine = 0, seen = 0;;) { /* mine: groups taken from this thread's end; seen: `next` after them */
+        int64_t take = (groups - seen) / 4 > CHUNK_GROUPS ? (groups - seen) / 4 : CHUNK_GROUPS;
+        const int64_t before = atomic_fetch_add_explicit(&j->next, take, memory_order_relaxed);
+        if (before >= groups) break;
+        take = take < groups - before ? take : groups - before;
+        const int64_t first = from_front ? mine : groups - mine - take;
+        for (int64_t g = first, p = 0; g < first + take; g++) {
             while (g >= j->first[p + 1]) p++;
             use_wide ? group_wide(&j->part[p], g - j->first[p]) : group_narrow(&j->part[p], g - j->first[p]);
         }
+        mine += take, seen = before + take;
     }
 }
 
