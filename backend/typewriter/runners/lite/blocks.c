@@ -207,7 +207,7 @@ typedef struct {
     Call part[MOST_PARTS];
     int parts;
     int64_t first[MOST_PARTS + 1]; /* part p's groups are first[p] .. first[p + 1] - 1 */
-    _Atomic int64_t next;          /* chunks of groups taken */
+    _Atomic int64_t next;          /* groups taken */
     _Atomic int left;              /* 1 once the helper, having taken this job, has finished with it */
     void (*task)(void *);          /* set: the helper runs task(arg) instead (attention's groups, `share`) */
     void *arg;
