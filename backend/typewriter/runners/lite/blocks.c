@@ -649,11 +649,22 @@ int typewriter_layer(const float *qkv, const int64_t *slots, const int64_t *posi
                      const float *cos, const float *sin, int64_t angles, float scale, uint16_t *keys,
                      uint16_t *values, int64_t slot_count, int64_t stride, float *q, float *out, int threads);
 
+/* The squares summed in double, in 16 running sums (4 vectors of 4) then added in a fixed order: a single running
+   sum was a chain of one addition after another, about 2,300 cycles a norm on the 135M's 576 channels. */
 static void rms_norm(const float *x, const float *g, int rows, int64_t n, float eps, float *y) {
     for (int r = 0; r < rows; r++) {
         const float *v = x + r * n;
-        double squares = 0;
-        for (int64_t i = 0; i < n; i++) squares += (double)v[i] * v[i];
+        __m256d sums[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            for (int k = 0; k < 4; k++) {
+                const __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(v + i + 4 * k));
+                sums[k] = _mm256_fmadd_pd(d, d, sums[k]);
+            }
+        double lanes[4];
+        _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(sums[0], sums[1]), _mm256_add_pd(sums[2], sums[3])));
+        double squares = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+        for (; i < n; i++) squares += (double)v[i] * v[i];
         const float inv = (float)(1.0 / sqrt(squares / (double)n + eps));
         for (int64_t i = 0; i < n; i++) y[r * n + i] = v[i] * inv * g[i];
     }
