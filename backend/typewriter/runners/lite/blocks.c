@@ -211,6 +211,8 @@ typedef struct {
     _Atomic int left;              /* 1 once the helper, having taken this job, has finished with it */
     void (*task)(void *);          /* set: the helper runs task(arg) instead (attention's groups, `share`) */
     void *arg;
+    const uint8_t *warm;           /* the next job's first weights, which the helper asks the cache for once done */
+    int64_t warm_bytes;
 } Job;
 
 /* Lanes of group g that are real outputs (the last group may be padded). */
@@ -488,9 +490,31 @@ static void work(Job *j, int from_front) {
     }
 }
 
-/* ---- one helper thread, as attention.c's: it spins a little after a call, then sleeps ---- */
+/* ---- the next job's weights, warmed ----
+   Between two jobs the caller works alone (its larger share of attention's groups, the norms, quantizing the next
+   rows) and the memory idles. The helper, done with its share first, asks the cache for the weights the next job
+   reads, from their front (where its own share of that job starts), until the job is posted or WARM_BYTES are
+   asked for (docs/measurements/2026-12-07-zen5.md). typewriter_blocks_layers names the next job's weights before each
+   job it posts; other callers name none. */
+#define WARM_BYTES (256 * 1024)
+
+typedef struct {
+    const uint8_t *at;
+    int64_t bytes;
+} Warm;
+
+static _Thread_local Warm next_warm;
 
 static Job *_Atomic posted;
+
+static void warm_until_posted(const uint8_t *at, int64_t bytes) {
+    for (int64_t b = 0; b < bytes && !atomic_load_explicit(&posted, memory_order_relaxed); b += 1024)
+        for (int64_t line = b; line < b + 1024 && line < bytes; line += 64)
+            _mm_prefetch((const char *)(at + line), _MM_HINT_T1);
+}
+
+/* ---- one helper thread, as attention.c's: it spins a little after a call, then sleeps ---- */
+
 static _Atomic int sleeping, helper_state; /* helper_state: 0 none, 1 running, -1 could not start */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
@@ -508,8 +532,11 @@ static void *helper(void *unused) {
         }
         Job *job = atomic_exchange(&posted, NULL);
         if (job) {
+            const uint8_t *warm = job->warm; /* read before `left`: the job is gone once the caller sees it */
+            const int64_t bytes = job->warm_bytes;
             job->task ? job->task(job->arg) : work(job, 1);
             atomic_store_explicit(&job->left, 1, memory_order_release);
+            warm_until_posted(warm, bytes);
         }
     }
     return NULL;
@@ -579,7 +606,7 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
     float *dsx = (float *)(sx + rows * (in / BLOCK));
     int32_t *sxl = (int32_t *)(dsx + rows * (in / BLOCK));
     quantize_rows(x, rows, in, x_stride, xq, dx, sx, dsx, sxl);
-    Job job = {.parts = parts};
+    Job job = {.parts = parts, .warm = next_warm.at, .warm_bytes = next_warm.bytes};
     for (int p = 0; p < parts; p++) {
         job.part[p] = (Call){t[p].packed, xq, dx, sx, dsx, sxl, t[p].y, in, t[p].out, t[p].y_stride, rows, t[p].format};
         job.first[p + 1] = job.first[p] + (t[p].out + LANES - 1) / LANES;
@@ -594,7 +621,7 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
    layer's matmuls: a decode row's few groups are shared without waking a thread, where attention.c's own helper
    shares only calls of SPLIT_WORK positions and more (docs/measurements/2026-12-06-late-tokenizer.md). */
 static void share(void (*mine)(void *), void (*theirs)(void *), void *arg) {
-    Job job = {.task = theirs, .arg = arg};
+    Job job = {.task = theirs, .arg = arg, .warm = next_warm.at, .warm_bytes = next_warm.bytes};
     const int helped = helper_running();
     if (helped) post(&job);
     mine(arg);
@@ -643,6 +670,13 @@ typedef struct {
     const float *norm; /* the final norm [dim] and the logits' matrix */
     Matrix output;
 } Model;
+
+/* The next job's weights, for the helper to warm: the matrix from its front, at most WARM_BYTES (whole or half
+   of a small one measured alike). */
+static void warm_next(const Matrix *w) {
+    const int64_t bytes = typewriter_blocks_bytes(w->in, w->out, (int)w->format);
+    next_warm = (Warm){w->packed, bytes < WARM_BYTES ? bytes : WARM_BYTES};
+}
 
 void typewriter_attention_share(void (*share)(void (*)(void *), void (*)(void *), void *));
 int typewriter_layer(const float *qkv, const int64_t *slots, const int64_t *positions, int t, int h, int k, int e,
@@ -740,6 +774,7 @@ int typewriter_blocks_layers(const Model *m, float *x, int t, const int64_t *slo
         const Target qkv_of[3] = {{L->q.packed, L->q.out, (int)L->q.format, qkv, width},
                                   {L->k.packed, L->k.out, (int)L->k.format, qkv + h * e, width},
                                   {L->v.packed, L->v.out, (int)L->v.format, qkv + (h + k) * e, width}};
+        warm_next(&L->o);
         matmuls(qkv_of, 3, normed, d, t, d, scratch, threads);
         for (int r = 0; r < t; r++) {
             if (L->bias) add_into(qkv + r * width, L->bias, width);
@@ -751,17 +786,21 @@ int typewriter_blocks_layers(const Model *m, float *x, int t, const int64_t *slo
         if (status) break;
         if (m->v_block)
             for (int r = 0; r < t; r++) hadamard(attended + r * h * e, h * e, m->v_block);
+        warm_next(&L->gate);
         matmul(L->o.packed, attended, h * e, t, h * e, d, (int)L->o.format, added, d, scratch, threads);
         add_into(x, added, t * d);
         rms_norm(x, L->ffn_norm, t, d, m->eps, normed);
         const Target gate_up[2] = {{L->gate.packed, f, (int)L->gate.format, gate, f},
                                    {L->up.packed, f, (int)L->up.format, up, f}};
+        warm_next(&L->down);
         matmuls(gate_up, 2, normed, d, t, d, scratch, threads);
         silu_times(gate, up, t * f);
+        warm_next(i + 1 < m->n_layers ? &m->layers[i + 1].q : &m->output);
         matmul(L->down.packed, gate, f, t, f, d, (int)L->down.format, added, d, scratch, threads);
         add_into(x, added, t * d);
     }
     typewriter_attention_share(NULL);
+    next_warm = (Warm){NULL, 0};
     free(memory);
     return status;
 }
