@@ -48,7 +48,7 @@
    (docs/measurements/2026-12-06-q4-blocks-alone.md; AVX2's 2: 2026-12-05-gguf-blocks-kernel.md). */
 #define ROW_TILE 6     /* AVX-512: 32 registers */
 #define ROW_TILE256 2  /* AVX2: 16 */
-#define CHUNK_GROUPS 2 /* the fewest groups a thread takes at a time */
+#define LEAST_TAKE 2   /* the fewest groups a thread takes at a time */
 #define SPIN 2000
 /* Bytes ahead of the block being read that each block's loop asks the cache for: the hardware's prefetcher alone left
    a student's step at about half the machine's read bandwidth; into L2, as far ahead as measured best
@@ -200,6 +200,12 @@ typedef struct {
     int rows, format;
 } Call;
 
+/* A run of weights for the helper to ask the cache for (see `warm_until_posted`). */
+typedef struct Warm {
+    const uint8_t *at;
+    int64_t bytes;
+} Warm;
+
 /* Matrices of one input, computed in one job: their groups numbered one after another, so the helper thread is
    handed them once (q, k and v; gate and up) and each row is quantized once. */
 #define MOST_PARTS 3
@@ -211,8 +217,7 @@ typedef struct {
     _Atomic int left;              /* 1 once the helper, having taken this job, has finished with it */
     void (*task)(void *);          /* set: the helper runs task(arg) instead (attention's groups, `share`) */
     void *arg;
-    const uint8_t *warm;           /* the next job's first weights, which the helper asks the cache for once done */
-    int64_t warm_bytes;
+    struct Warm warm;              /* the next job's weights, which the helper asks the cache for once done */
 } Job;
 
 /* Lanes of group g that are real outputs (the last group may be padded). */
@@ -471,13 +476,13 @@ static void group_narrow(const Call *c, int64_t g) {
    in order, and the bytes each asks the cache for ahead (PREFETCH) are its own next ones, not its neighbour's, as
    when the two took alternate chunks (docs/measurements/2026-12-06-two-runs.md). `next` counts the groups both have
    taken, so they never take the same one. Each take is a quarter of what was left when the thread last looked, at
-   least CHUNK_GROUPS: few atomic adds on a line both cores write (each a full barrier), and small takes at the end,
+   least LEAST_TAKE: few atomic adds on a line both cores write (each a full barrier), and small takes at the end,
    where the two meet (docs/measurements/2026-12-07-zen5.md). */
 static void work(Job *j, int from_front) {
     const int64_t groups = j->first[j->parts];
     const int use_wide = typewriter_blocks_wide();
     for (int64_t mine = 0, seen = 0;;) { /* mine: groups taken from this thread's end; seen: `next` after them */
-        int64_t take = (groups - seen) / 4 > CHUNK_GROUPS ? (groups - seen) / 4 : CHUNK_GROUPS;
+        int64_t take = (groups - seen) / 4 > LEAST_TAKE ? (groups - seen) / 4 : LEAST_TAKE;
         const int64_t before = atomic_fetch_add_explicit(&j->next, take, memory_order_relaxed);
         if (before >= groups) break;
         take = take < groups - before ? take : groups - before;
@@ -498,19 +503,15 @@ static void work(Job *j, int from_front) {
    job it posts; other callers name none. */
 #define WARM_BYTES (256 * 1024)
 
-typedef struct {
-    const uint8_t *at;
-    int64_t bytes;
-} Warm;
 
 static _Thread_local Warm next_warm;
 
 static Job *_Atomic posted;
 
-static void warm_until_posted(const uint8_t *at, int64_t bytes) {
-    for (int64_t b = 0; b < bytes && !atomic_load_explicit(&posted, memory_order_relaxed); b += 1024)
-        for (int64_t line = b; line < b + 1024 && line < bytes; line += 64)
-            _mm_prefetch((const char *)(at + line), _MM_HINT_T1);
+static void warm_until_posted(Warm w) {
+    for (int64_t b = 0; b < w.bytes && !atomic_load_explicit(&posted, memory_order_relaxed); b += 1024)
+        for (int64_t line = b; line < b + 1024 && line < w.bytes; line += 64)
+            _mm_prefetch((const char *)(w.at + line), _MM_HINT_T1);
 }
 
 /* ---- one helper thread, as attention.c's: it spins a little after a call, then sleeps ---- */
@@ -532,11 +533,10 @@ static void *helper(void *unused) {
         }
         Job *job = atomic_exchange(&posted, NULL);
         if (job) {
-            const uint8_t *warm = job->warm; /* read before `left`: the job is gone once the caller sees it */
-            const int64_t bytes = job->warm_bytes;
+            const Warm warm = job->warm; /* read before `left`: the job is gone once the caller sees it */
             job->task ? job->task(job->arg) : work(job, 1);
             atomic_store_explicit(&job->left, 1, memory_order_release);
-            warm_until_posted(warm, bytes);
+            warm_until_posted(warm);
         }
     }
     return NULL;
@@ -606,12 +606,12 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
     float *dsx = (float *)(sx + rows * (in / BLOCK));
     int32_t *sxl = (int32_t *)(dsx + rows * (in / BLOCK));
     quantize_rows(x, rows, in, x_stride, xq, dx, sx, dsx, sxl);
-    Job job = {.parts = parts, .warm = next_warm.at, .warm_bytes = next_warm.bytes};
+    Job job = {.parts = parts, .warm = next_warm};
     for (int p = 0; p < parts; p++) {
         job.part[p] = (Call){t[p].packed, xq, dx, sx, dsx, sxl, t[p].y, in, t[p].out, t[p].y_stride, rows, t[p].format};
         job.first[p + 1] = job.first[p] + (t[p].out + LANES - 1) / LANES;
     }
-    const int helped = threads > 1 && job.first[parts] > CHUNK_GROUPS && helper_running();
+    const int helped = threads > 1 && job.first[parts] > LEAST_TAKE && helper_running();
     if (helped) post(&job);
     work(&job, 0);
     if (helped) join(&job);
@@ -621,7 +621,7 @@ static void matmuls(const Target *t, int parts, const float *x, int64_t x_stride
    layer's matmuls: a decode row's few groups are shared without waking a thread, where attention.c's own helper
    shares only calls of SPLIT_WORK positions and more (docs/measurements/2026-12-06-late-tokenizer.md). */
 static void share(void (*mine)(void *), void (*theirs)(void *), void *arg) {
-    Job job = {.task = theirs, .arg = arg, .warm = next_warm.at, .warm_bytes = next_warm.bytes};
+    Job job = {.task = theirs, .arg = arg, .warm = next_warm};
     const int helped = helper_running();
     if (helped) post(&job);
     mine(arg);
