@@ -26,6 +26,7 @@ import urllib.request
 import pytest
 from helpers import wait_until
 from real_server import ROOT, real_server
+from tiny_model import random_weights, tiny_config, write_gguf
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -257,10 +258,10 @@ def test_the_chat_frame_carries_the_messages_and_only_the_params_given(fake):
     async def scenario():
         async with AsyncClient(fake.url) as client:
             await client.complete([{"role": "user", "content": "hi"}], system="Be terse.", temperature=0,
-                                  stop="\n", seed=None)
+                                  stop="\n", seed=None, loop_guard=False)
 
     run(scenario())
-    assert fake.chats == [{"type": "chat", "id": "c1", "params": {"temperature": 0, "stop": ["\n"]},
+    assert fake.chats == [{"type": "chat", "id": "c1", "params": {"temperature": 0, "stop": ["\n"], "loop_guard": False},
                            "messages": [{"role": "system", "content": "Be terse."},
                                         {"role": "user", "content": "hi"}], "resumable": True}]
 
@@ -645,8 +646,7 @@ SERVER_SETTINGS = {
     "TYPEWRITER_CLIENT_SYSTEM_PROMPT": "append",
     "TYPEWRITER_MAX_ACTIVE": "1",
     "TYPEWRITER_MAX_QUEUE": "0",  # a second chat while one runs is `overloaded`
-    # an answer of 160 tokens holds the one slot while a second chat is refused: with guesses taken several a step,
-    # the tiny model's repetitive answer ended first (the client is under test here, not the engine's speed)
+    # one token a step: the client is under test here, not the engine's guesses
     "TYPEWRITER_DRAFT_TOKENS": "0",
     "TYPEWRITER_CHATS_PER_MINUTE": "100000",
     "TYPEWRITER_API_KEY": API_KEY,
@@ -665,6 +665,19 @@ def end_to_end(test):
 def server(tmp_path_factory, tiny_gguf) -> str:
     env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(tiny_gguf)}
     with real_server(env, tmp_path_factory.mktemp("client") / "server.log") as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def busy_server(tmp_path_factory) -> str:
+    """`server`'s settings with a tiny model of a 4,096-token context: one answer of thousands of tokens holds the
+    one slot while a second chat is refused. A 160-token answer, even one that may repeat itself, sometimes ended
+    before the second chat's round trip (CI's red run): the tiny model writes it in tens of milliseconds."""
+    cfg = tiny_config(tie_embeddings=False, max_position=4096)
+    model = write_gguf(tmp_path_factory.mktemp("tiny-4096") / "tiny.gguf", cfg, random_weights(cfg))
+    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(model), "TYPEWRITER_MAX_CONTEXT": "4096",
+                             "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900"}
+    with real_server(env, tmp_path_factory.mktemp("client") / "busy.log") as base:
         yield base
 
 
@@ -874,14 +887,25 @@ def test_e2e_errors_carry_the_protocol_codes(server):
 
 
 @end_to_end
-def test_e2e_a_chat_turned_away_as_overloaded_is_retried_until_the_slot_is_free(server):
+def test_e2e_loop_guard_false_lets_a_repeating_answer_run_to_its_length(server):
+    with Client(server, api_key=API_KEY, timeout=60) as client:
+        guarded = client.complete(LONG, max_new_tokens=160, **GREEDY)
+        free = client.complete(LONG, max_new_tokens=160, loop_guard=False, **GREEDY)
+    assert guarded.reason == "repetition" and guarded.usage.completion_tokens < 160  # the greedy answer loops
+    assert (free.reason, free.usage.completion_tokens) == ("length", 160)
+    assert free.text.startswith(guarded.text)  # the same answer, only not cut
+
+
+@end_to_end
+def test_e2e_a_chat_turned_away_as_overloaded_is_retried_until_the_slot_is_free(busy_server):
+    server = busy_server
     refused_before = overloaded_count(server)
 
     async def scenario():
         async with (AsyncClient(server, api_key=API_KEY, timeout=60) as holder,
                     AsyncClient(server, api_key=API_KEY, timeout=60,
                                 retry=Retry(attempts=20, backoff_s=0.05, max_backoff_s=0.2)) as patient):
-            running = holder.chat(LONG, max_new_tokens=160, **GREEDY)
+            running = holder.chat(LONG, max_new_tokens=3900, loop_guard=False, **GREEDY)
             await anext(running)  # the only slot is taken
             waiting = asyncio.create_task(patient.complete("hi", max_new_tokens=4))
             while overloaded_count(server) == refused_before and not running.done:

@@ -46,6 +46,7 @@ class Params(TypedDict, total=False):
     repetition_penalty: float
     seed: int | None
     stop: str | Sequence[str]
+    loop_guard: bool
     response_format: dict[str, Any]
     tools: list[dict[str, Any]]
     tool_choice: str | dict[str, Any]
