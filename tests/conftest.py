@@ -32,6 +32,14 @@ def tiny_gguf(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def long_tiny_gguf(tmp_path_factory) -> Path:
+    """`tiny_gguf`'s weights with a 4,096-token context, for a server whose answer must outlast a client's round
+    trip: the tiny model writes its 256 tokens in tens of milliseconds."""
+    cfg = tiny_config(tie_embeddings=False, max_position=4096)
+    return write_gguf(tmp_path_factory.mktemp("tiny-4096") / "tiny.gguf", cfg, random_weights(cfg))
+
+
+@pytest.fixture(scope="session")
 def real_weights(embedded_model_path):
     """(ModelConfig, canonical float32 weights) of the embedded SmolLM2 model."""
     from typewriter.weights import load_weights

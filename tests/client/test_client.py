@@ -26,7 +26,6 @@ import urllib.request
 import pytest
 from helpers import wait_until
 from real_server import ROOT, real_server
-from tiny_model import random_weights, tiny_config, write_gguf
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -669,13 +668,11 @@ def server(tmp_path_factory, tiny_gguf) -> str:
 
 
 @pytest.fixture(scope="module")
-def busy_server(tmp_path_factory) -> str:
-    """`server`'s settings with a tiny model of a 4,096-token context: one answer of thousands of tokens holds the
-    one slot while a second chat is refused. A 160-token answer, even one that may repeat itself, sometimes ended
-    before the second chat's round trip (CI's red run): the tiny model writes it in tens of milliseconds."""
-    cfg = tiny_config(tie_embeddings=False, max_position=4096)
-    model = write_gguf(tmp_path_factory.mktemp("tiny-4096") / "tiny.gguf", cfg, random_weights(cfg))
-    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(model), "TYPEWRITER_MAX_CONTEXT": "4096",
+def busy_server(tmp_path_factory, long_tiny_gguf) -> str:
+    """`server`'s settings with a 4,096-token context: one answer of thousands of tokens holds the one slot while a
+    second chat is refused. A 160-token answer, even one that may repeat itself, sometimes ended before the second
+    chat's round trip (CI's red run)."""
+    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(long_tiny_gguf), "TYPEWRITER_MAX_CONTEXT": "4096",
                              "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900"}
     with real_server(env, tmp_path_factory.mktemp("client") / "busy.log") as base:
         yield base

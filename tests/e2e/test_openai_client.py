@@ -15,14 +15,18 @@ from real_server import http_get, real_server
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SETTINGS = {"TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_ACTIVE": "1",
-            "TYPEWRITER_MAX_QUEUE": "0", "TYPEWRITER_CHATS_PER_MINUTE": "1000"}
+            "TYPEWRITER_MAX_QUEUE": "0", "TYPEWRITER_CHATS_PER_MINUTE": "1000",
+            "TYPEWRITER_MAX_CONTEXT": "4096", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900"}
+# An answer the next request must find still running: thousands of tokens, which the tiny model writes in about half
+# a second (its 200 took tens of milliseconds, a race with a second request's round trip)
+HOLD = 3900
 QUESTION = [{"role": "user", "content": "hello world"}]
 GREEDY = {"temperature": 0, "max_tokens": 24}
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory, tiny_gguf):
-    with real_server(SETTINGS | {"TYPEWRITER_MODEL_PATH": str(tiny_gguf)},
+def base(tmp_path_factory, long_tiny_gguf):
+    with real_server(SETTINGS | {"TYPEWRITER_MODEL_PATH": str(long_tiny_gguf)},
                      tmp_path_factory.mktemp("openai") / "server.log") as url:
         yield url
 
@@ -86,7 +90,7 @@ def test_an_aborted_async_stream_frees_its_slot_and_counts_as_cancelled(base):
     async def abort_after_two_chunks() -> int:
         async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0) as aclient:
             stream = await aclient.chat.completions.create(
-                model="tiny", messages=QUESTION, stream=True, max_tokens=200, temperature=1.0, seed=1)
+                model="tiny", messages=QUESTION, stream=True, max_tokens=HOLD, temperature=1.0, seed=1)
             seen = 0
             async for chunk in stream:
                 seen += bool(chunk.choices and chunk.choices[0].delta.content)
@@ -104,7 +108,7 @@ def test_a_full_server_answers_503_overloaded_with_retry_after_while_a_stream_ho
     wait_idle(base)
     # Greedy with repetition favoured (our extension, below 1) loops to its length: a sampled answer of the tiny
     # model could end after a few tokens, a few milliseconds, before the second request arrives.
-    holder = client.chat.completions.create(model="tiny", messages=QUESTION, stream=True, max_tokens=200,
+    holder = client.chat.completions.create(model="tiny", messages=QUESTION, stream=True, max_tokens=HOLD,
                                             temperature=0, extra_body={"repetition_penalty": 0.5, "loop_guard": False})
     try:
         next(iter(holder))  # it holds the only slot, and the queue holds none
