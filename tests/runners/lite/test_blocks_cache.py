@@ -1,5 +1,7 @@
 """q4-blocks' cache (runners/lite/blocks_cache.py): a restart maps the packed blocks instead of packing them again and
-answers with the same bits; a damaged, cut or stale entry is a miss with a warning, packed again, never served."""
+answers with the same bits; a damaged, cut or stale entry is a miss with a warning, packed again, never served (a cut
+or stale one at once; damage inside the bytes when the check, computed while the start goes on, is waited for at the
+kernel's first read)."""
 
 from __future__ import annotations
 
@@ -48,8 +50,10 @@ def test_blocks_read_back_are_the_ones_saved_and_answer_with_the_same_bits(model
     packed = BlockModel(cfg, reader, kernel)
     entry = blocks_cache.save(cache, key, packed, path)
     assert entry == tmp_path / "cache" / key
-    back = blocks_cache.load(cache, key)
-    assert back is not None and list(back) == [name for name, _ in packed.matrices()]
+    mapped = blocks_cache.load(cache, key)
+    assert mapped is not None and mapped.check()
+    back = mapped.matrices
+    assert list(back) == [name for name, _ in packed.matrices()]
     for name, matrix in packed.matrices():
         assert (back[name].inputs, back[name].out, back[name].format) == (matrix.inputs, matrix.out, matrix.format)
         np.testing.assert_array_equal(back[name].packed, matrix.packed)
@@ -80,9 +84,44 @@ def test_a_damaged_entry_is_a_miss_with_a_warning_and_is_removed(model, tmp_path
         del manifest["pieces"]
         (entry / MANIFEST).write_text(json.dumps(manifest))
     with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
-        assert blocks_cache.load(cache, key) is None
+        mapped = blocks_cache.load(cache, key)
+        if damage in ("cut", "manifest"):  # seen before anything is mapped
+            assert mapped is None
+        else:  # seen by the check
+            assert mapped is not None and entry.exists() and not caplog.text
+            assert mapped.check() is False
     assert "q4-blocks cache entry" in caplog.text and "packing the blocks again" in caplog.text
     assert not entry.exists()  # the next save writes it whole
+
+
+def test_the_check_is_waited_for_at_the_kernels_first_read_and_damage_is_packed_again_then(model, tmp_path):
+    path, cfg, reader, kernel = model
+    cache = ProgramCache(tmp_path / "cache")
+    key = cache_key(path, cfg, "q4-blocks")
+    entry = blocks_cache.save(cache, key, BlockModel(cfg, reader, kernel), path)
+    assert entry is not None
+    data = bytearray((entry / blocks_cache.BLOCKS).read_bytes())
+    data[len(data) // 4] ^= 0x10  # one weight of the first layers
+    (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
+    mapped = blocks_cache.load(cache, key)
+    assert mapped is not None
+    asked, kept = [], []
+
+    def check() -> bool:
+        asked.append(True)
+        return mapped.check()
+
+    blocks = BlockModel(cfg, reader, kernel, mapped.matrices, check=check,
+                        repacked=lambda again: kept.append(blocks_cache.save(cache, key, again, path)))
+    runner = LiteRunner(cfg, None, 1, 64, 64, kernel=kernel, weight_format="q4-blocks", blocks=blocks)
+    assert asked == [] and kept == []  # made and bound: nothing read yet
+    first = runner.extend(0, 0, IDS, all_logits=True)
+    assert asked == [True] and kept == [entry]  # asked once, packed again, kept again
+    np.testing.assert_array_equal(first, logits(cfg, reader, kernel))  # never the damaged weight
+    np.testing.assert_array_equal(runner.extend(0, 0, IDS, all_logits=True), first)
+    assert asked == [True]
+    again = blocks_cache.load(cache, key)
+    assert again is not None and again.check()  # the entry kept whole
 
 
 def test_no_cache_or_an_unwritable_one_packs_and_keeps_nothing(model, tmp_path, caplog):
@@ -113,7 +152,7 @@ def answer(path, cache, progress=None):
 
 
 def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry_is_packed_again(tiny_gguf,
-                                                                                                    tmp_path):
+                                                                                                    tmp_path, caplog):
     said: list[str] = []
     first, cfg = answer(tiny_gguf, tmp_path / "lite", said.append)
     assert any("packing the file's blocks" in line for line in said)
@@ -133,9 +172,12 @@ def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry
     data[len(data) // 2] ^= 0x80
     (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
     said.clear()
-    assert answer(tiny_gguf, tmp_path / "lite", said.append)[0] == first  # packed again, not the damage
-    assert any("packing the file's blocks" in line for line in said)
-    assert blocks_cache.load(ProgramCache(tmp_path / "lite"), entry.name) is not None  # and saved whole again
+    with caplog.at_level(logging.WARNING, logger="typewriter.lite"):
+        assert answer(tiny_gguf, tmp_path / "lite", said.append)[0] == first  # packed again, not the damage
+    assert any(f"blocks from {tmp_path / 'lite'}" in line for line in said)  # mapped, its check under way
+    assert "does not match its digests" in caplog.text  # found at the first read, and packed again
+    again = blocks_cache.load(ProgramCache(tmp_path / "lite"), entry.name)
+    assert again is not None and again.check()  # and saved whole again
 
 
 def test_a_manifest_that_names_other_shapes_is_packed_again_not_read_out_of_bounds(tiny_gguf, tmp_path, caplog):

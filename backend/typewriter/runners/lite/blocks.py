@@ -22,6 +22,7 @@ super-blocks' float16 d (and dmin) [out, in / 256, 2 or 1].
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -300,13 +301,28 @@ class BlockModel:
 
     def __init__(self, cfg: ModelConfig, weights: Mapping[str, np.ndarray], kernel: Kernel,
                  packed: Mapping[str, PackedMatrix] | None = None,
-                 progress: Callable[[int, int], None] = lambda done, total: None):
+                 progress: Callable[[int, int], None] = lambda done, total: None,
+                 check: Callable[[], bool] | None = None,
+                 repacked: Callable[[BlockModel], object] = lambda blocks: None):
         """`packed`: the matrices packed before (blocks_cache.py), by `matrices()`' names, each checked against the
-        model's shapes (ValueError); else packed here, a layer at a time, `progress(layers done, layers)` after each."""
+        model's shapes (ValueError); else packed here, a layer at a time, `progress(layers done, layers)` after each.
+        `check`: whether `packed`'s bytes are undamaged, asked (and waited for) before the kernel first reads them;
+        where not, every matrix is packed again from `weights` then and handed to `repacked` (to keep)."""
         self.cfg, self.kernel = cfg, BlocksKernel(kernel)
         self._weights = weights
         gguf = weights.src if isinstance(weights, WeightReader) and isinstance(weights.src, GGUFFile) else None
         self._gguf = gguf
+        self._check, self._repacked, self._checking = check if packed is not None else None, repacked, threading.Lock()
+        self._pack(packed, progress)
+        self._embeddings = None if gguf is not None else np.ascontiguousarray(weights["tok_embeddings"], np.float32)
+        self._rows_kept: dict[int, np.ndarray] = {}  # a GGUF's: id -> [d] float32, EMBEDDING_ROWS_KEPT at most
+        # V is cached as int8-lite's programs cache it: rotated inside blocks of the head's Hadamard (layers.py)
+        self.v_block = Rotation.of(cfg.head_dim).b
+        self._model: Model | None = None
+        self._bound: tuple[object, HostCache] | None = None
+
+    def _pack(self, packed: Mapping[str, PackedMatrix] | None, progress: Callable[[int, int], None]) -> None:
+        cfg, weights = self.cfg, self._weights
 
         def matrix(name: str, stored: str | None = None) -> PackedMatrix:
             """`stored`: the weights' name for it, where that is not `name`."""
@@ -333,12 +349,19 @@ class BlockModel:
                 progress(i + 1, cfg.n_layers)
         self.norm = floats("norm")
         self.output = matrix("output", "tok_embeddings" if cfg.tie_embeddings else "output")
-        self._embeddings = None if gguf is not None else floats("tok_embeddings")  # [v, d]
-        self._rows_kept: dict[int, np.ndarray] = {}  # a GGUF's: id -> [d] float32, EMBEDDING_ROWS_KEPT at most
-        # V is cached as int8-lite's programs cache it: rotated inside blocks of the head's Hadamard (layers.py)
-        self.v_block = Rotation.of(cfg.head_dim).b
-        self._model: Model | None = None
-        self._bound: tuple[object, ...] = ()
+
+    def _checked(self) -> None:
+        """Before the kernel's first read of packed blocks: their check, and where it fails, blocks packed again
+        (and bound again, where bound)."""
+        with self._checking:
+            if self._check is None:  # checked on another thread meanwhile
+                return
+            if not self._check():
+                self._pack(None, lambda done, total: None)
+                if self._bound is not None:
+                    self.bind(self._bound[1])
+                self._repacked(self)
+            self._check = None  # only now: another thread's read must wait for the blocks packed again
 
     @property
     def nbytes(self) -> int:
@@ -403,9 +426,13 @@ class BlockModel:
 
     def forward(self, x: np.ndarray, slots_at: int, positions_at: int, rows: int, threads: int) -> None:
         """Every layer on x [rows, d] (contiguous float32, updated in place)."""
+        if self._check is not None:
+            self._checked()
         assert self._model is not None, "bind the model to a cache first"
         self.kernel.layers(self._model, x, slots_at, positions_at, rows, threads)
 
     def logits(self, x: np.ndarray, threads: int) -> np.ndarray:
+        if self._check is not None:
+            self._checked()
         assert self._model is not None, "bind the model to a cache first"
         return self.kernel.logits(self._model, x, self.cfg.vocab_size, threads)

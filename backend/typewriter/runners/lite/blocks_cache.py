@@ -1,10 +1,12 @@
 """q4-blocks' cache: a model file's matrices as blocks.c packs them, in one file of the program cache's entry for
 that file, mapped at the next start instead of packed again (packing the real 1.5B takes longer than llama-server
 takes to start, docs/measurements/2026-12-06-q4-blocks-alone.md). Every piece's digest is checked before the kernel
-reads any: a damaged weight would not fail, it would answer wrongly; a damaged, partial or stale entry is a miss
-(logged) and packed again. The check is CRC-32, at over twice SHA-256's speed: what it guards against is damage,
-not an adversary (the folder is the operator's, SECURITY.md), and a start reads every piece
-(docs/measurements/2026-12-06-start-off-the-gil.md).
+reads any: a damaged weight would not fail, it would answer wrongly. A partial or stale entry is a miss (logged) and
+packed again at once; the digests are computed on a thread of their own while the start goes on, and the kernel's
+first read waits for them (`Mapped.check`): damage found then is packed again before that read
+(docs/measurements/2026-12-07-zen5.md, "The check off the start's path"). The check is CRC-32, at over twice
+SHA-256's speed: what it guards against is damage, not an adversary (the folder is the operator's, SECURITY.md), and
+a start reads every piece (docs/measurements/2026-12-06-start-off-the-gil.md).
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import threading
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +36,19 @@ ALIGN = 64  # each matrix starts on a cache line
 PIECE = 1 << 26  # bytes a check covers: pieces are checked on two threads, zlib holding no GIL meanwhile
 
 
-def load(cache: ProgramCache, key: str) -> dict[str, PackedMatrix] | None:
-    """The matrices saved under `key`, mapped read-only and checked; None where there are none or they are damaged
-    (the entry is removed then)."""
+@dataclass(frozen=True)
+class Mapped:
+    """An entry's matrices, mapped read-only, and their check: `check()` waits for the digests (computed on a thread
+    since the entry was mapped) and says whether they match; where not, the entry is removed (logged) and the
+    matrices must not be read."""
+
+    matrices: dict[str, PackedMatrix]
+    check: Callable[[], bool]
+
+
+def load(cache: ProgramCache, key: str) -> Mapped | None:
+    """The matrices saved under `key` and their check, under way; None where there are none, or the entry is
+    unreadable or of other sizes than its manifest names (the entry is removed then)."""
     if (entry := cache.entry(key)) is None:
         return None
     try:
@@ -43,14 +58,41 @@ def load(cache: ProgramCache, key: str) -> dict[str, PackedMatrix] | None:
         size = max((offset + nbytes for _, offset, nbytes, *_ in matrices), default=0)
         if len(mapped) != size or len(pieces) != -(-size // PIECE):
             raise ValueError(f"{BLOCKS} holds {len(mapped)} bytes, not the {size} its manifest names")
-        if _digests(mapped) != pieces:
-            raise ValueError(f"{BLOCKS} does not match its digests")
-        return {name: PackedMatrix(mapped[offset:offset + nbytes], int(inputs), int(out), int(fmt))
-                for name, offset, nbytes, inputs, out, fmt in matrices}
+        named = {name: PackedMatrix(mapped[offset:offset + nbytes], int(inputs), int(out), int(fmt))
+                 for name, offset, nbytes, inputs, out, fmt in matrices}
     except (OSError, ValueError, KeyError, TypeError) as e:
-        log.warning("the q4-blocks cache entry %s is unreadable or damaged (%s); packing the blocks again", entry, e)
-        cache.discard(key)
+        _damaged(cache, key, entry, e)
         return None
+    return Mapped(named, _checking(mapped, [str(p) for p in pieces], lambda e: _damaged(cache, key, entry, e)))
+
+
+def _damaged(cache: ProgramCache, key: str, entry: Path, why: Exception) -> None:
+    log.warning("the q4-blocks cache entry %s is unreadable or damaged (%s); packing the blocks again", entry, why)
+    cache.discard(key)
+
+
+def _checking(mapped: np.ndarray, pieces: list[str], damaged: Callable[[Exception], None]) -> Callable[[], bool]:
+    """The digests on one thread (the start goes on on the other core), and the wait for them."""
+    digests: Future[list[str]] = Future()
+
+    def compute() -> None:
+        try:
+            digests.set_result([_digest(mapped[at:at + PIECE]) for at in range(0, len(mapped), PIECE)])
+        except Exception as e:
+            digests.set_exception(e)
+
+    threading.Thread(target=compute, name="typewriter-blocks-check", daemon=True).start()
+
+    def check() -> bool:
+        try:
+            if digests.result() == pieces:
+                return True
+            damaged(ValueError(f"{BLOCKS} does not match its digests"))
+        except Exception as e:
+            damaged(e)
+        return False
+
+    return check
 
 
 def save(cache: ProgramCache, key: str, blocks: BlockModel, model_file: Path) -> Path | None:

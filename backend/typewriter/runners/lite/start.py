@@ -122,10 +122,13 @@ def _blocks_runner(source: Source, cfg: ModelConfig, encode: Encode, slots: int,
                                f"{KERNEL_TILE} channels): use --weights int8-lite")
     weights = weight_reader(source)[1]
     t0 = time.perf_counter()
-    blocks = None
-    if (packed := blocks_cache.load(cache, key)) is not None:
+    blocks, packed = None, None
+    if (mapped := blocks_cache.load(cache, key)) is not None:
+        packed = mapped.matrices
         try:
-            blocks = BlockModel(cfg, weights, kernel, packed)
+            # a damage the check finds (at the kernel's first read) is packed again then, and kept again
+            blocks = BlockModel(cfg, weights, kernel, packed, check=mapped.check,
+                                repacked=lambda again: blocks_cache.save(cache, key, again, source.path))
             progress(f"q4-blocks: blocks from {cache.root}")
             kept = cache.entry(key)
         except ValueError as e:  # a manifest that names other shapes than the model's
