@@ -33,6 +33,9 @@ from classroom_servers import HOST, Server, build_llama_server, embedded_model, 
 
 QUESTION = [{"role": "user", "content": "Why is dividing by a fraction the same as multiplying by its reciprocal?"}]
 SLOTS, CONTEXT = 8, 2048
+# /readyz and /health asked every 10 ms: every 100 ms hid differences of tens of ms between the two servers
+# (docs/measurements/2026-12-07-check-off-the-path.md)
+POLL_S = 0.01
 
 
 def ask(chat) -> float:
@@ -59,7 +62,7 @@ def ours(cache: Path, args: argparse.Namespace) -> dict:
             "--weights", args.weights]
     server = Server("typewriter", argv, port, "/readyz", caches(cache))
     t0 = time.perf_counter()
-    with server.start(args.ready_timeout, poll_s=0.1):
+    with server.start(args.ready_timeout, poll_s=POLL_S):
         ready = time.perf_counter() - t0
         sent = time.perf_counter() - t0
         first = sent + ask(TypewriterChat(f"ws://{HOST}:{port}/ws", Params(32, args.ready_timeout)))
@@ -80,7 +83,7 @@ def peer(binary: str, args: argparse.Namespace) -> dict:
             "-c", str(SLOTS * CONTEXT), "-t", "2"]
     server = Server("llama-server", argv, port, "/health")
     t0 = time.perf_counter()
-    with server.start(args.ready_timeout, poll_s=0.1):
+    with server.start(args.ready_timeout, poll_s=POLL_S):
         ready = time.perf_counter() - t0
         first = time.perf_counter() - t0 + ask(LlamaChat(server.http_url, Params(32, args.ready_timeout)))
         peak, rss = server.status("VmHWM"), server.status("VmRSS")
