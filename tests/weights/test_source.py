@@ -219,6 +219,15 @@ def test_the_whole_tensor_dequantizer_equals_gguf_pys_on_every_byte_and_scale(ki
         dequantize_fast(blocks.reshape(-1)[:-1], kind)
 
 
+@pytest.mark.parametrize("kind, dtype", [(Q.F32, np.float32), (Q.F16, np.float16)], ids=["F32", "F16"])
+def test_float_tensors_read_as_gguf_py_reads_them_typed_or_as_bytes(kind, dtype):
+    values = np.array([0.0, -0.0, 6e-8, -3e-5, 1e-3, -0.5, 2.0, 65504.0, np.inf, -np.inf], dtype)
+    for data in (values, values.view(np.uint8)):  # the reader's typed view; a tensor's raw bytes
+        got = dequantize_fast(data, kind)
+        assert got.dtype == np.float32 and got.shape == (len(values),)
+        np.testing.assert_array_equal(got, np.asarray(dequantize(data, kind), np.float32).reshape(-1))
+
+
 # ---- malformed sources ----
 
 

@@ -1,4 +1,4 @@
-"""GGUF tensor data to float32. llama.cpp's 32-value block types that small models use most (Q4_0, Q4_1, Q5_0,
+"""GGUF tensor data to float32. float32 and float16 as they are; llama.cpp's 32-value block types that small models use most (Q4_0, Q4_1, Q5_0,
 Q5_1, Q8_0) are done here in a few passes over the whole tensor, where gguf-py goes row by row, slower
 (docs/measurements/2026-12-02-start-up-and-memory.md); gguf-py does the rest. The values are the same bit for bit.
 """
@@ -72,6 +72,9 @@ _DECODERS = {Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q5_0: _q5_0, Q.Q5_1: _q5_1, Q.Q8_0:
 
 def dequantize(data: np.ndarray, kind: Q) -> np.ndarray:
     """A tensor's data as the mapped file holds it -> float32, flat."""
+    if kind in (Q.F32, Q.F16):  # as gguf-py reads them, without its import (40 ms of a start from cached blocks,
+        # whose norms are float32: docs/measurements/2026-12-07-check-off-the-path.md)
+        return np.asarray(data.view(np.float32 if kind == Q.F32 else np.float16), np.float32).reshape(-1)
     if kind not in _DECODERS:  # imported here: gguf-py is no part of a start from cached blocks
         import gguf
         from gguf.quants import dequantize as gguf_dequantize

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +181,21 @@ def test_a_second_start_maps_the_blocks_and_answers_the_same_and_a_damaged_entry
     assert "does not match its digests" in caplog.text  # found at the first read, and packed again
     again = blocks_cache.load(ProgramCache(tmp_path / "lite"), entry.name)
     assert again is not None and again.check()  # and saved whole again
+
+
+def test_a_start_from_cached_blocks_imports_no_gguf_py(tiny_gguf, tmp_path):
+    """gguf-py (tens of milliseconds to import) is for packing: a start from cached blocks reads the file's float
+    norms and embedding rows itself."""
+    answer(tiny_gguf, tmp_path / "lite")  # packs and keeps the blocks
+    env = {**os.environ, "TYPEWRITER_LITE_CACHE": str(tmp_path / "lite"), "TYPEWRITER_XLA_CACHE": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "typewriter", "generate", "or so", "--raw",
+                           "--max-new-tokens", "4", "--model", str(tiny_gguf), "--weights", "q4-blocks"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert {"typewriter.runners.lite.blocks", "numpy"} <= imported  # the q4-blocks start, traced
+    assert sorted(name for name in imported if name.split(".")[0] == "gguf") == []
 
 
 def test_a_manifest_that_names_other_shapes_is_packed_again_not_read_out_of_bounds(tiny_gguf, tmp_path, caplog):
