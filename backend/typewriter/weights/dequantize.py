@@ -1,5 +1,5 @@
-"""GGUF tensor data to float32. float32 and float16 as they are; llama.cpp's 32-value block types that small models use most (Q4_0, Q4_1, Q5_0,
-Q5_1, Q8_0) are done here in a few passes over the whole tensor, where gguf-py goes row by row, slower
+"""GGUF tensor data to float32. Float32 and float16 as they are; llama.cpp's 32-value block types that small models
+use most (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) in a few passes over the whole tensor, where gguf-py goes row by row, slower
 (docs/measurements/2026-12-02-start-up-and-memory.md); gguf-py does the rest. The values are the same bit for bit.
 """
 

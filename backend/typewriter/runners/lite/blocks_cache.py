@@ -4,7 +4,7 @@ takes to start, docs/measurements/2026-12-06-q4-blocks-alone.md). Every piece's 
 reads any: a damaged weight would not fail, it would answer wrongly. A partial or stale entry is a miss (logged) and
 packed again at once; the digests are computed on a thread of their own while the start goes on, and the kernel's
 first read waits for them (`Mapped.check`): damage found then is packed again before that read
-(docs/measurements/2026-12-07-zen5.md, "The check off the start's path"). The check is CRC-32, at over twice
+(docs/measurements/2026-12-07-check-off-the-path.md). The check is CRC-32, at over twice
 SHA-256's speed: what it guards against is damage, not an adversary (the folder is the operator's, SECURITY.md), and
 a start reads every piece (docs/measurements/2026-12-06-start-off-the-gil.md).
 """
@@ -33,7 +33,7 @@ LAYOUT = hashlib.sha256(b"".join((Path(__file__).parent / name).read_bytes()
                                  for name in ("blocks.c", "blocks.py", "blocks_cache.py"))).hexdigest()[:16]
 BLOCKS = "blocks.bin"
 ALIGN = 64  # each matrix starts on a cache line
-PIECE = 1 << 26  # bytes a check covers: pieces are checked on two threads, zlib holding no GIL meanwhile
+PIECE = 1 << 26  # bytes a digest covers: a save computes them on two threads, zlib holding no GIL meanwhile
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ def _blocks_runner(source: Source, cfg: ModelConfig, encode: Encode, slots: int,
     if (mapped := blocks_cache.load(cache, key)) is not None:
         packed = mapped.matrices
         try:
-            # a damage the check finds (at the kernel's first read) is packed again then, and kept again
+            # damage the check finds (at the kernel's first read) is packed again then, and kept again
             blocks = BlockModel(cfg, weights, kernel, packed, check=mapped.check,
                                 repacked=lambda again: blocks_cache.save(cache, key, again, source.path))
             progress(f"q4-blocks: blocks from {cache.root}")
