@@ -638,9 +638,12 @@ def test_importing_the_client_loads_neither_tensorflow_nor_the_server():
 
 API_KEY = "notebook-key"
 SERVER_SETTINGS = {
-    "TYPEWRITER_MAX_CONTEXT": "256",  # the tiny model's longest
+    # the tiny model with a 4,096-token context (`long_tiny_gguf`): an answer a test stops, cuts or holds a slot with
+    # is thousands of tokens, with the loop guard off (HOLD), so it is still running when the test acts however fast
+    # the machine; 160 tokens took the tiny model tens of milliseconds, and CI's machine ended them first
+    "TYPEWRITER_MAX_CONTEXT": "4096",
     "TYPEWRITER_MAX_NEW_TOKENS": "48",
-    "TYPEWRITER_MAX_NEW_TOKENS_CAP": "160",
+    "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900",
     "TYPEWRITER_SYSTEM_PROMPT": "Be brief.",  # the tutor's default is long in byte tokens
     "TYPEWRITER_CLIENT_SYSTEM_PROMPT": "append",
     "TYPEWRITER_MAX_ACTIVE": "1",
@@ -652,6 +655,9 @@ SERVER_SETTINGS = {
 }
 LONG = "Why is the sky blue? Explain it to a twelve-year-old."  # 90 tokens; the tiny model answers at length
 GREEDY = {"temperature": 0.0}
+HOLD = {"max_new_tokens": 3900, "loop_guard": False, **GREEDY}  # about half a second of the tiny model's answer
+# an answer cut mid-way and resumed: its tokens wait in the server's resume buffer (256 KiB) meanwhile
+RESUMED = {"max_new_tokens": 1500, "loop_guard": False, **GREEDY}
 NOTEBOOK = ROOT / "examples" / "tutor.ipynb"
 
 
@@ -661,27 +667,16 @@ def end_to_end(test):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, tiny_gguf) -> str:
-    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(tiny_gguf)}
+def server(tmp_path_factory, long_tiny_gguf) -> str:
+    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(long_tiny_gguf)}
     with real_server(env, tmp_path_factory.mktemp("client") / "server.log") as base:
         yield base
 
 
 @pytest.fixture(scope="module")
-def busy_server(tmp_path_factory, long_tiny_gguf) -> str:
-    """`server`'s settings with a 4,096-token context: one answer of thousands of tokens holds the one slot while a
-    second chat is refused. A 160-token answer, even one that may repeat itself, sometimes ended before the second
-    chat's round trip (CI's red run)."""
-    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(long_tiny_gguf), "TYPEWRITER_MAX_CONTEXT": "4096",
-                             "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900"}
-    with real_server(env, tmp_path_factory.mktemp("client") / "busy.log") as base:
-        yield base
-
-
-@pytest.fixture(scope="module")
-def other_server(tmp_path_factory, tiny_gguf) -> str:
+def other_server(tmp_path_factory, long_tiny_gguf) -> str:
     """A second replica of `server`: the same model and settings, none of its kept chats."""
-    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(tiny_gguf)}
+    env = SERVER_SETTINGS | {"TYPEWRITER_MODEL_PATH": str(long_tiny_gguf)}
     with real_server(env, tmp_path_factory.mktemp("client") / "other.log") as base:
         yield base
 
@@ -766,7 +761,7 @@ def through_a_drop(relay: Relay, kind: str, cut_after: int, elsewhere: str | Non
     """A greedy chat about LONG through `relay`, cut once `cut_after` tokens have come (and sent on to `elsewhere`
     from then on, if given): (its token events, its result), with the sync or the async client."""
     options = {"api_key": API_KEY, "timeout": 60, "retry": FAST_RETRY}
-    params = {"max_new_tokens": 160, **GREEDY, **params}
+    params = {**RESUMED, **params}
 
     def seen(event, tokens: list[TokenEvent]) -> None:
         if isinstance(event, TokenEvent):
@@ -811,8 +806,8 @@ def test_e2e_deltas_events_and_results_agree(server):
 def test_e2e_stop_mid_answer_keeps_a_prefix_of_the_whole_answer(server):
     async def scenario():
         async with AsyncClient(server, api_key=API_KEY, timeout=60) as client:
-            whole = await client.complete(LONG, max_new_tokens=160, **GREEDY)
-            chat = client.chat(LONG, max_new_tokens=160, **GREEDY)
+            whole = await client.complete(LONG, **HOLD)
+            chat = client.chat(LONG, **HOLD)
             async for _ in chat:
                 await chat.stop()
             return whole, await chat.result()
@@ -826,7 +821,7 @@ def test_e2e_stop_mid_answer_keeps_a_prefix_of_the_whole_answer(server):
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_e2e_a_chat_whose_connection_drops_mid_answer_resumes_and_ends_as_without_the_drop(server, kind):
     with Client(server, api_key=API_KEY, timeout=60) as client:
-        whole = client.complete(LONG, max_new_tokens=160, **GREEDY)
+        whole = client.complete(LONG, **RESUMED)
     ended, resumed, missed = chats_ended(server), resumes(server, "resumed"), resumes(server, "not_found")
     with Relay(server) as relay:
         tokens, result = through_a_drop(relay, kind, cut_after=5)
@@ -845,7 +840,7 @@ def test_e2e_a_chat_whose_connection_drops_mid_answer_resumes_and_ends_as_withou
 def test_e2e_a_chat_whose_connection_drops_to_another_replica_continues_there_as_without_the_drop(server,
                                                                                                 other_server):
     with Client(server, api_key=API_KEY, timeout=60) as client:
-        whole = client.complete(LONG, max_new_tokens=160, **GREEDY)
+        whole = client.complete(LONG, **RESUMED)
     ended, missed = chats_ended(other_server), resumes(other_server, "not_found")
     with Relay(server) as relay:  # the connection after the cut goes to a replica that never had the chat
         tokens, result = through_a_drop(relay, "async", cut_after=5, elsewhere=other_server)
@@ -874,7 +869,7 @@ def test_e2e_errors_carry_the_protocol_codes(server):
         with pytest.raises(ChatError) as invalid:
             client.complete("hi", temperature=9)
         with pytest.raises(ChatError) as too_long:
-            client.complete("x" * 300)
+            client.complete("x" * 4200)
         assert client.complete("hi", max_new_tokens=2).reason in ("length", "eos")  # the connection goes on
     with pytest.raises(HandshakeRefused) as refused:
         Client(server, api_key="wrong").connect()
@@ -894,15 +889,14 @@ def test_e2e_loop_guard_false_lets_a_repeating_answer_run_to_its_length(server):
 
 
 @end_to_end
-def test_e2e_a_chat_turned_away_as_overloaded_is_retried_until_the_slot_is_free(busy_server):
-    server = busy_server
+def test_e2e_a_chat_turned_away_as_overloaded_is_retried_until_the_slot_is_free(server):
     refused_before = overloaded_count(server)
 
     async def scenario():
         async with (AsyncClient(server, api_key=API_KEY, timeout=60) as holder,
                     AsyncClient(server, api_key=API_KEY, timeout=60,
                                 retry=Retry(attempts=20, backoff_s=0.05, max_backoff_s=0.2)) as patient):
-            running = holder.chat(LONG, max_new_tokens=3900, loop_guard=False, **GREEDY)
+            running = holder.chat(LONG, **HOLD)
             await anext(running)  # the only slot is taken
             waiting = asyncio.create_task(patient.complete("hi", max_new_tokens=4))
             while overloaded_count(server) == refused_before and not running.done:

@@ -20,6 +20,8 @@ SETTINGS = {"TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_ACTIVE": "1
 # An answer the next request must find still running: thousands of tokens, which the tiny model writes in about half
 # a second (its 200 took tens of milliseconds, a race with a second request's round trip)
 HOLD = 3900
+# Greedy with repetition favoured (our extension, below 1) and the loop guard off: the answer loops to its length
+LOOPS = {"repetition_penalty": 0.5, "loop_guard": False}
 QUESTION = [{"role": "user", "content": "hello world"}]
 GREEDY = {"temperature": 0, "max_tokens": 24}
 
@@ -90,7 +92,8 @@ def test_an_aborted_async_stream_frees_its_slot_and_counts_as_cancelled(base):
     async def abort_after_two_chunks() -> int:
         async with openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0) as aclient:
             stream = await aclient.chat.completions.create(
-                model="tiny", messages=QUESTION, stream=True, max_tokens=HOLD, temperature=1.0, seed=1)
+                model="tiny", messages=QUESTION, stream=True, max_tokens=HOLD, temperature=0,
+                extra_body=LOOPS)  # a sampled answer ended by eos within 53 tokens, at times before the abort
             seen = 0
             async for chunk in stream:
                 seen += bool(chunk.choices and chunk.choices[0].delta.content)
@@ -106,10 +109,9 @@ def test_an_aborted_async_stream_frees_its_slot_and_counts_as_cancelled(base):
 
 def test_a_full_server_answers_503_overloaded_with_retry_after_while_a_stream_holds_the_slot(client, base):
     wait_idle(base)
-    # Greedy with repetition favoured (our extension, below 1) loops to its length: a sampled answer of the tiny
-    # model could end after a few tokens, a few milliseconds, before the second request arrives.
+    # LOOPS: a sampled answer of the tiny model could end after a few tokens, before the second request arrives
     holder = client.chat.completions.create(model="tiny", messages=QUESTION, stream=True, max_tokens=HOLD,
-                                            temperature=0, extra_body={"repetition_penalty": 0.5, "loop_guard": False})
+                                            temperature=0, extra_body=LOOPS)
     try:
         next(iter(holder))  # it holds the only slot, and the queue holds none
         with pytest.raises(openai.APIStatusError) as caught:

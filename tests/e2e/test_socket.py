@@ -173,7 +173,10 @@ def test_stop_mid_answer_ends_cancelled_with_the_partial_text_kept_and_frees_the
 
     before, after = asyncio.run(talk())
     assert before[0]["type"] == "start"
-    assert len(tokens(after)) <= 1
+    # The frames already on their way when the stop was sent come after it too (the model writes a token every few
+    # milliseconds, and drafts several a step), so only "few" is asserted here; at most one token after the server
+    # reads the stop is server/socket/test_session.py's, with a scripted engine
+    assert len(tokens(after)) < 32
     end = after[-1]
     assert (end["type"], end["id"], end["reason"]) == ("end", "essay", "cancelled")
     assert text(before).strip()
@@ -212,7 +215,8 @@ def test_clients_beyond_the_slots_queue_in_order_all_finish_and_a_full_queue_ref
         try:
             first = {}
             for n, ws in enumerate(clients[:4]):  # one at a time, so their order at the server is known
-                await ws.send(chat(f"c{n}", ESSAY, max_new_tokens=MAX_NEW_TOKENS))
+                # 256 tokens, never cut by the loop guard: c0 and c1 still answer when c4 arrives, however fast
+                await ws.send(chat(f"c{n}", ESSAY, max_new_tokens=256, loop_guard=False))
                 first[n] = await recv(ws)
             gauges = (metric(server, "typewriter_active_streams"), metric(server, "typewriter_queued_requests"))
             await clients[4].send(chat("c4", SHORT))
