@@ -58,7 +58,10 @@ def server(tmp_path_factory):
         yield url.rstrip("/")
         return
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    settings = {"TYPEWRITER_MAX_NEW_TOKENS": "96", "TYPEWRITER_MAX_ACTIVE": "2", "TYPEWRITER_MAX_CONTEXT": "1024"}
+    # Essays of up to 600 tokens (the page asks for no length: the server's default applies): the tests that stop an
+    # essay, or need two running while a third student waits, act some 20-50 tokens in; 96 tokens left them a margin
+    # of about three times the model's speed
+    settings = {"TYPEWRITER_MAX_NEW_TOKENS": "600", "TYPEWRITER_MAX_ACTIVE": "2", "TYPEWRITER_MAX_CONTEXT": "4096"}
     with real_server(settings, log_path) as base:
         yield base
 
@@ -144,7 +147,7 @@ def test_stop_keeps_the_partial_answer_and_the_server_ends_it_as_cancelled(page,
     assert page.locator("#send").is_visible() and not page.locator("#stop").is_visible()
 
     # The next question is taken at once, and Esc stops it too.
-    _ask(page, "Thanks! And what is a prime number?")
+    _ask(page, "Thanks! Now write a long essay about prime numbers.")  # a short answer could end before the Esc
     page.wait_for_selector(".turn:last-child .tutor[data-status=streaming]", timeout=ANSWER_TIMEOUT_MS)
     page.keyboard.press("Escape")
     assert page.locator(".turn:last-child .tutor").get_attribute("data-status") == "stopped"
