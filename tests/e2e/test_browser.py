@@ -25,6 +25,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
 ANSWER_TIMEOUT_MS = 180_000
+ESSAY = "Write a long, detailed essay about the history of mathematics, from Babylon to today."  # seconds of answer
 GROWTH_TIMEOUT_MS = 30_000  # a streaming answer shows new text far more often than this
 STORAGE_KEY = "typewriter.chats.v1"  # frontend/chats.js
 
@@ -122,7 +123,7 @@ def test_an_answer_types_itself_out_and_then_ends(page):
 
 def test_stop_keeps_the_partial_answer_and_the_server_ends_it_as_cancelled(page, server):
     cancelled_before = _cancelled_total(server)
-    _ask(page, "Write a long, detailed essay about the history of mathematics, from Babylon to today.")
+    _ask(page, ESSAY)
     # The page's CSP forbids eval, so waits use locators rather than wait_for_function.
     expect(_last_answer(page)).to_have_text(re.compile(r"\S.{19,}", re.S), timeout=ANSWER_TIMEOUT_MS)
     page.click("#stop")
@@ -146,8 +147,10 @@ def test_stop_keeps_the_partial_answer_and_the_server_ends_it_as_cancelled(page,
     assert (saved["status"], saved["note"]) == ("stopped", "Stopped")  # its text: see the reload test
     assert page.locator("#send").is_visible() and not page.locator("#stop").is_visible()
 
-    # The next question is taken at once, and Esc stops it too.
-    _ask(page, "Thanks! Now write a long essay about prime numbers.")  # a short answer could end before the Esc
+    # The next question is taken at once, and Esc stops it too: the essay again, which runs for seconds (a short
+    # answer, such as a prime number's definition, could end before the Esc; "a long essay about prime numbers" once
+    # did)
+    _ask(page, ESSAY)
     page.wait_for_selector(".turn:last-child .tutor[data-status=streaming]", timeout=ANSWER_TIMEOUT_MS)
     page.keyboard.press("Escape")
     assert page.locator(".turn:last-child .tutor").get_attribute("data-status") == "stopped"
@@ -177,7 +180,7 @@ def test_a_student_beyond_the_free_slots_sees_their_place_in_line_then_gets_an_a
             student.goto(server)
             student.wait_for_selector("#status[data-state=ok]", timeout=30_000)
         for student in students[:2]:
-            _ask(student, "Write a long, detailed essay about the history of mathematics, from Babylon to today.")
+            _ask(student, ESSAY)
             student.wait_for_selector(".tutor[data-status=streaming]", timeout=ANSWER_TIMEOUT_MS)
         third = students[2]
         _ask(third, "What is a prime number?")
