@@ -64,14 +64,19 @@ def test_blocks_read_back_are_the_ones_saved_and_answer_with_the_same_bits(model
     np.testing.assert_array_equal(logits(cfg, reader, kernel, back), logits(cfg, reader, kernel))
 
 
-@pytest.mark.parametrize("damage", ["flipped", "zeroed", "cut", "manifest"])
-def test_a_damaged_entry_is_a_miss_with_a_warning_and_is_removed(model, tmp_path, caplog, damage):
+def saved(model, tmp_path) -> tuple[ProgramCache, str, Path, bytearray]:
+    """The model packed and saved in a cache of its own: (the cache, the key, its entry, the entry's blocks)."""
     path, cfg, reader, kernel = model
     cache = ProgramCache(tmp_path / "cache")
     key = cache_key(path, cfg, "q4-blocks")
     entry = blocks_cache.save(cache, key, BlockModel(cfg, reader, kernel), path)
     assert entry is not None
-    data = bytearray((entry / blocks_cache.BLOCKS).read_bytes())
+    return cache, key, entry, bytearray((entry / blocks_cache.BLOCKS).read_bytes())
+
+
+@pytest.mark.parametrize("damage", ["flipped", "zeroed", "cut", "manifest"])
+def test_a_damaged_entry_is_a_miss_with_a_warning_and_is_removed(model, tmp_path, caplog, damage):
+    cache, key, entry, data = saved(model, tmp_path)
     if damage == "flipped":  # one bit of one weight: the kernel would run it and answer wrongly
         data[len(data) // 3] ^= 0x01
         (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
@@ -99,11 +104,7 @@ def test_a_damaged_entry_is_a_miss_with_a_warning_and_is_removed(model, tmp_path
 
 def test_the_check_is_waited_for_at_the_kernels_first_read_and_damage_is_packed_again_then(model, tmp_path):
     path, cfg, reader, kernel = model
-    cache = ProgramCache(tmp_path / "cache")
-    key = cache_key(path, cfg, "q4-blocks")
-    entry = blocks_cache.save(cache, key, BlockModel(cfg, reader, kernel), path)
-    assert entry is not None
-    data = bytearray((entry / blocks_cache.BLOCKS).read_bytes())
+    cache, key, entry, data = saved(model, tmp_path)
     data[len(data) // 4] ^= 0x10  # one weight of the first layers
     (entry / blocks_cache.BLOCKS).write_bytes(bytes(data))
     mapped = blocks_cache.load(cache, key)

@@ -16,7 +16,7 @@ import json
 import logging
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +77,7 @@ def _checking(mapped: np.ndarray, pieces: list[str], damaged: Callable[[Exceptio
 
     def compute() -> None:
         try:
-            digests.set_result([_digest(mapped[at:at + PIECE]) for at in range(0, len(mapped), PIECE)])
+            digests.set_result([_digest(piece) for piece in _pieces(mapped)])
         except Exception as e:
             digests.set_exception(e)
 
@@ -127,7 +127,12 @@ def _pieces_of(path: Path) -> list[str]:
 def _digests(mapped: np.ndarray) -> list[str]:
     """Each piece's, on two threads."""
     with ThreadPoolExecutor(2, thread_name_prefix="typewriter-digest") as pool:
-        return list(pool.map(_digest, (mapped[at:at + PIECE] for at in range(0, len(mapped), PIECE))))
+        return list(pool.map(_digest, _pieces(mapped)))
+
+
+def _pieces(mapped: np.ndarray) -> Iterator[np.ndarray]:
+    """The spans a digest each covers, in order."""
+    return (mapped[at:at + PIECE] for at in range(0, len(mapped), PIECE))
 
 
 def _digest(piece: np.ndarray) -> str:
