@@ -1,0 +1,10 @@
+# Every run of the study, in order; raw output beside this script. From the repository root.
+set -e
+M=${M:-$HOME/.cache/typewriter/models/qwen2.5-coder-1.5b-instruct.gguf}
+D=bench/results/2026-12-07-reround
+R="env PYTHONPATH=backend:bench .venv/bin/python $D/reround.py"
+for mode in out-rtn+layers-rtn out-rtn layers-rtn out-q5 out-q5+layers-rtn; do $R kl "$M" $mode; done 2>/dev/null | tee $D/kl.txt
+for damp in 0.01 0.1 1.0; do $R kl "$M" out-gptq $damp; done 2>/dev/null | tee -a $D/kl.txt
+$R rows "$M" 2>/dev/null | tee $D/rows.txt
+$R rows "$M" layers 2>/dev/null | tee $D/rows-with-layers.txt
+for i in 1 2 3; do $R speed "$M" 400; done 2>/dev/null | tee $D/speed.txt
