@@ -3,21 +3,30 @@
     PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py kl MODEL MODE [DAMP]
     PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py rows MODEL [layers]
     PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py speed MODEL [STEPS]
+    PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py seed MODEL DAMP FOLDER
 
 `kl`: bench/quality.py's KL from fp32 on bench/data/heldout.txt, q4-blocks on its blocks kernel, with the Q6_K
 matrices named by MODE rounded again: `layers-rtn` (attn_v, ffn_down) to Q4K as llama.cpp's quantize_row_q4_K_ref
 rounds; `out-rtn` the logits matrix likewise, `out-q5` to Q5 as quantize_row_q5_0_ref, `out-gptq` to Q4K by GPTQ
-(H from the calibration text's final hidden states, damped by DAMP x mean diag); MODEs joined by `+`.
+(H from the calibration text's final hidden states, damped by DAMP x mean diag); MODEs joined by `+`; `all-gptq`:
+every Q6_K matrix by GPTQ, each with H of its own inputs (the file's model run a layer at a time on the calibration
+text: attn_v's the normed stream, ffn_down's the feed-forward's activations); with BLOCK_DIAGONAL=1 in the
+environment, H's 256 x 256 blocks alone.
 `rows`: the logits matrix's rows from token id K on rounded to Q4K (or Q5), the rest as the file's, in numpy from
 the blocks kernel's final hidden states (`layers`: with the layers' Q6_K at Q4K too).
 `speed`: one-row steps (layers then logits) of the file's blocks and of every Q6_K at Q4K, alternating in one
 process at position 150; medians, quartiles and the paired ratio.
-The fp32 reference logits and H are kept in artifacts/ between runs.
+`seed`: every Q6_K matrix by GPTQ (as `kl ... all-gptq DAMP`), packed and saved as the server's q4-blocks cache entry
+for MODEL in FOLDER (a TYPEWRITER_LITE_CACHE of its own), so that `typewriter bench` and bench/bandwidth.py run on
+those blocks as the server would. The fp32 reference logits and H are kept in artifacts/ between runs.
 """
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -28,6 +37,8 @@ import numpy as np
 from typewriter.runners.lite import blocks as B
 
 ARTIFACTS = Path("artifacts")
+# GPTQ with H cut to its 256 x 256 blocks (a super-block's inputs): cheaper to invert, what a start could afford
+BLOCK_DIAGONAL = os.environ.get("BLOCK_DIAGONAL") == "1"
 
 
 def qkx2(x: np.ndarray, w: np.ndarray, nmax: int = 15, rmin: float = -1.0, rdelta: float = 0.1,
@@ -82,7 +93,12 @@ def q4k(w: np.ndarray, h: np.ndarray | None = None, damp: float = 0.1, chunk: in
         diag = np.diag(h).copy()
         h[diag == 0, diag == 0] = 1
         h += damp * diag.mean() * np.eye(n)
-        u = np.linalg.cholesky(np.linalg.inv(h)).T.astype(np.float32)  # GPTQ's upper factor of H^-1
+        if BLOCK_DIAGONAL:  # H's blocks of a super-block alone: each inverted on its own, errors kept inside it
+            u = np.zeros((n, n), np.float32)
+            for j in range(0, n, 256):
+                u[j:j + 256, j:j + 256] = np.linalg.cholesky(np.linalg.inv(h[j:j + 256, j:j + 256])).T
+        else:
+            u = np.linalg.cholesky(np.linalg.inv(h)).T.astype(np.float32)  # GPTQ's upper factor of H^-1
     parts: list[tuple[np.ndarray, ...]] = []
     for r0 in range(0, out, chunk):
         rest = np.array(w[r0:r0 + chunk], np.float32)
@@ -168,6 +184,84 @@ def _normed_stream(runner, cfg, ids: list[int]) -> np.ndarray:
     return (x / np.sqrt((x * x).mean(-1, keepdims=True) + cfg.norm_eps) * runner.blocks.norm).astype(np.float32)
 
 
+def _tensor_key(data: np.ndarray) -> bytes:
+    """A GGUF tensor's data, known again from another opening of the file."""
+    return hashlib.sha256(np.ascontiguousarray(data).view(np.uint8).reshape(-1)[:1 << 16].tobytes()).digest()
+
+
+def _layer_moments(cfg, path: Path, ids: list[int]) -> dict[bytes, np.ndarray]:
+    """E[x^T x] of the inputs of every Q6_K matrix, by its tensor's key: the file's model, a layer at a time (the
+    kernel runs one layer's struct; with a zero ffn_norm the layer adds no feed-forward, which gives the stream
+    between attention and feed-forward)."""
+    runner = _runner(cfg, path, 1024)
+    blocks, cache = runner.blocks, runner.cache
+    structs = blocks._bound[0]
+    n = len(ids)
+    at = cache.rows(np.zeros(n, np.int64), np.arange(n))
+    x = blocks.embed(ids)
+    zeros = np.zeros(cfg.dim, np.float32)
+    gguf = blocks._gguf
+    moments: dict[bytes, np.ndarray] = {}
+
+    def norm(v: np.ndarray, weight: np.ndarray) -> np.ndarray:
+        return (v / np.sqrt((v * v).mean(-1, keepdims=True) + cfg.norm_eps) * weight).astype(np.float32)
+
+    def one(layer) -> ctypes.Array:
+        model = B.Model.from_buffer_copy(blocks._model)
+        model.n_layers, model.layers = 1, ctypes.addressof(layer)
+        return model
+
+    for i, packed in enumerate(blocks.layers):
+        for name, inputs in (("attn_v", None), ("ffn_down", None)):
+            t = gguf.tensors[f"blk.{i}.{name}.weight"]
+            if t.tensor_type != B.Q.Q6_K:
+                continue
+            if name == "attn_v":
+                inputs = norm(x, packed.attention_norm)
+            else:
+                no_ffn = B.Layer.from_buffer_copy(structs[i])
+                no_ffn.ffn_norm = zeros.ctypes.data
+                mid = x.copy()
+                blocks.kernel.layers(one(no_ffn), mid, at.slots_at, at.positions_at, n, cache.threads)
+                normed = norm(mid, packed.ffn_norm)
+                gate = blocks.kernel.matmul(packed.matrices["w_gate"], normed, cache.threads)
+                up = blocks.kernel.matmul(packed.matrices["w_up"], normed, cache.threads)
+                inputs = gate / (1 + np.exp(-gate)) * up
+            moments[_tensor_key(t.data)] = (inputs.T.astype(np.float64) @ inputs / n).astype(np.float32)  # 14 of 8960 x 8960
+        blocks.kernel.layers(one(structs[i]), x, at.slots_at, at.positions_at, n, cache.threads)
+    t = gguf.tensors["output.weight"]
+    final = norm(x, blocks.norm)
+    moments[_tensor_key(t.data)] = final.T.astype(np.float64) @ final / n
+    return moments
+
+
+def _by_gptq(moments: dict[bytes, np.ndarray], damp: float) -> None:
+    """blocks_of, with every Q6_K matrix rounded to Q4K by GPTQ on its own inputs' moments."""
+    file_blocks = B.blocks_of
+
+    def blocks_of(data, kind, out, n):
+        blocks = file_blocks(data, kind, out, n)
+        return q4k(blocks.dequantized(), moments[_tensor_key(data)], damp) if kind == B.Q.Q6_K else blocks
+
+    B.blocks_of = blocks_of
+
+
+def seed(path: Path, damp: float, folder: Path) -> None:
+    from typewriter.assemble import read_model
+    from typewriter.config import WeightFormat
+    from typewriter.runners.lite import blocks_cache
+    from typewriter.runners.lite.program_cache import ProgramCache, cache_key
+    from typewriter.runners.lite.start import calibration_ids
+
+    cfg, _, tokenizer = read_model(path)
+    _by_gptq(_layer_moments(cfg, path, calibration_ids(tokenizer.encode)[:512]), damp)
+    began = time.time()
+    runner = _runner(cfg, path, 1024)  # packs every matrix, the Q6_K ones by GPTQ
+    print(f"packed in {time.time() - began:.0f} s, {runner.blocks.nbytes / 1e6:.1f} MB", flush=True)
+    key = cache_key(path, cfg, WeightFormat.Q4_BLOCKS.value, blocks_cache.LAYOUT)
+    print("saved", blocks_cache.save(ProgramCache(folder), key, runner.blocks, path), flush=True)
+
+
 def kl(path: Path, mode: str, damp: float) -> None:
     quality, cfg, weights, tokenizer, ids, reference = _model(path)
     from typewriter.config import WeightFormat
@@ -181,6 +275,11 @@ def kl(path: Path, mode: str, damp: float) -> None:
             x = _normed_stream(_runner(cfg, path, 1024), cfg, calibration[:512])
             np.save(kept, x.T.astype(np.float64) @ x / len(x))
         h = np.load(kept)
+    if mode == "all-gptq":
+        _by_gptq(_layer_moments(cfg, path, calibration[:512]), damp)
+        logits = quality.our_logits(cfg, weights, ids, WeightFormat.Q4_BLOCKS, calibration, path)
+        print(json.dumps({"mode": mode, "damp": damp, **quality.compare(reference, logits, ids)}), flush=True)
+        return
     parts = mode.split("+")
     output = (lambda w: q4k(w, h, damp)) if "out-gptq" in parts else q4k if "out-rtn" in parts else \
         q5 if "out-q5" in parts else None
@@ -251,6 +350,8 @@ if __name__ == "__main__":
     verb, model, *more = sys.argv[1:]
     if verb == "kl":
         kl(Path(model), more[0], float(more[1]) if len(more) > 1 else 0.1)
+    elif verb == "seed":
+        seed(Path(model), float(more[0]), Path(more[1]))
     elif verb == "rows":
         rows(Path(model), more[:1] == ["layers"])
     else:

@@ -8,3 +8,7 @@ for damp in 0.01 0.1 1.0; do $R kl "$M" out-gptq $damp; done 2>/dev/null | tee -
 $R rows "$M" 2>/dev/null | tee $D/rows.txt
 $R rows "$M" layers 2>/dev/null | tee $D/rows-with-layers.txt
 for i in 1 2 3; do $R speed "$M" 400; done 2>/dev/null | tee $D/speed.txt
+for damp in 1.0 0.1; do $R kl "$M" all-gptq $damp; done 2>/dev/null | tee $D/kl-all-gptq.txt
+mkdir -p /tmp/reround-cache/lite && $R seed "$M" 1.0 /tmp/reround-cache/lite 2>/dev/null | tee $D/seed.txt
+env PYTHONPATH=backend:bench .venv/bin/python $D/versus.py "$M" /tmp/reround-cache/lite 5 2>/dev/null | tee $D/versus.txt
+for damp in 1.0; do BLOCK_DIAGONAL=1 $R kl "$M" all-gptq $damp; done 2>/dev/null | tee $D/kl-all-gptq-block-diagonal.txt
