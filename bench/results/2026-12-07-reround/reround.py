@@ -4,6 +4,7 @@
     PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py rows MODEL [layers]
     PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py speed MODEL [STEPS]
     PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py seed MODEL DAMP FOLDER
+    PYTHONPATH=backend:bench .venv/bin/python bench/results/2026-12-07-reround/reround.py texts MODEL FOLDER gsm8k|code
 
 `kl`: bench/quality.py's KL from fp32 on bench/data/heldout.txt, q4-blocks on its blocks kernel, with the Q6_K
 matrices named by MODE rounded again: `layers-rtn` (attn_v, ffn_down) to Q4K as llama.cpp's quantize_row_q4_K_ref
@@ -18,7 +19,11 @@ the blocks kernel's final hidden states (`layers`: with the layers' Q6_K at Q4K 
 process at position 150; medians, quartiles and the paired ratio.
 `seed`: every Q6_K matrix by GPTQ (as `kl ... all-gptq DAMP`), packed and saved as the server's q4-blocks cache entry
 for MODEL in FOLDER (a TYPEWRITER_LITE_CACHE of its own), so that `typewriter bench` and bench/bandwidth.py run on
-those blocks as the server would. The fp32 reference logits and H are kept in artifacts/ between runs.
+those blocks as the server would. `texts`: KL from fp32 of the blocks `seed` saved in FOLDER, of the file's blocks
+and of llama.cpp on the file, on texts nothing was tuned on: GSM8K's first 8 test problems with their worked answers
+(../shared/datasets/gsm8k) or a Python file of this repository (backend/typewriter/runners/lite/gptq.py), a
+process each (one holds several GB of logits and models).
+The fp32 reference logits and H are kept in artifacts/ between runs.
 """
 
 from __future__ import annotations
@@ -262,6 +267,49 @@ def seed(path: Path, damp: float, folder: Path) -> None:
     print("saved", blocks_cache.save(ProgramCache(folder), key, runner.blocks, path), flush=True)
 
 
+def texts(path: Path, folder: Path, which: str) -> None:
+    from typewriter.runners.xla.tf_env import prepare_environment
+
+    prepare_environment(None)
+    import quality
+
+    from typewriter.assemble import read_model
+    from typewriter.config import WeightFormat
+    from typewriter.runners.lite import blocks_cache
+    from typewriter.runners.lite.program_cache import ProgramCache, cache_key
+    from typewriter.runners.lite.runner import LiteRunner
+    from typewriter.weights.source import open_source, weight_reader
+
+    cfg, weights, tokenizer = read_model(path)
+    problems = [json.loads(line) for line in Path("../shared/datasets/gsm8k/test.jsonl").read_text().splitlines()[:8]]
+    named = {"gsm8k": "\n\n".join(f"{p['question']}\n{p['answer']}" for p in problems),
+             "code": Path("backend/typewriter/runners/lite/gptq.py").read_text()}
+    key = cache_key(path, cfg, WeightFormat.Q4_BLOCKS.value, blocks_cache.LAYOUT)
+    for name, text in named.items():
+        if name != which:
+            continue
+        ids = tokenizer.encode(text)
+        reference = quality.our_logits(cfg, weights, ids, "fp32")
+        rows = {"llama.cpp": quality.compare(reference, quality.llama_logits(str(path), ids), ids),
+                "file's blocks": quality.compare(reference, quality.our_logits(cfg, weights, ids,
+                                                                               WeightFormat.Q4_BLOCKS, None, path),
+                                                 ids)}
+        mapped = blocks_cache.load(ProgramCache(folder), key)
+        assert mapped is not None, f"no entry {key} in {folder}"
+        _, reader = weight_reader(open_source(path)[0])
+        from typewriter.runners.lite.blocks import BlockModel
+        from typewriter.runners.lite.kernel import load as load_kernel
+
+        kernel = load_kernel(None)
+        blocks = BlockModel(cfg, reader, kernel, packed=mapped.matrices, check=mapped.check)
+        runner = LiteRunner(cfg, reader, slots=1, max_len=-(-len(ids) // 256) * 256, max_chunk=256, kernel=kernel,
+                            weight_format=WeightFormat.Q4_BLOCKS, blocks=blocks)
+        logits = np.concatenate([runner.extend(0, s, ids[s:s + 256], all_logits=True) for s in range(0, len(ids), 256)])
+        rows["every Q6_K at Q4K by GPTQ"] = quality.compare(reference, logits, ids)
+        for who, row in rows.items():
+            print(json.dumps({"text": name, "tokens": len(ids), "model": who, **row}), flush=True)
+
+
 def kl(path: Path, mode: str, damp: float) -> None:
     quality, cfg, weights, tokenizer, ids, reference = _model(path)
     from typewriter.config import WeightFormat
@@ -352,6 +400,8 @@ if __name__ == "__main__":
         kl(Path(model), more[0], float(more[1]) if len(more) > 1 else 0.1)
     elif verb == "seed":
         seed(Path(model), float(more[0]), Path(more[1]))
+    elif verb == "texts":
+        texts(Path(model), Path(more[0]), more[1])
     elif verb == "rows":
         rows(Path(model), more[:1] == ["layers"])
     else:

@@ -12,3 +12,4 @@ for damp in 1.0 0.1; do $R kl "$M" all-gptq $damp; done 2>/dev/null | tee $D/kl-
 mkdir -p /tmp/reround-cache/lite && $R seed "$M" 1.0 /tmp/reround-cache/lite 2>/dev/null | tee $D/seed.txt
 env PYTHONPATH=backend:bench .venv/bin/python $D/versus.py "$M" /tmp/reround-cache/lite 5 2>/dev/null | tee $D/versus.txt
 for damp in 1.0; do BLOCK_DIAGONAL=1 $R kl "$M" all-gptq $damp; done 2>/dev/null | tee $D/kl-all-gptq-block-diagonal.txt
+for text in gsm8k code; do $R texts "$M" /tmp/reround-cache/lite $text; done 2>/dev/null | tee $D/texts.txt
