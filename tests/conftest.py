@@ -8,7 +8,7 @@ from pathlib import Path
 
 import absl.logging
 import pytest
-from tiny_model import random_weights, tiny_config, write_gguf
+from tiny_model import LONG_CONTEXT, random_weights, tiny_config, write_gguf
 
 from typewriter.weights.source import embedded_model_path as find_embedded_model
 
@@ -33,9 +33,9 @@ def tiny_gguf(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def long_tiny_gguf(tmp_path_factory) -> Path:
-    """`tiny_gguf`'s weights with a 4,096-token context, for a server whose answer must outlast a client's round
-    trip: the tiny model writes its 256 tokens in tens of milliseconds."""
-    cfg = tiny_config(tie_embeddings=False, max_position=4096)
+    """`tiny_gguf`'s weights with a LONG_CONTEXT-token context, for a server whose answer must outlast a client's
+    round trip (tiny_model.HOLD_TOKENS)."""
+    cfg = tiny_config(tie_embeddings=False, max_position=LONG_CONTEXT)
     return write_gguf(tmp_path_factory.mktemp("tiny-4096") / "tiny.gguf", cfg, random_weights(cfg))
 
 

@@ -59,6 +59,12 @@ LAYER_NAMES = {
     "w_down": ("ffn_down.weight", "mlp.down_proj.weight"),
 }
 
+# `long_tiny_gguf`'s context (conftest.py), and an answer of it that is still running when a client acts however fast
+# the machine: the tiny model writes 256 tokens in tens of milliseconds, HOLD_TOKENS in about half a second
+LONG_CONTEXT = 4096
+HOLD_TOKENS = 3900
+LONG_SETTINGS = {"TYPEWRITER_MAX_CONTEXT": str(LONG_CONTEXT), "TYPEWRITER_MAX_NEW_TOKENS_CAP": str(HOLD_TOKENS)}
+
 
 TOLERANCE = 2e-4  # float32 against float64 (measured 1e-5), logits of magnitude up to ~50
 

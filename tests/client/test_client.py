@@ -26,6 +26,7 @@ import urllib.request
 import pytest
 from helpers import wait_until
 from real_server import ROOT, real_server
+from tiny_model import HOLD_TOKENS, LONG_CONTEXT, LONG_SETTINGS
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
@@ -638,12 +639,11 @@ def test_importing_the_client_loads_neither_tensorflow_nor_the_server():
 
 API_KEY = "notebook-key"
 SERVER_SETTINGS = {
-    # the tiny model with a 4,096-token context (`long_tiny_gguf`): an answer a test stops, cuts or holds a slot with
-    # is thousands of tokens, with the loop guard off (HOLD), so it is still running when the test acts however fast
-    # the machine; 160 tokens took the tiny model tens of milliseconds, and CI's machine ended them first
-    "TYPEWRITER_MAX_CONTEXT": "4096",
+    # the tiny model with a long context (`long_tiny_gguf`): an answer a test stops, cuts or holds a slot with is
+    # thousands of tokens, with the loop guard off (HOLD), so it is still running when the test acts however fast the
+    # machine; 160 tokens took the tiny model tens of milliseconds, and CI's machine ended them first
+    **LONG_SETTINGS,
     "TYPEWRITER_MAX_NEW_TOKENS": "48",
-    "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900",
     "TYPEWRITER_SYSTEM_PROMPT": "Be brief.",  # the tutor's default is long in byte tokens
     "TYPEWRITER_CLIENT_SYSTEM_PROMPT": "append",
     "TYPEWRITER_MAX_ACTIVE": "1",
@@ -655,7 +655,7 @@ SERVER_SETTINGS = {
 }
 LONG = "Why is the sky blue? Explain it to a twelve-year-old."  # 90 tokens; the tiny model answers at length
 GREEDY = {"temperature": 0.0}
-HOLD = {"max_new_tokens": 3900, "loop_guard": False, **GREEDY}  # about half a second of the tiny model's answer
+HOLD = {"max_new_tokens": HOLD_TOKENS, "loop_guard": False, **GREEDY}
 # an answer cut mid-way and resumed: its tokens wait in the server's resume buffer (256 KiB) meanwhile
 RESUMED = {"max_new_tokens": 1500, "loop_guard": False, **GREEDY}
 NOTEBOOK = ROOT / "examples" / "tutor.ipynb"
@@ -869,7 +869,7 @@ def test_e2e_errors_carry_the_protocol_codes(server):
         with pytest.raises(ChatError) as invalid:
             client.complete("hi", temperature=9)
         with pytest.raises(ChatError) as too_long:
-            client.complete("x" * 4200)
+            client.complete("x" * (LONG_CONTEXT + 100))
         assert client.complete("hi", max_new_tokens=2).reason in ("length", "eos")  # the connection goes on
     with pytest.raises(HandshakeRefused) as refused:
         Client(server, api_key="wrong").connect()

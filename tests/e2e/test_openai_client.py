@@ -11,15 +11,15 @@ import time
 import openai
 import pytest
 from real_server import http_get, real_server
+from tiny_model import HOLD_TOKENS, LONG_SETTINGS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 SETTINGS = {"TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_ACTIVE": "1",
-            "TYPEWRITER_MAX_QUEUE": "0", "TYPEWRITER_CHATS_PER_MINUTE": "1000",
-            "TYPEWRITER_MAX_CONTEXT": "4096", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900"}
-# An answer the next request must find still running: thousands of tokens, which the tiny model writes in about half
-# a second (its 200 took tens of milliseconds, a race with a second request's round trip)
-HOLD = 3900
+            "TYPEWRITER_MAX_QUEUE": "0", "TYPEWRITER_CHATS_PER_MINUTE": "1000", **LONG_SETTINGS}
+# An answer the next request must find still running (its 200 tokens took tens of milliseconds, a race with a second
+# request's round trip)
+HOLD = HOLD_TOKENS
 # Greedy with repetition favoured (our extension, below 1) and the loop guard off: the answer loops to its length
 LOOPS = {"repetition_penalty": 0.5, "loop_guard": False}
 QUESTION = [{"role": "user", "content": "hello world"}]

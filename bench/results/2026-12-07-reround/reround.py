@@ -278,6 +278,7 @@ def texts(path: Path, folder: Path, which: str) -> None:
     from typewriter.assemble import read_model
     from typewriter.config import WeightFormat
     from typewriter.runners.lite import blocks_cache
+    from typewriter.runners.lite.kernel import load as load_kernel
     from typewriter.runners.lite.program_cache import ProgramCache, cache_key
     from typewriter.runners.lite.runner import LiteRunner
     from typewriter.weights.source import open_source, weight_reader
@@ -286,30 +287,23 @@ def texts(path: Path, folder: Path, which: str) -> None:
     problems = [json.loads(line) for line in Path("../shared/datasets/gsm8k/test.jsonl").read_text().splitlines()[:8]]
     named = {"gsm8k": "\n\n".join(f"{p['question']}\n{p['answer']}" for p in problems),
              "code": Path("backend/typewriter/runners/lite/gptq.py").read_text()}
-    key = cache_key(path, cfg, WeightFormat.Q4_BLOCKS.value, blocks_cache.LAYOUT)
-    for name, text in named.items():
-        if name != which:
-            continue
-        ids = tokenizer.encode(text)
-        reference = quality.our_logits(cfg, weights, ids, "fp32")
-        rows = {"llama.cpp": quality.compare(reference, quality.llama_logits(str(path), ids), ids),
-                "file's blocks": quality.compare(reference, quality.our_logits(cfg, weights, ids,
-                                                                               WeightFormat.Q4_BLOCKS, None, path),
-                                                 ids)}
-        mapped = blocks_cache.load(ProgramCache(folder), key)
-        assert mapped is not None, f"no entry {key} in {folder}"
-        _, reader = weight_reader(open_source(path)[0])
-        from typewriter.runners.lite.blocks import BlockModel
-        from typewriter.runners.lite.kernel import load as load_kernel
-
-        kernel = load_kernel(None)
-        blocks = BlockModel(cfg, reader, kernel, packed=mapped.matrices, check=mapped.check)
-        runner = LiteRunner(cfg, reader, slots=1, max_len=-(-len(ids) // 256) * 256, max_chunk=256, kernel=kernel,
-                            weight_format=WeightFormat.Q4_BLOCKS, blocks=blocks)
-        logits = np.concatenate([runner.extend(0, s, ids[s:s + 256], all_logits=True) for s in range(0, len(ids), 256)])
-        rows["every Q6_K at Q4K by GPTQ"] = quality.compare(reference, logits, ids)
-        for who, row in rows.items():
-            print(json.dumps({"text": name, "tokens": len(ids), "model": who, **row}), flush=True)
+    ids = tokenizer.encode(named[which])
+    reference = quality.our_logits(cfg, weights, ids, "fp32")
+    rows = {"llama.cpp": quality.compare(reference, quality.llama_logits(str(path), ids), ids),
+            "file's blocks": quality.compare(reference, quality.our_logits(cfg, weights, ids, WeightFormat.Q4_BLOCKS,
+                                                                           None, path), ids)}
+    mapped = blocks_cache.load(ProgramCache(folder), cache_key(path, cfg, WeightFormat.Q4_BLOCKS.value,
+                                                               blocks_cache.LAYOUT))
+    assert mapped is not None, f"no q4-blocks entry for {path.name} in {folder}"
+    _, reader = weight_reader(open_source(path)[0])
+    kernel = load_kernel(None)
+    blocks = B.BlockModel(cfg, reader, kernel, packed=mapped.matrices, check=mapped.check)
+    runner = LiteRunner(cfg, reader, slots=1, max_len=-(-len(ids) // 256) * 256, max_chunk=256, kernel=kernel,
+                        weight_format=WeightFormat.Q4_BLOCKS, blocks=blocks)
+    logits = np.concatenate([runner.extend(0, s, ids[s:s + 256], all_logits=True) for s in range(0, len(ids), 256)])
+    rows["every Q6_K at Q4K by GPTQ"] = quality.compare(reference, logits, ids)
+    for who, row in rows.items():
+        print(json.dumps({"text": which, "tokens": len(ids), "model": who, **row}), flush=True)
 
 
 def kl(path: Path, mode: str, damp: float) -> None:
@@ -341,7 +335,6 @@ def kl(path: Path, mode: str, damp: float) -> None:
 
 def rows(path: Path, layers: bool) -> None:
     quality, cfg, _, _, ids, reference = _model(path)
-    t_output = None
     file_blocks = B.blocks_of
     if layers:
         _rerounding(q4k, None)

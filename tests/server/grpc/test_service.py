@@ -25,6 +25,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from helpers import WAIT_S, small_settings
 from real_server import ROOT, grpc_address, real_server
 from scripted import factory, script_engine
+from tiny_model import HOLD_TOKENS, LONG_SETTINGS
 from websockets.sync.client import connect
 
 from typewriter.config import Settings
@@ -586,9 +587,9 @@ E2E_SETTINGS = {"TYPEWRITER_SYSTEM_PROMPT": "Be brief.", "TYPEWRITER_MAX_CONTEXT
 @pytest.mark.slow
 def test_a_real_server_streams_a_chat_over_grpc_and_stops_one_mid_answer(tmp_path, long_tiny_gguf):
     log = tmp_path / "server.log"
-    # a 4,096-token context: the answer stopped is 3,900 tokens, about half a second of the tiny model's, so the stop
-    # lands mid-answer however fast the machine (200 tokens took it tens of milliseconds)
-    settings = E2E_SETTINGS | {"TYPEWRITER_MAX_CONTEXT": "4096", "TYPEWRITER_MAX_NEW_TOKENS_CAP": "3900"}
+    # the answer stopped is HOLD_TOKENS long, so the stop lands mid-answer however fast the machine (200 tokens took
+    # the tiny model tens of milliseconds)
+    settings = E2E_SETTINGS | LONG_SETTINGS
     with real_server(settings | {"TYPEWRITER_MODEL_PATH": str(long_tiny_gguf)}, log, args=["--grpc-port", "0"]) as base:
         address = grpc_address(log)
         with grpc.insecure_channel(address) as channel:
@@ -603,7 +604,7 @@ def test_a_real_server_streams_a_chat_over_grpc_and_stops_one_mid_answer(tmp_pat
                     frames.append(json.loads(ws.recv(timeout=60)))
             # repetition favoured (below 1) and the loop guard off: uncut, this greedy answer runs 2,278 tokens to
             # its eos, a quarter of a second or more (the tiny model ends "tell me a story" after 6 tokens)
-            requests = Requests(chat("e2", "why is the sky blue", temperature=0, max_new_tokens=3900,
+            requests = Requests(chat("e2", "why is the sky blue", temperature=0, max_new_tokens=HOLD_TOKENS,
                                      repetition_penalty=0.5, loop_guard=False))
             cut = []
             try:
@@ -619,7 +620,7 @@ def test_a_real_server_streams_a_chat_over_grpc_and_stops_one_mid_answer(tmp_pat
     assert text_of(full) == "".join(f.get("text", "") for f in frames)  # greedy: the socket's answer
     assert full[-1].end.reason == frames[-1]["reason"]
     assert cut[-1].end.reason == "cancelled"
-    assert cut[-1].end.usage.completion_tokens < 3900
+    assert cut[-1].end.usage.completion_tokens < HOLD_TOKENS
 
 
 @pytest.mark.e2e
